@@ -1,0 +1,1 @@
+"""Diagnosers: the systems under test, and the reference baselines every leaderboard carries."""

@@ -1,0 +1,42 @@
+"""The one protocol every diagnoser implements, and the errors an adapter may raise.
+
+A diagnoser is a class with ``name``, ``version`` and ``diagnose(bundle) -> Diagnosis``. It is
+constructed with no arguments and sees only the evidence bundle, never the case or its labels.
+
+Reference diagnosers (``null``, ``prior``, ``oracle``, ``leak``, ``symptoms``) set ``reference = True``;
+the few that must see the corpus to do their job (``prior`` needs label frequencies, ``oracle`` the
+labels themselves, ``leak`` the ids to grep for) also implement ``prepare(corpus)``, which the harness
+calls only for diagnosers that are marked ``reference``. ``self_test = True`` (the oracle) keeps a
+diagnoser off the ranking.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Protocol, runtime_checkable
+
+from diageval.bundle import EvidenceBundle
+from diageval.diagnosis import Diagnosis
+
+
+@runtime_checkable
+class Diagnoser(Protocol):
+    name: ClassVar[str]
+    version: ClassVar[str]
+
+    def diagnose(self, bundle: EvidenceBundle) -> Diagnosis: ...
+
+
+class DiagnoserUnavailable(Exception):
+    """Raised at construction when a diagnoser cannot run here (an optional dependency is missing)."""
+
+
+class DiagnoserFailed(Exception):
+    """Raised by an adapter when the analyser it wraps failed on this bundle.
+
+    ``status`` becomes the case's status in the run (e.g. ``hta_error``); it is the diagnoser's failure,
+    counted as misses, never a crash of the run.
+    """
+
+    def __init__(self, status: str, message: str):
+        self.status = status
+        super().__init__(message)

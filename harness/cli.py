@@ -1,0 +1,146 @@
+"""The ``diageval`` command line. Each command is a thin shell over a plain function elsewhere."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from diageval import __version__
+
+CASES_OPTION = click.option(
+    "--cases",
+    "cases_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Case folder (default: the built-in corpus, or $DIAGEVAL_CASES).",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="diageval")
+def main() -> None:
+    """Measure whether automated performance diagnosers are right."""
+
+
+# --- taxonomy and schemas -------------------------------------------------------------------------
+
+
+@main.command("taxonomy")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@CASES_OPTION
+def taxonomy_cmd(as_json: bool, cases_dir: Path | None) -> None:
+    """Print the taxonomy of causes and symptoms."""
+    from diageval.paths import default_taxonomy_path
+    from diageval.taxonomy import load_taxonomy
+
+    path = default_taxonomy_path(cases_dir)
+    tax = load_taxonomy(path)
+    if as_json:
+        click.echo(tax.model_dump_json(indent=2))
+        return
+    click.echo(f"taxonomy {tax.version} ({path})")
+    for kind in ("cause", "symptom"):
+        click.echo(f"\n{kind}s:")
+        for e in tax.entries:
+            if e.kind != kind:
+                continue
+            click.echo(f"  {e.id}")
+            click.echo(f"      {e.definition}")
+            click.echo(f"      evidence: {e.evidence}")
+            if e.symptoms:
+                click.echo(f"      symptoms: {', '.join(e.symptoms)}")
+
+
+SCHEMAS = {
+    "case": "diageval.case:Case",
+    "diagnosis": "diageval.diagnosis:Diagnosis",
+    "bundle": "diageval.bundle:BundleManifest",
+    "taxonomy": "diageval.taxonomy:Taxonomy",
+}
+
+
+@main.command("schema")
+@click.argument("what", type=click.Choice(sorted(SCHEMAS)))
+def schema_cmd(what: str) -> None:
+    """Print the JSON Schema of a file diageval reads or writes."""
+    import importlib
+
+    module, _, attr = SCHEMAS[what].partition(":")
+    model = getattr(importlib.import_module(module), attr)
+    click.echo(json.dumps(model.model_json_schema(), indent=2))
+
+
+# --- cases ----------------------------------------------------------------------------------------
+
+
+@main.group("cases")
+def cases_group() -> None:
+    """List and validate labeled cases."""
+
+
+@cases_group.command("validate")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--taxonomy", "taxonomy_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Taxonomy file (default: the built-in one).")
+def cases_validate_cmd(paths: tuple[Path, ...], taxonomy_path: Path | None) -> None:
+    """Validate case files or folders (default: the built-in corpus). Exit 1 if any is bad."""
+    from diageval.case import find_case_files, validate_case_files
+    from diageval.paths import default_cases_dir
+    from diageval.taxonomy import load_taxonomy
+
+    targets = list(paths) or [default_cases_dir()]
+    missing = [p for p in targets if not p.exists()]
+    if missing:
+        raise click.ClickException(f"no such file or folder: {', '.join(map(str, missing))}")
+    taxonomy = load_taxonomy(taxonomy_path)
+    files = find_case_files(targets)
+    loaded, problems = validate_case_files(targets, taxonomy)
+    for p in problems:
+        click.echo(str(p), err=True)
+    bad_files = {p.file for p in problems}
+    click.echo(f"{len(files)} file(s): {len(files) - len(bad_files)} valid, {len(bad_files)} invalid")
+    if problems:
+        sys.exit(1)
+
+
+@cases_group.command("list")
+@CASES_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON lines.")
+def cases_list_cmd(cases_dir: Path | None, as_json: bool) -> None:
+    """List the cases: id, title, tags, expect, requires."""
+    from diageval.case import CaseLoadError, load_case_set
+
+    try:
+        case_set = load_case_set(cases_dir)
+    except CaseLoadError as err:
+        raise click.ClickException(f"the corpus has invalid cases (run `diageval cases validate`):\n{err}")
+    rows = [
+        {
+            "id": lc.case.id,
+            "title": lc.case.title,
+            "tags": ",".join(lc.case.tags),
+            "expect": lc.case.labels.expect,
+            "requires": lc.case.requires.device + (f" x{lc.case.workload.world_size} ranks" if lc.case.workload.world_size > 1 else ""),
+        }
+        for lc in case_set.cases
+    ]
+    if as_json:
+        for r in rows:
+            click.echo(json.dumps(r))
+        return
+    click.echo(_table(rows, ["id", "expect", "requires", "tags", "title"]))
+    click.echo(f"\n{len(rows)} cases, case-set hash {case_set.hash[:12]}")
+
+
+def _table(rows: list[dict], columns: list[str]) -> str:
+    widths = {c: max([len(c)] + [len(str(r.get(c, ""))) for r in rows]) for c in columns}
+    lines = ["  ".join(c.ljust(widths[c]) for c in columns), "  ".join("-" * widths[c] for c in columns)]
+    lines += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns) for r in rows]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+if __name__ == "__main__":
+    main()
