@@ -21,6 +21,7 @@ Conventions decided here (the design is silent):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
@@ -185,6 +186,9 @@ def _loc(loc: Iterable[Any]) -> str:
     return out
 
 
+_FIELD_PREFIX = re.compile(r"^([a-z_][a-z0-9_]*(?:\[\d+\])?(?:\.[a-z_][a-z0-9_]*(?:\[\d+\])?)*): (.+)$", re.S)
+
+
 def _pydantic_problems(file: str, err: ValidationError, prefix: str = "") -> list[CaseProblem]:
     problems = []
     for e in err.errors(include_url=False):
@@ -201,6 +205,11 @@ def _pydantic_problems(file: str, err: ValidationError, prefix: str = "") -> lis
             msg = f"expected a string matching {pattern}, got {e.get('input')!r}"
         elif e["type"] == "value_error" and msg.startswith("Value error, "):
             msg = msg[len("Value error, "):]
+            # Cross-field checks on a whole model say which field they are about: "field.path: message".
+            m = _FIELD_PREFIX.match(msg)
+            if m:
+                loc = ".".join(x for x in (loc, m.group(1)) if x)
+                msg = m.group(2)
         problems.append(CaseProblem(file=file, field=loc, message=msg))
     return problems
 
