@@ -1,0 +1,143 @@
+"""score_case: every verdict kind, every outcome, and the status rules, on hand-built cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from diageval.scoring.verdicts import score_case
+from diageval.taxonomy import load_taxonomy
+from scoring_helpers import CHECKPOINT, LOADER, STALL, STRAGGLER, cause, diag, make_case, symptom
+
+TAX = load_taxonomy()
+
+
+def verdicts(result):
+    return [(v.index, v.category, v.verdict) for v in result.verdicts]
+
+
+def test_correct_with_overlapping_ranks_is_found_and_localized():
+    case = make_case("c1", [{"category": STRAGGLER, "ranks": [1]}])
+    r = score_case(case, diag(cause(STRAGGLER, 0.8, ranks=[1], impact=0.3)), taxonomy=TAX, measured_impact=0.35)
+    assert verdicts(r) == [(0, STRAGGLER, "correct")]
+    (o,) = r.outcomes
+    assert (o.outcome, o.localized, o.claim_index) == ("found", True, 0)
+    assert r.top_claim == STRAGGLER and r.claimed_impact == 0.3 and r.status == "ok"
+    assert all(v.reason for v in r.verdicts) and o.reason
+
+
+def test_wrong_ranks_is_mislocated_found_but_not_localized():
+    case = make_case("c1", [{"category": STRAGGLER, "ranks": [1]}])
+    r = score_case(case, diag(cause(STRAGGLER, 0.8, ranks=[0])), taxonomy=TAX)
+    assert verdicts(r) == [(0, STRAGGLER, "mislocated")]
+    assert (r.outcomes[0].outcome, r.outcomes[0].localized) == ("found", False)
+    assert "miss labeled ranks [1]" in r.verdicts[0].reason
+
+
+def test_claim_without_ranks_is_correct_but_not_localized():
+    case = make_case("c1", [{"category": STRAGGLER, "ranks": [1]}])
+    r = score_case(case, diag(cause(STRAGGLER, 0.8)), taxonomy=TAX)
+    assert verdicts(r) == [(0, STRAGGLER, "correct")]
+    assert (r.outcomes[0].outcome, r.outcomes[0].localized) == ("found", False)
+
+
+def test_label_without_ranks_has_no_localisation():
+    case = make_case("c1", [{"category": LOADER}])
+    r = score_case(case, diag(cause(LOADER, 0.8, ranks=[0])), taxonomy=TAX)
+    assert verdicts(r) == [(0, LOADER, "correct")]
+    assert r.outcomes[0].localized is None
+
+
+def test_symptom_as_cause_wrong_cause_unknown_duplicate_in_confidence_order():
+    case = make_case("c1", [{"category": STRAGGLER, "ranks": [1]}], symptoms=["symptom.long_collective"])
+    d = diag(
+        cause("symptom.long_collective", 0.9),   # #0: labeled symptom
+        cause(STRAGGLER, 0.3, ranks=[1]),        # #1: judged after #4, so a duplicate
+        cause(STALL, 0.6),                       # #2: a cause, not labeled
+        cause("gpu.thermal_throttle", 0.2),      # #3: not in the taxonomy
+        cause(STRAGGLER, 0.7, ranks=[1]),        # #4: the credited one
+        cause("symptom.low_utilization", 0.1),   # #5: an unlabeled symptom is still a symptom
+        symptom("symptom.slow_step"),            # #6: kind symptom: recorded, never judged
+    )
+    r = score_case(case, d, taxonomy=TAX)
+    assert verdicts(r) == [
+        (0, "symptom.long_collective", "symptom_as_cause"),
+        (4, STRAGGLER, "correct"),
+        (2, STALL, "wrong_cause"),
+        (1, STRAGGLER, "duplicate"),
+        (3, "gpu.thermal_throttle", "wrong_cause"),
+        (5, "symptom.low_utilization", "symptom_as_cause"),
+    ]
+    assert r.outcomes[0].claim_index == 4
+    assert r.top_claim == "symptom.long_collective"
+    assert r.observed_symptoms == ["symptom.slow_step"]
+    assert "not in taxonomy" in r.verdicts[4].reason
+    assert "already credited to claim #4" in r.verdicts[3].reason
+
+
+def test_healthy_control_every_cause_claim_is_a_false_alarm():
+    case = make_case("h1")
+    r = score_case(case, diag(cause(STALL, 0.4), cause("symptom.slow_step", 0.9), symptom("symptom.low_utilization")),
+                   taxonomy=TAX)
+    assert [v.verdict for v in r.verdicts] == ["false_alarm", "false_alarm"]
+    assert r.outcomes == [] and r.categories == []
+
+
+def test_abstain_case_cause_claim_is_wrong_cause_and_abstaining_is_recorded():
+    case = make_case("a1", expect="abstain")
+    guess = score_case(case, diag(cause(STRAGGLER, 0.6, ranks=[1])), taxonomy=TAX)
+    assert [v.verdict for v in guess.verdicts] == ["wrong_cause"]
+    assert "insufficient by design" in guess.verdicts[0].reason
+    honest = score_case(case, diag(symptom("symptom.slow_step"), abstain="rank 1 trace missing"), taxonomy=TAX)
+    assert honest.status == "abstained" and honest.abstained and honest.verdicts == []
+
+
+def test_two_labels_same_category_two_claims_find_both():
+    case = make_case("c2", [{"category": STRAGGLER, "ranks": [1]}, {"category": STRAGGLER, "ranks": [3]}], world_size=4)
+    r = score_case(case, diag(cause(STRAGGLER, 0.9, ranks=[3]), cause(STRAGGLER, 0.8, ranks=[0])), taxonomy=TAX)
+    # #0 takes the label it overlaps (rank 3); #1 takes the remaining label with wrong ranks
+    assert verdicts(r) == [(0, STRAGGLER, "correct"), (1, STRAGGLER, "mislocated")]
+    assert [(o.claim_index, o.localized) for o in r.outcomes] == [(1, False), (0, True)]
+
+
+def test_missed_causes_have_reasons():
+    case = make_case("c3", [{"category": LOADER}, {"category": CHECKPOINT}])
+    r = score_case(case, diag(cause(LOADER, 0.9, impact=0.5), cause(STALL, 0.5, impact=0.4)), taxonomy=TAX)
+    assert [o.outcome for o in r.outcomes] == ["found", "missed"]
+    assert "no claim names checkpoint.blocking_save" in r.outcomes[1].reason
+    assert r.claimed_impact == 0.5  # only credited claims' impacts count
+    nothing = score_case(case, diag(), taxonomy=TAX)
+    assert all("claimed no cause" in o.reason for o in nothing.outcomes)
+    abstained = score_case(case, diag(abstain="truncated"), taxonomy=TAX)
+    assert all("abstained (truncated)" in o.reason for o in abstained.outcomes)
+
+
+@pytest.mark.parametrize("status", ["diagnoser_error", "timeout", "invalid_output"])
+def test_diagnoser_failures_miss_every_cause(status):
+    case = make_case("c1", [{"category": STRAGGLER, "ranks": [1]}])
+    r = score_case(case, None, taxonomy=TAX, status=status, error="boom", seconds=30.0)
+    assert r.status == status and r.scored and r.verdicts == []
+    assert [o.outcome for o in r.outcomes] == ["missed"] and status in r.outcomes[0].reason
+
+
+@pytest.mark.parametrize("status", ["harness_error", "invalid"])
+def test_unscored_statuses_have_no_verdicts_or_outcomes(status):
+    r = score_case(make_case("c1", [{"category": STRAGGLER}]), None, taxonomy=TAX, status=status)
+    assert not r.scored and r.verdicts == [] and r.outcomes == []
+
+
+def test_status_and_diagnosis_must_agree():
+    case = make_case("c1", [{"category": STRAGGLER}])
+    with pytest.raises(ValueError, match="needs a diagnosis"):
+        score_case(case, None, taxonomy=TAX)
+    with pytest.raises(ValueError, match="no diagnosis to score"):
+        score_case(case, diag(), taxonomy=TAX, status="timeout")
+    # the diagnosis, not the caller, decides between ok and abstained
+    assert score_case(case, diag(abstain="x"), taxonomy=TAX, status="ok").status == "abstained"
+
+
+def test_result_round_trips_through_json():
+    from diageval.scoring.results import CaseResult
+
+    case = make_case("c1", [{"category": STRAGGLER, "ranks": [1]}])
+    r = score_case(case, diag(cause(STRAGGLER, 0.8, ranks=[1])), taxonomy=TAX, bundle_id="b", bundle_sha256="s")
+    assert CaseResult.model_validate_json(r.model_dump_json()) == r
