@@ -142,5 +142,28 @@ def _table(rows: list[dict], columns: list[str]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+# --- bundles: bring your own traces ----------------------------------------------------------------
+
+
+@main.group("bundle")
+def bundle_group() -> None:
+    """Work with evidence bundles."""
+
+
+@bundle_group.command("import")
+@click.argument("traces", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
+              help="New bundle folder to create (must not exist, or be empty).")
+def bundle_import_cmd(traces: tuple[Path, ...], out_dir: Path) -> None:
+    """Wrap existing torch.profiler traces (one file per rank; a folder = all *.json[.gz] in it) into a bundle."""
+    from diageval.bundle_import import TraceImportError, describe_import, import_traces
+
+    try:
+        bundle_dir = import_traces(list(traces), out_dir)
+    except TraceImportError as err:
+        raise click.ClickException(str(err))
+    click.echo(describe_import(bundle_dir))
+
+
 if __name__ == "__main__":
     main()
