@@ -165,5 +165,55 @@ def bundle_import_cmd(traces: tuple[Path, ...], out_dir: Path) -> None:
     click.echo(describe_import(bundle_dir))
 
 
+# --- scoring and reports (scoring/, reports/) -----------------------------------------------------
+
+
+@main.command("score")
+@click.argument("run_dir", required=False, type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--case", "case_id", default=None, help="Score one diagnosis against this case of the corpus.")
+@click.option("--diagnosis", "diagnosis_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Diagnosis JSON file to score (with --case).")
+@CASES_OPTION
+@click.option("--json", "as_json", is_flag=True, help="With --case: print the CaseResult as JSON.")
+def score_cmd(run_dir: Path | None, case_id: str | None, diagnosis_path: Path | None, cases_dir: Path | None,
+              as_json: bool) -> None:
+    """Re-score a saved run (RUN_DIR), or score one diagnosis: --case ID --diagnosis FILE.json."""
+    if run_dir is not None:
+        if case_id or diagnosis_path:
+            raise click.UsageError("give either RUN_DIR or --case with --diagnosis, not both")
+        from diageval.rescore import rescore_run
+
+        rescore_run(run_dir)
+        return
+    if not (case_id and diagnosis_path):
+        raise click.UsageError("give RUN_DIR, or --case ID together with --diagnosis FILE.json")
+    from diageval.case import CaseLoadError
+    from diageval.scoring.diagnosis_file import DiagnosisFileError
+    from diageval.scoring.explain import format_case_result
+    from diageval.scoring.single import score_diagnosis_file
+
+    try:
+        result = score_diagnosis_file(case_id, diagnosis_path, cases_dir)
+    except KeyError as err:
+        raise click.ClickException(err.args[0])
+    except (CaseLoadError, DiagnosisFileError) as err:
+        raise click.ClickException(str(err))
+    click.echo(result.model_dump_json(indent=2) if as_json else format_case_result(result))
+
+
+@main.command("report")
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the markdown here.")
+def report_cmd(run_dirs: tuple[Path, ...], output: Path | None) -> None:
+    """Leaderboard (markdown) of runs made on the same case set; appended to $GITHUB_STEP_SUMMARY if set."""
+    from diageval.reports.report import ReportError, report_runs
+
+    try:
+        click.echo(report_runs(list(run_dirs), output=output), nl=False)
+    except ReportError as err:
+        raise click.ClickException(str(err))
+
+
 if __name__ == "__main__":
     main()

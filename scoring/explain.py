@@ -1,0 +1,34 @@
+"""A CaseResult as plain text a person reads: every verdict and every outcome with its reason."""
+
+from __future__ import annotations
+
+from diageval.scoring.results import CaseResult
+
+
+def _ranks(ranks: list[int] | None) -> str:
+    return f" ranks {ranks}" if ranks is not None else ""
+
+
+def format_case_result(result: CaseResult) -> str:
+    lines = [f"case {result.case_id}: expect {result.expect}, status {result.status}"
+             + (f" ({result.error})" if result.error else "")]
+    if not result.scored:
+        lines.append("  not scored: " + ("the injection did not manifest" if result.status == "invalid"
+                                          else "a harness error, not the diagnoser's fault"))
+        return "\n".join(lines)
+    if result.abstained:
+        lines.append(f"  abstained: {result.abstain_reason}")
+    lines.append("claims (most confident first):" if result.verdicts else "claims: none")
+    for v in result.verdicts:
+        lines.append(f"  #{v.index} {v.category}{_ranks(v.ranks)} (confidence {v.confidence:.2f}): "
+                     f"{v.verdict} - {v.reason}")
+    lines.append("labeled causes:" if result.outcomes else "labeled causes: none")
+    for o in result.outcomes:
+        loc = {True: ", localised", False: ", not localised", None: ""}[o.localized]
+        lines.append(f"  {o.category}{_ranks(o.ranks)}: {o.outcome}{loc} - {o.reason}")
+    if result.observed_symptoms:
+        lines.append(f"symptoms observed (recorded, not scored): {', '.join(result.observed_symptoms)}")
+    if result.claimed_impact is not None or result.measured_impact is not None:
+        fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+        lines.append(f"impact: claimed {fmt(result.claimed_impact)}, measured {fmt(result.measured_impact)}")
+    return "\n".join(lines)

@@ -1,0 +1,98 @@
+"""`diageval score --case --diagnosis`: the verdicts printed with reasons, and clear errors on bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from diageval.cli import main
+from diageval.paths import default_taxonomy_path
+from diageval.scoring.diagnosis_file import DiagnosisFileError, load_diagnosis_file
+from diageval.scoring.explain import format_case_result
+from diageval.scoring.verdicts import score_case
+from diageval.taxonomy import load_taxonomy
+from scoring_helpers import LOADER, STALL, STRAGGLER, cause, diag, make_case, symptom
+
+HEALTHY_CASE = """\
+id: healthy-mlp
+title: A healthy two-rank MLP
+workload: {name: mlp_ddp, world_size: 2, steps: 20}
+labels: {expect: healthy}
+"""
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    d = tmp_path / "cases"
+    (d / "controls").mkdir(parents=True)
+    shutil.copy(default_taxonomy_path(), d / "taxonomy.yaml")
+    (d / "controls" / "healthy-mlp.yaml").write_text(HEALTHY_CASE)
+    return d
+
+
+def write(tmp_path, obj, name="d.json"):
+    p = tmp_path / name
+    p.write_text(obj if isinstance(obj, str) else json.dumps(obj))
+    return p
+
+
+def test_score_one_case_prints_verdicts_with_reasons(corpus, tmp_path):
+    d = write(tmp_path, {"findings": [{"category": STALL, "confidence": 0.7}], "abstain": None})
+    res = CliRunner().invoke(main, ["score", "--case", "healthy-mlp", "--diagnosis", str(d), "--cases", str(corpus)])
+    assert res.exit_code == 0, res.output
+    assert "#0 comm.collective_stall (confidence 0.70): false_alarm - the run is a healthy control" in res.output
+    as_json = CliRunner().invoke(main, ["score", "--case", "healthy-mlp", "--diagnosis", str(d), "--cases", str(corpus), "--json"])
+    assert json.loads(as_json.output)["verdicts"][0]["verdict"] == "false_alarm"
+
+
+def test_score_bad_diagnosis_names_file_and_field(corpus, tmp_path):
+    d = write(tmp_path, {"findings": [{"category": STALL, "confidence": 1.5}]})
+    res = CliRunner().invoke(main, ["score", "--case", "healthy-mlp", "--diagnosis", str(d), "--cases", str(corpus)])
+    assert res.exit_code == 1
+    assert f"{d}: findings[0].confidence: Input should be less than or equal to 1 (got 1.5)" in res.output
+
+
+def test_score_unknown_case_suggests_close_ids(corpus, tmp_path):
+    d = write(tmp_path, {"findings": []})
+    res = CliRunner().invoke(main, ["score", "--case", "healthy-mpl", "--diagnosis", str(d), "--cases", str(corpus)])
+    assert res.exit_code == 1 and "did you mean healthy-mlp" in res.output
+
+
+def test_score_needs_run_dir_or_case_and_diagnosis(tmp_path):
+    res = CliRunner().invoke(main, ["score", "--case", "x"])
+    assert res.exit_code == 2 and "--diagnosis" in res.output
+    res = CliRunner().invoke(main, ["score", str(tmp_path), "--case", "x"])
+    assert res.exit_code == 2 and "not both" in res.output
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{not json", "not valid JSON at line 1, column 2"),
+    ('{"findings": [], "verdict": 1}', "verdict: unknown field"),
+    ('{"findings": [{"confidence": 0.5}]}', "findings[0].category: Field required"),
+    ('{"findings": [{"category": "a.b", "kind": "cause"}], "abstain": {"reason": "x"}}', "abstain: a diagnosis that abstains"),
+])
+def test_diagnosis_file_errors(tmp_path, text, message):
+    with pytest.raises(DiagnosisFileError, match=message.replace("[", r"\[").replace("]", r"\]")) as err:
+        load_diagnosis_file(write(tmp_path, text))
+    assert str(tmp_path / "d.json") in str(err.value)
+    with pytest.raises(DiagnosisFileError, match="cannot read"):
+        load_diagnosis_file(tmp_path / "missing.json")
+
+
+def test_format_case_result_shows_every_verdict_and_outcome():
+    tax = load_taxonomy()
+    case = make_case("c1", [{"category": STRAGGLER, "ranks": [1]}, {"category": LOADER}])
+    r = score_case(case, diag(cause(STRAGGLER, 0.8, ranks=[0], impact=0.2), cause(STALL, 0.3),
+                              symptom("symptom.slow_step")), taxonomy=tax, measured_impact=0.25)
+    text = format_case_result(r)
+    assert "#0 compute.straggler_rank ranks [0] (confidence 0.80): mislocated - " in text
+    assert "#1 comm.collective_stall (confidence 0.30): wrong_cause - " in text
+    assert "compute.straggler_rank ranks [1]: found, not localised - found by claim #0" in text
+    assert "input.dataloader_starvation: missed - missed: no claim names input.dataloader_starvation" in text
+    assert "symptoms observed (recorded, not scored): symptom.slow_step" in text
+    assert "impact: claimed 0.20, measured 0.25" in text
+    timeout = score_case(case, None, taxonomy=tax, status="timeout", error="no result after 60 s")
+    assert "status timeout (no result after 60 s)" in format_case_result(timeout)
