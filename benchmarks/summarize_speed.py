@@ -1,0 +1,64 @@
+"""How long summarize() takes (1000 bootstrap resamples) on synthetic runs of growing size.
+
+Prints one line per corpus size: cases, claims, seconds. Synthetic results are drawn with a fixed seed
+from hand-built cases and random diagnoses; nothing is recorded or run.
+
+    python benchmarks/summarize_speed.py [--sizes 100,1000,5000] [--n-boot 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+from diageval.case import Case
+from diageval.diagnosis import Diagnosis, Finding
+from diageval.scoring.summary import DiagnoserInfo, summarize
+from diageval.scoring.verdicts import score_case
+from diageval.taxonomy import load_taxonomy
+
+
+def synthetic_results(n: int, seed: int = 0):
+    tax = load_taxonomy()
+    rng = random.Random(seed)
+    categories = tax.causes + tax.symptoms
+    results = []
+    for i in range(n):
+        expect = rng.choice(["diagnose"] * 6 + ["healthy"] * 3 + ["abstain"])
+        label = rng.choice(tax.causes)
+        case = Case.model_validate({
+            "id": f"case-{i}", "title": "synthetic",
+            "workload": {"name": "mlp_ddp", "world_size": 2, "steps": 40},
+            "faults": [] if expect == "healthy" else [{"name": "slow_rank"}],
+            "labels": {"causes": [{"category": label, "ranks": [rng.randrange(2)]}] if expect == "diagnose" else [],
+                       "expect": expect},
+            "manifest": {"metric": "step_time_median", "min_ratio": 1.3} if expect == "diagnose" else None,
+            "difficulty": rng.choice(["easy", "medium", "hard"]),
+        })
+        findings = [Finding(category=rng.choice(categories + [label] * 4), confidence=rng.random(),
+                            ranks=[rng.randrange(2)], impact=rng.random() * 0.5) for _ in range(rng.randrange(4))]
+        status = rng.choice(["ok"] * 18 + ["timeout", "invalid"])
+        diagnosis = Diagnosis(findings=findings) if status == "ok" else None
+        results.append(score_case(case, diagnosis, taxonomy=tax, status=status, seconds=rng.random() * 3,
+                                  measured_impact=rng.random() * 0.5 if expect == "diagnose" else None))
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100,1000,5000")
+    parser.add_argument("--n-boot", type=int, default=1000)
+    args = parser.parse_args()
+    info = DiagnoserInfo(spec="synthetic", name="synthetic")
+    print(f"{'cases':>6} {'claims':>7} {'seconds':>8}  (n_boot={args.n_boot})")
+    for n in (int(s) for s in args.sizes.split(",")):
+        results = synthetic_results(n)
+        t0 = time.perf_counter()
+        summary = summarize(results, diagnoser=info, case_set_hash="x", taxonomy_version="1", n_boot=args.n_boot)
+        seconds = time.perf_counter() - t0
+        print(f"{n:>6} {summary.metrics.precision.n:>7} {seconds:>8.2f}")
+
+
+if __name__ == "__main__":
+    main()
