@@ -1,0 +1,173 @@
+"""Who waits for whom inside collectives: the cross-rank table behind the straggler and stall rules.
+
+A long collective on one rank is a symptom. The cause shows in how ranks *arrive*:
+
+* one rank arrives late on most steps, its peers' collectives are long and start early, and the late
+  rank's own work between collectives is longer than theirs: that rank is a straggler;
+* every rank arrives at about the same moment and they all still sit inside the collective together
+  for a large share of the step: the collective itself is slow (a stall).
+
+Collective calls are lined up across ranks by their order within the same profiler step (every rank
+issues the same collectives in the same order). A step where the ranks' call counts differ is left out.
+Timestamps are epoch microseconds, comparable across ranks recorded on one host (notes/measured.md).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from pydantic import BaseModel
+
+from diageval.diagnosis import Finding
+from diageval.diagnosers.rules import thresholds as T
+from diageval.diagnosers.rules.evidence import RunEvidence
+from diageval.diagnosers.rules.stats import best_segment, confidence_from_margin, median, min_block
+
+
+class StepCollectives(BaseModel):
+    """One profiler step across ranks."""
+
+    number: int
+    step_us: float
+    calls: int
+    skew_us: float  # sum over calls of (latest arrival - earliest arrival)
+    late_rank: int  # the rank that made the others wait longest in this step
+    shared_us: float  # sum over calls of the time every rank was inside together
+    inside_us: dict[int, float]  # rank -> time inside collectives
+    work_us: dict[int, float]  # rank -> step time not spent waiting (data or collectives)
+    data_us: dict[int, float]
+
+
+def measure_collectives(ev: RunEvidence) -> list[StepCollectives]:
+    ranks = sorted(ev.traces)
+    if len(ranks) < 2:
+        return []
+    by_rank = {r: {st.number: st for st in ev.traces[r].steps} for r in ranks}
+    common = sorted(set.intersection(*(set(m) for m in by_rank.values())))
+    table = []
+    for n in common:
+        steps = {r: by_rank[r][n] for r in ranks}
+        counts = {len(st.collectives) for st in steps.values()}
+        if len(counts) != 1 or counts == {0}:
+            continue
+        skew = shared = 0.0
+        imposed: Counter[int] = Counter()
+        for k in range(counts.pop()):
+            calls = {r: steps[r].collectives[k] for r in ranks}
+            starts = {r: c.start_us for r, c in calls.items()}
+            ends = {r: c.start_us + c.dur_us for r, c in calls.items()}
+            first, last = min(starts.values()), max(starts.values())
+            skew += last - first
+            imposed[max(starts, key=starts.get)] += last - first
+            shared += max(0.0, min(ends.values()) - last)
+        table.append(
+            StepCollectives(
+                number=n,
+                step_us=median([st.dur_us for st in steps.values()]),
+                calls=len(steps[ranks[0]].collectives),
+                skew_us=skew,
+                late_rank=imposed.most_common(1)[0][0],
+                shared_us=shared,
+                inside_us={r: st.collective_us for r, st in steps.items()},
+                work_us={r: max(0.0, st.dur_us - st.data_wait_us - st.collective_us) for r, st in steps.items()},
+                data_us={r: st.data_wait_us for r, st in steps.items()},
+            )
+        )
+    return table
+
+
+def _step_range(ev: RunEvidence, table: list[StepCollectives], seg: tuple[int, int]) -> tuple[int, int]:
+    rank = min(ev.traces)
+    return ev.training_step(rank, table[seg[0]].number), ev.training_step(rank, table[seg[1] - 1].number) + 1
+
+
+def judge_straggler(table: list[StepCollectives], ev: RunEvidence) -> list[Finding]:
+    """One rank persistently late, and its own work (not its data wait) explains the lateness."""
+    if len(table) < 3:
+        return []
+    late = Counter(row.late_rank for row in table)
+    rank, _ = late.most_common(1)[0]
+    flags = [row.late_rank == rank and row.skew_us >= T.SKEW_SHARE * row.step_us for row in table]
+    seg = best_segment(flags)
+    if seg is None:
+        return []
+    rows = table[seg[0] : seg[1]]
+    persistence = sum(flags[seg[0] : seg[1]]) / len(rows)
+    if len(rows) < min_block(len(table)) or persistence < T.PERSISTENT_SHARE:
+        return []
+    skew_share = median([row.skew_us / row.step_us for row in rows])
+    if skew_share < T.SKEW_SHARE:
+        return []
+    extra_work = median([row.work_us[rank] - median([w for r, w in row.work_us.items() if r != rank]) for row in rows])
+    extra_data = median([row.data_us[rank] - median([w for r, w in row.data_us.items() if r != rank]) for row in rows])
+    skew = median([row.skew_us for row in rows])
+    if extra_work < T.COMPUTE_EXPLAINS_SKEW * skew or extra_data > extra_work:
+        return []
+    peers = [r for r in ev.traces if r != rank]
+    peer_inside = median([median([row.inside_us[r] for r in peers]) for row in rows])
+    own_inside = median([row.inside_us[rank] for row in rows])
+    start, stop = _step_range(ev, table, seg)
+    return [
+        Finding(
+            category="compute.straggler_rank",
+            confidence=confidence_from_margin(skew_share, T.SKEW_SHARE, persistence),
+            ranks=[rank],
+            steps=(start, stop),
+            impact=round(min(1.0, skew_share), 3),
+            summary=(
+                f"rank {rank} reaches the collectives {skew / 1e3:.2f} ms late on {sum(flags[seg[0]:seg[1]])} of"
+                f" {len(rows)} steps; its work between collectives is {extra_work / 1e3:.2f} ms longer than its peers'"
+            ),
+            evidence=[
+                f"{ev.trace_file(rank)}: collectives ({', '.join(sorted(ev.traces[rank].collective_names))}) start"
+                f" median {skew / 1e3:.2f} ms after the earliest rank; inside them median {own_inside / 1e3:.2f} ms/step",
+                f"{', '.join(ev.trace_file(r) for r in peers)}: inside collectives median {peer_inside / 1e3:.2f} ms/step"
+                f" (waiting for rank {rank})",
+                f"rank{rank} step time outside data wait and collectives: +{extra_work / 1e3:.2f} ms vs peers"
+                f" (data wait difference {extra_data / 1e3:+.2f} ms)",
+            ],
+        )
+    ]
+
+
+def judge_stall(table: list[StepCollectives], ev: RunEvidence) -> list[Finding]:
+    """Every rank inside the collective together for a large share of the step, arrivals nearly aligned."""
+    if len(table) < 3:
+        return []
+    shares = [row.shared_us / row.step_us for row in table]
+    flags = [
+        s >= T.SHARED_COLLECTIVE_SHARE and row.skew_us <= T.SKEW_OVER_SHARED_MAX * row.shared_us
+        for s, row in zip(shares, table)
+    ]
+    seg = best_segment(flags)
+    if seg is None:
+        return []
+    rows = table[seg[0] : seg[1]]
+    persistence = sum(flags[seg[0] : seg[1]]) / len(rows)
+    share = median(shares[seg[0] : seg[1]])
+    skew = median([row.skew_us for row in rows])
+    shared = median([row.shared_us for row in rows])
+    if len(rows) < min_block(len(table)) or persistence < T.PERSISTENT_SHARE or share < T.SHARED_COLLECTIVE_SHARE:
+        return []
+    if skew > T.SKEW_OVER_SHARED_MAX * shared:
+        return []
+    start, stop = _step_range(ev, table, seg)
+    names = sorted({n for s in ev.traces.values() for n in s.collective_names})
+    return [
+        Finding(
+            category="comm.collective_stall",
+            confidence=confidence_from_margin(share, T.SHARED_COLLECTIVE_SHARE, persistence),
+            ranks=sorted(ev.traces),
+            steps=(start, stop),
+            impact=round(min(1.0, share), 3),
+            summary=(
+                f"all {len(ev.traces)} ranks sit inside the collectives together {shared / 1e3:.2f} ms per step"
+                f" ({share:.0%} of it) although they arrive within {skew / 1e3:.2f} ms of each other"
+            ),
+            evidence=[
+                f"{ev.trace_file(r)}: {', '.join(names)} median {median([row.inside_us[r] for row in rows]) / 1e3:.2f} ms/step"
+                for r in sorted(ev.traces)
+            ]
+            + [f"arrival skew median {skew / 1e3:.2f} ms vs shared in-collective time {shared / 1e3:.2f} ms per step"],
+        )
+    ]

@@ -1,0 +1,49 @@
+"""The project's own trace-analysis diagnoser: one analyser per question, causes told from symptoms.
+
+Order of reasoning (each analyser is independent; see its module):
+
+1. Is the evidence complete? A rank's trace missing or cut short means cross-rank questions cannot be
+   answered: abstain, and show only the symptoms that the present traces support.
+2. Input pipeline (``data_wait``), recurring stalls outside ops (``spikes``), dispatch-bound steps
+   (``launch``), and who waits for whom in collectives (``collectives``: straggler vs stall).
+3. What the run looks like (``observed``), reported as ``kind: symptom``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from diageval.bundle import EvidenceBundle
+from diageval.diagnosis import Abstention, Diagnosis, Finding
+from diageval.diagnosers.rules.collectives import judge_stall, judge_straggler, measure_collectives
+from diageval.diagnosers.rules.data_wait import judge_data_wait, measure_data_wait
+from diageval.diagnosers.rules.evidence import RunEvidence, gather_evidence
+from diageval.diagnosers.rules.launch import judge_launch, measure_launch
+from diageval.diagnosers.rules.observed import observe_symptoms
+from diageval.diagnosers.rules.spikes import judge_blocking_save, measure_spikes
+
+
+def find_causes(ev: RunEvidence) -> list[Finding]:
+    """Every cause finding the analysers support, most confident first."""
+    table = measure_collectives(ev)
+    findings = [
+        *judge_data_wait(measure_data_wait(ev), ev),
+        *judge_blocking_save(measure_spikes(ev), ev),
+        *judge_launch(measure_launch(ev), ev),
+        *judge_straggler(table, ev),
+        *judge_stall(table, ev),
+    ]
+    return sorted(findings, key=lambda f: -f.confidence)
+
+
+class RulesDiagnoser:
+    name: ClassVar[str] = "rules"
+    version: ClassVar[str] = "0.1.0"
+
+    def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:
+        ev = gather_evidence(bundle)
+        symptoms = observe_symptoms(ev)
+        reason = ev.incomplete_reason()
+        if reason:
+            return Diagnosis(findings=symptoms, abstain=Abstention(reason=reason))
+        return Diagnosis(findings=[*find_causes(ev), *symptoms])

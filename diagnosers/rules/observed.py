@@ -1,0 +1,118 @@
+"""Symptoms measured from the evidence: what a run looks like, not why (taxonomy ``symptom.*`` ids).
+
+The rules diagnoser reports these as ``kind: symptom`` observations next to its causes; the naive
+``symptoms`` baseline reports the very same measurements as if they were causes.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from diageval.diagnosis import Finding
+from diageval.diagnosers.rules import thresholds as T
+from diageval.diagnosers.rules.evidence import RunEvidence
+from diageval.diagnosers.rules.spikes import measure_spikes
+from diageval.diagnosers.rules.stats import median
+
+
+class RankShares(BaseModel):
+    rank: int
+    steps: int
+    median_step_us: float
+    collective_share: float
+    busy_share: float  # compute on the device (GPU traces) or ops on the training thread (CPU traces)
+    waiting_share: float  # data wait + collectives + unexplained: the step minus its own work
+    on_device: bool
+
+
+def measure_shares(ev: RunEvidence) -> list[RankShares]:
+    rows = []
+    for rank, s in sorted(ev.traces.items()):
+        steps = [st for st in s.steps if st.dur_us > 0]
+        if not steps:
+            continue
+        if s.has_device:
+            busy = median([st.device_busy_us / st.dur_us for st in steps])
+        else:
+            busy = median([max(0.0, st.host_busy_us - st.data_wait_us) / st.dur_us for st in steps])
+        rows.append(
+            RankShares(
+                rank=rank,
+                steps=len(steps),
+                median_step_us=median([st.dur_us for st in steps]),
+                collective_share=median([st.collective_us / st.dur_us for st in steps]),
+                busy_share=busy,
+                waiting_share=median(
+                    [min(1.0, (st.data_wait_us + st.collective_us + st.unexplained_us) / st.dur_us) for st in steps]
+                ),
+                on_device=s.has_device,
+            )
+        )
+    return rows
+
+
+def observe_symptoms(ev: RunEvidence, kind: str = "symptom") -> list[Finding]:
+    """Findings for every symptom the evidence shows, with the numbers behind each."""
+    out: list[Finding] = []
+    shares = measure_shares(ev)
+    long_coll = [r for r in shares if r.collective_share >= T.LONG_COLLECTIVE_SHARE]
+    if long_coll:
+        top = max(long_coll, key=lambda r: r.collective_share)
+        out.append(
+            Finding(
+                category="symptom.long_collective",
+                kind=kind,
+                confidence=0.6,
+                ranks=[r.rank for r in long_coll],
+                impact=round(min(1.0, top.collective_share), 3),
+                summary=f"collectives take {top.collective_share:.0%} of the step on rank {top.rank}",
+                evidence=[f"{ev.trace_file(r.rank)}: inside collectives {r.collective_share:.0%} of the median step" for r in long_coll],
+            )
+        )
+    idle = [r for r in shares if r.busy_share < T.LOW_UTILIZATION_BUSY]
+    if idle:
+        low = min(idle, key=lambda r: r.busy_share)
+        what = "the device" if low.on_device else "the training thread's ops"
+        out.append(
+            Finding(
+                category="symptom.low_utilization",
+                kind=kind,
+                confidence=0.6,
+                ranks=[r.rank for r in idle],
+                impact=round(min(1.0, 1.0 - low.busy_share), 3),
+                summary=f"{what} are busy only {low.busy_share:.0%} of the step on rank {low.rank}",
+                evidence=[f"{ev.trace_file(r.rank)}: busy {r.busy_share:.0%} of the median step" for r in idle],
+            )
+        )
+    slow = [r for r in shares if r.waiting_share >= 0.5]
+    if slow:
+        worst = max(slow, key=lambda r: r.waiting_share)
+        out.append(
+            Finding(
+                category="symptom.slow_step",
+                kind=kind,
+                confidence=0.55,
+                ranks=[r.rank for r in slow],
+                impact=round(min(1.0, worst.waiting_share), 3),
+                summary=f"steps take {1 / max(1e-9, 1 - worst.waiting_share):.1f}x the time their own work needs on rank {worst.rank}",
+                evidence=[
+                    f"{ev.trace_file(r.rank)}: median step {r.median_step_us / 1e3:.2f} ms, {r.waiting_share:.0%} of it waiting"
+                    for r in slow
+                ],
+            )
+        )
+    spikes = measure_spikes(ev)
+    if spikes and spikes.spikes:
+        impact = sum(spikes.excess_us.values()) / spikes.total_us
+        out.append(
+            Finding(
+                category="symptom.step_time_spikes",
+                kind=kind,
+                confidence=0.6,
+                steps=(spikes.spikes[0], spikes.spikes[-1] + 1),
+                impact=round(min(1.0, impact), 3),
+                summary=f"{len(spikes.spikes)} steps far above the median {spikes.median_us / 1e3:.1f} ms",
+                evidence=[f"{spikes.source}: steps {spikes.spikes[:10]} over {T.SPIKE_RATIO}x the median step time"],
+            )
+        )
+    return out

@@ -1,0 +1,152 @@
+"""Recurring slow steps whose extra time is spent outside ops, data and collectives: a blocking save.
+
+Step times come from ``steps.jsonl`` (the whole run, not only the profiled window); when it is absent,
+from the traces' profiler steps. A spike is a step far above the run's own median (ratio *and* robust
+sigmas, so a noisy healthy run does not qualify). The first logged step is never a spike candidate:
+warm-up (allocations, lazy imports, the profiler starting) makes it slow in healthy runs too.
+
+Spikes that fall inside the profiled window are attributed: the extra time must sit in the training
+thread's unexplained time (no recorded op, no data wait, no collective) on some rank. That rank is
+where the save runs; peers that merely wait for it in the next collective are not blamed. Spikes outside
+the window cannot be attributed and lower the confidence.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from diageval.diagnosis import Finding
+from diageval.diagnosers.rules import thresholds as T
+from diageval.diagnosers.rules.evidence import RunEvidence
+from diageval.diagnosers.rules.stats import confidence_from_margin, median, robust_sigma
+
+
+class SpikeTable(BaseModel):
+    source: str  # "steps.jsonl" or "trace"
+    steps: int
+    median_us: float
+    sigma_us: float
+    spikes: list[int]  # training step numbers
+    excess_us: dict[int, float]  # spike step -> extra time over the median (max over ranks)
+    total_us: float
+    attributed: dict[int, dict[int, float]]  # spike step -> rank -> share of its excess that is unexplained time
+    data_share: dict[int, float]  # spike step -> largest share of excess that is data wait
+
+
+def _durations(ev: RunEvidence) -> tuple[str, dict[int, dict[int, float]]]:
+    """step -> rank -> duration (us)."""
+    out: dict[int, dict[int, float]] = {}
+    if ev.step_log:
+        for rank, rows in ev.step_log.items():
+            for r in rows:
+                out.setdefault(r.step, {})[rank] = (r.t_end - r.t_start) * 1e6
+        return "steps.jsonl", out
+    for rank, s in ev.traces.items():
+        for st in s.steps:
+            out.setdefault(ev.training_step(rank, st.number), {})[rank] = st.dur_us
+    return "trace", out
+
+
+def measure_spikes(ev: RunEvidence) -> SpikeTable | None:
+    source, durs = _durations(ev)
+    if len(durs) < 5:
+        return None
+    numbers = sorted(durs)
+    per_step = {n: max(durs[n].values()) for n in numbers}
+    body = [per_step[n] for n in numbers[1:]]
+    med, sigma = median(body), robust_sigma(body)
+    spikes = [
+        n for n in numbers[1:]
+        if per_step[n] >= T.SPIKE_RATIO * med and per_step[n] - med >= T.SPIKE_SIGMAS * sigma
+    ]
+    # per-rank trace steps by training step number, for attribution
+    trace_steps = {
+        rank: {ev.training_step(rank, st.number): st for st in s.steps} for rank, s in ev.traces.items()
+    }
+    quiet_unexpl = {
+        rank: median([st.unexplained_us for st in steps.values()]) for rank, steps in trace_steps.items() if steps
+    }
+    quiet_data = {rank: median([st.data_wait_us for st in steps.values()]) for rank, steps in trace_steps.items() if steps}
+    attributed: dict[int, dict[int, float]] = {}
+    data_share: dict[int, float] = {}
+    for n in spikes:
+        excess = per_step[n] - med
+        here = {rank: steps[n] for rank, steps in trace_steps.items() if n in steps}
+        if not here or excess <= 0:
+            continue
+        attributed[n] = {r: max(0.0, st.unexplained_us - quiet_unexpl[r]) / excess for r, st in here.items()}
+        data_share[n] = max(max(0.0, st.data_wait_us - quiet_data[r]) / excess for r, st in here.items())
+    return SpikeTable(
+        source=source,
+        steps=len(numbers),
+        median_us=med,
+        sigma_us=sigma,
+        spikes=spikes,
+        excess_us={n: per_step[n] - med for n in spikes},
+        total_us=sum(per_step.values()),
+        attributed=attributed,
+        data_share=data_share,
+    )
+
+
+def judge_blocking_save(table: SpikeTable | None, ev: RunEvidence) -> list[Finding]:
+    if table is None or len(table.spikes) < T.MIN_SPIKES:
+        return []
+    # spikes the trace shows to be something else (data wait, or time inside ops/collectives) are dropped
+    kept = []
+    for n in table.spikes:
+        if n in table.attributed:
+            best = max(table.attributed[n].values())
+            if best < T.SPIKE_UNEXPLAINED_SHARE or table.data_share.get(n, 0.0) >= best:
+                continue
+        kept.append(n)
+    # a stall on one rank shows on its peers one step later (they wait in the next collective): adjacent
+    # spike steps are one event, costing the largest of their excesses
+    events: list[list[int]] = []
+    for n in kept:
+        if events and n - events[-1][-1] == 1:
+            events[-1].append(n)
+        else:
+            events.append([n])
+    if len(events) < T.MIN_SPIKES:
+        return []
+    cost = {e[0]: max(table.excess_us[n] for n in e) for e in events}
+    impact = sum(cost.values()) / table.total_us
+    if impact < T.SPIKE_IMPACT:
+        return []
+    seen = [n for n in kept if n in table.attributed]
+    ranks: set[int] = set()
+    for n in seen:
+        shares = table.attributed[n]
+        top = max(shares.values())
+        ranks.update(r for r, s in shares.items() if s >= T.SPIKE_UNEXPLAINED_SHARE and s >= 0.5 * top)
+    starts = [e[0] for e in events]
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    periodic = bool(gaps) and max(gaps) - min(gaps) <= max(1, 0.25 * median(gaps))
+    consistency = (0.5 + 0.5 * len(seen) / len(kept)) * (1.0 if periodic else 0.7)
+    mean_excess = sum(cost.values()) / len(events)
+    evidence = [
+        f"{table.source}: steps {kept} take {mean_excess / 1e3:.1f} ms longer than the median"
+        f" {table.median_us / 1e3:.1f} ms (robust sigma {table.sigma_us / 1e3:.2f} ms)"
+        + (f", every {gaps[0]} steps" if periodic else ""),
+    ]
+    for n in seen[:3]:
+        r = max(table.attributed[n], key=table.attributed[n].get)
+        evidence.append(
+            f"{ev.trace_file(r)}: step {n}: {table.attributed[n][r]:.0%} of the extra time has no op, data wait"
+            " or collective on the training thread"
+        )
+    return [
+        Finding(
+            category="checkpoint.blocking_save",
+            confidence=confidence_from_margin(impact, T.SPIKE_IMPACT, consistency),
+            ranks=sorted(ranks) or None,
+            steps=(kept[0], kept[-1] + 1),
+            impact=round(min(1.0, impact), 3),
+            summary=(
+                f"{len(events)} {'periodic ' if periodic else ''}stalls of ~{mean_excess / 1e3:.0f} ms outside ops,"
+                f" data and collectives ({impact:.0%} of run time), as a synchronous save would cause"
+            ),
+            evidence=evidence,
+        )
+    ]

@@ -1,0 +1,129 @@
+"""The rules diagnoser on hand-made bundles: each rule fires on its pathology and stays quiet on a near miss."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from diageval.bundle import EvidenceBundle
+from diageval.diagnosers.rules import RulesDiagnoser
+from diageval.diagnosis import Diagnosis
+from synthetic_traces import StepShape, build_bundle
+
+
+def noisy(shape, seed=0):
+    """Healthy-looking jitter: compute +-25%, python gaps x0.5-3 (a busy 2-core host)."""
+    rng = random.Random(seed)
+
+    def jittered(rank, step):
+        s = shape(rank, step)
+        s.compute_us *= rng.uniform(0.8, 1.25)
+        s.gap_us *= rng.uniform(0.5, 3.0)
+        return s
+
+    return jittered
+
+
+def diagnose(tmp_path, shape, seed=0, **kw) -> Diagnosis:
+    root = build_bundle(tmp_path / "bundle", noisy(shape, seed), **kw)
+    return RulesDiagnoser().diagnose(EvidenceBundle.open(root))
+
+
+def cause_ids(d: Diagnosis) -> list[str]:
+    return [f.category for f in d.causes]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_healthy_run_claims_no_cause(tmp_path, seed):
+    d = diagnose(tmp_path, lambda r, k: StepShape(), seed=seed, n_steps=30)
+    assert d.abstain is None and cause_ids(d) == []
+
+
+def test_dataloader_starvation_fires_on_every_rank(tmp_path):
+    d = diagnose(tmp_path, lambda r, k: StepShape(data_us=6000))
+    (f,) = d.causes
+    assert f.category == "input.dataloader_starvation" and f.ranks == [0, 1]
+    assert f.steps == (0, 20) and 0.3 < f.impact < 0.7
+    assert any("DataLoader" in e for e in f.evidence)
+
+
+def test_dataloader_near_miss_moderate_wait_is_quiet(tmp_path):
+    assert cause_ids(diagnose(tmp_path, lambda r, k: StepShape(data_us=1200))) == []
+
+
+def test_straggler_names_the_slow_rank_not_the_waiting_one(tmp_path):
+    d = diagnose(tmp_path, lambda r, k: StepShape(compute_us=9000 if r == 1 and k >= 5 else 4000))
+    (f,) = d.causes
+    assert f.category == "compute.straggler_rank" and f.ranks == [1]
+    assert f.steps == (5, 20)
+    symptoms = [s.category for s in d.findings if s.kind == "symptom"]
+    assert "symptom.long_collective" in symptoms  # the waiting rank's long all_reduce is only a symptom
+
+
+def test_straggler_near_miss_small_skew_is_quiet(tmp_path):
+    d = diagnose(tmp_path, lambda r, k: StepShape(compute_us=4300 if r == 1 else 4000), n_steps=30)
+    assert cause_ids(d) == []
+
+
+def test_rank_late_because_of_its_data_is_not_a_straggler(tmp_path):
+    d = diagnose(tmp_path, lambda r, k: StepShape(data_us=6000 if r == 1 else 300))
+    assert "compute.straggler_rank" not in cause_ids(d)
+    assert cause_ids(d) == ["input.dataloader_starvation"] and d.causes[0].ranks == [1]
+
+
+def test_collective_stall_every_rank_slow_inside(tmp_path):
+    d = diagnose(tmp_path, lambda r, k: StepShape(comm_us=8000))
+    (f,) = d.causes
+    assert f.category == "comm.collective_stall" and f.ranks == [0, 1]
+
+
+def test_collective_near_miss_ordinary_allreduce_is_quiet(tmp_path):
+    assert cause_ids(diagnose(tmp_path, lambda r, k: StepShape(comm_us=1500), n_steps=30)) == []
+
+
+def test_blocking_save_periodic_spikes_on_the_saving_rank(tmp_path):
+    d = diagnose(tmp_path, lambda r, k: StepShape(gap_us=15000 if r == 0 and k % 5 == 4 else 200))
+    (f,) = d.causes
+    assert f.category == "checkpoint.blocking_save" and f.ranks == [0]
+    assert f.steps == (4, 20) and f.impact > 0.2
+
+
+def test_fast_periodic_save_is_benign(tmp_path):
+    d = diagnose(tmp_path, lambda r, k: StepShape(gap_us=1500 if r == 0 and k % 5 == 4 else 200), n_steps=30)
+    assert cause_ids(d) == []
+
+
+def test_single_slow_first_step_is_benign(tmp_path):
+    d = diagnose(tmp_path, lambda r, k: StepShape(gap_us=60000 if k == 0 else 200), n_steps=30)
+    assert cause_ids(d) == []
+
+
+def test_periodic_data_spikes_are_not_a_save(tmp_path):
+    d = diagnose(tmp_path, lambda r, k: StepShape(data_us=15000 if k % 5 == 4 else 300))
+    assert "checkpoint.blocking_save" not in cause_ids(d)
+
+
+def test_launch_overhead_many_tiny_ops(tmp_path):
+    d = diagnose(tmp_path, lambda r, k: StepShape(n_ops=1500, compute_us=30000))
+    assert cause_ids(d) == ["launch.kernel_launch_overhead"]
+
+
+def test_launch_near_miss_many_ops_that_do_real_work(tmp_path):
+    assert cause_ids(diagnose(tmp_path, lambda r, k: StepShape(n_ops=300, compute_us=60000))) == []
+
+
+def test_missing_rank_trace_abstains(tmp_path):
+    d = diagnose(tmp_path, lambda r, k: StepShape(compute_us=9000 if r == 1 else 4000), missing_ranks=(1,))
+    assert d.abstain is not None and "rank(s) [1]" in d.abstain.reason
+    assert d.causes == []
+
+
+def test_truncated_trace_abstains(tmp_path):
+    d = diagnose(tmp_path, lambda r, k: StepShape(), truncate={0: 0.5})
+    assert d.abstain is not None and "truncated" in d.abstain.reason
+
+
+def test_without_step_log_uses_profiler_steps(tmp_path):
+    d = diagnose(tmp_path, lambda r, k: StepShape(data_us=6000), step_log=False)
+    assert cause_ids(d) == ["input.dataloader_starvation"]

@@ -1,0 +1,96 @@
+"""The one-pass trace reader: exact aggregates on hand-made traces, no crash on real ones, honest truncation."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from diageval.diagnosers.trace_stream import StreamState, TraceFormatError, iter_trace_events
+from diageval.diagnosers.trace_summary import summarize_trace, union_length
+from synthetic_traces import BASE_NS, StepShape, build_events, write_trace
+
+REAL_TRACES = Path(__file__).resolve().parents[2] / "shared" / "real-traces"
+REAL_FILES = sorted(p for p in REAL_TRACES.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
+
+
+def test_union_length_merges_and_clips():
+    assert union_length([(0, 10), (5, 15), (20, 30)], 0, 100) == 25
+    assert union_length([(0, 10), (5, 15), (20, 30)], 8, 25) == 12
+    assert union_length([], 0, 10) == 0
+
+
+def test_stream_reads_header_before_and_after_events(tmp_path):
+    doc = '{"a": 1, "traceEvents": [{"ph": "X"}, {"ph": "M"}], "baseTimeNanoseconds": 1790000000000000000}'
+    p = tmp_path / "t.json"
+    p.write_text(doc)
+    state = StreamState()
+    events = list(iter_trace_events(p, state))
+    assert len(events) == 2 and state.truncated is None
+    assert state.header == {"a": 1, "baseTimeNanoseconds": 1790000000000000000}
+
+
+def test_stream_numbers_cut_at_chunk_edges_are_not_misread(tmp_path, monkeypatch):
+    import diageval.diagnosers.trace_stream as ts
+
+    monkeypatch.setattr(ts, "CHUNK_CHARS", 7)
+    p = tmp_path / "t.json"
+    p.write_text('{"traceEvents": [{"ts": 123456789.25}], "baseTimeNanoseconds": 1790000000000000000}')
+    state = StreamState()
+    assert [e["ts"] for e in iter_trace_events(p, state)] == [123456789.25]
+    assert state.header["baseTimeNanoseconds"] == 1790000000000000000
+
+
+def test_malformed_json_raises_with_file_name(tmp_path):
+    p = tmp_path / "bad.json"
+    p.write_text('{"traceEvents": [{"ph": "X"} {"ph": "X"}]}')
+    with pytest.raises(TraceFormatError, match="bad.json"):
+        list(iter_trace_events(p, StreamState()))
+
+
+def test_summary_of_a_hand_made_step(tmp_path):
+    shape = StepShape(data_us=1000, compute_us=3000, n_ops=30, gap_us=500, comm_us=2000, tail_us=400)
+    events = build_events(2, 4, lambda r, k: shape)
+    write_trace(tmp_path / "t.json.gz", 0, 2, events[0])
+    s = summarize_trace(tmp_path / "t.json.gz")
+    assert (s.rank, s.world_size, s.backend, s.truncated) == (0, 2, "gloo", None)
+    assert [st.number for st in s.steps] == [0, 1, 2, 3]
+    st = s.steps[1]
+    assert st.start_us > BASE_NS / 1e3  # epoch microseconds
+    assert st.data_wait_us == pytest.approx(1000)
+    assert st.collective_us == pytest.approx(2000)
+    assert st.top_level_ops == 32  # data wait + 30 ops + optimizer
+    assert st.short_top_level_ops == 0  # 95 us ops are not "short"
+    assert st.unexplained_us == pytest.approx(500 + 10 + 20 + 30 * 5, abs=1)  # gap + seams between ops
+    assert len(st.collectives) == 1 and st.collectives[0].name == "gloo:all_reduce"
+    assert s.json_bytes > 0 and s.bytes_per_second > 0
+
+
+def test_truncated_trace_is_reported_not_raised(tmp_path):
+    events = build_events(2, 10, lambda r, k: StepShape())
+    write_trace(tmp_path / "t.json.gz", 0, 2, events[0], truncate_at=0.6)
+    s = summarize_trace(tmp_path / "t.json.gz")
+    assert s.truncated is not None
+    raw = (tmp_path / "t.json.gz").read_bytes()
+    (tmp_path / "cut.json.gz").write_bytes(raw[: len(raw) // 2])
+    assert summarize_trace(tmp_path / "cut.json.gz").truncated is not None
+
+
+@pytest.mark.skipif(not REAL_FILES, reason="shared/real-traces not present")
+@pytest.mark.parametrize("path", REAL_FILES, ids=lambda p: p.parent.name + "/" + p.name)
+def test_reader_on_real_traces_matches_json_load(path):
+    s = summarize_trace(path)
+    with (gzip.open(path) if path.suffix == ".gz" else open(path, "rb")) as fh:
+        doc = json.load(fh)
+    assert s.n_events == len(doc["traceEvents"])
+    assert s.truncated is None
+    n_markers = sum(1 for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#"))
+    assert len(s.steps) == n_markers
+    for st in s.steps:
+        assert 0 <= st.data_wait_us <= st.dur_us + 1e-6
+        assert 0 <= st.host_busy_us <= st.dur_us + 1e-6
+        assert 0 <= st.device_busy_us <= st.dur_us + 1e-6
+    if any(e.get("cat") == "kernel" for e in doc["traceEvents"]):
+        assert s.has_device
