@@ -1,0 +1,193 @@
+"""The reference diagnosers: baselines every real diagnoser must beat, and the harness's self-checks.
+
+* ``null``   claims nothing. The floor.
+* ``prior``  claims the corpus' most frequent labeled cause on every bundle, with confidence equal to that
+  cause's share of all labeled causes (ties go to the alphabetically first id). It reads nothing.
+* ``oracle`` reads the labels (bundle -> case through the run's ``bundle_cases``) and claims exactly them.
+  A self-test of the harness and scoring: it must score perfectly, and it is never ranked.
+* ``leak``   greps the bundle's bytes (file names too, gzipped traces decompressed) for taxonomy ids,
+  the last segment of cause ids, fault names and case ids, and claims whatever those point to. On sound
+  bundles it finds nothing and scores like ``null``; if it scores better, bundles leak labels.
+
+All four are ``reference = True``; only reference diagnosers get ``prepare(corpus)`` (a
+:class:`~diageval.diagnosers.corpus.ReferenceCorpus`). One that needs the corpus and did not get it fails
+the case loudly rather than guessing.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections import Counter
+
+from diageval.bundle import EvidenceBundle
+from diageval.diagnosers.corpus import ReferenceCorpus
+from diageval.diagnosis import Abstention, Diagnosis, Finding
+
+
+class NullDiagnoser:
+    name = "null"
+    version = "1"
+    reference = True
+    self_test = False
+
+    def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:
+        return Diagnosis()
+
+
+class _NeedsCorpus:
+    reference = True
+    self_test = False
+    _corpus: ReferenceCorpus | None = None
+
+    def prepare(self, corpus: ReferenceCorpus) -> None:
+        self._corpus = corpus
+        self._prepared(corpus)
+
+    def _prepared(self, corpus: ReferenceCorpus) -> None:
+        """Precompute what diagnose needs; called once per prepare."""
+
+    @property
+    def corpus(self) -> ReferenceCorpus:
+        if self._corpus is None:
+            raise RuntimeError(f"the {self.name} diagnoser needs the corpus: the harness calls prepare(corpus) first")  # type: ignore[attr-defined]
+        return self._corpus
+
+
+class PriorDiagnoser(_NeedsCorpus):
+    name = "prior"
+    version = "1"
+
+    _claim: Finding | None = None
+
+    def _prepared(self, corpus: ReferenceCorpus) -> None:
+        counts = Counter(c.category for case in corpus.cases if case.labels.expect == "diagnose" for c in case.labels.causes)
+        total = sum(counts.values())
+        if not total:
+            self._claim = None
+            return
+        category, count = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        self._claim = Finding(
+            category=category,
+            kind="cause",
+            confidence=count / total,
+            summary=f"the corpus' most frequent labeled cause ({count} of {total} labeled causes)",
+        )
+
+    def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:
+        self.corpus  # noqa: B018 - fail loudly when prepare was skipped
+        return Diagnosis(findings=[self._claim] if self._claim else [])
+
+
+class OracleDiagnoser(_NeedsCorpus):
+    name = "oracle"
+    version = "1"
+    self_test = True
+
+    def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:
+        case_id = self.corpus.bundle_cases.get(bundle.bundle_id)
+        case = self.corpus.case(case_id) if case_id else None
+        if case is None:
+            return Diagnosis(abstain=Abstention(reason=f"bundle {bundle.bundle_id} is not one of this run's bundles"))
+        labels = case.labels
+        symptoms = [Finding(category=s, kind="symptom", confidence=1.0, summary="labeled symptom") for s in labels.symptoms]
+        if labels.expect == "abstain":
+            return Diagnosis(findings=symptoms, abstain=Abstention(reason="the case is labeled: evidence insufficient"))
+        causes = [
+            Finding(category=c.category, kind="cause", confidence=1.0, ranks=c.ranks, steps=c.steps, summary="labeled cause")
+            for c in labels.causes
+        ]
+        return Diagnosis(findings=causes + symptoms)
+
+
+class LeakDiagnoser(_NeedsCorpus):
+    name = "leak"
+    version = "1"
+
+    CHUNK = 8 << 20
+    # Bytes that continue an identifier: a term preceded or followed by one of these is part of a longer
+    # word (``healthy-mlp`` inside ``healthy-mlp-2``), not an occurrence of the term.
+    _WORD = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789_-")
+
+    _terms: dict[bytes, tuple[list[str], list[str]]]  # term -> (cause ids it points to, symptom ids)
+
+    def _prepared(self, corpus: ReferenceCorpus) -> None:
+        terms: dict[str, tuple[set[str], set[str]]] = {}
+
+        def point(term: str, causes: set[str] = frozenset(), symptoms: set[str] = frozenset()) -> None:
+            c, s = terms.setdefault(term.lower(), (set(), set()))
+            c.update(causes)
+            s.update(symptoms)
+
+        for entry in corpus.taxonomy.entries:
+            target = ({entry.id}, set()) if entry.kind == "cause" else (set(), {entry.id})
+            point(entry.id, *target)
+            if entry.kind == "cause":
+                point(entry.id.rsplit(".", 1)[-1], *target)
+        for fault in corpus.fault_names:
+            point(fault, {c.category for case in corpus.cases if fault in {f.name for f in case.faults} for c in case.labels.causes})
+        for case in corpus.cases:
+            point(case.id, {c.category for c in case.labels.causes}, set(case.labels.symptoms))
+        self._terms = {t.encode(): (sorted(c), sorted(s)) for t, (c, s) in terms.items() if len(t) >= 3}
+
+    def find_terms(self, bundle: EvidenceBundle) -> dict[bytes, str]:
+        """Term -> the first bundle file (relative path) it occurs in, file names included.
+
+        Files are read in chunks (traces can be hundreds of MB raw); each chunk keeps the previous one's
+        tail so a term across the seam is still seen, with its neighbours.
+        """
+        found: dict[bytes, str] = {}
+        keep = max((len(t) for t in self._terms), default=0) + 1
+        for path in bundle.iter_files():
+            rel = path.relative_to(bundle.root).as_posix()
+            self._scan(rel.lower().encode(), rel, found, complete=True)
+            opener = gzip.open if path.suffix == ".gz" else open
+            data = b""
+            with opener(path, "rb") as fh:
+                while True:
+                    block = fh.read(self.CHUNK)
+                    tail = data[-keep:]
+                    data = tail + block.lower()
+                    # a match at offset 0 of a carried tail was judged (with its left neighbour) last chunk
+                    self._scan(data, rel, found, complete=not block, skip=1 if tail else 0)
+                    if not block:
+                        break
+        return found
+
+    def _scan(self, data: bytes, where: str, found: dict[bytes, str], complete: bool, skip: int = 0) -> None:
+        """Record every term that occurs in ``data`` as a whole word. Unless ``complete``, a match that
+        touches the end of ``data`` is left for the next chunk, which shows what follows it."""
+        for term in self._terms:
+            if term in found:
+                continue
+            i = data.find(term, skip)
+            while i >= 0:
+                end = i + len(term)
+                if end == len(data) and not complete:
+                    break
+                before = data[i - 1] if i > 0 else None
+                after = data[end] if end < len(data) else None
+                if before not in self._WORD and after not in self._WORD:
+                    found[term] = where
+                    break
+                i = data.find(term, i + 1)
+
+    def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:
+        self.corpus  # noqa: B018 - fail loudly when prepare was skipped
+        causes: dict[str, list[str]] = {}
+        symptoms: dict[str, list[str]] = {}
+        for term, where in self.find_terms(bundle).items():
+            cause_ids, symptom_ids = self._terms[term]
+            for c in cause_ids:
+                causes.setdefault(c, []).append(f"{where}: contains {term.decode()!r}")
+            for s in symptom_ids:
+                symptoms.setdefault(s, []).append(f"{where}: contains {term.decode()!r}")
+        findings = [
+            Finding(category=c, kind="cause", confidence=0.9, summary="a label word occurs in the bundle", evidence=ev)
+            for c, ev in sorted(causes.items())
+        ]
+        findings += [
+            Finding(category=s, kind="symptom", confidence=0.9, summary="a label word occurs in the bundle", evidence=ev)
+            for s, ev in sorted(symptoms.items())
+        ]
+        return Diagnosis(findings=findings)
+

@@ -1,0 +1,68 @@
+"""Diagnosers that misbehave on request, for the run-pipeline tests.
+
+:class:`ScriptedDiagnoser` reads the first line of the bundle's ``logs/rank0.log`` as its instruction
+(the fakes write it there): ``hang``, ``crash``, ``exit``, ``bad``, ``print``, ``sleep <s>``, anything
+else -> claim ``compute.straggler_rank``. If ``$FAKE_DIAGNOSER_CALLS`` names a file, every call appends
+``<pid> <bundle_id>`` to it, so tests can count what ran where.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from diageval.bundle import EvidenceBundle
+from diageval.diagnosers.base import DiagnoserUnavailable
+from diageval.diagnosis import Diagnosis, Finding
+
+
+def instruction(bundle: EvidenceBundle) -> str:
+    log = bundle.root / "logs" / "rank0.log"
+    return log.read_text().splitlines()[0].strip() if log.is_file() else ""
+
+
+def note_call(bundle_id: str) -> None:
+    path = os.environ.get("FAKE_DIAGNOSER_CALLS")
+    if path:
+        with open(path, "a") as fh:
+            fh.write(f"{os.getpid()} {bundle_id}\n")
+
+
+class ScriptedDiagnoser:
+    name = "scripted"
+    version = "1"
+    prepared = False
+
+    def prepare(self, corpus) -> None:  # must never be called: this diagnoser is not a reference
+        type(self).prepared = True
+        note_call("PREPARE-CALLED")
+
+    def diagnose(self, bundle: EvidenceBundle):
+        note_call(bundle.bundle_id)
+        what = instruction(bundle)
+        if what == "hang":
+            time.sleep(600)
+        if what == "crash":
+            raise ValueError("cannot parse this trace")
+        if what == "exit":
+            os._exit(3)
+        if what == "bad":
+            return {"findings": [{"category": "compute.straggler_rank", "confidence": 7}]}
+        if what == "print":
+            print("hello from the diagnoser")
+            print("a warning", file=sys.stderr)
+        if what.startswith("sleep "):
+            time.sleep(float(what.split()[1]))
+        return Diagnosis(findings=[Finding(category="compute.straggler_rank", confidence=0.7, ranks=[1])])
+
+
+class UnavailableDiagnoser:
+    name = "unavailable"
+    version = "1"
+
+    def __init__(self) -> None:
+        raise DiagnoserUnavailable("needs the optional package 'nothere' (pip install diageval[nothere])")
+
+    def diagnose(self, bundle):
+        raise AssertionError("never constructed")

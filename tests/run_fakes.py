@@ -1,0 +1,114 @@
+"""Small fakes for the run-pipeline tests: in-memory cases, tiny bundle folders, a fake evidence step.
+
+The fakes stand in for recording (slow, torch) so the pipeline's own logic is tested in milliseconds.
+Bundles are opaque like real ones: their folder names and contents never mention the case.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from diageval.bundle import BundleEnv, BundleManifest, describe_files
+from diageval.case import Case, CaseSet, LoadedCase
+from diageval.paths import default_taxonomy_path
+from diageval.taxonomy import load_taxonomy
+
+
+def make_case(case_id: str, expect: str = "diagnose", cause: str = "compute.straggler_rank", ranks=None, fault: str = "slow_rank") -> Case:
+    data = {
+        "id": case_id,
+        "title": f"fake {case_id}",
+        "workload": {"name": "mlp", "world_size": 2, "steps": 20},
+        "labels": {"expect": expect},
+        "tags": ["fake", expect],
+    }
+    if expect == "diagnose":
+        data["faults"] = [{"name": fault, "params": {}}]
+        data["labels"]["causes"] = [{"category": cause, "ranks": ranks}]
+        data["labels"]["symptoms"] = ["symptom.slow_step"]
+        data["manifest"] = {"metric": "step_time_median", "min_ratio": 1.2}
+    return Case.model_validate(data)
+
+
+def make_case_set(cases: list[Case]) -> CaseSet:
+    taxonomy_path = default_taxonomy_path()
+    loaded = [
+        LoadedCase(case=c, path=Path(f"/fake/{c.id}.yaml"), file_sha256=hashlib.sha256(c.model_dump_json().encode()).hexdigest())
+        for c in cases
+    ]
+    return CaseSet(
+        cases=loaded,
+        taxonomy=load_taxonomy(taxonomy_path),
+        taxonomy_sha256=hashlib.sha256(taxonomy_path.read_bytes()).hexdigest(),
+    )
+
+
+def write_bundle(root: Path, bundle_id: str, *, trace_text: str = "", log_text: str = "step done\n") -> Path:
+    """A minimal bundle: one rank's gzipped trace, steps, a log; ``trace_text`` lands inside the trace."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "rank0").mkdir(exist_ok=True)
+    events = [{"name": "aten::mm", "ph": "X", "ts": 0, "dur": 10, "args": {"note": trace_text}}]
+    with gzip.open(root / "rank0" / "trace.json.gz", "wt") as fh:
+        json.dump({"traceEvents": events}, fh)
+    (root / "steps.jsonl").write_text("".join(json.dumps({"rank": 0, "step": i, "t_start": i, "t_end": i + 0.5}) + "\n" for i in range(4)))
+    (root / "logs").mkdir(exist_ok=True)
+    (root / "logs" / "rank0.log").write_text(log_text)
+    manifest = BundleManifest(
+        bundle_id=bundle_id,
+        created=datetime.now(timezone.utc),
+        env=BundleEnv(device="cpu", world_size=2, torch="2.13.0", python="3.11"),
+        files=describe_files(root),
+    )
+    (root / "bundle.json").write_text(manifest.model_dump_json())
+    return root
+
+
+@dataclass
+class FakeVerification:
+    manifested: bool
+    impact: float | None = 0.4
+    ratio: float | None = 1.8
+    noise: float | None = 0.05
+
+
+@dataclass
+class FakePrepared:
+    case_id: str
+    bundle_dir: Path
+    bundle_id: str
+    manifest_sha256: str
+    verification: FakeVerification | None
+
+
+@dataclass
+class FakeEvidence:
+    """Stands in for ``prepare_evidence``: one opaque bundle per case under ``root``."""
+
+    root: Path
+    fail: set[str] = field(default_factory=set)
+    not_manifested: set[str] = field(default_factory=set)
+    trace_text: dict[str, str] = field(default_factory=dict)
+    log_text: dict[str, str] = field(default_factory=dict)  # case id -> the fake diagnosers' instruction
+    calls: list[str] = field(default_factory=list)
+
+    def __call__(self, loaded: LoadedCase, *, device: str = "auto") -> FakePrepared:
+        case = loaded.case
+        self.calls.append(case.id)
+        if case.id in self.fail:
+            raise RuntimeError("the ranks did not start")
+        bundle_id = hashlib.sha256(case.id.encode()).hexdigest()[:16]
+        bundle_dir = self.root / bundle_id
+        if not (bundle_dir / "bundle.json").is_file():
+            write_bundle(
+                bundle_dir, bundle_id, trace_text=self.trace_text.get(case.id, ""), log_text=self.log_text.get(case.id, "ok") + "\n"
+            )
+        verification = None
+        if case.labels.expect == "diagnose":
+            verification = FakeVerification(manifested=case.id not in self.not_manifested)
+        sha = hashlib.sha256((bundle_dir / "bundle.json").read_bytes()).hexdigest()
+        return FakePrepared(case.id, bundle_dir, bundle_id, sha, verification)

@@ -1,0 +1,111 @@
+"""The reference diagnosers: null, prior, oracle, leak."""
+
+from __future__ import annotations
+
+import pytest
+
+from diageval.bundle import EvidenceBundle
+from diageval.diagnosers.corpus import ReferenceCorpus
+from diageval.diagnosers.reference import LeakDiagnoser, NullDiagnoser, OracleDiagnoser, PriorDiagnoser
+from run_fakes import make_case, make_case_set, write_bundle
+
+
+@pytest.fixture
+def case_set():
+    return make_case_set(
+        [
+            make_case("straggler-a", cause="compute.straggler_rank", ranks=[1]),
+            make_case("straggler-b", cause="compute.straggler_rank", ranks=[0]),
+            make_case("starved-a", cause="input.dataloader_starvation", fault="slow_loader"),
+            make_case("healthy-a", expect="healthy"),
+            make_case("truncated-a", expect="abstain"),
+        ]
+    )
+
+
+def _bundle(tmp_path, name="b1", **kw) -> EvidenceBundle:
+    return EvidenceBundle.open(write_bundle(tmp_path / name, name, **kw))
+
+
+def test_null_claims_nothing(tmp_path):
+    d = NullDiagnoser().diagnose(_bundle(tmp_path))
+    assert d.findings == [] and d.abstain is None
+
+
+def test_prior_claims_the_most_frequent_cause_with_its_frequency(tmp_path, case_set):
+    prior = PriorDiagnoser()
+    prior.prepare(ReferenceCorpus.from_case_set(case_set))
+    [claim] = prior.diagnose(_bundle(tmp_path)).findings
+    assert claim.category == "compute.straggler_rank" and claim.kind == "cause"
+    assert claim.confidence == pytest.approx(2 / 3)
+
+
+def test_reference_diagnosers_refuse_to_guess_without_the_corpus(tmp_path):
+    for d in (PriorDiagnoser(), OracleDiagnoser(), LeakDiagnoser()):
+        with pytest.raises(RuntimeError, match="prepare"):
+            d.diagnose(_bundle(tmp_path))
+
+
+def test_oracle_claims_the_labels_of_the_mapped_case(tmp_path, case_set):
+    oracle = OracleDiagnoser()
+    oracle.prepare(ReferenceCorpus.from_case_set(case_set, {"b1": "straggler-a", "b2": "truncated-a", "b3": "healthy-a"}))
+    d = oracle.diagnose(_bundle(tmp_path, "b1"))
+    assert [(f.category, f.kind, f.ranks) for f in d.findings] == [
+        ("compute.straggler_rank", "cause", [1]),
+        ("symptom.slow_step", "symptom", None),
+    ]
+    assert oracle.diagnose(_bundle(tmp_path, "b2")).abstain is not None
+    assert oracle.diagnose(_bundle(tmp_path, "b3")).causes == []
+    assert "not one of this run's bundles" in oracle.diagnose(_bundle(tmp_path, "b4")).abstain.reason
+
+
+def _leak(case_set) -> LeakDiagnoser:
+    leak = LeakDiagnoser()
+    leak.prepare(ReferenceCorpus.from_case_set(case_set))
+    return leak
+
+
+def test_leak_finds_nothing_on_clean_bundles(tmp_path, case_set):
+    d = _leak(case_set).diagnose(_bundle(tmp_path, trace_text="aten::mm gloo:all_reduce ProfilerStep#3", log_text="epoch 1 loss 0.3\n"))
+    assert d.findings == []
+
+
+@pytest.mark.parametrize(
+    "where, text, expected",
+    [
+        ("trace", "injected by straggler-b", {"compute.straggler_rank"}),  # a case id
+        ("log", "applying slow_loader", {"input.dataloader_starvation"}),  # a fault name
+        ("trace", "cause=compute.straggler_rank", {"compute.straggler_rank"}),  # a taxonomy id
+        ("log", "DATALOADER_STARVATION", {"input.dataloader_starvation"}),  # a cause id's last segment, any case
+    ],
+)
+def test_leak_claims_what_a_leaking_bundle_names(tmp_path, case_set, where, text, expected):
+    kw = {"trace_text": text} if where == "trace" else {"log_text": text + "\n"}
+    d = _leak(case_set).diagnose(_bundle(tmp_path, **kw))
+    assert {f.category for f in d.causes} == expected
+    assert all(f.evidence for f in d.causes)
+
+
+def test_leak_matches_whole_words_only(tmp_path, case_set):
+    d = _leak(case_set).diagnose(_bundle(tmp_path, log_text="my_slow_loader_v2 straggler-bx xstraggler-b\n"))
+    assert d.findings == []
+
+
+def test_leak_sees_terms_across_chunk_seams(tmp_path, case_set):
+    leak = _leak(case_set)
+    term = "slow_loader"
+    bundle = _bundle(tmp_path, log_text="")
+    log = bundle.root / "logs" / "rank0.log"
+    for split in range(1, len(term)):
+        leak.CHUNK = 64
+        pad = "x" * (64 - split - 1) + " "
+        log.write_text(pad + term + " end\n")
+        assert {f.category for f in leak.diagnose(bundle).causes} == {"input.dataloader_starvation"}, split
+        log.write_text(pad + term + "_v2 end\n")  # a longer word continuing past the seam
+        assert leak.diagnose(bundle).causes == [], split
+
+
+def test_leak_reads_file_names(tmp_path, case_set):
+    bundle = _bundle(tmp_path)
+    (bundle.root / "logs" / "straggler-a.log").write_text("nothing here\n")
+    assert {f.category for f in _leak(case_set).diagnose(bundle).causes} == {"compute.straggler_rank"}
