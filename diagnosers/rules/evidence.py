@@ -44,8 +44,13 @@ class RunEvidence(BaseModel):
     def incomplete_reason(self) -> str | None:
         """Why the traces cannot support a cross-rank judgement, or None when they can."""
         parts = []
-        if self.missing_ranks:
-            parts.append(f"no trace for rank(s) {self.missing_ranks} of world size {self.world_size}")
+        missing = self.missing_ranks
+        if missing and len(missing) <= 8:
+            parts.append(f"no trace for rank(s) {missing} of world size {self.world_size}")
+        elif missing:
+            parts.append(
+                f"no trace for {len(missing)} of {self.world_size} ranks (traces present: {sorted(self.traces)})"
+            )
         for r, why in sorted(self.unreadable.items()):
             parts.append(f"rank{r} trace unreadable ({why})")
         for r, why in sorted(self.truncated.items()):

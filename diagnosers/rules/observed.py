@@ -72,7 +72,7 @@ def observe_symptoms(ev: RunEvidence, kind: str = "symptom") -> list[Finding]:
     idle = [r for r in shares if r.busy_share < T.LOW_UTILIZATION_BUSY]
     if idle:
         low = min(idle, key=lambda r: r.busy_share)
-        what = "the device" if low.on_device else "the training thread's ops"
+        what = "the device is" if low.on_device else "the training thread runs ops"
         out.append(
             Finding(
                 category="symptom.low_utilization",
@@ -80,7 +80,7 @@ def observe_symptoms(ev: RunEvidence, kind: str = "symptom") -> list[Finding]:
                 confidence=0.6,
                 ranks=[r.rank for r in idle],
                 impact=round(min(1.0, 1.0 - low.busy_share), 3),
-                summary=f"{what} are busy only {low.busy_share:.0%} of the step on rank {low.rank}",
+                summary=f"{what} busy only {low.busy_share:.0%} of the step on rank {low.rank}",
                 evidence=[f"{ev.trace_file(r.rank)}: busy {r.busy_share:.0%} of the median step" for r in idle],
             )
         )
@@ -94,7 +94,7 @@ def observe_symptoms(ev: RunEvidence, kind: str = "symptom") -> list[Finding]:
                 confidence=0.55,
                 ranks=[r.rank for r in slow],
                 impact=round(min(1.0, worst.waiting_share), 3),
-                summary=f"steps take {1 / max(1e-9, 1 - worst.waiting_share):.1f}x the time their own work needs on rank {worst.rank}",
+                summary=f"{worst.waiting_share:.0%} of the median step is spent waiting, not working, on rank {worst.rank}",
                 evidence=[
                     f"{ev.trace_file(r.rank)}: median step {r.median_step_us / 1e3:.2f} ms, {r.waiting_share:.0%} of it waiting"
                     for r in slow

@@ -1,0 +1,37 @@
+"""Rules and symptoms on bundles imported from real GPU/NCCL traces: no crash, honest status."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from diageval.bundle import EvidenceBundle
+from diageval.bundle_import import import_traces
+from diageval.diagnosers.rules import RulesDiagnoser
+from diageval.diagnosers.symptoms import SymptomsDiagnoser
+
+REAL = Path(__file__).resolve().parents[2] / "shared" / "real-traces" / "hta"
+FOLDERS = sorted(p for p in REAL.iterdir() if p.is_dir()) if REAL.is_dir() else []
+
+
+@pytest.mark.skipif(not FOLDERS, reason="shared/real-traces not present")
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)
+def test_rules_on_real_traces(tmp_path, folder):
+    bundle = EvidenceBundle.open(import_traces([folder], tmp_path / "b"))
+    d = RulesDiagnoser().diagnose(bundle)
+    expected = bundle.world_size
+    present = len(bundle.trace_paths())
+    if present < expected:  # e.g. 2 ranks of a 128-rank job: cross-rank causes cannot be judged
+        assert d.abstain is not None and "no trace for" in d.abstain.reason
+    for f in d.findings:
+        assert f.evidence and f.summary
+    SymptomsDiagnoser().diagnose(bundle)  # must not raise either
+
+
+def test_no_step_markers_abstains(tmp_path):
+    folder = REAL / "critical_path_alexnet"
+    if not folder.is_dir():
+        pytest.skip("shared/real-traces not present")
+    d = RulesDiagnoser().diagnose(EvidenceBundle.open(import_traces([folder], tmp_path / "b")))
+    assert d.abstain is not None and "ProfilerStep" in d.abstain.reason
