@@ -96,12 +96,16 @@ class FakeEvidence:
     log_text: dict[str, str] = field(default_factory=dict)  # case id -> the fake diagnosers' instruction
     calls: list[str] = field(default_factory=list)
 
+    @staticmethod
+    def bundle_id(case_id: str) -> str:
+        return hashlib.sha256(case_id.encode()).hexdigest()[:16]
+
     def __call__(self, loaded: LoadedCase, *, device: str = "auto") -> FakePrepared:
         case = loaded.case
         self.calls.append(case.id)
         if case.id in self.fail:
             raise RuntimeError("the ranks did not start")
-        bundle_id = hashlib.sha256(case.id.encode()).hexdigest()[:16]
+        bundle_id = self.bundle_id(case.id)
         bundle_dir = self.root / bundle_id
         if not (bundle_dir / "bundle.json").is_file():
             write_bundle(

@@ -1,0 +1,242 @@
+"""The run pipeline on fake evidence: statuses, resume, interrupts, isolation, rescoring."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from diageval.diagnosers.registry import resolve_diagnoser
+from diageval.rescore import RescoreError, rescore_run
+from diageval.run import RunError, run_diagnoser
+from diageval.run_store import RunFolderConflict, RunStore
+from run_fakes import FakeEvidence, make_case, make_case_set
+
+TESTS = Path(__file__).parent
+CMD = f"cmd:{sys.executable} {TESTS / 'fake_cmd_diagnoser.py'} {{bundle}} {{out}}"
+
+
+def _run(spec, case_set, tmp_path, evidence, **kw):
+    kw.setdefault("timeout", 2.0)
+    return run_diagnoser(
+        resolve_diagnoser(spec), case_set, cases_dir=tmp_path / "cases", out_dir=tmp_path / "runs",
+        evidence_fn=evidence, progress=None, cuda_device_count=lambda: 0, **kw,
+    )
+
+
+def _statuses(run_dir: Path) -> dict[str, str]:
+    return {r["case_id"]: r["status"] for r in RunStore(run_dir).read_results()}
+
+
+@pytest.fixture
+def calls(tmp_path, monkeypatch):
+    """Every diagnose call of the fake in-process diagnoser, as (pid, bundle_id) lines."""
+    path = tmp_path / "calls.txt"
+    monkeypatch.setenv("FAKE_DIAGNOSER_CALLS", str(path))
+
+    def read() -> list[tuple[str, str]]:
+        return [tuple(line.split()) for line in path.read_text().splitlines()] if path.exists() else []
+
+    return read
+
+
+def test_in_process_failures_become_statuses_and_the_run_goes_on(tmp_path, calls):
+    script = {"c1-ok": "ok", "c2-hang": "hang", "c3-after-hang": "ok", "c4-crash": "crash", "c5-exit": "exit",
+              "c6-bad": "bad", "c7-print": "print"}
+    case_set = make_case_set([make_case(c) for c in script] + [make_case("c8-healthy", expect="healthy")])
+    evidence = FakeEvidence(tmp_path / "bundles", log_text=script)
+    out = _run("fake_diagnosers:ScriptedDiagnoser", case_set, tmp_path, evidence)
+    assert _statuses(out.run_dir) == {
+        "c1-ok": "ok", "c2-hang": "timeout", "c3-after-hang": "ok", "c4-crash": "diagnoser_error",
+        "c5-exit": "diagnoser_error", "c6-bad": "invalid_output", "c7-print": "ok", "c8-healthy": "ok",
+    }
+    assert out.manifest.status == "complete" and (out.run_dir / "summary.json").is_file()
+    assert out.summary.counts.scored == 8
+    store = RunStore(out.run_dir)
+    errors = {r["case_id"]: r["error"] for r in store.read_results()}
+    assert "ValueError: cannot parse this trace" in errors["c4-crash"]
+    assert "died" in errors["c5-exit"] and "2" in errors["c2-hang"]
+    assert "ValueError" in (store.case_dir("c4-crash") / "stderr.txt").read_text()
+    assert (store.case_dir("c7-print") / "stdout.txt").read_text() == "hello from the diagnoser\n"
+    assert not (store.case_dir("c1-ok") / "stdout.txt").exists()  # nothing printed, nothing kept
+    assert json.loads(store.diagnosis_path("c1-ok").read_text())["findings"][0]["category"] == "compute.straggler_rank"
+    assert not store.diagnosis_path("c2-hang").exists()
+    assert "PREPARE-CALLED" not in {b for _, b in calls()}  # labels never reach a non-reference diagnoser
+
+
+def test_cmd_failures_become_statuses_and_output_is_kept(tmp_path):
+    script = {"k1-ok": "ok", "k2-hang": "hang", "k3-crash": "crash", "k4-bad": "bad", "k5-invalid": "invalid", "k6-ok": "ok"}
+    case_set = make_case_set([make_case(c) for c in script])
+    out = _run(CMD, case_set, tmp_path, FakeEvidence(tmp_path / "bundles", log_text=script), jobs=2)
+    assert _statuses(out.run_dir) == {
+        "k1-ok": "ok", "k2-hang": "timeout", "k3-crash": "diagnoser_error", "k4-bad": "invalid_output",
+        "k5-invalid": "invalid_output", "k6-ok": "ok",
+    }
+    store = RunStore(out.run_dir)
+    assert "cannot parse" in (store.case_dir("k3-crash") / "stderr.txt").read_text()
+    assert (store.case_dir("k1-ok") / "stdout.txt").read_text().startswith("reading ")
+    assert "exited with status 2" in {r["case_id"]: r["error"] for r in store.read_results()}["k3-crash"]
+    assert out.manifest.diagnoser.name == "cmd-fake_cmd_diagnoser"
+
+
+def test_recording_failures_and_unmanifested_cases_are_never_blamed_on_the_diagnoser(tmp_path, calls):
+    case_set = make_case_set([make_case("r1-broken"), make_case("r2-faint"), make_case("r3-fine")])
+    evidence = FakeEvidence(tmp_path / "bundles", fail={"r1-broken"}, not_manifested={"r2-faint"})
+    out = _run("fake_diagnosers:ScriptedDiagnoser", case_set, tmp_path, evidence)
+    assert _statuses(out.run_dir) == {"r1-broken": "harness_error", "r2-faint": "invalid", "r3-fine": "ok"}
+    assert len(calls()) == 1  # only r3-fine reached the diagnoser
+    assert out.summary.counts.scored == 1
+
+    # Resuming retries the harness error (often transient) and nothing else.
+    evidence.fail.clear()
+    evidence.calls.clear()
+    out = _run("fake_diagnosers:ScriptedDiagnoser", case_set, tmp_path, evidence)
+    assert evidence.calls == ["r1-broken"]
+    assert _statuses(out.run_dir) == {"r1-broken": "ok", "r2-faint": "invalid", "r3-fine": "ok"}
+    assert len(RunStore(out.run_dir).read_results()) == 3
+
+
+def test_a_bundle_path_naming_the_case_is_a_harness_error(tmp_path):
+    case_set = make_case_set([make_case("n1-case")])
+
+    class Revealing(FakeEvidence):
+        def __call__(self, loaded, *, device="auto"):
+            prepared = super().__call__(loaded, device=device)
+            target = self.root / f"bundle-of-{loaded.case.id}"
+            if not target.exists():
+                prepared.bundle_dir.rename(target)
+            prepared.bundle_dir = target
+            return prepared
+
+    out = _run("null", case_set, tmp_path, Revealing(tmp_path / "bundles"))
+    assert _statuses(out.run_dir) == {"n1-case": "harness_error"}
+
+
+def test_rerunning_resumes_without_redoing_finished_cases(tmp_path, calls):
+    case_set = make_case_set([make_case(f"s{i}") for i in range(5)])
+    evidence = FakeEvidence(tmp_path / "bundles")
+    first = _run("fake_diagnosers:ScriptedDiagnoser", case_set, tmp_path, evidence, case_ids=["s0", "s3"])
+    assert set(_statuses(first.run_dir)) == {"s0", "s3"}
+    second = _run("fake_diagnosers:ScriptedDiagnoser", case_set, tmp_path, evidence)
+    assert second.run_dir == first.run_dir and second.counts["resumed"] == 2
+    bundle_of = {bid: cid for cid, bid in ((c, FakeEvidence(tmp_path).bundle_id(c)) for c in _statuses(second.run_dir))}
+    diagnosed = [bundle_of[b] for _, b in calls()]
+    assert sorted(diagnosed) == [f"s{i}" for i in range(5)]  # each case diagnosed exactly once
+    assert second.summary.counts.cases == 5
+
+
+def test_a_killed_run_is_interrupted_consistently_and_resumes(tmp_path, calls):
+    """Ctrl-C a real `run` process while its diagnoser sleeps; then resume it here."""
+    script = {"i1": "ok", "i2": "ok", "i3": "sleep 30", "i4": "ok"}
+    runner = tmp_path / "runner.py"
+    runner.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(TESTS)!r})
+        from pathlib import Path
+        from diageval.diagnosers.registry import resolve_diagnoser
+        from diageval.run import run_diagnoser
+        from run_fakes import FakeEvidence, make_case, make_case_set
+        script = {script!r}
+        case_set = make_case_set([make_case(c) for c in script])
+        run_diagnoser(resolve_diagnoser("fake_diagnosers:ScriptedDiagnoser"), case_set, cases_dir=Path("cases"),
+                      out_dir=Path({str(tmp_path / 'runs')!r}), run_id="killed", timeout=60,
+                      evidence_fn=FakeEvidence(Path({str(tmp_path / 'bundles')!r}), log_text=script),
+                      cuda_device_count=lambda: 0)
+    """))
+    proc = subprocess.Popen([sys.executable, str(runner)], stderr=subprocess.PIPE, text=True)
+    run_dir = tmp_path / "runs" / "killed"
+    deadline = time.monotonic() + 60
+    while len(RunStore(run_dir).read_results() if (run_dir / "results.jsonl").exists() else []) < 2:
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() is not None else "too slow"
+        time.sleep(0.05)
+    time.sleep(0.3)  # let the worker start sleeping on i3
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode != 0 and "interrupted" in err
+    store = RunStore(run_dir)
+    assert store.read_manifest().status == "interrupted"
+    assert set(_statuses(run_dir)) == {"i1", "i2"}
+    assert not store.diagnosis_path("i3").exists()
+    before = len(calls())
+
+    script["i3"] = "ok"  # fresh bundle folders (same bundle ids) whose logs no longer ask for a sleep
+    case_set = make_case_set([make_case(c) for c in script])
+    out = _run("fake_diagnosers:ScriptedDiagnoser", case_set, tmp_path, FakeEvidence(tmp_path / "bundles2", log_text=script),
+               run_id="killed", timeout=60)
+    assert out.counts["resumed"] == 2 and out.manifest.status == "complete"
+    assert set(_statuses(run_dir)) == {"i1", "i2", "i3", "i4"}
+    assert len(calls()) - before == 2  # only i3 and i4 were diagnosed again
+
+
+def test_jobs_run_diagnoses_concurrently_in_separate_workers(tmp_path, calls):
+    script = {f"j{i}": "sleep 0.3" for i in range(4)}
+    case_set = make_case_set([make_case(c) for c in script])
+    out = _run("fake_diagnosers:ScriptedDiagnoser", case_set, tmp_path, FakeEvidence(tmp_path / "bundles", log_text=script), jobs=2)
+    assert set(_statuses(out.run_dir).values()) == {"ok"}
+    assert len({pid for pid, _ in calls()}) == 2
+
+
+def test_a_folder_holding_another_run_is_refused(tmp_path):
+    case_set = make_case_set([make_case("f1")])
+    evidence = FakeEvidence(tmp_path / "bundles")
+    _run("null", case_set, tmp_path, evidence, run_id="shared")
+    with pytest.raises(RunFolderConflict, match="never mixed"):
+        _run("prior", case_set, tmp_path, evidence, run_id="shared")
+
+
+def test_cuda_cases_are_skipped_with_a_note_without_cuda(tmp_path):
+    cuda = make_case("g1-gpu").model_copy(update={"requires": make_case("x").requires.model_copy(update={"device": "cuda"})})
+    case_set = make_case_set([cuda, make_case("g2-cpu")])
+    out = _run("null", case_set, tmp_path, FakeEvidence(tmp_path / "bundles"))
+    assert set(_statuses(out.run_dir)) == {"g2-cpu"}
+    assert [(s.case_id, s.reason) for s in out.manifest.skipped] == [("g1-gpu", "needs 1 CUDA device(s); this machine has 0")]
+    with pytest.raises(RunError, match="no CUDA"):
+        _run("null", case_set, tmp_path, FakeEvidence(tmp_path / "bundles"), device="cuda")
+
+
+def test_a_diagnoser_that_cannot_start_fails_the_run_clearly(tmp_path):
+    case_set = make_case_set([make_case("u1")])
+    with pytest.raises(Exception, match="nothere"):
+        _run("fake_diagnosers:UnavailableDiagnoser", case_set, tmp_path, FakeEvidence(tmp_path / "bundles"), run_id="u")
+    manifest = RunStore(tmp_path / "runs" / "u").read_manifest()
+    assert manifest.status == "failed" and "nothere" in manifest.error
+
+
+def test_oracle_scores_perfectly_and_leak_scores_like_null(tmp_path):
+    case_set = make_case_set(
+        [make_case("o1", ranks=[1]), make_case("o2", cause="input.dataloader_starvation", fault="slow_loader"),
+         make_case("o3", expect="healthy"), make_case("o4", expect="abstain")]
+    )
+    evidence = FakeEvidence(tmp_path / "bundles")
+    oracle = _run("oracle", case_set, tmp_path, evidence).summary.metrics
+    assert (oracle.recall.value, oracle.precision.value, oracle.misleading_rate.value) == (1.0, 1.0, 0.0)
+    assert oracle.abstention_accuracy.value == 1.0
+    leak = _run("leak", case_set, tmp_path, evidence).summary.metrics
+    null = _run("null", case_set, tmp_path, evidence).summary.metrics
+    assert leak.recall.value == null.recall.value == 0.0
+
+
+def test_rescoring_reproduces_the_results_and_refuses_changed_cases(tmp_path):
+    case_set = make_case_set([make_case("q1"), make_case("q2", cause="input.dataloader_starvation"), make_case("q3", expect="healthy")])
+    out = _run("fake_diagnosers:ScriptedDiagnoser", case_set, tmp_path, FakeEvidence(tmp_path / "bundles"))
+    store = RunStore(out.run_dir)
+    before = store.read_results()
+    summary = rescore_run(out.run_dir, case_set=case_set)
+    assert store.read_results() == before
+    assert summary.model_dump() == out.summary.model_dump()
+
+    changed = make_case_set([make_case("q1", cause="input.dataloader_starvation"), make_case("q2"), make_case("q3", expect="healthy")])
+    with pytest.raises(RescoreError, match="case files changed"):
+        rescore_run(out.run_dir, case_set=changed)
+
+    manifest = store.read_manifest()
+    store.write_manifest(manifest.model_copy(update={"status": "running"}))
+    with pytest.raises(RescoreError, match="still marked running"):
+        rescore_run(out.run_dir, case_set=case_set)
