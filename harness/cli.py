@@ -215,5 +215,61 @@ def report_cmd(run_dirs: tuple[Path, ...], output: Path | None) -> None:
         raise click.ClickException(str(err))
 
 
+# --- recording and verification ------------------------------------------------------------------
+
+
+@main.command("record")
+@click.argument("case_ids", nargs=-1, required=True)
+@CASES_OPTION
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Bundle cache folder (default: $DIAGEVAL_HOME/bundles or .diageval/bundles).")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--force", is_flag=True, help="Record again even when the cache has the bundle.")
+def record_cmd(case_ids: tuple[str, ...], cases_dir: Path | None, out_dir: Path | None, device: str, force: bool) -> None:
+    """Record cases live into evidence bundles (cached); print each bundle folder."""
+    from diageval.case import CaseLoadError
+    from diageval.evidence import record_cases
+    from diageval.recording.launcher import RecordingError
+    from diageval.verify import stderr_progress
+
+    try:
+        for case_id, folder, fresh in record_cases(list(case_ids), cases_dir=cases_dir, device=device, force=force,
+                                                   cache_dir=out_dir, progress=stderr_progress):
+            click.echo(f"{case_id}\t{folder}" + ("" if fresh else "\t(cached)"))
+    except (CaseLoadError, KeyError, RecordingError) as err:
+        raise click.ClickException(str(err).strip("'\""))
+
+
+@main.command("verify")
+@click.argument("case_ids", nargs=-1)
+@CASES_OPTION
+@click.option("--repeats", type=click.IntRange(1, 50), default=3, show_default=True,
+              help="Recordings of each case and of its healthy twin.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--force", is_flag=True, help="Record every repeat again instead of reusing the cache.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per case.")
+def verify_cmd(case_ids: tuple[str, ...], cases_dir: Path | None, repeats: int, device: str, force: bool,
+               as_json: bool) -> None:
+    """Check that positive cases manifest against their healthy twins (no ids = all). Exit 1 if any did not."""
+    from diageval.case import CaseLoadError
+    from diageval.recording.launcher import RecordingError
+    from diageval.verify import VERIFY_COLUMNS, stderr_progress, verification_row, verify_cases
+
+    try:
+        results = verify_cases(list(case_ids), cases_dir=cases_dir, repeats=repeats, device=device, force=force,
+                               progress=stderr_progress)
+    except (CaseLoadError, KeyError, RecordingError) as err:
+        raise click.ClickException(str(err).strip("'\""))
+    if as_json:
+        for case_id, v in results:
+            click.echo(json.dumps({"case": case_id, **v.model_dump()}))
+    else:
+        click.echo(_table([verification_row(c, v) for c, v in results], VERIFY_COLUMNS))
+    failed = [c for c, v in results if not v.manifested]
+    if failed:
+        click.echo(f"did not manifest: {', '.join(failed)}", err=True)
+        sys.exit(1)
+
+
 if __name__ == "__main__":
     main()

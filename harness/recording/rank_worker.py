@@ -1,0 +1,127 @@
+"""What each rank process runs: join the process group, build the workload, train, record.
+
+The loop is shared by every workload, so they log, checkpoint and are timed the same way::
+
+    t_start -> faults' step hooks -> next batch -> train_step -> [log] -> [checkpoint] -> t_end -> prof.step()
+
+Decided here:
+
+* Step ``N`` of ``steps.jsonl`` is ``ProfilerStep#N`` of the trace: the profiler starts right before
+  step 0 and ``prof.step()`` ends each step, after its timer stopped (the last step's ``prof.step()``
+  exports the trace, which must not count as step time).
+* The profiler starts after ``init_process_group`` and the workload's setup (so ``distributedInfo`` is
+  in the trace) and records the last ``trace_steps`` steps after one warm-up step; no python stacks
+  (``with_stack`` would name functions), shapes recorded.
+* On CUDA each step ends with a stream synchronize, so step times are what the device did, not how far
+  the host ran ahead.
+* Only rank 0 saves checkpoints (the common data-parallel practice); all ranks log.
+* The trace is exported as plain JSON into the private scratch folder (whose random path ends up in the
+  trace's ``traceName``) and gzipped at level 1 into the bundle (torch's own ``.gz`` export uses level 9,
+  half of a recording's time).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from diageval.faults.base import Injection
+from diageval.recording.context import RankContext
+from diageval.recording.plan import RankPlan
+
+
+def profiler_window(steps: int, trace_steps: int) -> tuple[int, int, int]:
+    """(wait, warmup, active) so the profiler records the last ``trace_steps`` steps after a warm-up step."""
+    active = max(1, min(trace_steps, steps - 1))
+    warmup = 1 if steps - active >= 1 else 0
+    wait = steps - active - warmup
+    return wait, warmup, active
+
+
+def _build_faults(plan: RankPlan, ctx: RankContext) -> Injection:
+    from diageval.faults import FAULTS
+
+    faults = []
+    for name, params in plan.live_faults:
+        info = FAULTS[name]
+        faults.append(info.load()(info.params_model.model_validate(params), ctx))
+    return Injection(faults)
+
+
+def run_rank(plan: RankPlan) -> None:
+    from diageval.workloads import WORKLOADS
+
+    torch.set_num_threads(1)
+    use_cuda = plan.device == "cuda"
+    if use_cuda:
+        torch.cuda.set_device(plan.rank)
+    backend = "nccl" if use_cuda else "gloo"
+    store = dist.FileStore(str(plan.store_path), plan.world_size)
+    dist.init_process_group(backend, store=store, rank=plan.rank, world_size=plan.world_size)
+    ctx = RankContext(
+        rank=plan.rank, world_size=plan.world_size, steps=plan.steps,
+        device=f"cuda:{plan.rank}" if use_cuda else "cpu", backend=backend, scratch_dir=plan.scratch_dir,
+    )
+    info = WORKLOADS[plan.workload]
+    params = info.params_model.model_validate(plan.workload_params)
+    injection = _build_faults(plan, ctx)
+    setup = info.load()(params, ctx, injection)
+    n_params = sum(p.numel() for p in setup.state_dict()["model"].values())
+    print(f"rank {ctx.rank}/{ctx.world_size} on {ctx.device} ({backend}): {plan.steps} steps, "
+          f"{n_params / 1e6:.2f}M parameters, batch {params.batch_size}")
+    batches = iter(setup.loader)
+    dist.barrier()
+    injection.after_setup()
+
+    raw_trace = plan.scratch_dir / f"rank{ctx.rank}.json"
+    wait, warmup, active = profiler_window(plan.steps, params.trace_steps)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if use_cuda else [])
+    prof = profile(
+        activities=activities,
+        schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
+        on_trace_ready=lambda p: p.export_chrome_trace(str(raw_trace)),
+        record_shapes=True,
+        with_stack=False,
+    )
+    rows = []
+    checkpoint_path = plan.scratch_dir / f"checkpoint-rank{ctx.rank}.pt"
+    prof.start()
+    for step in range(plan.steps):
+        t_start = time.time()
+        injection.on_step_start(step)
+        batch = next(batches)
+        loss = setup.train_step(batch)
+        if step % params.log_every == 0 or step == plan.steps - 1:
+            print(f"step {step} loss {loss.item():.4f}")
+        if ctx.rank == 0 and ((step + 1) % params.checkpoint_every == 0 or injection.checkpoint_due(step)):
+            started = time.perf_counter()
+            with open(checkpoint_path, "wb") as fh:
+                torch.save(setup.state_dict(), injection.checkpoint_file(fh, step))
+            print(f"saved checkpoint in {time.perf_counter() - started:.2f}s")
+        if use_cuda:
+            torch.cuda.current_stream().synchronize()
+        t_end = time.time()
+        rows.append({"rank": ctx.rank, "step": step, "t_start": t_start, "t_end": t_end})
+        prof.step()
+    prof.stop()
+    print("training done")
+    del batches
+    dist.barrier()
+    dist.destroy_process_group()
+
+    (plan.scratch_dir / f"steps.rank{ctx.rank}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if not raw_trace.is_file():
+        raise RuntimeError(f"the profiler wrote no trace to {raw_trace}")
+    out = plan.bundle_dir / f"rank{ctx.rank}" / "trace.json.gz"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(raw_trace, "rb") as src, gzip.open(out, "wb", compresslevel=1) as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+    os.unlink(raw_trace)

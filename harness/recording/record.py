@@ -1,0 +1,86 @@
+"""Record one case into an evidence bundle folder: ``record_case(case, dest)``.
+
+The parent resolves the device, splits the case's faults into live ones (handed to the ranks by
+registry name) and evidence ones (applied here to the finished folder), starts the ranks through the
+launcher while sampling host metrics, and publishes the bundle atomically. The case id is used only in
+error messages; nothing that names the case or its faults reaches the ranks' output or the bundle
+(the ranks get fault registry names only to look the injector up, and never print them).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from diageval.bundle import BundleManifest
+from diageval.case import Case
+from diageval.recording.launcher import RecordingError, run_ranks
+from diageval.recording.plan import RankPlan
+
+DEFAULT_TIMEOUT_S = 180.0
+
+
+def resolve_device(requested: str, world_size: int) -> str:
+    """``auto`` -> ``cuda`` when there is one CUDA device per rank, else ``cpu``."""
+    if requested not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"device must be auto, cpu or cuda, got {requested!r}")
+    if requested == "cpu":
+        return "cpu"
+    import torch
+
+    enough = torch.cuda.is_available() and torch.cuda.device_count() >= world_size
+    if requested == "cuda" and not enough:
+        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        raise RecordingError(f"--device cuda needs {world_size} CUDA device(s), this machine has {have}")
+    return "cuda" if enough else "cpu"
+
+
+def record_case(case: Case, dest: Path, *, device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> BundleManifest:
+    """Run ``case`` live and write its bundle to ``dest`` (replaced if it exists). Raises RecordingError."""
+    from diageval.faults import FAULTS
+    from diageval.recording.bundle_writer import bundle_env, finish_bundle, merge_step_logs
+    from diageval.recording.metrics import MetricsSampler
+    from diageval.recording.rank_worker import run_rank
+
+    device = resolve_device(device, case.workload.world_size)
+    live: list[tuple[str, dict]] = []
+    bundle_faults = []
+    for spec in case.faults:
+        info = FAULTS[spec.name]
+        params = info.params_model.model_validate(spec.params)
+        impl = info.load()
+        if impl.stage == "bundle":
+            bundle_faults.append(impl(params))
+        else:
+            live.append((spec.name, params.model_dump()))
+
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp_dir = Path(tempfile.mkdtemp(prefix=".tmp-", dir=dest.parent))
+    scratch = Path(tempfile.mkdtemp(prefix="rec-"))
+    world = case.workload.world_size
+    plans = [
+        RankPlan(rank=r, world_size=world, steps=case.workload.steps, device=device, workload=case.workload.name,
+                 workload_params=case.workload.params, live_faults=live, store_path=scratch / "store",
+                 bundle_dir=tmp_dir, scratch_dir=scratch)
+        for r in range(world)
+    ]
+    sampler = MetricsSampler()
+    published = False
+    try:
+        try:
+            run_ranks(run_rank, [(p,) for p in plans], [tmp_dir / "logs" / f"rank{r}.log" for r in range(world)],
+                      timeout_s=timeout_s, what=f"case {case.id}", on_started=sampler.start)
+        finally:
+            metrics = sampler.stop()
+        manifest = finish_bundle(
+            tmp_dir, dest, steps=merge_step_logs(scratch, world), metrics=metrics,
+            env=bundle_env(device, world, "nccl" if device == "cuda" else "gloo"), bundle_faults=bundle_faults,
+        )
+        published = True
+        return manifest
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        if not published:
+            shutil.rmtree(tmp_dir, ignore_errors=True)

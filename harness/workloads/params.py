@@ -1,0 +1,37 @@
+"""Strict parameter models of the built-in workloads (pydantic only: importing this never imports torch).
+
+Every workload shares :class:`CommonParams`: how often the training script logs and checkpoints, how many
+steps the profiler records, and how expensive producing one batch is. Those knobs exist so that a healthy
+run already loads data through a ``DataLoader``, saves checkpoints now and then and logs like a real
+training script: an injected fault changes the *magnitude or timing* of these events, never their presence.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class CommonParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    batch_size: int = Field(64, ge=1, le=4096, description="Samples per rank per step")
+    loader_workers: int = Field(2, ge=0, le=8, description="DataLoader worker processes per rank")
+    batch_prep_ms: float = Field(1.0, ge=0, le=1000, description="Time a worker spends preparing one batch")
+    checkpoint_every: int = Field(10, ge=1, description="Save a checkpoint every N steps")
+    log_every: int = Field(5, ge=1, description="Print a loss line every N steps")
+    trace_steps: int = Field(12, ge=1, le=200, description="Steps the profiler records (the last ones of the run)")
+    lr: float = Field(0.01, gt=0, le=10)
+
+
+class MlpParams(CommonParams):
+    in_features: int = Field(256, ge=1, le=8192)
+    hidden: int = Field(512, ge=1, le=8192)
+    layers: int = Field(3, ge=1, le=32, description="Hidden layers")
+    classes: int = Field(10, ge=2, le=1000)
+
+
+class ConvParams(CommonParams):
+    batch_size: int = Field(32, ge=1, le=4096, description="Samples per rank per step")
+    image_size: int = Field(32, ge=8, le=256)
+    channels: int = Field(32, ge=1, le=512, description="Channels of the conv layers")
+    classes: int = Field(10, ge=2, le=1000)

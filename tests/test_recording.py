@@ -1,0 +1,150 @@
+"""Live recording: bundle layout and checksums, step numbering, the launcher's hang handling, the cache.
+
+These record real 2-rank workloads on CPU (about a second each after the first, which starts the
+forkserver), so they are marked ``slow``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from diageval.bundle import EvidenceBundle
+from diageval.case import Case
+from diageval.recording.launcher import RecordingError, run_ranks
+
+pytestmark = pytest.mark.slow
+
+
+def _case(steps: int = 8, faults: list | None = None, **params) -> Case:
+    return Case.model_validate({
+        "id": "recording-test-case", "title": "t",
+        "workload": {"name": "mlp_ddp", "world_size": 2, "steps": steps,
+                     "params": {"trace_steps": 4, "checkpoint_every": 3, "log_every": 2, **params}},
+        "faults": faults or [], "labels": {"expect": "healthy"},
+    })
+
+
+@pytest.fixture(scope="module")
+def healthy_bundle(tmp_path_factory) -> EvidenceBundle:
+    from diageval.recording.record import record_case
+
+    dest = tmp_path_factory.mktemp("rec") / "b"
+    record_case(_case(), dest, device="cpu")
+    return EvidenceBundle.open(dest)
+
+
+def test_bundle_layout_and_checksums(healthy_bundle: EvidenceBundle):
+    root = healthy_bundle.root
+    names = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+    assert names == ["bundle.json", "logs/rank0.log", "logs/rank1.log", "metrics.jsonl",
+                     "rank0/trace.json.gz", "rank1/trace.json.gz", "steps.jsonl"]
+    assert healthy_bundle.verify_checksums() == []
+    listed = sorted(f.path for f in healthy_bundle.manifest.files)
+    assert listed == [n for n in names if n != "bundle.json"]
+    env = healthy_bundle.env
+    assert (env.device, env.world_size, env.backend) == ("cpu", 2, "gloo")
+    assert env.torch and env.python and env.host
+    assert re.fullmatch(r"[0-9a-f]{32}", healthy_bundle.bundle_id)
+    assert not any(p.name.startswith(".tmp-") for p in root.parent.iterdir())
+
+
+def test_steps_match_profiler_steps(healthy_bundle: EvidenceBundle):
+    steps = healthy_bundle.steps()
+    assert sorted((s.rank, s.step) for s in steps) == [(r, i) for r in range(2) for i in range(8)]
+    assert all(s.t_end > s.t_start for s in steps)
+    for rank in (0, 1):
+        trace = healthy_bundle.load_trace(rank)
+        assert trace["distributedInfo"]["rank"] == rank
+        assert trace["distributedInfo"]["world_size"] == 2
+        prof_steps = {int(e["name"].split("#")[1]): e for e in trace["traceEvents"]
+                      if e.get("name", "").startswith("ProfilerStep#")}
+        assert sorted(prof_steps) == [4, 5, 6, 7]  # the last trace_steps steps
+        base_us = trace["baseTimeNanoseconds"] / 1e3
+        for s in steps:
+            if s.rank == rank and s.step in prof_steps:
+                e = prof_steps[s.step]
+                # same step, same clock: the ProfilerStep span lies within the timed step (+- a few ms)
+                assert abs((e["ts"] + base_us) / 1e6 - s.t_start) < 0.005
+                assert abs(e["dur"] / 1e6 - s.duration) < 0.005
+        assert any(e.get("name") == "gloo:all_reduce" for e in trace["traceEvents"])
+
+
+def test_logs_and_metrics_look_like_a_training_script(healthy_bundle: EvidenceBundle):
+    log0 = healthy_bundle.log_paths()[0].read_text()
+    assert re.search(r"^step 2 loss \d+\.\d+$", log0, re.M)
+    assert "saved checkpoint in" in log0  # rank 0 checkpoints every 3 steps
+    rows = healthy_bundle.metrics()
+    assert {r["scope"] for r in rows} == {"rank", "host"}
+    assert {r["rank"] for r in rows if r["scope"] == "rank"} == {0, 1}
+    assert all(r["rss_bytes"] > 0 for r in rows if r["scope"] == "rank")
+
+
+def test_hung_rank_is_killed_with_a_clear_error(tmp_path: Path):
+    start = time.monotonic()
+    with pytest.raises(RecordingError, match=r"demo: rank 1 did not finish within 2s"):
+        run_ranks(time.sleep, [(0,), (600,)], [tmp_path / "r0.log", tmp_path / "r1.log"], timeout_s=2, what="demo")
+    assert time.monotonic() - start < 15
+
+
+def test_crashed_rank_names_rank_and_log(tmp_path: Path):
+    with pytest.raises(RecordingError, match=r"rank 0 failed \(exit code 1\)(.|\n)*ZeroDivisionError"):
+        run_ranks(divmod, [(1, 0), (1, 1)], [tmp_path / "r0.log", tmp_path / "r1.log"], timeout_s=30, what="demo")
+
+
+def test_failed_recording_leaves_no_bundle(tmp_path: Path):
+    from diageval.recording.record import record_case
+
+    case = _case(faults=[{"name": "collective_stall", "params": {"pacing_bytes_per_s": 1_000_000}}])
+    with pytest.raises(RecordingError):
+        record_case(case, tmp_path / "b", device="cpu", timeout_s=3)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_recording_survives_a_parent_that_ran_torch_ops_on_threads(tmp_path: Path):
+    """The fork trap: a parent that ran multi-threaded ops must still start ranks safely."""
+    import threading
+
+    import torch
+    from diageval.recording.record import record_case
+
+    torch.set_num_threads(2)
+    torch.randn(512, 512) @ torch.randn(512, 512)
+    t = threading.Thread(target=time.sleep, args=(5,), daemon=True)
+    t.start()
+    record_case(_case(steps=4), tmp_path / "b", device="cpu", timeout_s=60)
+    assert EvidenceBundle.open(tmp_path / "b").verify_checksums() == []
+
+
+def test_cache_reuses_bundles_and_keeps_truth_outside(tmp_path: Path):
+    from diageval.evidence import cache_key, ensure_bundle, read_truth
+
+    case = _case(steps=4)
+    key, folder, fresh = ensure_bundle(case, "cpu", cache_dir=tmp_path)
+    assert fresh and folder == tmp_path / key and key == cache_key(case, "cpu")
+    manifest = json.loads((folder / "bundle.json").read_text())
+    key2, folder2, fresh2 = ensure_bundle(case, "cpu", cache_dir=tmp_path)
+    assert (key2, folder2, fresh2) == (key, folder, False)
+    assert json.loads((folder / "bundle.json").read_text())["bundle_id"] == manifest["bundle_id"]
+    truth = read_truth(tmp_path, key)
+    assert truth is not None and truth.case_id == case.id
+    assert not any("truth" in p.name for p in folder.rglob("*"))
+    assert case.id not in key
+    _, _, fresh3 = ensure_bundle(case, "cpu", cache_dir=tmp_path, force=True)
+    assert fresh3
+    assert json.loads((folder / "bundle.json").read_text())["bundle_id"] != manifest["bundle_id"]
+    # a different spec or repeat gets a different key
+    assert cache_key(case, "cpu", repeat=1) != key
+    assert cache_key(_case(steps=5), "cpu") != key
+
+
+def test_traces_are_gzip_level_1_plain_json(healthy_bundle: EvidenceBundle):
+    path = healthy_bundle.trace_paths()[0]
+    raw = gzip.decompress(path.read_bytes())
+    assert json.loads(raw)["traceName"].endswith("rank0.json")
+    assert "recording-test-case" not in raw.decode()
