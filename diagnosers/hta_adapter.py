@@ -1,0 +1,336 @@
+"""``hta``: an adapter to Meta's HolisticTraceAnalysis (PyPI ``traceinsight``, import name ``hta``).
+
+It runs the HTA analyses that apply to a bundle's traces and turns their numbers into findings through
+:mod:`diageval.diagnosers.hta_mapping` (which holds every threshold and its rationale).
+
+Which analyses run (decided from the parsed traces before calling HTA, so an analysis is never run on
+input it cannot handle):
+
+=========================================  ====================================================
+analysis (HTA ``TraceAnalysis`` method)    runs when
+=========================================  ====================================================
+``get_temporal_breakdown``                 some rank has GPU kernels
+``get_idle_time_breakdown``                some rank has GPU kernels (ranks with kernels)
+``get_cuda_kernel_launch_stats``           some rank has GPU kernels (ranks with kernels)
+``get_queue_length_summary``               some rank has GPU kernels (evidence only)
+``get_gpu_kernel_breakdown``               some rank has GPU kernels
+``get_comm_comp_overlap``                  communication kernels exist (evidence only)
+``get_potential_stragglers``               >= 2 ranks with communication kernels and ProfilerSteps
+critical path (``data_load_events``)       a rank has DataLoader events (up to 4 ranks, the lowest)
+=========================================  ====================================================
+
+On CPU-only traces (gloo, no kernels) only the critical path applies, and stock HTA cannot build it
+(it asserts a CUDA launch-queue time series exists), so :class:`_KernelOptionalCPGraph` skips the kernel
+part of the graph on ranks without GPU events. The critical path window is given as timestamps (first
+``ProfilerStep`` start to last ``ProfilerStep`` end on the rank's CPU, else the whole trace) instead of
+HTA's annotation instance positions, which in traceinsight 0.6.1 mix CPU and GPU annotations and yield
+NaN windows; the clipping otherwise mirrors ``CriticalPathAnalysis.critical_path_analysis``.
+
+Decisions where the design is silent:
+
+* HTA is given ``{rank: path}`` directly (its ``trace_files`` argument) rather than a staged folder: the
+  bundle's ``rank<N>/`` folders are the truth about ranks, so HTA's regex on the file content (which
+  compact JSON defeats) is never needed, and nothing is copied or decompressed.
+* Traces are parsed in-process (``use_multiprocessing=False``): HTA's fork pool inside a worker that may
+  hold threads is a hang risk, and bundles have few ranks. ``include_last_profiler_step=True``: a bundle's
+  trace window ends with a complete step (HTA's default drops it as possibly truncated).
+* HTA's logger is silenced and its prints and warnings swallowed while it runs; its failures surface as
+  ``DiagnoserFailed("hta_error", ...)`` naming the analysis and rank. Any applicable analysis that raises
+  fails the whole diagnosis (a partial answer would hide that HTA broke).
+* No applicable analysis (no CPU operators, no kernels): an abstention with the reason.
+* Private HTA API used, pinned to traceinsight 0.6.x: ``CPGraph`` (subclassed), and the straggler metric
+  ``_compute_normalized_start_time_of_significant_comm_kernels`` (called through the public
+  ``straggler_identification_impl`` hook of ``get_potential_stragglers``), because the public method
+  returns only the top-k ranks with no magnitude to threshold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib
+import io
+import logging
+import re
+import traceback
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, TypeVar
+
+import pandas as pd
+
+from diageval.bundle import EvidenceBundle
+from diageval.diagnosers import hta_mapping as mapping
+from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable
+from diageval.diagnosis import Abstention, Diagnosis, Finding
+
+INSTALL_HINT = "pip install 'diageval[hta]'"
+DATA_LOAD_EVENTS = ["DataLoader"]  # regexes HTA's critical path counts as data loading
+MAX_CRITICAL_PATH_RANKS = 4  # critical path costs ~0.3-3 s per rank; starvation shows on every rank
+_PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
+T = TypeVar("T")
+
+
+def _hta_version() -> str:
+    try:
+        return metadata.version("traceinsight")
+    except metadata.PackageNotFoundError:
+        return "missing"
+
+
+@dataclass
+class _RankFacts:
+    rank: int
+    gpu_kernels: int
+    comm_kernels: int
+    data_load_events: int  # CPU events matching DATA_LOAD_EVENTS, with a duration
+
+
+class HTADiagnoser:
+    """Findings from HolisticTraceAnalysis' own analyses (see the module docstring for which and when)."""
+
+    name = "hta"
+    version = f"1+traceinsight-{_hta_version()}"
+
+    def __init__(self) -> None:
+        try:
+            importlib.import_module("hta.trace_analysis")
+        except ImportError as exc:
+            raise DiagnoserUnavailable(
+                f"the hta diagnoser needs HolisticTraceAnalysis (traceinsight), which cannot be imported "
+                f"({exc}); install it with: {INSTALL_HINT}"
+            ) from exc
+
+    def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:
+        paths = bundle.trace_paths()
+        if not paths:
+            return Diagnosis(abstain=Abstention(reason="the bundle has no trace files for HTA to analyse"))
+        with _quiet_hta():
+            trace = _step("loading the traces", None, lambda: _load_trace({r: str(p) for r, p in paths.items()}))
+            return _analyse(trace)
+
+
+# --- running HTA -----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _quiet_hta() -> Iterator[None]:
+    """Silence HTA's logger, prints and warnings for the duration; restore the logger after."""
+    logger = logging.getLogger("hta")
+    level, propagate = logger.level, logger.propagate
+    logger.setLevel(logging.CRITICAL + 1)
+    logger.propagate = False
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+        logger.propagate = propagate
+
+
+def _step(what: str, rank: int | None, fn: Callable[[], T]) -> T:
+    """Run one HTA call; anything it raises becomes ``DiagnoserFailed('hta_error', ...)`` naming the step."""
+    try:
+        return fn()
+    except DiagnoserFailed:
+        raise
+    except Exception as exc:
+        where = f" on rank {rank}" if rank is not None else ""
+        message = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+        if not message and exc.__traceback__ is not None:  # a bare assert: say where it fired
+            frame = traceback.extract_tb(exc.__traceback__)[-1]
+            message = f"at {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno} ({(frame.line or '').strip()})"
+        raise DiagnoserFailed("hta_error", f"HTA failed {what}{where}: {type(exc).__name__}: {message}") from exc
+
+
+def _load_trace(trace_files: dict[int, str]) -> Any:
+    from hta.common.trace import Trace
+
+    t = Trace(trace_files=trace_files, trace_dir=".")
+    t.load_traces(include_last_profiler_step=True, use_multiprocessing=False, use_memory_profiling=False)
+    return t
+
+
+def _analysis(t: Any) -> Any:
+    """A ``TraceAnalysis`` over an already loaded ``Trace`` (its constructor would parse again, with a pool)."""
+    from hta.trace_analysis import TraceAnalysis
+
+    ta = TraceAnalysis.__new__(TraceAnalysis)
+    ta.t = t
+    return ta
+
+
+def _rank_facts(t: Any) -> list[_RankFacts]:
+    from hta.utils.utils import is_comm_kernel
+
+    table = t.symbol_table.get_sym_table()
+    data_load_ids = [i for i, s in enumerate(table) if any(re.search(p, s) for p in DATA_LOAD_EVENTS)]
+    facts = []
+    for rank, df in sorted(t.get_all_traces().items()):
+        gpu = df[df["stream"] >= 0]
+        comm_ids = [int(i) for i in gpu["name"].unique() if 0 <= i < len(table) and is_comm_kernel(table[i])]
+        cpu = df[(df["stream"] < 0) & (df["dur"] > 0)]
+        facts.append(_RankFacts(
+            rank=int(rank),
+            gpu_kernels=int(len(gpu)),
+            comm_kernels=int(gpu["name"].isin(comm_ids).sum()),
+            data_load_events=int(cpu["name"].isin(data_load_ids).sum()),
+        ))
+    return facts
+
+
+def _analyse(t: Any) -> Diagnosis:
+    facts = _rank_facts(t)
+    if not facts:
+        return Diagnosis(abstain=Abstention(reason="HTA found no analysable events in any rank's trace"))
+    ta = _analysis(t)
+    gpu_ranks = [f.rank for f in facts if f.gpu_kernels]
+    comm_ranks = [f.rank for f in facts if f.comm_kernels]
+    loading_ranks = [f.rank for f in facts if f.data_load_events]
+    findings: list[Finding | None] = []
+
+    if gpu_ranks:
+        findings += _gpu_findings(ta, gpu_ranks, comm_ranks)
+    if len(comm_ranks) >= 2:
+        steps = _step("listing profiler steps", None, ta.get_profiler_steps)
+        if steps:
+            findings.append(_straggler(ta))
+    if loading_ranks:
+        summaries = [_critical_path(t, r) for r in loading_ranks[:MAX_CRITICAL_PATH_RANKS]]
+        findings.append(mapping.dataloader_finding([s for s in summaries if s is not None]))
+
+    if not gpu_ranks and not loading_ranks:
+        return Diagnosis(abstain=Abstention(
+            reason="no HTA analysis applies: the traces hold no GPU kernels (HTA's analyses are about GPU time) "
+            "and no data-loading events (the one question its critical path answers on CPU traces)"
+        ))
+    return Diagnosis(findings=[f for f in findings if f is not None])
+
+
+def _gpu_findings(ta: Any, gpu_ranks: list[int], comm_ranks: list[int]) -> list[Finding | None]:
+    temporal = _step("computing the temporal breakdown", None, lambda: ta.get_temporal_breakdown(visualize=False))
+    idle, _ = _step(
+        "computing the idle time breakdown", None,
+        lambda: ta.get_idle_time_breakdown(ranks=gpu_ranks, visualize=False, show_idle_interval_stats=False),
+    )
+    launch = _step(
+        "computing kernel launch stats", None,
+        lambda: ta.get_cuda_kernel_launch_stats(ranks=gpu_ranks, visualize=False),
+    )
+    queue = _step("summarising queue lengths", None, lambda: ta.get_queue_length_summary(ranks=gpu_ranks))
+    kernel_types, _ = _step("computing the kernel breakdown", None, lambda: ta.get_gpu_kernel_breakdown(visualize=False))
+    overlap = (
+        _step("computing comm/comp overlap", None, lambda: ta.get_comm_comp_overlap(visualize=False))
+        if comm_ranks else None
+    )
+
+    evidence = [mapping.launch_evidence(r, launch[r], temporal, idle) for r in gpu_ranks if r in launch]
+    launch_finding = mapping.launch_overhead_finding([e for e in evidence if e is not None])
+    if launch_finding is not None and queue is not None:
+        launch_finding.evidence.extend(_queue_lines(queue))
+    return [
+        launch_finding,
+        mapping.low_utilization_symptom(temporal),
+        mapping.long_collective_symptom(kernel_types, overlap),
+    ]
+
+
+def _queue_lines(queue: pd.DataFrame) -> list[str]:
+    """Median launch-queue length on each rank's busiest stream: near 0-1 means the host never runs ahead."""
+    lines = []
+    q = queue["queue_length"] if "queue_length" in queue.columns.get_level_values(0) else queue
+    for (rank, stream), row in q.iterrows():
+        lines.append((int(rank), int(stream), float(row["count"]), float(row["50%"])))
+    busiest: dict[int, tuple[int, float, float]] = {}
+    for rank, stream, count, median in lines:
+        if rank not in busiest or count > busiest[rank][1]:
+            busiest[rank] = (stream, count, median)
+    return [
+        f"rank{r}/trace.json.gz: HTA queue length on stream {s} (busiest) median {m:.0f} over {c:.0f} samples"
+        for r, (s, c, m) in sorted(busiest.items())
+    ]
+
+
+def _straggler(ta: Any) -> Finding | None:
+    """HTA's straggler analysis through its public hook, keeping the metric it computes for magnitudes."""
+    from hta.analyzers.straggler import _compute_normalized_start_time_of_significant_comm_kernels
+
+    captured: dict[str, Any] = {}
+
+    def keep_metric(df: pd.DataFrame, symbol_table: Any, n_stragglers: int, visualize: bool) -> pd.Series:
+        metric, column = _compute_normalized_start_time_of_significant_comm_kernels(df, symbol_table)
+        captured["metric"] = metric.rename(columns={column: "normalized_start_time"})
+        captured["kernel"] = symbol_table.get_sym_table()[int(metric["name"].iloc[0])] if len(metric) else None
+        latest = metric.loc[metric.groupby("iteration")[column].idxmax(), "rank"]
+        return latest.value_counts()
+
+    _step(
+        "finding stragglers", None,
+        lambda: ta.get_potential_stragglers(num_candidates=1, visualize=False, straggler_identification_impl=keep_metric),
+    )
+    metric = captured.get("metric")
+    if metric is None or metric.empty:
+        return None
+    kernel = captured.get("kernel")
+    short = kernel.split("(")[0] if isinstance(kernel, str) else None
+    return mapping.straggler_finding(metric[["rank", "iteration", "normalized_start_time"]], short)
+
+
+# --- critical path ---------------------------------------------------------------------------------
+
+
+def _kernel_optional_cpgraph() -> type:
+    from hta.analyzers.critical_path_analysis import CPGraph
+
+    class _KernelOptionalCPGraph(CPGraph):
+        """HTA's CPGraph, minus the kernel part on ranks with no GPU events (CPU-only traces)."""
+
+        def _construct_graph_from_kernels(self) -> None:
+            if (self.trace_df["stream"] >= 0).any():
+                super()._construct_graph_from_kernels()
+
+    return _KernelOptionalCPGraph
+
+
+def critical_path_window(t: Any, rank: int) -> tuple[float, float, int]:
+    """(start, end, n_steps) of the analysed window on a rank: its CPU ProfilerStep spans, else the trace."""
+    df = t.get_trace(rank)
+    sym = t.symbol_table.get_sym_id_map()
+    step_ids = [v for k, v in sym.items() if _PROFILER_STEP.match(k)]
+    steps = df[df["name"].isin(step_ids) & (df["stream"] < 0)]
+    if len(steps):
+        return float(steps["ts"].min()), float((steps["ts"] + steps["dur"]).max()), len(steps)
+    return float(df["ts"].min()), float((df["ts"] + df["dur"].clip(lower=0)).max()), 0
+
+
+def _critical_path(t: Any, rank: int) -> mapping.CriticalPathSummary | None:
+    start, end, n_steps = critical_path_window(t, rank)
+    if end <= start:
+        return None
+
+    def run() -> pd.DataFrame | None:
+        trace_df = t.get_trace(rank)
+        sym = t.symbol_table.get_sym_id_map()
+        cpu = trace_df[trace_df["stream"].eq(-1)]
+        a = cpu[(cpu["ts"] >= start) & (cpu["ts"] <= end) & (cpu["dur"] > 0)]
+        gpu = trace_df[trace_df["stream"].ne(-1)]
+        runtime = cpu.set_index("index_correlation")[["ts", "dur"]]
+        b = gpu[["ts", "dur", "correlation", "name"]].join(runtime, rsuffix="_runtime")
+        b = b[
+            ((b["ts_runtime"] >= start) & (b["ts_runtime"] <= end) & (b["dur_runtime"] > 0))
+            | (b["name"] == sym.get("Stream Wait Event", -200))
+        ]
+        clipped = trace_df.loc[a.index.union(b.index)].copy()
+        t_clipped = copy.copy(t)
+        t_clipped.traces = dict(t.traces)
+        t_clipped.traces[rank] = clipped
+        graph = _kernel_optional_cpgraph()(t_clipped, t, rank, data_load_events=DATA_LOAD_EVENTS)
+        if not graph.critical_path():
+            raise RuntimeError("HTA could not find a critical path")
+        return graph.get_critical_path_breakdown()
+
+    breakdown = _step("computing the critical path", rank, run)
+    return mapping.summarize_critical_path(rank, breakdown, end - start, n_steps)

@@ -1,0 +1,134 @@
+"""The ``hta`` adapter end to end: availability, CPU bundles, HTA failures, silence."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import pytest
+
+from diageval.bundle import EvidenceBundle
+from diageval.bundle_import import import_traces
+from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable
+
+DATALOADER_NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def test_unavailable_without_hta(monkeypatch):
+    from diageval.diagnosers.hta_adapter import HTADiagnoser
+
+    monkeypatch.setitem(sys.modules, "hta.trace_analysis", None)  # makes `import hta.trace_analysis` fail
+    with pytest.raises(DiagnoserUnavailable, match=r"pip install 'diageval\[hta\]'"):
+        HTADiagnoser()
+
+
+def test_registered_as_entry_point():
+    from importlib.metadata import entry_points
+
+    eps = [e for e in entry_points(group="diageval.diagnosers") if e.name == "hta"]
+    assert [e.value for e in eps] == ["diageval.diagnosers.hta_adapter:HTADiagnoser"]
+
+
+# --- with HTA installed ----------------------------------------------------------------------------
+
+
+def cpu_trace(rank: int, *, steps: int, step_us: float, load_us: float | None, world_size: int = 2) -> dict:
+    """A CPU-only gloo trace shaped like torch.profiler's: ProfilerStep spans, the DataLoader's __next__
+    (cat user_annotation) at the start of each step, then forward/backward operators filling the rest."""
+    pid = tid = 1000 + rank
+    events: list[dict] = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "ts": 0, "args": {"name": "python"}}]
+    ext = 0
+
+    def x(cat: str, name: str, ts: float, dur: float) -> None:
+        nonlocal ext
+        ext += 1
+        events.append({"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
+                       "args": {"External id": ext, "Record function id": 0, "Ev Idx": ext}})
+
+    t = 1_000.0
+    for s in range(steps):
+        x("user_annotation", f"ProfilerStep#{s + 2}", t, step_us)
+        cursor = t + 5
+        if load_us is not None:
+            x("user_annotation", DATALOADER_NEXT, cursor, load_us)
+            cursor += load_us + 5
+        remaining = t + step_us - 5 - cursor
+        for name in ("aten::linear", "aten::relu", "aten::linear", "aten::mse_loss", "autograd::engine::evaluate_function"):
+            x("cpu_op", name, cursor, remaining / 5 - 2)
+            cursor += remaining / 5
+        t += step_us + 10
+    return {"schemaVersion": 1, "deviceProperties": [],
+            "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": world_size},
+            "baseTimeNanoseconds": 1_700_000_000_000_000_000, "traceEvents": events}
+
+
+def cpu_bundle(tmp_path: Path, name: str, **kw) -> EvidenceBundle:
+    src = tmp_path / f"{name}-src"
+    src.mkdir()
+    for r in (0, 1):
+        (src / f"rank{r}.json").write_text(json.dumps(cpu_trace(r, **kw)))
+    return EvidenceBundle.open(import_traces([src], tmp_path / name))
+
+
+@pytest.fixture
+def hta_diagnoser():
+    pytest.importorskip("hta.trace_analysis", reason="HolisticTraceAnalysis not installed (pip install 'diageval[hta]')")
+    from diageval.diagnosers.hta_adapter import HTADiagnoser
+
+    return HTADiagnoser()
+
+
+def test_cpu_bundle_starved_input_pipeline(hta_diagnoser, tmp_path):
+    b = cpu_bundle(tmp_path, "starved", steps=6, step_us=20_000, load_us=15_000)
+    d = hta_diagnoser.diagnose(b)
+    assert d.abstain is None
+    [f] = d.causes
+    assert f.category == "input.dataloader_starvation" and f.ranks is None
+    assert 0.6 <= f.impact <= 0.8  # the load is 75% of each step
+    assert any(e.startswith("rank0/trace.json.gz: HTA critical path") for e in f.evidence)
+
+
+def test_cpu_bundle_healthy_input_pipeline(hta_diagnoser, tmp_path):
+    b = cpu_bundle(tmp_path, "healthy", steps=6, step_us=20_000, load_us=1_000)
+    d = hta_diagnoser.diagnose(b)
+    assert d.abstain is None and d.findings == []
+
+
+def test_cpu_bundle_without_data_loading_abstains(hta_diagnoser, tmp_path):
+    b = cpu_bundle(tmp_path, "noload", steps=4, step_us=10_000, load_us=None)
+    d = hta_diagnoser.diagnose(b)
+    assert d.findings == [] and d.abstain is not None and "no HTA analysis applies" in d.abstain.reason
+
+
+def test_hta_raising_is_a_diagnoser_failure(hta_diagnoser, tmp_path, monkeypatch):
+    from diageval.diagnosers import hta_adapter
+
+    b = cpu_bundle(tmp_path, "b", steps=3, step_us=10_000, load_us=8_000)
+
+    def broken(*args, **kwargs):
+        raise KeyError("ts")
+
+    monkeypatch.setattr(hta_adapter, "_kernel_optional_cpgraph", lambda: broken)
+    with pytest.raises(DiagnoserFailed) as err:
+        hta_diagnoser.diagnose(b)
+    assert err.value.status == "hta_error"
+    assert "critical path on rank 0" in str(err.value) and "KeyError" in str(err.value)
+
+
+def test_hta_is_silent_and_leaves_logging_as_it_was(hta_diagnoser, tmp_path, capsys, caplog):
+    b = cpu_bundle(tmp_path, "quiet", steps=4, step_us=10_000, load_us=8_000)
+    before = logging.getLogger("hta").level
+    with caplog.at_level(logging.DEBUG):
+        hta_diagnoser.diagnose(b)
+    assert capsys.readouterr().out == ""
+    assert not [r for r in caplog.records if r.name.startswith("hta")]
+    assert logging.getLogger("hta").level == before
+
+
+def test_empty_bundle_abstains(hta_diagnoser, tmp_path):
+    b = cpu_bundle(tmp_path, "gone", steps=2, step_us=10_000, load_us=1_000)
+    for p in b.trace_paths().values():
+        p.unlink()
+    assert "no trace files" in hta_diagnoser.diagnose(b).abstain.reason
