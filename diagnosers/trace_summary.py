@@ -19,8 +19,10 @@ Decisions where the design is silent:
 * "Unexplained" host time is the part of a step where the training thread runs no recorded op and is
   neither waiting for data nor inside a collective: python work the profiler does not see (a
   synchronous file write, a sleep, a slow pure-python transform).
-* "Short" ops are top-level host ops under ``SHORT_OP_US`` microseconds: ops so small that per-op
-  dispatch cost is a large part of them.
+* "Short" ops are host ops whose *self* time (duration minus nested ops) is under ``SHORT_OP_US``
+  microseconds: ops so small that per-op dispatch cost is most of them. Self time, because a tiny op's
+  cost sits as much in its wrappers (``aten::linear`` around ``aten::addmm``...) as in the leaf, while a
+  real matmul's sits in one op with a large self time.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class Collective(BaseModel):
     start_us: float
     dur_us: float
     on_device: bool = Field(description="True for NCCL kernels (device timeline), False for host annotations")
+    payload_bytes: int | None = Field(None, description="From the event's Input Dims and type, when recorded")
 
 
 class StepSummary(BaseModel):
@@ -66,8 +69,9 @@ class StepSummary(BaseModel):
     unexplained_us: float = Field(0.0, description="Neither host op, data wait nor collective")
     host_ops: int = Field(0, description="Every cpu_op on the training thread")
     top_level_ops: int = 0
-    short_top_level_ops: int = 0
-    short_top_level_us: float = 0.0
+    leaf_ops: int = Field(0, description="cpu_ops with no op nested inside (where the work is dispatched)")
+    short_ops: int = Field(0, description="cpu_ops whose self time is under SHORT_OP_US")
+    short_ops_us: float = Field(0.0, description="Their self time, summed")
     device_busy_us: float = Field(0.0, description="Union of kernels/memcpy/memset (0 on CPU traces)")
     kernels: int = 0
     launches: int = 0
@@ -108,7 +112,7 @@ class _Columns:
         self.host: dict[str, tuple[array, array, array]] = defaultdict(lambda: (array("d"), array("d"), array("b")))
         self.steps: list[tuple[int, float, float, str]] = []
         self.data_waits: list[tuple[float, float, str]] = []
-        self.collectives: list[tuple[str, float, float, bool]] = []
+        self.collectives: list[tuple[str, float, float, bool, int | None]] = []
         self.device: tuple[array, array] = (array("d"), array("d"))
         self.launches = array("d")
         self.syncs: list[tuple[float, float]] = []
@@ -128,7 +132,7 @@ class _Columns:
             self.device[0].append(ts)
             self.device[1].append(dur)
             if cat == "kernel" and name.startswith(("ncclKernel", "ncclDevKernel")):
-                self.collectives.append((name.split("(")[0], ts, dur, True))
+                self.collectives.append((name.split("(")[0], ts, dur, True, None))
             return
         if cat == "cuda_runtime" or cat == "cuda_driver":
             if name in _LAUNCH_NAMES:
@@ -148,7 +152,7 @@ class _Columns:
                 pass
             return
         if name.startswith("gloo:"):
-            self.collectives.append((name, ts, dur, False))
+            self.collectives.append((name, ts, dur, False, _payload_bytes(ev.get("args"))))
             return
         if name.startswith("enumerate(DataLoader)"):
             self.data_waits.append((ts, dur, tid))
@@ -156,6 +160,29 @@ class _Columns:
         cols[0].append(ts)
         cols[1].append(dur)
         cols[2].append(1 if cat == "cpu_op" else 0)
+
+
+_DTYPE_BYTES = {"float": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8, "int": 4, "long int": 8,
+                "signed char": 1, "unsigned char": 1, "bool": 1, "short int": 2}
+
+
+def _payload_bytes(args: Any) -> int | None:
+    """Bytes of a collective's tensors from record_shapes' Input Dims / Input type; None when absent."""
+    if not isinstance(args, dict):
+        return None
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return None
+    total = 0
+    for shape, dtype in zip(dims, types):
+        size = _DTYPE_BYTES.get(dtype) if isinstance(dtype, str) else None
+        if size is None or not isinstance(shape, list) or not all(isinstance(d, int) for d in shape):
+            continue
+        n = 1
+        for d in shape:
+            n *= d
+        total += n * size
+    return total or None
 
 
 def union_length(intervals: Iterable[tuple[float, float]], lo: float, hi: float) -> float:
@@ -197,6 +224,23 @@ def _top_level(ts: Sequence[float], dur: Sequence[float], idx: list[int]) -> lis
     return out
 
 
+def _self_times(ts: Sequence[float], dur: Sequence[float], idx: list[int]) -> tuple[dict[int, float], set[int]]:
+    """Self time (duration minus directly nested intervals) of each interval, and the set of leaves."""
+    order = sorted(idx, key=lambda i: (ts[i], -dur[i]))
+    self_t = {i: dur[i] for i in order}
+    parents: set[int] = set()
+    stack: list[int] = []
+    for i in order:
+        while stack and ts[i] >= ts[stack[-1]] + dur[stack[-1]]:
+            stack.pop()
+        if stack:
+            p = stack[-1]
+            self_t[p] -= min(dur[i], ts[p] + dur[p] - ts[i])
+            parents.add(p)
+        stack.append(i)
+    return self_t, set(order) - parents
+
+
 def _build_steps(cols: _Columns, base_us: float) -> tuple[str | None, list[StepSummary]]:
     if not cols.steps:
         return None, []
@@ -217,7 +261,9 @@ def _build_steps(cols: _Columns, base_us: float) -> tuple[str | None, list[StepS
         host_idx = _window(h_starts, h_order, lo, hi)
         top = _top_level(host_ts, host_dur, host_idx)
         host_iv = [(host_ts[i], host_ts[i] + host_dur[i]) for i in top]
-        short = [i for i in top if host_dur[i] < SHORT_OP_US]
+        self_t, leaf_set = _self_times(host_ts, host_dur, host_idx)
+        leaves = [i for i in host_idx if host_is_op[i] and i in leaf_set]
+        short = [i for i in host_idx if host_is_op[i] and self_t[i] < SHORT_OP_US]
         wait_iv = [(waits[i][0], waits[i][0] + waits[i][1]) for i in _window(w_starts, w_order, lo, hi)]
         # device work is attributed to the step it starts in (kernels queued late may end after it)
         coll_idx = _window(c_starts, c_order, lo, hi)
@@ -241,6 +287,7 @@ def _build_steps(cols: _Columns, base_us: float) -> tuple[str | None, list[StepS
                         start_us=cols.collectives[i][1] + base_us,
                         dur_us=cols.collectives[i][2],
                         on_device=cols.collectives[i][3],
+                        payload_bytes=cols.collectives[i][4],
                     )
                     for i in sorted(coll_idx, key=lambda i: cols.collectives[i][1])
                 ],
@@ -249,8 +296,9 @@ def _build_steps(cols: _Columns, base_us: float) -> tuple[str | None, list[StepS
                 unexplained_us=max(0.0, dur - explained),
                 host_ops=sum(1 for i in host_idx if host_is_op[i]),
                 top_level_ops=len(top),
-                short_top_level_ops=len(short),
-                short_top_level_us=sum(host_dur[i] for i in short),
+                leaf_ops=len(leaves),
+                short_ops=len(short),
+                short_ops_us=sum(max(0.0, self_t[i]) for i in short),
                 device_busy_us=union_length(dev_iv, lo, hi),
                 kernels=len(dev_idx),
                 launches=bisect_left(l_sorted, hi) - bisect_left(l_sorted, lo),

@@ -62,7 +62,7 @@ def test_summary_of_a_hand_made_step(tmp_path):
     assert st.data_wait_us == pytest.approx(1000)
     assert st.collective_us == pytest.approx(2000)
     assert st.top_level_ops == 32  # data wait + 30 ops + optimizer
-    assert st.short_top_level_ops == 0  # 95 us ops are not "short"
+    assert st.leaf_ops == 31 and st.short_ops == 0  # 30 x 95 us ops + optimizer; none is "short"
     assert st.unexplained_us == pytest.approx(500 + 10 + 20 + 30 * 5, abs=1)  # gap + seams between ops
     assert len(st.collectives) == 1 and st.collectives[0].name == "gloo:all_reduce"
     assert s.json_bytes > 0 and s.bytes_per_second > 0

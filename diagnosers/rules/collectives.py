@@ -9,6 +9,8 @@ A long collective on one rank is a symptom. The cause shows in how ranks *arrive
 
 Collective calls are lined up across ranks by their order within the same profiler step (every rank
 issues the same collectives in the same order). A step where the ranks' call counts differ is left out.
+A step's skew is its largest per-call arrival skew, not the sum: DDP issues several bucket all_reduces
+back to back, and a rank late for the first is late for the next ones by the same wait.
 Timestamps are epoch microseconds, comparable across ranks recorded on one host (notes/measured.md).
 """
 
@@ -21,6 +23,7 @@ from pydantic import BaseModel
 from diageval.diagnosis import Finding
 from diageval.diagnosers.rules import thresholds as T
 from diageval.diagnosers.rules.evidence import RunEvidence
+from diageval.diagnosers.trace_summary import union_length
 from diageval.diagnosers.rules.stats import best_segment, confidence_from_margin, median, min_block
 
 
@@ -30,9 +33,9 @@ class StepCollectives(BaseModel):
     number: int
     step_us: float
     calls: int
-    skew_us: float  # sum over calls of (latest arrival - earliest arrival)
-    late_rank: int  # the rank that made the others wait longest in this step
-    shared_us: float  # sum over calls of the time every rank was inside together
+    skew_us: float  # largest (latest arrival - earliest arrival) over the step's calls
+    late_rank: int  # the latest rank at that call
+    shared_us: float  # time during which every rank was inside the same call (union over calls)
     inside_us: dict[int, float]  # rank -> time inside collectives
     work_us: dict[int, float]  # rank -> step time not spent waiting (data or collectives)
     data_us: dict[int, float]
@@ -50,23 +53,26 @@ def measure_collectives(ev: RunEvidence) -> list[StepCollectives]:
         counts = {len(st.collectives) for st in steps.values()}
         if len(counts) != 1 or counts == {0}:
             continue
-        skew = shared = 0.0
-        imposed: Counter[int] = Counter()
+        skew = 0.0
+        late_rank = ranks[0]
+        together: list[tuple[float, float]] = []
         for k in range(counts.pop()):
             calls = {r: steps[r].collectives[k] for r in ranks}
             starts = {r: c.start_us for r, c in calls.items()}
             ends = {r: c.start_us + c.dur_us for r, c in calls.items()}
             first, last = min(starts.values()), max(starts.values())
-            skew += last - first
-            imposed[max(starts, key=starts.get)] += last - first
-            shared += max(0.0, min(ends.values()) - last)
+            if last - first > skew:
+                skew, late_rank = last - first, max(starts, key=starts.get)
+            if min(ends.values()) > last:
+                together.append((last, min(ends.values())))
+        shared = union_length(together, float("-inf"), float("inf"))
         table.append(
             StepCollectives(
                 number=n,
                 step_us=median([st.dur_us for st in steps.values()]),
                 calls=len(steps[ranks[0]].collectives),
                 skew_us=skew,
-                late_rank=imposed.most_common(1)[0][0],
+                late_rank=late_rank,
                 shared_us=shared,
                 inside_us={r: st.collective_us for r, st in steps.items()},
                 work_us={r: max(0.0, st.dur_us - st.data_wait_us - st.collective_us) for r, st in steps.items()},

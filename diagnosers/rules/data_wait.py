@@ -32,7 +32,7 @@ def measure_data_wait(ev: RunEvidence) -> list[DataWaitRow]:
         seg = best_segment(flags)
         first = stop = None
         in_range = 0.0
-        if seg:
+        if seg and seg[1] - seg[0] >= min_block(len(shares)) and sum(flags[seg[0] : seg[1]]) >= T.PERSISTENT_SHARE * (seg[1] - seg[0]):
             first = ev.training_step(rank, s.steps[seg[0]].number)
             stop = ev.training_step(rank, s.steps[seg[1] - 1].number) + 1
             in_range = median(shares[seg[0] : seg[1]])
@@ -55,8 +55,7 @@ def measure_data_wait(ev: RunEvidence) -> list[DataWaitRow]:
 def judge_data_wait(rows: list[DataWaitRow], ev: RunEvidence) -> list[Finding]:
     """Starved ranks: the wait for data fills >= DATA_WAIT_SHARE of the step on a persistent block of steps."""
     starved = [
-        r for r in rows
-        if r.share_in_range >= T.DATA_WAIT_SHARE and r.steps_over >= min_block(r.steps)
+        r for r in rows if r.first_step is not None and r.share_in_range >= T.DATA_WAIT_SHARE
     ]
     if not starved:
         return []

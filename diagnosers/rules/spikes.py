@@ -108,9 +108,15 @@ def judge_blocking_save(table: SpikeTable | None, ev: RunEvidence) -> list[Findi
             events[-1].append(n)
         else:
             events.append([n])
+    cost = {e[0]: max(table.excess_us[n] for n in e) for e in events}
+    # the same save of the same state to the same storage costs about the same each time: events far
+    # smaller than the typical one (warm-up, a hiccup) are not part of the pattern
+    typical = median(list(cost.values())) if cost else 0.0
+    events = [e for e in events if cost[e[0]] >= typical / T.SPIKE_SIMILARITY]
+    cost = {e[0]: cost[e[0]] for e in events}
+    kept = [n for e in events for n in e]
     if len(events) < T.MIN_SPIKES:
         return []
-    cost = {e[0]: max(table.excess_us[n] for n in e) for e in events}
     impact = sum(cost.values()) / table.total_us
     if impact < T.SPIKE_IMPACT:
         return []

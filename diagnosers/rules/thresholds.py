@@ -28,14 +28,20 @@ SPIKE_RATIO = 1.5
 SPIKE_SIGMAS = 4.0
 SPIKE_IMPACT = 0.10
 MIN_SPIKES = 2
+# Recurring stalls of one cause are alike: an event costing less than 1/SPIKE_SIMILARITY of the typical
+# one is not part of the pattern (a warm-up step, a descheduling hiccup).
+SPIKE_SIMILARITY = 3.0
 # The extra time of a spike must sit in unexplained host time (not data wait, ops or collectives).
 SPIKE_UNEXPLAINED_SHARE = 0.5
 
-# Launch overhead: top-level host ops under 50 us (trace_summary.SHORT_OP_US) fill half the step, and
-# there are many of them (a few hundred per step: dispatch cost of ~5-10 us each is then milliseconds).
-SHORT_OP_SHARE = 0.50
-MIN_OPS_PER_STEP = 200
-# On a GPU: the device is idle more than half of the step while kernels average under 20 us.
+# Launch overhead. On a GPU: many launches per step while the device idles more than half of the step
+# and kernels average under 20 us (the host cannot feed it). On CPU traces there is no device to idle;
+# what is left is the op count: thousands of host ops per step, at 5-10 us of dispatch each, is 10-20 ms
+# of pure overhead a step, more than a small model's whole step. (Op density per ms of step was tried
+# and rejected: on a contended host, tiny ops run slowly too, so the density of a sliced model is no
+# higher than a healthy one's; the count is what an expert reads first.)
+MIN_HOST_OPS_PER_STEP = 2000
+MIN_LAUNCHES_PER_STEP = 500
 DEVICE_BUSY_MAX = 0.5
 SHORT_KERNEL_US = 20.0
 

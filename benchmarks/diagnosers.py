@@ -1,0 +1,136 @@
+"""Diagnosers side by side on the corpus: quality (F1, misleading rate, false alarms) and speed.
+
+    python benchmarks/diagnosers.py [--cases DIR] [--diagnosers rules,symptoms,hta,prior,null]
+                                    [--runs-dir DIR] [--device cpu] [--jobs 1]
+
+Each diagnoser goes through the normal ``diageval run`` pipeline (recordings are cached and shared, so
+only the first diagnoser pays for them); the table prints each metric's point estimate with its
+bootstrap 95% interval, n = scored cases and the case-set hash. Diagnosers that cannot run here (e.g.
+``hta`` without traceinsight installed) are listed as unavailable, not silently dropped.
+
+It also measures the rules diagnoser's trace reader alone: every trace of every bundle the runs used,
+read once with ``summarize_trace``; bytes/s are of decompressed JSON (and of gzip bytes on disk).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from diageval.bundle import EvidenceBundle
+from diageval.case import load_case_set
+from diageval.diagnosers.base import DiagnoserUnavailable
+from diageval.diagnosers.registry import DiagnoserSpecError, resolve_diagnoser
+from diageval.diagnosers.trace_summary import summarize_trace
+from diageval.paths import default_cases_dir
+from diageval.run import RunError, run_diagnoser
+
+COLUMNS = [
+    ("f1", "F1"),
+    ("precision", "precision"),
+    ("recall", "recall"),
+    ("misleading_rate", "misleading"),
+    ("false_alarm_rate", "false alarm"),
+    ("abstention_accuracy", "abstention acc"),
+    ("localization_accuracy", "localisation"),
+    ("seconds_per_case", "s/case"),
+]
+
+
+def _fmt(metric) -> str:
+    if metric is None or metric.value is None:
+        return "n/a"
+    if metric.ci is None:
+        return f"{metric.value:.3f}"
+    return f"{metric.value:.3f} [{metric.ci[0]:.2f},{metric.ci[1]:.2f}]"
+
+
+def run_all(names: list[str], cases_dir: Path, runs_dir: Path, device: str, jobs: int):
+    case_set = load_case_set(cases_dir)
+    rows, bundles = [], set()
+    for name in names:
+        try:
+            resolved = resolve_diagnoser(name)
+            started = time.perf_counter()
+            outcome = run_diagnoser(
+                resolved, case_set, cases_dir=cases_dir, out_dir=runs_dir, device=device, jobs=jobs,
+                run_id=f"bench-{resolved.name}-{case_set.hash[:8]}",
+            )
+        except (DiagnoserSpecError, DiagnoserUnavailable, RunError) as exc:
+            rows.append((name, None, f"unavailable: {exc}"))
+            continue
+        rows.append((name, outcome.summary, f"{time.perf_counter() - started:.1f} s wall"))
+        for r in outcome.results:
+            if getattr(r, "bundle_id", None):
+                bundles.add(r.bundle_id)
+    return case_set, rows, bundles
+
+
+def reader_speed(bundle_dirs: list[Path]) -> tuple[int, int, int, float]:
+    """(traces, json bytes, gzip bytes, seconds) for reading every trace once."""
+    n = json_bytes = disk = 0
+    seconds = 0.0
+    for d in bundle_dirs:
+        for path in EvidenceBundle.open(d).trace_paths().values():
+            s = summarize_trace(path)
+            n += 1
+            json_bytes += s.json_bytes
+            disk += s.bytes_on_disk
+            seconds += s.parse_seconds
+    return n, json_bytes, disk, seconds
+
+
+def _bundle_dirs(bundle_ids: set[str]) -> list[Path]:
+    """The cached bundle folders the runs diagnosed."""
+    from diageval.paths import bundle_cache_dir
+
+    root = bundle_cache_dir()
+    if not root.is_dir():
+        return []
+    found = []
+    for p in sorted(root.iterdir()):
+        if (p / "bundle.json").is_file() and EvidenceBundle.open(p).bundle_id in bundle_ids:
+            found.append(p)
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", type=Path, default=None)
+    ap.add_argument("--diagnosers", default="rules,symptoms,hta,prior,null")
+    ap.add_argument("--runs-dir", type=Path, default=Path(".diageval/bench-runs"))
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--jobs", type=int, default=1)
+    args = ap.parse_args(argv)
+    cases_dir = args.cases or default_cases_dir()
+    case_set, rows, bundle_ids = run_all(args.diagnosers.split(","), cases_dir, args.runs_dir, args.device, args.jobs)
+
+    print(f"\ncase set {case_set.hash[:12]} ({cases_dir}), taxonomy {case_set.taxonomy.version}")
+    header = ["diagnoser", "n"] + [label for _, label in COLUMNS]
+    table = [header]
+    for name, summary, note in rows:
+        if summary is None:
+            table.append([name, "-"] + ["-"] * len(COLUMNS))
+            print(f"  {name}: {note}", file=sys.stderr)
+            continue
+        m = summary.metrics
+        table.append([name, str(summary.counts.scored)] + [_fmt(getattr(m, key)) for key, _ in COLUMNS])
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    for r in table:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+
+    dirs = _bundle_dirs(bundle_ids)
+    n, jb, disk, sec = reader_speed(dirs)
+    if n and sec > 0:
+        print(
+            f"\ntrace reader (trace_summary, one pass): {n} traces in {len(dirs)} cached bundles,"
+            f" {jb / 1e6:.1f} MB JSON ({disk / 1e6:.1f} MB gzip) in {sec:.2f} s:"
+            f" {jb / sec / 1e6:.1f} MB/s JSON, {disk / sec / 1e6:.2f} MB/s gzip"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
