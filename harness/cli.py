@@ -271,5 +271,100 @@ def verify_cmd(case_ids: tuple[str, ...], cases_dir: Path | None, repeats: int, 
         sys.exit(1)
 
 
+# --- diagnosers and runs (diagnosers/registry.py, harness/run.py) ---------------------------------
+
+
+@main.group("diagnosers")
+def diagnosers_group() -> None:
+    """The diagnosers --diagnoser can name."""
+
+
+@diagnosers_group.command("list")
+def diagnosers_list_cmd() -> None:
+    """Every registered diagnoser: origin, reference/self-test, and why it cannot run here, if it cannot."""
+    from diageval.diagnosers.registry import list_diagnosers
+
+    rows = [
+        {
+            "name": r.name,
+            "version": r.version or "",
+            "origin": r.origin,
+            "role": "self-test" if r.self_test else "reference" if r.reference else "",
+            "status": "available" if r.available else f"unavailable: {r.error}",
+        }
+        for r in list_diagnosers()
+    ]
+    click.echo(_table(rows, ["name", "version", "origin", "role", "status"]))
+    click.echo("\nAlso: --diagnoser package.module:ClassName, or --diagnoser 'cmd:PROGRAM {bundle} {out}'.")
+
+
+DIAGNOSER_OPTION = click.option(
+    "--diagnoser", "-d", "spec", required=True,
+    help="A name from `diageval diagnosers list`, package.module:ClassName, or 'cmd:COMMAND {bundle} {out}'.",
+)
+
+
+@main.command("diagnose")
+@DIAGNOSER_OPTION
+@click.argument("bundle_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
+              help="Seconds a cmd: diagnoser may take.")
+@CASES_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON.")
+def diagnose_cmd(spec: str, bundle_dir: Path, timeout: float, cases_dir: Path | None, as_json: bool) -> None:
+    """Run one diagnoser on one bundle folder and print its findings (no scoring)."""
+    from diageval.bundle import BundleError
+    from diageval.diagnosers.registry import DiagnoserSpecError, resolve_diagnoser
+    from diageval.single_diagnosis import diagnose_bundle, format_diagnosis
+
+    try:
+        attempt = diagnose_bundle(resolve_diagnoser(spec), bundle_dir, timeout=timeout, cases_dir=cases_dir)
+    except (DiagnoserSpecError, BundleError) as err:
+        raise click.ClickException(str(err))
+    if attempt.diagnosis is None:
+        raise click.ClickException(f"{attempt.status}: {attempt.error}")
+    click.echo(attempt.diagnosis.model_dump_json(indent=2) if as_json else format_diagnosis(attempt.diagnosis))
+
+
+@main.command("run")
+@DIAGNOSER_OPTION
+@CASES_OPTION
+@click.option("--case", "case_ids", multiple=True, help="Only this case (repeatable).")
+@click.option("--tag", "tags", multiple=True, help="Only cases with this tag (repeatable: any of them).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder for run folders (default: ./runs).")
+@click.option("--run-id", default=None, help="Run folder name (default: <diagnoser>-<case-set hash>; rerunning resumes).")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Cases diagnosed at once (evidence is always prepared one case at a time).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
+              help="Seconds the diagnoser may take per case.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+def run_cmd(spec: str, cases_dir: Path | None, case_ids: tuple[str, ...], tags: tuple[str, ...], out_dir: Path | None,
+            run_id: str | None, jobs: int, timeout: float, device: str) -> None:
+    """Run a diagnoser on the cases (recording evidence as needed), score it, and save runs/<run_id>/."""
+    from diageval.case import CaseLoadError, load_case_set
+    from diageval.diagnoser_worker import WorkerStartError
+    from diageval.diagnosers.registry import DiagnoserSpecError, resolve_diagnoser
+    from diageval.paths import default_cases_dir
+    from diageval.run import RunError, format_run_outcome, run_diagnoser, sigterm_as_interrupt
+    from diageval.run_store import RunFolderConflict
+
+    try:
+        resolved = resolve_diagnoser(spec)
+        case_set = load_case_set(cases_dir)
+        with sigterm_as_interrupt():
+            outcome = run_diagnoser(
+                resolved, case_set, cases_dir=cases_dir or default_cases_dir(), case_ids=case_ids, tags=tags,
+                out_dir=out_dir, run_id=run_id, jobs=jobs, timeout=timeout, device=device,  # type: ignore[arg-type]
+            )
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except CaseLoadError as err:
+        raise click.ClickException(f"the corpus has invalid cases (run `diageval cases validate`):\n{err}")
+    except (DiagnoserSpecError, RunError, RunFolderConflict, WorkerStartError) as err:
+        raise click.ClickException(str(err))
+    click.echo(format_run_outcome(outcome))
+
+
 if __name__ == "__main__":
     main()

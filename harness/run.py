@@ -22,12 +22,14 @@ here from the prepared evidence; the bundle path given to any diagnoser must not
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import re
+import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,9 +90,13 @@ def run_diagnoser(
     device: Device = "auto",
     evidence_fn: EvidenceFn | None = None,
     cuda_device_count: Callable[[], int] | None = None,
-    progress: TextIO | None = sys.stderr,
+    progress: TextIO | Literal["stderr"] | None = "stderr",
 ) -> RunOutcome:
-    """Run ``resolved`` on the selected cases of ``case_set`` into ``<out_dir>/<run_id>`` (resuming it)."""
+    """Run ``resolved`` on the selected cases of ``case_set`` into ``<out_dir>/<run_id>`` (resuming it).
+
+    ``progress``: a stream for one line per case, ``"stderr"`` (whatever ``sys.stderr`` is when a line is
+    written) or None for silence.
+    """
     from diageval.paths import default_runs_dir
 
     if jobs < 1:
@@ -165,6 +171,59 @@ def summarize_run(store: RunStore, manifest: RunManifest) -> tuple[list[Any], An
     )
     atomic_write_text(store.summary_path, summary.model_dump_json(indent=2) + "\n")
     return results, summary
+
+
+HEADLINE_METRICS = [
+    ("f1", "F1", ".2f"),
+    ("precision", "precision", ".2f"),
+    ("recall", "recall", ".2f"),
+    ("misleading_rate", "misleading", ".2f"),
+    ("false_alarm_rate", "false alarms", ".2f"),
+    ("abstention_accuracy", "abstention", ".2f"),
+    ("top1_accuracy", "top-1", ".2f"),
+    ("seconds_per_case", "s/case", ".3g"),
+]
+
+
+def format_run_outcome(outcome: RunOutcome) -> str:
+    """The headline a person reads when a run ends: what ran, how cases ended, the main metrics."""
+    from diageval.reports.leaderboard import format_metric
+
+    s, m = outcome.summary, outcome.manifest
+    c = outcome.counts
+    statuses = ", ".join(f"{k} {v}" for k, v in s.counts.statuses.items())
+    lines = [
+        f"run {outcome.run_dir} ({m.status}): {m.diagnoser.name} {m.diagnoser.version} on case set "
+        f"{m.case_set_hash[:12]} (taxonomy {m.taxonomy_version})",
+        f"this invocation: {c['recorded']} prepared, {c['diagnosed']} diagnosed, {c['resumed']} already done, "
+        f"{c['skipped']} skipped",
+        f"{s.counts.cases} results, {s.counts.scored} scored: {statuses}",
+        "",
+    ]
+    width = max(len(label) for _, label, _ in HEADLINE_METRICS)
+    for key, label, digits in HEADLINE_METRICS:
+        lines.append(f"  {label:<{width}}  {format_metric(getattr(s.metrics, key), digits)}")
+    if m.diagnoser.self_test:
+        lines.append("\n(self-test: this diagnoser reads the labels; it checks the harness and is never ranked)")
+    lines.append(f"\nintervals: 95% bootstrap over cases; full metrics in {outcome.run_dir / 'summary.json'}")
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Treat SIGTERM (a CI job cancelled, ``kill``) like Ctrl-C while a run is going: stop cleanly."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 # --- the two phases ---------------------------------------------------------------------------------
@@ -354,16 +413,17 @@ def _default_evidence_fn() -> EvidenceFn:
 
 
 class _Progress:
-    """One line per case on stderr: phase, counter, case id, status, seconds. Silent when stream is None."""
+    """One line per case: phase, counter, case id, status, seconds. Silent when the stream is None."""
 
-    def __init__(self, stream: TextIO | None):
+    def __init__(self, stream: TextIO | Literal["stderr"] | None):
         self.stream = stream
         self._lock = threading.Lock()
 
     def line(self, text: str) -> None:
-        if self.stream is not None:
-            with self._lock:
-                print(text, file=self.stream, flush=True)
+        if self.stream is None:
+            return
+        with self._lock:
+            print(text, file=sys.stderr if self.stream == "stderr" else self.stream, flush=True)
 
     def step(self, phase: str, i: int, total: int, case_id: str, status: str, seconds: float | None) -> None:
         width = len(str(total))

@@ -1,0 +1,78 @@
+"""The CLI shells: `diageval diagnosers list`, `diageval diagnose`, `diageval run` (fake evidence)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import diageval.run as run_module
+from diageval.cli import main
+from diageval.paths import default_cases_dir
+from run_fakes import FakeEvidence, write_bundle
+
+TESTS = Path(__file__).parent
+REAL_CASES = ["healthy/mlp-ddp-healthy.yaml", "input/starved-loader-mlp.yaml"]
+
+
+@pytest.fixture
+def cases_dir(tmp_path) -> Path:
+    """Two real case files (valid against the real registries) in a folder of their own."""
+    root = tmp_path / "cases"
+    for rel in REAL_CASES:
+        src = default_cases_dir() / rel
+        if not src.is_file():
+            pytest.skip(f"{rel} is not in the corpus")
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, root / rel)
+    shutil.copy(default_cases_dir() / "taxonomy.yaml", root / "taxonomy.yaml")
+    return root
+
+
+def test_diagnosers_list_shows_the_built_ins():
+    out = CliRunner().invoke(main, ["diagnosers", "list"])
+    assert out.exit_code == 0, out.output
+    for name in ("null", "prior", "oracle", "leak"):
+        assert any(line.split()[0] == name and "available" in line for line in out.output.splitlines() if line.strip())
+    assert "self-test" in out.output
+
+
+def test_diagnose_prints_findings_or_a_clear_error(tmp_path, cases_dir):
+    bundle = write_bundle(tmp_path / "b", "0f3a")
+    runner = CliRunner()
+    out = runner.invoke(main, ["diagnose", "-d", "null", str(bundle)])
+    assert out.exit_code == 0 and "no findings" in out.output
+    out = runner.invoke(main, ["diagnose", "-d", "prior", "--cases", str(cases_dir), str(bundle)])
+    assert out.exit_code == 0 and "input.dataloader_starvation" in out.output and "confidence 1.00" in out.output
+    out = runner.invoke(main, ["diagnose", "-d", "nul", str(bundle)])
+    assert out.exit_code == 1 and "Did you mean null" in out.output
+    cmd = f"cmd:{sys.executable} {TESTS / 'fake_cmd_diagnoser.py'} {{bundle}} {{out}}"
+    out = runner.invoke(main, ["diagnose", "-d", cmd, "--json", str(bundle)])
+    assert out.exit_code == 0 and json.loads(out.stdout)["findings"][0]["category"] == "compute.straggler_rank"
+    (bundle / "logs" / "rank0.log").write_text("crash\n")
+    out = runner.invoke(main, ["diagnose", "-d", cmd, str(bundle)])
+    assert out.exit_code == 1 and "diagnoser_error: exited with status 2" in out.output
+
+
+def test_run_prints_the_headline_and_resumes(tmp_path, cases_dir, monkeypatch):
+    monkeypatch.setattr(run_module, "_default_evidence_fn", lambda: FakeEvidence(tmp_path / "bundles"))
+    args = ["run", "-d", "oracle", "--cases", str(cases_dir), "--out", str(tmp_path / "runs"), "--timeout", "30"]
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 0, out.output
+    assert "(complete)" in out.output and "recall        1.00" in out.output
+    assert "diagnose [2/2]" in out.stderr
+    run_dirs = list((tmp_path / "runs").iterdir())
+    assert len(run_dirs) == 1 and run_dirs[0].name.startswith("oracle-")
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0 and "2 already done" in again.output
+
+
+def test_run_rejects_unknown_cases_and_diagnosers(tmp_path, cases_dir):
+    out = CliRunner().invoke(main, ["run", "-d", "null", "--cases", str(cases_dir), "--case", "starved-loader-ml"])
+    assert out.exit_code == 1 and "did you mean starved-loader-mlp" in out.output
+    out = CliRunner().invoke(main, ["run", "-d", "orcale", "--cases", str(cases_dir)])
+    assert out.exit_code == 1 and "Did you mean oracle" in out.output
