@@ -37,7 +37,10 @@ Decisions where the design is silent:
 * HTA's logger is silenced and its prints and warnings swallowed while it runs; its failures surface as
   ``DiagnoserFailed("hta_error", ...)`` naming the analysis and rank. Any applicable analysis that raises
   fails the whole diagnosis (a partial answer would hide that HTA broke).
-* No applicable analysis (no CPU operators, no kernels): an abstention with the reason.
+* No applicable analysis (no kernels, no data-loading events): an abstention with the reason.
+* Incomplete evidence: unreadable trace files (truncated gzip or JSON) are left out and the rest analysed;
+  when no cause is found and some rank of ``world_size`` has no readable trace, the diagnosis abstains
+  (the culprit may be the missing rank) rather than implying a healthy run. Symptoms are kept.
 * Private HTA API used, pinned to traceinsight 0.6.x: ``CPGraph`` (subclassed), and the straggler metric
   ``_compute_normalized_start_time_of_significant_comm_kernels`` (called through the public
   ``straggler_identification_impl`` hook of ``get_potential_stragglers``), because the public method
@@ -48,8 +51,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gzip
 import importlib
 import io
+import json
 import logging
 import re
 import traceback
@@ -104,12 +109,63 @@ class HTADiagnoser:
             ) from exc
 
     def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:
-        paths = bundle.trace_paths()
+        paths = {r: str(p) for r, p in bundle.trace_paths().items()}
         if not paths:
             return Diagnosis(abstain=Abstention(reason="the bundle has no trace files for HTA to analyse"))
+        unreadable: dict[int, str] = {}
         with _quiet_hta():
-            trace = _step("loading the traces", None, lambda: _load_trace({r: str(p) for r, p in paths.items()}))
-            return _analyse(trace)
+            try:
+                trace = _load_trace(paths)
+            except Exception as exc:
+                unreadable = _unreadable_traces(paths)
+                if not unreadable:  # the files are fine: HTA itself broke
+                    _step("loading the traces", None, lambda: _reraise(exc))
+                paths = {r: p for r, p in paths.items() if r not in unreadable}
+                if not paths:
+                    return Diagnosis(abstain=Abstention(reason=f"no readable trace: {_describe(unreadable)}"))
+                trace = _step("loading the readable traces", None, lambda: _load_trace(paths))
+            diagnosis = _analyse(trace)
+        return _abstain_if_incomplete(diagnosis, bundle.world_size, set(paths), unreadable)
+
+
+def _reraise(exc: Exception) -> None:
+    raise exc
+
+
+def _unreadable_traces(paths: dict[int, str]) -> dict[int, str]:
+    """Rank -> why its trace file cannot be read as JSON (truncated gzip, cut-off JSON...)."""
+    bad = {}
+    for rank, path in paths.items():
+        try:
+            with (gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")) as fh:
+                json.load(fh)
+        except (OSError, EOFError, ValueError) as exc:
+            bad[rank] = f"{type(exc).__name__}: {str(exc)[:120]}"
+    return bad
+
+
+def _describe(unreadable: dict[int, str]) -> str:
+    return "; ".join(f"rank{r}/trace.json.gz unreadable ({why})" for r, why in sorted(unreadable.items()))
+
+
+def _abstain_if_incomplete(diagnosis: Diagnosis, world_size: int, analysed: set[int], unreadable: dict[int, str]) -> Diagnosis:
+    """No cause found while some ranks' traces are missing or unreadable: the culprit may be among them,
+    so say the evidence is insufficient instead of implying a healthy run (symptoms stay)."""
+    if diagnosis.abstain is not None or diagnosis.causes:
+        return diagnosis
+    missing = sorted(set(range(world_size)) - analysed - set(unreadable))
+    if not missing and not unreadable:
+        return diagnosis
+    parts = []
+    if missing:
+        shown = ", ".join(map(str, missing[:8])) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        parts.append(f"no trace for rank(s) {shown} of {world_size}")
+    if unreadable:
+        parts.append(_describe(unreadable))
+    return Diagnosis(
+        findings=diagnosis.findings,
+        abstain=Abstention(reason=f"HTA found no cause in the traces it could read, but {'; '.join(parts)}"),
+    )
 
 
 # --- running HTA -----------------------------------------------------------------------------------

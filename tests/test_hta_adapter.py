@@ -132,3 +132,38 @@ def test_empty_bundle_abstains(hta_diagnoser, tmp_path):
     for p in b.trace_paths().values():
         p.unlink()
     assert "no trace files" in hta_diagnoser.diagnose(b).abstain.reason
+
+
+def test_missing_rank_and_no_cause_abstains_but_a_found_cause_stands(hta_diagnoser, tmp_path):
+    healthy = cpu_bundle(tmp_path, "h", steps=4, step_us=10_000, load_us=500)
+    healthy.trace_paths()[1].unlink()
+    d = hta_diagnoser.diagnose(healthy)
+    assert d.causes == [] and "no trace for rank(s) 1 of 2" in d.abstain.reason
+    starved = cpu_bundle(tmp_path, "s", steps=4, step_us=10_000, load_us=8_000)
+    starved.trace_paths()[1].unlink()
+    d = hta_diagnoser.diagnose(starved)
+    assert d.abstain is None and [f.category for f in d.causes] == ["input.dataloader_starvation"]
+
+
+def test_truncated_trace_is_left_out_not_a_failure(hta_diagnoser, tmp_path):
+    b = cpu_bundle(tmp_path, "t", steps=4, step_us=10_000, load_us=500)
+    path = b.trace_paths()[1]
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    d = hta_diagnoser.diagnose(b)
+    assert d.causes == [] and "rank1/trace.json.gz unreadable" in d.abstain.reason
+    b.trace_paths()[0].write_bytes(b"\x1f\x8b garbage")
+    d = hta_diagnoser.diagnose(b)
+    assert d.abstain.reason.startswith("no readable trace") and "rank0" in d.abstain.reason
+
+
+def test_hta_failing_on_readable_traces_is_a_diagnoser_failure(hta_diagnoser, tmp_path, monkeypatch):
+    from diageval.diagnosers import hta_adapter
+
+    b = cpu_bundle(tmp_path, "f", steps=3, step_us=10_000, load_us=500)
+
+    def broken_loader(trace_files):
+        raise ValueError("Trace files validation failed.")
+
+    monkeypatch.setattr(hta_adapter, "_load_trace", broken_loader)
+    with pytest.raises(DiagnoserFailed, match="HTA failed loading the traces: ValueError: Trace files validation"):
+        hta_diagnoser.diagnose(b)
