@@ -91,9 +91,9 @@ class Labels(_Strict):
     @model_validator(mode="after")
     def _expect_matches_causes(self) -> "Labels":
         if self.expect == "diagnose" and not self.causes:
-            raise ValueError("expect: diagnose needs at least one entry under causes")
+            raise ValueError("causes: a case with expect: diagnose needs at least one labeled cause")
         if self.expect != "diagnose" and self.causes:
-            raise ValueError(f"expect: {self.expect} labels no cause; move them out or use expect: diagnose")
+            raise ValueError(f"causes: a case with expect: {self.expect} labels no cause; remove them or use expect: diagnose")
         return self
 
 
