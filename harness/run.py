@@ -267,7 +267,7 @@ class _Pipeline:
             EvidenceBundle.open(bundle_dir)
         except Exception as exc:
             return {"status": "harness_error", "error": f"unreadable bundle: {exc}", **ids}
-        if case.id in str(bundle_dir.resolve()):
+        if re.search(rf"(?<![a-z0-9]){re.escape(case.id)}(?![a-z0-9])", str(bundle_dir.resolve()).lower()):
             return {"status": "harness_error", "error": f"the bundle path {bundle_dir} reveals the case id", **ids}
         verification = getattr(prepared, "verification", None)
         impact = getattr(verification, "impact", None)

@@ -31,6 +31,15 @@ def _run(spec, case_set, tmp_path, evidence, **kw):
     )
 
 
+def _alive(pid: int) -> bool:
+    """Running (a killed child whose parent is gone may linger as a zombie until init reaps it: dead)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def _statuses(run_dir: Path) -> dict[str, str]:
     return {r["case_id"]: r["status"] for r in RunStore(run_dir).read_results()}
 
@@ -132,7 +141,8 @@ def test_rerunning_resumes_without_redoing_finished_cases(tmp_path, calls):
     assert second.summary.counts.cases == 5
 
 
-def test_a_killed_run_is_interrupted_consistently_and_resumes(tmp_path, calls):
+@pytest.mark.parametrize("spec", ["fake_diagnosers:ScriptedDiagnoser", CMD])
+def test_a_killed_run_is_interrupted_consistently_and_resumes(tmp_path, calls, spec):
     """Ctrl-C a real `run` process while its diagnoser sleeps; then resume it here."""
     script = {"i1": "ok", "i2": "ok", "i3": "sleep 30", "i4": "ok"}
     runner = tmp_path / "runner.py"
@@ -145,7 +155,7 @@ def test_a_killed_run_is_interrupted_consistently_and_resumes(tmp_path, calls):
         from run_fakes import FakeEvidence, make_case, make_case_set
         script = {script!r}
         case_set = make_case_set([make_case(c) for c in script])
-        run_diagnoser(resolve_diagnoser("fake_diagnosers:ScriptedDiagnoser"), case_set, cases_dir=Path("cases"),
+        run_diagnoser(resolve_diagnoser({spec!r}), case_set, cases_dir=Path("cases"),
                       out_dir=Path({str(tmp_path / 'runs')!r}), run_id="killed", timeout=60,
                       evidence_fn=FakeEvidence(Path({str(tmp_path / 'bundles')!r}), log_text=script),
                       cuda_device_count=lambda: 0)
@@ -165,14 +175,15 @@ def test_a_killed_run_is_interrupted_consistently_and_resumes(tmp_path, calls):
     assert set(_statuses(run_dir)) == {"i1", "i2"}
     assert not store.diagnosis_path("i3").exists()
     before = len(calls())
+    first_run_pids = {int(pid) for pid, _ in calls()}
 
     script["i3"] = "ok"  # fresh bundle folders (same bundle ids) whose logs no longer ask for a sleep
     case_set = make_case_set([make_case(c) for c in script])
-    out = _run("fake_diagnosers:ScriptedDiagnoser", case_set, tmp_path, FakeEvidence(tmp_path / "bundles2", log_text=script),
-               run_id="killed", timeout=60)
+    out = _run(spec, case_set, tmp_path, FakeEvidence(tmp_path / "bundles2", log_text=script), run_id="killed", timeout=60)
     assert out.counts["resumed"] == 2 and out.manifest.status == "complete"
     assert set(_statuses(run_dir)) == {"i1", "i2", "i3", "i4"}
     assert len(calls()) - before == 2  # only i3 and i4 were diagnosed again
+    assert not [pid for pid in first_run_pids if _alive(pid)], "diagnoser processes outlived the interrupted run"
 
 
 def test_jobs_run_diagnoses_concurrently_in_separate_workers(tmp_path, calls):
