@@ -34,7 +34,7 @@ Decisions where the design is silent:
 * Traces are parsed in-process (``use_multiprocessing=False``): HTA's fork pool inside a worker that may
   hold threads is a hang risk, and bundles have few ranks. ``include_last_profiler_step=True``: a bundle's
   trace window ends with a complete step (HTA's default drops it as possibly truncated).
-* HTA's logger is silenced and its prints and warnings swallowed while it runs; its failures surface as
+* HTA's logging, prints and warnings are silenced while it runs (see :func:`_quiet_hta`); its failures surface as
   ``DiagnoserFailed("hta_error", ...)`` naming the analysis and rank. Any applicable analysis that raises
   fails the whole diagnosis (a partial answer would hide that HTA broke).
 * No applicable analysis (no kernels, no data-loading events): an abstention with the reason.
@@ -173,18 +173,28 @@ def _abstain_if_incomplete(diagnosis: Diagnosis, world_size: int, analysed: set[
 
 @contextlib.contextmanager
 def _quiet_hta() -> Iterator[None]:
-    """Silence HTA's logger, prints and warnings for the duration; restore the logger after."""
-    logger = logging.getLogger("hta")
-    level, propagate = logger.level, logger.propagate
-    logger.setLevel(logging.CRITICAL + 1)
-    logger.propagate = False
+    """Silence HTA for the duration, and leave logging as it was.
+
+    HTA logs through its ``hta`` logger and also through the root logger's module functions
+    (``logging.info(...)`` in its critical path), which call ``basicConfig`` -- adding a stderr handler
+    to the process' root logger for good -- when the root has no handler. So: logging is disabled while
+    HTA runs, a NullHandler keeps the root "configured" meanwhile, and both are undone after; HTA's
+    prints (``CPGraph.summary``) and warnings (pandas deprecations) are swallowed too.
+    """
+    root = logging.getLogger()
+    guard = logging.NullHandler() if not root.handlers else None
+    if guard is not None:
+        root.addHandler(guard)
+    disabled_before = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
             yield
     finally:
-        logger.setLevel(level)
-        logger.propagate = propagate
+        logging.disable(disabled_before)
+        if guard is not None:
+            root.removeHandler(guard)
 
 
 def _step(what: str, rank: int | None, fn: Callable[[], T]) -> T:

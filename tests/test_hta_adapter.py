@@ -41,7 +41,7 @@ def cpu_trace(rank: int, *, steps: int, step_us: float, load_us: float | None, w
     events: list[dict] = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "ts": 0, "args": {"name": "python"}}]
     ext = 0
 
-    def x(cat: str, name: str, ts: float, dur: float) -> None:
+    def x(cat: str, name: str, ts: float, dur: float, tid: int = tid) -> None:
         nonlocal ext
         ext += 1
         events.append({"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
@@ -55,9 +55,13 @@ def cpu_trace(rank: int, *, steps: int, step_us: float, load_us: float | None, w
             x("user_annotation", DATALOADER_NEXT, cursor, load_us)
             cursor += load_us + 5
         remaining = t + step_us - 5 - cursor
-        for name in ("aten::linear", "aten::relu", "aten::linear", "aten::mse_loss", "autograd::engine::evaluate_function"):
-            x("cpu_op", name, cursor, remaining / 5 - 2)
-            cursor += remaining / 5
+        x("user_annotation", "## forward ##", cursor, remaining / 2 - 1)
+        for name in ("aten::linear", "aten::relu", "aten::mse_loss"):
+            x("cpu_op", name, cursor, remaining / 6 - 2)
+            cursor += remaining / 6
+        for name in ("autograd::engine::evaluate_function: AddmmBackward0", "aten::mm"):
+            x("cpu_op", name, cursor, remaining / 4 - 2, tid=tid + 1)  # backward runs on its own thread
+            cursor += remaining / 4
         t += step_us + 10
     return {"schemaVersion": 1, "deviceProperties": [],
             "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": world_size},
@@ -68,7 +72,8 @@ def cpu_bundle(tmp_path: Path, name: str, **kw) -> EvidenceBundle:
     src = tmp_path / f"{name}-src"
     src.mkdir()
     for r in (0, 1):
-        (src / f"rank{r}.json").write_text(json.dumps(cpu_trace(r, **kw)))
+        # compact JSON, as some exporters write it: HTA's own rank regex ('"rank":\\s+N') would miss it
+        (src / f"rank{r}.json").write_text(json.dumps(cpu_trace(r, **kw), separators=(",", ":")))
     return EvidenceBundle.open(import_traces([src], tmp_path / name))
 
 
@@ -87,7 +92,7 @@ def test_cpu_bundle_starved_input_pipeline(hta_diagnoser, tmp_path):
     [f] = d.causes
     assert f.category == "input.dataloader_starvation" and f.ranks is None
     assert 0.6 <= f.impact <= 0.8  # the load is 75% of each step
-    assert any(e.startswith("rank0/trace.json.gz: HTA critical path") for e in f.evidence)
+    assert [e.split(":")[0] for e in f.evidence] == ["rank0/trace.json.gz", "rank1/trace.json.gz"]
 
 
 def test_cpu_bundle_healthy_input_pipeline(hta_diagnoser, tmp_path):
@@ -125,6 +130,21 @@ def test_hta_is_silent_and_leaves_logging_as_it_was(hta_diagnoser, tmp_path, cap
     assert capsys.readouterr().out == ""
     assert not [r for r in caplog.records if r.name.startswith("hta")]
     assert logging.getLogger("hta").level == before
+
+
+def test_hta_leaves_the_root_logger_unconfigured(hta_diagnoser, tmp_path):
+    # HTA's critical path calls logging.info() on the root logger when it merges the backward thread,
+    # which would install a stderr handler on an unconfigured root for the rest of the process
+    root = logging.getLogger()
+    saved = root.handlers[:]
+    for h in saved:
+        root.removeHandler(h)
+    try:
+        hta_diagnoser.diagnose(cpu_bundle(tmp_path, "root", steps=4, step_us=10_000, load_us=8_000))
+        assert root.handlers == [] and logging.root.manager.disable == logging.NOTSET
+    finally:
+        for h in saved:
+            root.addHandler(h)
 
 
 def test_empty_bundle_abstains(hta_diagnoser, tmp_path):
