@@ -36,6 +36,7 @@ class StepCollectives(BaseModel):
     skew_us: float  # largest (latest arrival - earliest arrival) over the step's calls
     late_rank: int  # the latest rank at that call
     shared_us: float  # time during which every rank was inside the same call (union over calls)
+    payload_bytes: int | None  # bytes the step's calls reduce (one rank's tensors), when recorded
     inside_us: dict[int, float]  # rank -> time inside collectives
     work_us: dict[int, float]  # rank -> step time not spent waiting (data or collectives)
     data_us: dict[int, float]
@@ -66,6 +67,8 @@ def measure_collectives(ev: RunEvidence) -> list[StepCollectives]:
             if min(ends.values()) > last:
                 together.append((last, min(ends.values())))
         shared = union_length(together, float("-inf"), float("inf"))
+        sizes = [c.payload_bytes for c in steps[ranks[0]].collectives]
+        payload = sum(sizes) if sizes and all(sizes) else None
         table.append(
             StepCollectives(
                 number=n,
@@ -74,6 +77,7 @@ def measure_collectives(ev: RunEvidence) -> list[StepCollectives]:
                 skew_us=skew,
                 late_rank=late_rank,
                 shared_us=shared,
+                payload_bytes=payload,
                 inside_us={r: st.collective_us for r, st in steps.items()},
                 work_us={r: max(0.0, st.dur_us - st.data_wait_us - st.collective_us) for r, st in steps.items()},
                 data_us={r: st.data_wait_us for r, st in steps.items()},
@@ -104,10 +108,17 @@ def judge_straggler(table: list[StepCollectives], ev: RunEvidence) -> list[Findi
     skew_share = median([row.skew_us / row.step_us for row in rows])
     if skew_share < T.SKEW_SHARE:
         return []
-    extra_work = median([row.work_us[rank] - median([w for r, w in row.work_us.items() if r != rank]) for row in rows])
-    extra_data = median([row.data_us[rank] - median([w for r, w in row.data_us.items() if r != rank]) for row in rows])
+    def extra(row: StepCollectives, of: dict[int, float]) -> float:
+        return of[rank] - median([v for r, v in of.items() if r != rank])
+
+    # per step, how much of the lateness the rank's own work (vs its data wait) explains; the median of
+    # per-step ratios is robust to the odd step where a descheduled data worker inflates one side
+    work_ratio = median([extra(row, row.work_us) / row.skew_us for row in rows if row.skew_us > 0])
+    data_ratio = median([extra(row, row.data_us) / row.skew_us for row in rows if row.skew_us > 0])
+    extra_work = median([extra(row, row.work_us) for row in rows])
+    extra_data = median([extra(row, row.data_us) for row in rows])
     skew = median([row.skew_us for row in rows])
-    if extra_work < T.COMPUTE_EXPLAINS_SKEW * skew or extra_data > extra_work:
+    if work_ratio < T.COMPUTE_EXPLAINS_SKEW or data_ratio > work_ratio:
         return []
     peers = [r for r in ev.traces if r != rank]
     peer_inside = median([median([row.inside_us[r] for r in peers]) for row in rows])
@@ -136,44 +147,83 @@ def judge_straggler(table: list[StepCollectives], ev: RunEvidence) -> list[Findi
     ]
 
 
+def bus_bandwidth(row: StepCollectives, world_size: int) -> float | None:
+    """Bytes/s the step's collectives moved while every rank was inside them (nccl-tests' bus bandwidth:
+    payload x 2(n-1)/n over the time, the traffic each rank's link carries in a ring all_reduce)."""
+    if not row.payload_bytes or row.shared_us <= 0 or world_size < 2:
+        return None
+    return row.payload_bytes * 2 * (world_size - 1) / world_size / (row.shared_us / 1e6)
+
+
 def judge_stall(table: list[StepCollectives], ev: RunEvidence) -> list[Finding]:
-    """Every rank inside the collective together for a large share of the step, arrivals nearly aligned."""
+    """Every rank inside the collective together, and the collective itself slow.
+
+    "Slow" is judged by bus bandwidth when the trace records the payload (gloo annotations with
+    record_shapes): below ``MIN_BUS_BYTES_PER_S`` while that time is a real share of the step. Arrival
+    skew does not matter then: a stalled collective is slow however the ranks arrive. Without payload
+    sizes (NCCL kernels), by time: all ranks inside together for a large share of the step while late
+    arrivals explain less than half of it.
+    """
     if len(table) < 3:
         return []
+    n = len(ev.traces)
     shares = [row.shared_us / row.step_us for row in table]
-    flags = [
-        s >= T.SHARED_COLLECTIVE_SHARE and row.skew_us <= T.SKEW_OVER_SHARED_MAX * row.shared_us
-        for s, row in zip(shares, table)
-    ]
+    bws = [bus_bandwidth(row, n) for row in table]
+    by_bandwidth = sum(b is not None for b in bws) >= len(table) / 2
+    if by_bandwidth:
+        flags = [
+            b is not None and b < T.MIN_BUS_BYTES_PER_S and s >= T.STALL_MIN_SHARE for b, s in zip(bws, shares)
+        ]
+    else:
+        flags = [
+            s >= T.SHARED_COLLECTIVE_SHARE and row.skew_us <= T.SKEW_OVER_SHARED_MAX * row.shared_us
+            for s, row in zip(shares, table)
+        ]
     seg = best_segment(flags)
     if seg is None:
         return []
     rows = table[seg[0] : seg[1]]
     persistence = sum(flags[seg[0] : seg[1]]) / len(rows)
+    if len(rows) < min_block(len(table)) or persistence < T.PERSISTENT_SHARE:
+        return []
     share = median(shares[seg[0] : seg[1]])
     skew = median([row.skew_us for row in rows])
     shared = median([row.shared_us for row in rows])
-    if len(rows) < min_block(len(table)) or persistence < T.PERSISTENT_SHARE or share < T.SHARED_COLLECTIVE_SHARE:
-        return []
-    if skew > T.SKEW_OVER_SHARED_MAX * shared:
-        return []
     start, stop = _step_range(ev, table, seg)
     names = sorted({n for s in ev.traces.values() for n in s.collective_names})
+    evidence = [
+        f"{ev.trace_file(r)}: {', '.join(names)} median {median([row.inside_us[r] for row in rows]) / 1e3:.2f} ms/step"
+        for r in sorted(ev.traces)
+    ]
+    evidence.append(f"arrival skew median {skew / 1e3:.2f} ms vs time all ranks are inside together {shared / 1e3:.2f} ms per step")
+    if by_bandwidth:
+        bw = median([b for b in bws[seg[0] : seg[1]] if b is not None])
+        payload = median([row.payload_bytes for row in rows if row.payload_bytes])
+        evidence.append(
+            f"payload {payload / 1e6:.2f} MB per step (Input Dims) moved at a bus bandwidth of {bw / 1e6:.1f} MB/s"
+            f" while every rank was inside (below {T.MIN_BUS_BYTES_PER_S / 1e6:.0f} MB/s: slower than a 1 Gbit/s link)"
+        )
+        confidence = confidence_from_margin(T.MIN_BUS_BYTES_PER_S / bw, 1.0, persistence)
+        summary = (
+            f"all {n} ranks sit inside the collectives together {shared / 1e3:.2f} ms per step ({share:.0%} of it),"
+            f" moving data at only {bw / 1e6:.1f} MB/s"
+        )
+    else:
+        if share < T.SHARED_COLLECTIVE_SHARE or skew > T.SKEW_OVER_SHARED_MAX * shared:
+            return []
+        confidence = confidence_from_margin(share, T.SHARED_COLLECTIVE_SHARE, persistence)
+        summary = (
+            f"all {n} ranks sit inside the collectives together {shared / 1e3:.2f} ms per step"
+            f" ({share:.0%} of it) although they arrive within {skew / 1e3:.2f} ms of each other"
+        )
     return [
         Finding(
             category="comm.collective_stall",
-            confidence=confidence_from_margin(share, T.SHARED_COLLECTIVE_SHARE, persistence),
+            confidence=confidence,
             ranks=sorted(ev.traces),
             steps=(start, stop),
             impact=round(min(1.0, share), 3),
-            summary=(
-                f"all {len(ev.traces)} ranks sit inside the collectives together {shared / 1e3:.2f} ms per step"
-                f" ({share:.0%} of it) although they arrive within {skew / 1e3:.2f} ms of each other"
-            ),
-            evidence=[
-                f"{ev.trace_file(r)}: {', '.join(names)} median {median([row.inside_us[r] for row in rows]) / 1e3:.2f} ms/step"
-                for r in sorted(ev.traces)
-            ]
-            + [f"arrival skew median {skew / 1e3:.2f} ms vs shared in-collective time {shared / 1e3:.2f} ms per step"],
+            summary=summary,
+            evidence=evidence,
         )
     ]

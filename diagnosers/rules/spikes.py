@@ -7,8 +7,9 @@ warm-up (allocations, lazy imports, the profiler starting) makes it slow in heal
 
 Spikes that fall inside the profiled window are attributed: the extra time must sit in the training
 thread's unexplained time (no recorded op, no data wait, no collective) on some rank. That rank is
-where the save runs; peers that merely wait for it in the next collective are not blamed. Spikes outside
-the window cannot be attributed and lower the confidence.
+where the save runs; peers that merely wait for it in the next collective are not blamed. At least one
+stall must be seen that way when the traces have steps; stalls outside the window then extend the
+pattern (and lower the confidence), they cannot establish it.
 """
 
 from __future__ import annotations
@@ -47,18 +48,43 @@ def _durations(ev: RunEvidence) -> tuple[str, dict[int, dict[int, float]]]:
     return "trace", out
 
 
+def _quiet_level(durations: list[float]) -> tuple[float, float]:
+    """Median and robust sigma of the quiet steps.
+
+    One clipping pass: steps over SPIKE_CLIP x the median are set aside before the statistics are taken,
+    so that frequent stalls (a save every 3-4 steps) do not drag the median and inflate the sigma until
+    the stalls no longer stand out from them.
+    """
+    med = median(durations)
+    quiet = [d for d in durations if d < T.SPIKE_CLIP * med] or durations
+    return median(quiet), robust_sigma(quiet)
+
+
 def measure_spikes(ev: RunEvidence) -> SpikeTable | None:
+    """Spikes per rank against that rank's own median (a save on one rank must not be hidden by the
+    peers that wait for it a step later), merged over ranks."""
     source, durs = _durations(ev)
     if len(durs) < 5:
         return None
     numbers = sorted(durs)
+    ranks = sorted({r for per in durs.values() for r in per})
+    excess: dict[int, float] = {}
+    medians, sigmas = [], []
+    for rank in ranks:
+        own = {n: durs[n][rank] for n in numbers[1:] if rank in durs[n]}
+        if len(own) < 4:
+            continue
+        med, sigma = _quiet_level(list(own.values()))
+        medians.append(med)
+        sigmas.append(sigma)
+        for n, d in own.items():
+            if d >= T.SPIKE_RATIO * med and d - med >= T.SPIKE_SIGMAS * sigma:
+                excess[n] = max(excess.get(n, 0.0), d - med)
+    if not medians:
+        return None
+    spikes = sorted(excess)
     per_step = {n: max(durs[n].values()) for n in numbers}
-    body = [per_step[n] for n in numbers[1:]]
-    med, sigma = median(body), robust_sigma(body)
-    spikes = [
-        n for n in numbers[1:]
-        if per_step[n] >= T.SPIKE_RATIO * med and per_step[n] - med >= T.SPIKE_SIGMAS * sigma
-    ]
+    med = median(medians)
     # per-rank trace steps by training step number, for attribution
     trace_steps = {
         rank: {ev.training_step(rank, st.number): st for st in s.steps} for rank, s in ev.traces.items()
@@ -70,19 +96,18 @@ def measure_spikes(ev: RunEvidence) -> SpikeTable | None:
     attributed: dict[int, dict[int, float]] = {}
     data_share: dict[int, float] = {}
     for n in spikes:
-        excess = per_step[n] - med
         here = {rank: steps[n] for rank, steps in trace_steps.items() if n in steps}
-        if not here or excess <= 0:
+        if not here:
             continue
-        attributed[n] = {r: max(0.0, st.unexplained_us - quiet_unexpl[r]) / excess for r, st in here.items()}
-        data_share[n] = max(max(0.0, st.data_wait_us - quiet_data[r]) / excess for r, st in here.items())
+        attributed[n] = {r: max(0.0, st.unexplained_us - quiet_unexpl[r]) / excess[n] for r, st in here.items()}
+        data_share[n] = max(max(0.0, st.data_wait_us - quiet_data[r]) / excess[n] for r, st in here.items())
     return SpikeTable(
         source=source,
         steps=len(numbers),
         median_us=med,
-        sigma_us=sigma,
+        sigma_us=median(sigmas),
         spikes=spikes,
-        excess_us={n: per_step[n] - med for n in spikes},
+        excess_us=excess,
         total_us=sum(per_step.values()),
         attributed=attributed,
         data_share=data_share,
@@ -121,6 +146,8 @@ def judge_blocking_save(table: SpikeTable | None, ev: RunEvidence) -> list[Findi
     if impact < T.SPIKE_IMPACT:
         return []
     seen = [n for n in kept if n in table.attributed]
+    if not seen and any(s.steps for s in ev.traces.values()):
+        return []  # none of the stalls falls where the trace can show what the time was spent on
     ranks: set[int] = set()
     for n in seen:
         shares = table.attributed[n]

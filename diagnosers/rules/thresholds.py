@@ -12,25 +12,35 @@ DATA_WAIT_SHARE = 0.30
 # Straggler: the late rank must make its peers wait for at least this share of the step, on most steps.
 SKEW_SHARE = 0.10
 PERSISTENT_SHARE = 0.60
-# ... and its own non-waiting work must account for at least this part of the skew (otherwise its
-# lateness is explained by something else, e.g. its data wait).
+# ... and its own non-waiting work must account for at least this part of the skew (median over steps
+# of extra work / skew; otherwise its lateness is explained by something else, e.g. its data wait).
 COMPUTE_EXPLAINS_SKEW = 0.5
 
-# Collective stall: all ranks are inside the collective together for this share of the step, while
-# late arrivals explain less than half of the time spent inside.
+# Collective stall, when the trace records payload sizes: while every rank is inside, the collective
+# moves data at a bus bandwidth below 100 MB/s, slower than a 1 Gbit/s link (the slowest interconnect a
+# training job runs over; loopback, NVLink, InfiniBand are 10-1000x faster), and that time is at least
+# STALL_MIN_SHARE of the step (otherwise it does not matter).
+MIN_BUS_BYTES_PER_S = 100e6
+STALL_MIN_SHARE = 0.10
+# Without payload sizes: all ranks inside together for this share of the step, while late arrivals
+# explain less than half of the time spent inside.
 SHARED_COLLECTIVE_SHARE = 0.35
 SKEW_OVER_SHARED_MAX = 0.5
 
-# Spikes (blocking checkpoint): a step is a spike when it is at least SPIKE_RATIO x the run's median
-# and also SPIKE_SIGMAS robust standard deviations above it; the spikes together must cost at least
-# SPIKE_IMPACT of the run's time (a tenth: a save that costs less is a benign, routine checkpoint), and recur (at least MIN_SPIKES of them, the first step excluded).
-SPIKE_RATIO = 1.5
+# Spikes (blocking checkpoint): a step is a spike when it is at least SPIKE_RATIO x the run's median,
+# i.e. the stall costs two extra steps or more (single steps at 2x the median are common on a busy host,
+# notes/measured.md, and a routine fast checkpoint costs about one step), and also SPIKE_SIGMAS robust
+# standard deviations above the quiet steps; the spikes together must cost at least
+# SPIKE_IMPACT of the run's time, and recur (at least MIN_SPIKES of them, the first step excluded).
+SPIKE_RATIO = 3.0
 SPIKE_SIGMAS = 4.0
 SPIKE_IMPACT = 0.10
 MIN_SPIKES = 2
 # Recurring stalls of one cause are alike: an event costing less than 1/SPIKE_SIMILARITY of the typical
 # one is not part of the pattern (a warm-up step, a descheduling hiccup).
 SPIKE_SIMILARITY = 3.0
+# Steps over this multiple of the median are left out when the quiet level is estimated.
+SPIKE_CLIP = 2.0
 # The extra time of a spike must sit in unexplained host time (not data wait, ops or collectives).
 SPIKE_UNEXPLAINED_SHARE = 0.5
 
