@@ -119,17 +119,13 @@ class HTADiagnoser:
             except Exception as exc:
                 unreadable = _unreadable_traces(paths)
                 if not unreadable:  # the files are fine: HTA itself broke
-                    _step("loading the traces", None, lambda: _reraise(exc))
+                    raise _hta_failure("loading the traces", None, exc) from exc
                 paths = {r: p for r, p in paths.items() if r not in unreadable}
                 if not paths:
                     return Diagnosis(abstain=Abstention(reason=f"no readable trace: {_describe(unreadable)}"))
                 trace = _step("loading the readable traces", None, lambda: _load_trace(paths))
             diagnosis = _analyse(trace)
         return _abstain_if_incomplete(diagnosis, bundle.world_size, set(paths), unreadable)
-
-
-def _reraise(exc: Exception) -> None:
-    raise exc
 
 
 def _unreadable_traces(paths: dict[int, str]) -> dict[int, str]:
@@ -204,12 +200,16 @@ def _step(what: str, rank: int | None, fn: Callable[[], T]) -> T:
     except DiagnoserFailed:
         raise
     except Exception as exc:
-        where = f" on rank {rank}" if rank is not None else ""
-        message = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-        if not message and exc.__traceback__ is not None:  # a bare assert: say where it fired
-            frame = traceback.extract_tb(exc.__traceback__)[-1]
-            message = f"at {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno} ({(frame.line or '').strip()})"
-        raise DiagnoserFailed("hta_error", f"HTA failed {what}{where}: {type(exc).__name__}: {message}") from exc
+        raise _hta_failure(what, rank, exc) from exc
+
+
+def _hta_failure(what: str, rank: int | None, exc: BaseException) -> DiagnoserFailed:
+    where = f" on rank {rank}" if rank is not None else ""
+    message = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+    if not message and exc.__traceback__ is not None:  # a bare assert: say where it fired
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        message = f"at {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno} ({(frame.line or '').strip()})"
+    return DiagnoserFailed("hta_error", f"HTA failed {what}{where}: {type(exc).__name__}: {message}")
 
 
 def _load_trace(trace_files: dict[int, str]) -> Any:
