@@ -251,6 +251,12 @@ class _Pipeline:
                 status = outcome["status"]
                 self._save(loaded, None, outcome)
             self.show.step("evidence", i, len(todo), loaded.case.id, status, time.perf_counter() - start)
+        sharing: dict[str, list[str]] = {}
+        for r in ready:
+            sharing.setdefault(r.bundle_id, []).append(r.loaded.case.id)
+        for bundle_id, ids in sharing.items():
+            if len(ids) > 1:  # identical recording specs: one piece of evidence, judged against several labels
+                self.show.line(f"note: cases {', '.join(ids)} share bundle {bundle_id} (identical workload and faults)")
         return ready
 
     def _prepare(self, loaded: LoadedCase, evidence_fn: EvidenceFn, device: Device) -> "_Ready | dict[str, Any]":
