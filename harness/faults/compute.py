@@ -1,10 +1,10 @@
 """Compute-side faults: a straggler rank, many tiny ops, and a one-off pause (a confounder).
 
-* ``slow_rank``: on ``target_rank``, from ``start_step`` on, each parametrised layer's forward is
-  followed by a busy wait of ``(slowdown_factor - 1) * 3 * (its forward time)``; 3x because backward
-  costs about twice the forward, so the whole compute of the step grows by about ``slowdown_factor``
-  while the ops themselves, their shapes and their count stay the same (a throttled device). Busy, not
-  asleep, so the rank's CPU use looks like compute. Its peers wait for it inside the collective.
+* ``slow_rank``: on ``target_rank``, from ``start_step`` on, each parametrised layer's forward and
+  backward are followed by a busy wait of ``(slowdown_factor - 1)`` times their own duration, so the
+  layers' compute takes ``slowdown_factor`` times as long while the ops, their shapes and their count stay
+  the same (a throttled device). Busy, not asleep, so the rank's CPU use looks like compute. Its peers
+  wait for it inside the collective. (Optimizer, data and communication time are not scaled.)
 * ``kernel_launch_overhead``: every Linear/Conv2d layer runs as ``pieces_per_layer`` calls over slices
   of the batch, concatenated: the same math as many small ops, so per-op dispatch dominates the step.
 * ``one_off_pause``: every rank stalls ``pause_ms`` at the start of ``pause_step`` (a host hiccup, a
@@ -14,12 +14,10 @@
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any
 
 from diageval.faults.base import LiveFault
-
-_BACKWARD_AND_FORWARD = 3.0
-
 
 def _busy_wait(seconds: float) -> None:
     end = time.perf_counter() + seconds
@@ -35,25 +33,30 @@ class SlowRank(LiveFault):
     def __init__(self, params, ctx):
         super().__init__(params, ctx)
         self._active = False
-        self._started: dict[int, float] = {}
+        self._started: dict[tuple[int, str], float] = {}
 
     def model(self, model: Any) -> Any:
         if self.ctx.rank != self.params.target_rank:
             return model
-        extra = (self.params.slowdown_factor - 1.0) * _BACKWARD_AND_FORWARD
+        # The first layer's input needs no gradient, so torch warns on every backward that its full
+        # backward hook fires on output gradients only. The warning would appear in this rank's log alone
+        # and give the injection away; the hook still does its job.
+        warnings.filterwarnings("ignore", message="Full backward hook is firing", category=UserWarning)
         for layer in _param_layers(model):
-            layer.register_forward_pre_hook(self._pre)
-            layer.register_forward_hook(lambda mod, inp, out, extra=extra: self._post(mod, extra))
+            layer.register_forward_pre_hook(lambda mod, inp: self._begin(mod, "f"))
+            layer.register_forward_hook(lambda mod, inp, out: self._end(mod, "f"))
+            layer.register_full_backward_pre_hook(lambda mod, grad_out: self._begin(mod, "b"))
+            layer.register_full_backward_hook(lambda mod, grad_in, grad_out: self._end(mod, "b"))
         return model
 
-    def _pre(self, module: Any, inputs: Any) -> None:
+    def _begin(self, module: Any, phase: str) -> None:
         if self._active:
-            self._started[id(module)] = time.perf_counter()
+            self._started[(id(module), phase)] = time.perf_counter()
 
-    def _post(self, module: Any, extra: float) -> None:
-        start = self._started.pop(id(module), None)
+    def _end(self, module: Any, phase: str) -> None:
+        start = self._started.pop((id(module), phase), None)
         if start is not None:
-            _busy_wait(extra * (time.perf_counter() - start))
+            _busy_wait((self.params.slowdown_factor - 1.0) * (time.perf_counter() - start))
 
     def on_step_start(self, step: int) -> None:
         self._active = step >= self.params.start_step

@@ -51,19 +51,22 @@ class MetricsSampler:
             last_t = now
             t = time.time()
             for rank, proc in procs.items():
-                try:
-                    family = [proc] + proc.children(recursive=True)
-                    cpu = 0.0
-                    rss = 0
-                    for p in family:
-                        try:
-                            times = p.cpu_times()
-                            cpu += times.user + times.system
-                            rss += p.memory_info().rss
-                        except psutil.Error:
-                            pass
+                try:  # the rank itself must answer; its DataLoader workers may come and go
+                    times = proc.cpu_times()
+                    cpu = times.user + times.system
+                    rss = proc.memory_info().rss
+                    children = proc.children(recursive=True)
+                    if proc.status() == psutil.STATUS_ZOMBIE:
+                        continue
                 except psutil.Error:
                     continue
+                for child in children:
+                    try:
+                        times = child.cpu_times()
+                        cpu += times.user + times.system
+                        rss += child.memory_info().rss
+                    except psutil.Error:
+                        pass
                 prev = last_cpu.get(rank)
                 last_cpu[rank] = cpu
                 if prev is None:

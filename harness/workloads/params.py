@@ -32,6 +32,6 @@ class MlpParams(CommonParams):
 
 class ConvParams(CommonParams):
     batch_size: int = Field(32, ge=1, le=4096, description="Samples per rank per step")
-    image_size: int = Field(32, ge=8, le=256)
-    channels: int = Field(32, ge=1, le=512, description="Channels of the conv layers")
+    image_size: int = Field(16, ge=8, le=256)
+    channels: int = Field(16, ge=1, le=512, description="Channels of the conv layers")
     classes: int = Field(10, ge=2, le=1000)

@@ -1,0 +1,93 @@
+"""No bundle may name its case: not the case id, a fault name, a fault parameter name, a taxonomy id,
+or an injector's class name, in any file name or any file's bytes (gzipped traces decompressed).
+
+Records every case of the built-in corpus once (about a minute on 2 cores), so it is marked ``slow``.
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from diageval.case import load_case_set
+from diageval.faults import FAULTS
+
+pytestmark = pytest.mark.slow
+
+
+def forbidden_words(case_set) -> set[str]:
+    words = {lc.case.id for lc in case_set.cases}
+    words |= set(FAULTS)
+    for info in FAULTS.values():
+        words |= set(info.params_model.model_fields)
+        words.add(info.impl.partition(":")[2])
+    words |= {e.id for e in case_set.taxonomy.entries}
+    return {w.lower() for w in words}
+
+
+def bundle_texts(root: Path):
+    """(relative name, lower-cased text) for every file of a bundle, traces decompressed."""
+    for p in sorted(root.rglob("*")):
+        if not p.is_file():
+            continue
+        data = p.read_bytes()
+        if p.suffix == ".gz":
+            try:
+                data = gzip.decompress(data)
+            except EOFError:  # a deliberately truncated trace: check what is there
+                data = gzip.GzipFile(fileobj=__import__("io").BytesIO(data)).read1(1 << 30)
+        yield p.relative_to(root).as_posix(), data.decode("utf-8", errors="replace").lower()
+
+
+@pytest.fixture(scope="module")
+def corpus_bundles(tmp_path_factory) -> dict[str, Path]:
+    from diageval.recording.record import record_case
+
+    out = tmp_path_factory.mktemp("corpus")
+    bundles = {}
+    for i, lc in enumerate(load_case_set().cases):
+        dest = out / f"b{i:02d}"
+        record_case(lc.case, dest, device="cpu")
+        bundles[lc.case.id] = dest
+    return bundles
+
+
+def test_forbidden_words_cover_what_they_should():
+    words = forbidden_words(load_case_set())
+    assert {"slow_rank", "target_rank", "compute.straggler_rank", "mlp-ddp-healthy", "slowrank"} <= words
+
+
+def test_no_bundle_names_its_case_faults_or_labels(corpus_bundles: dict[str, Path]):
+    words = forbidden_words(load_case_set())
+    leaks = []
+    for case_id, root in corpus_bundles.items():
+        for name, text in bundle_texts(root):
+            for w in words:
+                if w in name.lower() or w in text:
+                    leaks.append(f"{case_id}: {name} contains {w!r}")
+    assert leaks == []
+
+
+def test_every_corpus_bundle_is_intact(corpus_bundles: dict[str, Path]):
+    from diageval.bundle import EvidenceBundle
+
+    for case_id, root in corpus_bundles.items():
+        b = EvidenceBundle.open(root)
+        assert b.verify_checksums() == [], case_id
+        assert {s.rank for s in b.steps()} == set(range(b.world_size)), case_id
+
+
+def test_abstain_cases_lack_the_evidence_they_should(corpus_bundles: dict[str, Path]):
+    import json
+
+    from diageval.bundle import EvidenceBundle
+
+    missing = EvidenceBundle.open(corpus_bundles["straggler-trace-missing"])
+    assert sorted(missing.trace_paths()) == [0]
+    assert "rank1/trace.json.gz" not in {f.path for f in missing.manifest.files}
+    cut = EvidenceBundle.open(corpus_bundles["stall-trace-truncated"])
+    with pytest.raises((json.JSONDecodeError, EOFError, ValueError)):
+        cut.load_trace(0)
+    assert cut.load_trace(1)["distributedInfo"]["rank"] == 1

@@ -1,0 +1,161 @@
+"""Fault injectors: parameter checks, and that each injector does what it says (without recording)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from diageval.case import Case, check_case
+from diageval.faults import FAULTS
+from diageval.taxonomy import load_taxonomy
+
+
+def _case(faults, world_size=2, steps=10) -> Case:
+    return Case.model_validate({
+        "id": "fault-test", "title": "t",
+        "workload": {"name": "mlp_ddp", "world_size": world_size, "steps": steps},
+        "faults": faults, "labels": {"expect": "healthy"},
+    })
+
+
+def test_registries_do_not_import_torch():
+    code = "import sys, diageval.faults, diageval.workloads, diageval.case; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("fault, field, message", [
+    ({"name": "slow_rank", "params": {"target_rank": 2, "slowdown_factor": 2}}, "faults[0].params.target_rank", "out of range"),
+    ({"name": "slow_rank", "params": {"target_rank": 0, "slowdown_factor": 2, "start_step": 10}}, "faults[0].params.start_step", "not before"),
+    ({"name": "drop_rank_trace", "params": {"missing_rank": 5}}, "faults[0].params.missing_rank", "out of range"),
+    ({"name": "blocking_checkpoint", "params": {"save_every_steps": 11, "write_mb_per_s": 1}}, "faults[0].params.save_every_steps", "no save"),
+    ({"name": "slow_rank", "params": {"target_rank": 0, "slowdown_factor": 2, "rank": 1}}, "faults[0].params.rank", "unknown field"),
+    ({"name": "slow_rank", "params": {"target_rank": 0, "slowdown_factor": 0.5}}, "faults[0].params.slowdown_factor", "greater than 1"),
+])
+def test_bad_fault_params_are_rejected_with_field(fault, field, message):
+    problems = check_case(_case([fault]), "x.yaml", load_taxonomy())
+    assert any(p.field == field and message in p.message for p in problems), problems
+
+
+def test_single_rank_cannot_have_a_straggler():
+    problems = check_case(_case([{"name": "slow_rank", "params": {"target_rank": 0, "slowdown_factor": 2}}], world_size=1),
+                          "x.yaml", load_taxonomy())
+    assert any("world_size >= 2" in p.message for p in problems)
+
+
+def test_every_registered_impl_loads_with_the_right_stage():
+    for name, info in FAULTS.items():
+        impl = info.load()
+        assert impl.stage in ("live", "bundle"), name
+
+
+def _ctx(rank=0):
+    from diageval.recording.context import RankContext
+
+    return RankContext(rank=rank, world_size=2, steps=10, device="cpu", backend="gloo", scratch_dir=Path("."))
+
+
+def test_sliced_layers_compute_the_same_math():
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
+    x = torch.randn(10, 3, 8, 8)
+    expected = model(x)
+    info = FAULTS["kernel_launch_overhead"]
+    fault = info.load()(info.params_model(pieces_per_layer=4), _ctx())
+    with torch.profiler.profile() as prof:
+        got = fault.model(model)(x)
+    assert torch.allclose(got, expected, atol=1e-6)
+    mm = sum(1 for e in prof.events() if e.name in ("aten::addmm", "aten::convolution"))
+    assert mm >= 8  # 4 pieces per layer, 2 layers
+
+
+def test_slow_rank_slows_only_its_target_from_its_step():
+    import torch
+    from torch import nn
+
+    info = FAULTS["slow_rank"]
+    params = info.params_model(target_rank=1, slowdown_factor=4.0, start_step=1)
+
+    def step_time(rank, step):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+        fault = info.load()(params, _ctx(rank))
+        model = fault.model(model)
+        x = torch.randn(256, 256)
+        fault.on_step_start(step)
+        model(x).sum().backward()  # warm up
+        best = float("inf")
+        for _ in range(5):
+            t = time.perf_counter()
+            model(x).sum().backward()
+            best = min(best, time.perf_counter() - t)
+        return best
+
+    base = step_time(0, 5)
+    assert step_time(1, 0) < 2 * base  # not yet active
+    assert step_time(1, 5) > 2.5 * base  # active on the target rank
+
+
+def test_throttled_checkpoint_file_is_slow_and_complete(tmp_path: Path):
+    info = FAULTS["blocking_checkpoint"]
+    fault = info.load()(info.params_model(save_every_steps=2, write_mb_per_s=1.0, start_step=2), _ctx(0))
+    assert [s for s in range(6) if fault.checkpoint_due(s)] == [3, 5]
+    with open(tmp_path / "c", "wb") as fh:
+        assert fault.checkpoint_file(fh, 1) is fh  # before start_step: untouched
+        wrapped = fault.checkpoint_file(fh, 3)
+        t = time.perf_counter()
+        wrapped.write(b"x" * 100_000)
+        assert time.perf_counter() - t >= 0.09
+    assert (tmp_path / "c").stat().st_size == 100_000
+    other = info.load()(info.params_model(save_every_steps=2, write_mb_per_s=1.0), _ctx(1))
+    assert not any(other.checkpoint_due(s) for s in range(6))  # only rank 0 saves
+
+
+def test_starved_dataset_is_slower_from_its_step():
+    info = FAULTS["dataloader_starvation"]
+    fault = info.load()(info.params_model(extra_prep_ms=50, start_step=2), _ctx())
+    ds = fault.dataset(list(range(5)))
+    assert len(ds) == 5
+    t = time.perf_counter(); assert ds[1] == 1; fast = time.perf_counter() - t
+    t = time.perf_counter(); assert ds[3] == 3; slow = time.perf_counter() - t
+    assert fast < 0.03 and slow >= 0.05
+
+
+def test_pacing_cap_applies_to_connected_tcp_sockets_only():
+    from diageval.faults.network import SO_MAX_PACING_RATE, cap_tcp_send_rate
+
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    peer, _ = server.accept()
+    try:
+        assert cap_tcp_send_rate(123_456) >= 2  # client and peer; the listening socket is skipped
+        assert client.getsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE) == 123_456
+        assert server.getsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE) != 123_456
+        client.sendall(b"still usable")  # borrowed, not closed
+        assert peer.recv(100) == b"still usable"
+    finally:
+        client.close(); peer.close(); server.close()
+
+
+def test_evidence_faults_edit_the_bundle_folder(tmp_path: Path):
+    for r in (0, 1):
+        (tmp_path / f"rank{r}").mkdir()
+        (tmp_path / f"rank{r}" / "trace.json.gz").write_bytes(gzip.compress(json.dumps({"traceEvents": [1] * 1000}).encode()))
+    drop = FAULTS["drop_rank_trace"]
+    drop.load()(drop.params_model(missing_rank=1)).apply(tmp_path)
+    assert not (tmp_path / "rank1").exists() and (tmp_path / "rank0").is_dir()
+    cut = FAULTS["truncate_trace"]
+    cut.load()(cut.params_model(cut_rank=0, keep_fraction=0.5)).apply(tmp_path)
+    raw = gzip.decompress((tmp_path / "rank0" / "trace.json.gz").read_bytes())
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(raw)
