@@ -384,6 +384,7 @@ class _CommandExecutor:
 def _split_by_device(
     selected: list[LoadedCase], device: Device, cuda_device_count: Callable[[], int]
 ) -> tuple[list[LoadedCase], list[SkippedCase]]:
+    """Cases this machine can record on ``device``, and the rest with the reason (one CUDA device per rank)."""
     needs = [lc for lc in selected if lc.case.requires.device == "cuda"]
     if not needs and device != "cuda":
         return selected, []
@@ -393,12 +394,14 @@ def _split_by_device(
     runnable, skipped = [], []
     for lc in selected:
         req = lc.case.requires
+        ranks = lc.case.workload.world_size
         reason = None
-        if req.device == "cuda":
-            if device == "cpu":
-                reason = "needs CUDA; --device cpu"
-            elif available < req.min_devices:
-                reason = f"needs {req.min_devices} CUDA device(s); this machine has {available}"
+        if req.device == "cuda" and device == "cpu":
+            reason = "needs CUDA; --device cpu"
+        elif req.device == "cuda" and available < max(req.min_devices, ranks):
+            reason = f"needs {max(req.min_devices, ranks)} CUDA device(s); this machine has {available}"
+        elif device == "cuda" and available < ranks:
+            reason = f"--device cuda: its {ranks} ranks need {ranks} CUDA devices; this machine has {available}"
         if reason:
             skipped.append(SkippedCase(case_id=lc.case.id, reason=reason))
         else:

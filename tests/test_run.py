@@ -207,9 +207,13 @@ def test_cuda_cases_are_skipped_with_a_note_without_cuda(tmp_path):
     case_set = make_case_set([cuda, make_case("g2-cpu")])
     out = _run("null", case_set, tmp_path, FakeEvidence(tmp_path / "bundles"))
     assert set(_statuses(out.run_dir)) == {"g2-cpu"}
-    assert [(s.case_id, s.reason) for s in out.manifest.skipped] == [("g1-gpu", "needs 1 CUDA device(s); this machine has 0")]
+    assert [(s.case_id, s.reason) for s in out.manifest.skipped] == [("g1-gpu", "needs 2 CUDA device(s); this machine has 0")]
     with pytest.raises(RunError, match="no CUDA"):
         _run("null", case_set, tmp_path, FakeEvidence(tmp_path / "bundles"), device="cuda")
+    # One GPU: every 2-rank case is skipped under --device cuda (one device per rank), none fails.
+    out = run_diagnoser(resolve_diagnoser("null"), case_set, cases_dir=tmp_path, out_dir=tmp_path / "runs1", device="cuda",
+                        evidence_fn=FakeEvidence(tmp_path / "bundles"), progress=None, cuda_device_count=lambda: 1)
+    assert sorted(s.case_id for s in out.manifest.skipped) == ["g1-gpu", "g2-cpu"] and out.results == []
 
 
 def test_a_diagnoser_that_cannot_start_fails_the_run_clearly(tmp_path):
