@@ -1,7 +1,8 @@
 """Compute-side faults: a straggler rank, many tiny ops, and a one-off pause (a confounder).
 
 * ``slow_rank``: on ``target_rank``, from ``start_step`` on, each parametrised layer's forward and
-  backward are followed by a busy wait of ``(slowdown_factor - 1)`` times their own duration, so the
+  backward are followed by a busy wait of ``(slowdown_factor - 1)`` times their own duration (roughly,
+  for backward: the time since the previous gradient hook), so the
   layers' compute takes ``slowdown_factor`` times as long while the ops, their shapes and their count stay
   the same (a throttled device). Busy, not asleep, so the rank's CPU use looks like compute. Its peers
   wait for it inside the collective. (Optimizer, data and communication time are not scaled.)
@@ -14,7 +15,6 @@
 from __future__ import annotations
 
 import time
-import warnings
 from typing import Any
 
 from diageval.faults.base import LiveFault
@@ -30,36 +30,48 @@ def _param_layers(model: Any) -> list[Any]:
 
 
 class SlowRank(LiveFault):
+    """Forward: module pre/post hooks time each layer and busy-wait after it. Backward: gradient hooks on
+    the parameters busy-wait in proportion to the backward time since the previous hook (or since the
+    forward ended). Neither kind of hook adds an op to the trace (full module backward hooks would add
+    ``BackwardHookFunction`` nodes on this rank only, a giveaway)."""
+
     def __init__(self, params, ctx):
         super().__init__(params, ctx)
         self._active = False
-        self._started: dict[tuple[int, str], float] = {}
+        self._started: dict[int, float] = {}
+        self._mark = 0.0
 
     def model(self, model: Any) -> Any:
         if self.ctx.rank != self.params.target_rank:
             return model
-        # The first layer's input needs no gradient, so torch warns on every backward that its full
-        # backward hook fires on output gradients only. The warning would appear in this rank's log alone
-        # and give the injection away; the hook still does its job.
-        warnings.filterwarnings("ignore", message="Full backward hook is firing", category=UserWarning)
         for layer in _param_layers(model):
-            layer.register_forward_pre_hook(lambda mod, inp: self._begin(mod, "f"))
-            layer.register_forward_hook(lambda mod, inp, out: self._end(mod, "f"))
-            layer.register_full_backward_pre_hook(lambda mod, grad_out: self._begin(mod, "b"))
-            layer.register_full_backward_hook(lambda mod, grad_in, grad_out: self._end(mod, "b"))
+            layer.register_forward_pre_hook(lambda mod, inp: self._begin(mod))
+            layer.register_forward_hook(lambda mod, inp, out: self._end(mod))
+            for p in layer.parameters(recurse=False):
+                if p.requires_grad:
+                    p.register_hook(self._on_grad)
         return model
 
-    def _begin(self, module: Any, phase: str) -> None:
-        if self._active:
-            self._started[(id(module), phase)] = time.perf_counter()
+    def _stretch(self, elapsed: float) -> None:
+        _busy_wait((self.params.slowdown_factor - 1.0) * elapsed)
+        self._mark = time.perf_counter()
 
-    def _end(self, module: Any, phase: str) -> None:
-        start = self._started.pop((id(module), phase), None)
+    def _begin(self, module: Any) -> None:
+        if self._active:
+            self._started[id(module)] = time.perf_counter()
+
+    def _end(self, module: Any) -> None:
+        start = self._started.pop(id(module), None)
         if start is not None:
-            _busy_wait((self.params.slowdown_factor - 1.0) * (time.perf_counter() - start))
+            self._stretch(time.perf_counter() - start)
+
+    def _on_grad(self, grad: Any) -> None:
+        if self._active and self._mark:
+            self._stretch(time.perf_counter() - self._mark)
 
     def on_step_start(self, step: int) -> None:
         self._active = step >= self.params.start_step
+        self._mark = 0.0
 
 
 def _sliced(forward: Any, pieces: int) -> Any:
