@@ -4,7 +4,8 @@ Three spec forms, tried in this order:
 
 * ``cmd:COMMAND``  an external program (see :mod:`diageval.diagnosers.external`); ``{bundle}`` and
   ``{out}`` in COMMAND are replaced by the bundle folder and the file to write the diagnosis to;
-* ``module:attr``  an import string naming a diagnoser class (or an already built instance);
+* ``module:attr``  an import string naming a diagnoser class (or an already built instance); as with
+  ``python -m``, modules in the current directory can be named;
 * ``NAME``         an entry point in the group ``diageval.diagnosers``. Built-ins are registered there the
   same way third-party packages register theirs. Only the requested entry point is loaded, so a plugin
   whose optional dependency is missing never breaks resolution of the others.
@@ -27,8 +28,10 @@ from __future__ import annotations
 import difflib
 import hashlib
 import importlib
+import os
 import re
 import shlex
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
@@ -171,6 +174,7 @@ def _resolve_import(spec: str) -> ResolvedDiagnoser:
     if not _IMPORT_SPEC.match(spec):
         raise DiagnoserSpecError(f"{spec!r}: not an import string; expected package.module:ClassName (or cmd:COMMAND for a program)")
     module_name, _, attr_path = spec.partition(":")
+    _make_cwd_importable()
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -234,6 +238,16 @@ def _from_object(obj: Any, *, spec: str, origin: str, fallback_name: str) -> Res
         kind="in_process",
         factory=factory,
     )
+
+
+def _make_cwd_importable() -> None:
+    """Like ``python -m`` (and uvicorn's app strings): a module in the current directory can be named.
+
+    The ``diageval`` console script does not put the current directory on ``sys.path`` by itself.
+    """
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:
+        sys.path.insert(0, cwd)
 
 
 def _origin(ep: EntryPoint) -> str:

@@ -58,7 +58,7 @@ class RunOutcome:
     manifest: RunManifest
     results: list[Any]  # CaseResult, every case in the folder
     summary: Any  # diageval.scoring.summary.Summary
-    counts: dict[str, int]  # this invocation: recorded, diagnosed, resumed (already done), skipped
+    counts: dict[str, int]  # this invocation: prepared (evidence), diagnosed, resumed (already done), skipped
 
 
 @dataclass
@@ -135,14 +135,15 @@ def run_diagnoser(
         show.line(f"skip {s.case_id}: {s.reason}")
     done = store.drop_retryable()
     todo = [lc for lc in runnable if lc.case.id not in done]
-    counts = {"resumed": len(runnable) - len(todo), "recorded": 0, "diagnosed": 0, "skipped": len(skipped)}
+    counts = {"resumed": len(runnable) - len(todo), "prepared": 0, "diagnosed": 0, "skipped": len(skipped)}
     if counts["resumed"]:
         show.line(f"resuming {store.root}: {counts['resumed']} case(s) already done, {len(todo)} to go")
     pipeline = _Pipeline(resolved, case_set, store, timeout=timeout, jobs=jobs, show=show)
     try:
         ready = pipeline.prepare_all(todo, evidence_fn or _default_evidence_fn(), device)
-        counts["recorded"] = len(todo)
+        counts["prepared"] = len(todo)
         counts["diagnosed"] = pipeline.diagnose_all(ready)
+        results, summary = summarize_run(store, manifest)
     except KeyboardInterrupt:
         store.write_manifest(manifest.model_copy(update={"status": "interrupted", "finished": now()}))
         show.line(f"interrupted: finished cases are kept in {store.root}; run the same command again to resume")
@@ -150,7 +151,6 @@ def run_diagnoser(
     except Exception as exc:
         store.write_manifest(manifest.model_copy(update={"status": "failed", "finished": now(), "error": str(exc)}))
         raise
-    results, summary = summarize_run(store, manifest)
     manifest = manifest.model_copy(update={"status": "complete", "finished": now()})
     store.write_manifest(manifest)
     return RunOutcome(run_dir=store.root, manifest=manifest, results=results, summary=summary, counts=counts)
@@ -195,7 +195,7 @@ def format_run_outcome(outcome: RunOutcome) -> str:
     lines = [
         f"run {outcome.run_dir} ({m.status}): {m.diagnoser.name} {m.diagnoser.version} on case set "
         f"{m.case_set_hash[:12]} (taxonomy {m.taxonomy_version})",
-        f"this invocation: {c['recorded']} prepared, {c['diagnosed']} diagnosed, {c['resumed']} already done, "
+        f"this invocation: {c['prepared']} prepared, {c['diagnosed']} diagnosed, {c['resumed']} already done, "
         f"{c['skipped']} skipped",
         f"{s.counts.cases} results, {s.counts.scored} scored: {statuses}",
         "",

@@ -76,3 +76,18 @@ def test_run_rejects_unknown_cases_and_diagnosers(tmp_path, cases_dir):
     assert out.exit_code == 1 and "did you mean starved-loader-mlp" in out.output
     out = CliRunner().invoke(main, ["run", "-d", "orcale", "--cases", str(cases_dir)])
     assert out.exit_code == 1 and "Did you mean oracle" in out.output
+
+
+def test_diagnose_imports_a_module_from_the_current_directory(tmp_path, monkeypatch):
+    (tmp_path / "my_local_diag.py").write_text(
+        "from diageval.diagnosis import Diagnosis, Finding\n"
+        "class D:\n    name = 'mine'\n    version = '0.1'\n"
+        "    def diagnose(self, bundle):\n"
+        "        return Diagnosis(findings=[Finding(category='host.cpu_contention', confidence=0.4)])\n"
+    )
+    bundle = write_bundle(tmp_path / "b", "0f3b")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    out = CliRunner().invoke(main, ["diagnose", "-d", "my_local_diag:D", str(bundle)])
+    assert out.exit_code == 0, out.output
+    assert "host.cpu_contention" in out.output

@@ -42,7 +42,7 @@ def test_reference_diagnosers_on_real_bundles(tmp_path, monkeypatch):
 
     # The bundles are cached now; leak must find no label word in them and score exactly like null.
     leak, null = run("leak"), run("null")
-    assert leak.counts["recorded"] == 2  # prepared again, from the cache
+    assert leak.counts["prepared"] == 2  # prepared again, from the cache
     for case_dir in (leak.run_dir / "cases").iterdir():
         assert '"findings": []' in (case_dir / "diagnosis.json").read_text()
     assert leak.summary.metrics.recall.value == null.summary.metrics.recall.value == 0.0
