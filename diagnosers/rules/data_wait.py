@@ -1,73 +1,75 @@
-"""Is the input pipeline the bottleneck? Measures the DataLoader wait's share of each step, per rank."""
+"""Is the input pipeline the bottleneck? Measures the share of run time spent waiting for the next batch.
+
+The share is time-weighted (total wait over total step time), not a median of per-step shares: with
+several loader workers a starved pipeline delivers batches in bursts, so one step waits long and the
+next not at all, and a per-step median would see only the quick ones. The single step with the
+longest wait is left out (a worker descheduled once, the profiler's first step), so that one stray
+wait cannot carry a healthy run over the threshold.
+"""
 
 from __future__ import annotations
+
+import math
 
 from pydantic import BaseModel
 
 from diageval.diagnosis import Finding
 from diageval.diagnosers.rules import thresholds as T
 from diageval.diagnosers.rules.evidence import RunEvidence
-from diageval.diagnosers.rules.stats import best_segment, confidence_from_margin, median, min_block
+from diageval.diagnosers.rules.stats import confidence_from_margin, median
 
 
 class DataWaitRow(BaseModel):
     rank: int
     steps: int
-    median_wait_us: float
-    median_step_us: float
-    median_share: float
-    steps_over: int
-    first_step: int | None
+    total_wait_us: float
+    total_step_us: float
+    share: float  # time-weighted, the longest wait left out
+    steps_waiting: int  # steps whose own wait is over the threshold share
+    first_step: int | None  # first training step that waits over the threshold share
     stop_step: int | None
-    share_in_range: float
 
 
 def measure_data_wait(ev: RunEvidence) -> list[DataWaitRow]:
     rows = []
     for rank, s in sorted(ev.traces.items()):
-        if not s.steps:
+        steps = [st for st in s.steps if st.dur_us > 0]
+        if not steps:
             continue
-        shares = [st.data_wait_us / st.dur_us if st.dur_us > 0 else 0.0 for st in s.steps]
-        flags = [x >= T.DATA_WAIT_SHARE for x in shares]
-        seg = best_segment(flags)
-        first = stop = None
-        in_range = 0.0
-        if seg and seg[1] - seg[0] >= min_block(len(shares)) and sum(flags[seg[0] : seg[1]]) >= T.PERSISTENT_SHARE * (seg[1] - seg[0]):
-            first = ev.training_step(rank, s.steps[seg[0]].number)
-            stop = ev.training_step(rank, s.steps[seg[1] - 1].number) + 1
-            in_range = median(shares[seg[0] : seg[1]])
+        drop = math.ceil(0.1 * len(steps)) if len(steps) >= 5 else 0
+        kept = sorted(steps, key=lambda st: st.data_wait_us)[: len(steps) - drop]
+        wait = sum(st.data_wait_us for st in kept)
+        total = sum(st.dur_us for st in kept)
+        waiting = [st for st in steps if st.data_wait_us >= T.DATA_WAIT_SHARE * st.dur_us]
         rows.append(
             DataWaitRow(
                 rank=rank,
-                steps=len(s.steps),
-                median_wait_us=median([st.data_wait_us for st in s.steps]),
-                median_step_us=median([st.dur_us for st in s.steps]),
-                median_share=median(shares),
-                steps_over=sum(flags),
-                first_step=first,
-                stop_step=stop,
-                share_in_range=in_range,
+                steps=len(steps),
+                total_wait_us=wait,
+                total_step_us=total,
+                share=wait / total if total > 0 else 0.0,
+                steps_waiting=len(waiting),
+                first_step=ev.training_step(rank, waiting[0].number) if waiting else None,
+                stop_step=ev.training_step(rank, steps[-1].number) + 1 if waiting else None,
             )
         )
     return rows
 
 
 def judge_data_wait(rows: list[DataWaitRow], ev: RunEvidence) -> list[Finding]:
-    """Starved ranks: the wait for data fills >= DATA_WAIT_SHARE of the step on a persistent block of steps."""
-    starved = [
-        r for r in rows if r.first_step is not None and r.share_in_range >= T.DATA_WAIT_SHARE
-    ]
+    """Starved ranks: waiting for data takes >= DATA_WAIT_SHARE of their run time, on several steps."""
+    starved = [r for r in rows if r.share >= T.DATA_WAIT_SHARE and r.steps_waiting >= min(r.steps, T.MIN_WAITING_STEPS)]
     if not starved:
         return []
-    share = median([r.share_in_range for r in starved])
-    consistency = median([r.steps_over / r.steps for r in starved])
+    share = median([r.share for r in starved])
+    consistency = min(1.0, median([r.steps_waiting / r.steps for r in starved]) * 2)  # bursts: every other step
     first = min(r.first_step for r in starved if r.first_step is not None)
     stop = max(r.stop_step for r in starved if r.stop_step is not None)
     ranks = [r.rank for r in starved]
     evidence = [
-        f"{ev.trace_file(r.rank)}: enumerate(DataLoader)...__next__ median {r.median_wait_us / 1e3:.2f} ms"
-        f" of a {r.median_step_us / 1e3:.2f} ms step ({r.median_share:.0%}); over {T.DATA_WAIT_SHARE:.0%}"
-        f" on {r.steps_over}/{r.steps} ProfilerSteps"
+        f"{ev.trace_file(r.rank)}: enumerate(DataLoader)...__next__ takes {r.total_wait_us / 1e3:.1f} ms of"
+        f" {r.total_step_us / 1e3:.1f} ms of ProfilerSteps ({r.share:.0%}); {r.steps_waiting}/{r.steps} steps wait"
+        f" over {T.DATA_WAIT_SHARE:.0%} of their time"
         for r in starved
     ]
     return [
@@ -77,7 +79,7 @@ def judge_data_wait(rows: list[DataWaitRow], ev: RunEvidence) -> list[Finding]:
             ranks=ranks,
             steps=(first, stop),
             impact=round(min(1.0, share), 3),
-            summary=f"rank(s) {ranks} wait {share:.0%} of each step for the next batch (DataLoader __next__)",
+            summary=f"rank(s) {ranks} spend {share:.0%} of their steps waiting for the next batch (DataLoader __next__)",
             evidence=evidence,
         )
     ]

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from diageval.diagnosis import Finding
 from diageval.diagnosers.rules import thresholds as T
 from diageval.diagnosers.rules.evidence import RunEvidence
-from diageval.diagnosers.rules.stats import best_segment, confidence_from_margin, median, min_block
+from diageval.diagnosers.rules.stats import best_segment, confidence_from_margin, median
 from diageval.diagnosers.trace_summary import SHORT_OP_US
 
 
@@ -73,7 +73,8 @@ def judge_launch(rows: list[LaunchRow], ev: RunEvidence) -> list[Finding]:
     bound = []
     for r in rows:
         seg = best_segment(r.flags)
-        if seg and seg[1] - seg[0] >= min_block(r.steps) and sum(r.flags[seg[0] : seg[1]]) >= T.PERSISTENT_SHARE * (seg[1] - seg[0]):
+        # op counts do not jitter like timings: a few steps suffice (the whole window when it is short)
+        if seg and seg[1] - seg[0] >= min(r.steps, 3) and sum(r.flags[seg[0] : seg[1]]) >= T.PERSISTENT_SHARE * (seg[1] - seg[0]):
             bound.append((r, seg))
     if not bound:
         return []

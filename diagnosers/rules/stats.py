@@ -66,8 +66,9 @@ def confidence_from_margin(value: float, threshold: float, consistency: float = 
 
 
 def min_block(n_steps: int) -> int:
-    """Fewest consecutive affected steps a persistent cause must show: 5, or 30% of a long window.
+    """Fewest consecutive affected steps a cross-rank timing cause must show: 5, or 30% of a long window.
 
-    Shorter runs of odd steps happen by chance on a busy host (descheduling moves single steps by ms).
+    Shorter runs of odd steps happen by chance on a busy host (descheduling moves single steps by ms,
+    another process can slow one rank for a few steps); a trace of fewer than 5 steps cannot show it.
     """
-    return min(n_steps, max(5, math.ceil(0.3 * n_steps)))
+    return max(5, math.ceil(0.3 * n_steps))

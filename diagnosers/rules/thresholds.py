@@ -8,6 +8,8 @@ see notes/measured.md) stays well below it.
 # Data loading: a step that spends a third of its time waiting for the next batch is input-bound by any
 # reasonable standard (a healthy pipeline with prefetching hides the load almost entirely).
 DATA_WAIT_SHARE = 0.30
+# ... and at least this many steps wait that long themselves (a pattern, not one stray wait).
+MIN_WAITING_STEPS = 3
 
 # Straggler: the late rank must make its peers wait for at least this share of the step, on most steps.
 SKEW_SHARE = 0.10
