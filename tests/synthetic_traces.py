@@ -32,6 +32,7 @@ class StepShape:
     comm_us: float = 800.0  # time all ranks spend inside the collective together
     tail_us: float = 300.0  # optimizer after the collective
     collectives: int = 1
+    payload_floats: int | None = None  # recorded as the all_reduce's Input Dims (record_shapes)
 
 
 Shape = Callable[[int, int], StepShape]  # (rank, step) -> StepShape
@@ -65,9 +66,11 @@ def build_events(world_size: int, n_steps: int, shape: Shape, first_step: int = 
         for j in range(n_coll):
             arrive = {r: cursor[r] for r in range(world_size)}
             done = max(arrive.values()) + shapes[0].comm_us / n_coll
+            floats = shapes[0].payload_floats
+            args = {"Input Dims": [[floats // n_coll]], "Input type": ["float"]} if floats else {}
             for r in range(world_size):
                 events[r].append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2,
-                                  "ts": arrive[r], "dur": done - arrive[r]})
+                                  "ts": arrive[r], "dur": done - arrive[r], "args": args})
                 cursor[r] = done + 10.0
         for r, s in shapes.items():
             events[r].append({"ph": "X", "cat": "cpu_op", "name": "Optimizer.step#SGD.step", "pid": 1, "tid": 1,

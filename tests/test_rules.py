@@ -48,6 +48,17 @@ def test_dataloader_starvation_fires_on_every_rank(tmp_path):
     assert any("DataLoader" in e for e in f.evidence)
 
 
+def test_dataloader_starvation_in_bursts(tmp_path):
+    # two loader workers: every other step waits long, the next finds its batch ready
+    d = diagnose(tmp_path, lambda r, k: StepShape(data_us=12000 if k % 2 else 100))
+    assert cause_ids(d) == ["input.dataloader_starvation"] and d.causes[0].ranks == [0, 1]
+
+
+def test_one_long_data_wait_is_not_starvation(tmp_path):
+    d = diagnose(tmp_path, lambda r, k: StepShape(data_us=40000 if (r, k) == (1, 7) else 300))
+    assert cause_ids(d) == []
+
+
 def test_dataloader_near_miss_moderate_wait_is_quiet(tmp_path):
     assert cause_ids(diagnose(tmp_path, lambda r, k: StepShape(data_us=1200))) == []
 
@@ -59,6 +70,11 @@ def test_straggler_names_the_slow_rank_not_the_waiting_one(tmp_path):
     assert f.steps == (5, 20)
     symptoms = [s.category for s in d.findings if s.kind == "symptom"]
     assert "symptom.long_collective" in symptoms  # the waiting rank's long all_reduce is only a symptom
+
+
+def test_straggler_needs_five_steps(tmp_path):
+    d = diagnose(tmp_path, lambda r, k: StepShape(compute_us=9000 if r == 1 else 4000), n_steps=4)
+    assert "compute.straggler_rank" not in cause_ids(d)
 
 
 def test_straggler_near_miss_small_skew_is_quiet(tmp_path):
@@ -78,6 +94,24 @@ def test_collective_stall_every_rank_slow_inside(tmp_path):
     assert f.category == "comm.collective_stall" and f.ranks == [0, 1]
 
 
+MB = 1_000_000 // 4  # floats in a megabyte
+
+
+def test_collective_stall_by_bandwidth_despite_noisy_arrivals(tmp_path):
+    # 2 MB reduced in 40 ms with everyone inside: 50 MB/s of bus bandwidth; arrivals jitter by a few ms
+    d = diagnose(tmp_path, lambda r, k: StepShape(comm_us=40000, payload_floats=2 * MB,
+                                                  gap_us=3000 if (r + k) % 2 else 200))
+    (f,) = d.causes
+    assert f.category == "comm.collective_stall"
+    assert any("MB/s" in e for e in f.evidence)
+
+
+def test_large_payload_moved_fast_is_not_a_stall(tmp_path):
+    # 20 MB in 8 ms: 2.5 GB/s, a big but healthy all_reduce taking most of the step
+    d = diagnose(tmp_path, lambda r, k: StepShape(comm_us=8000, payload_floats=20 * MB), n_steps=30)
+    assert cause_ids(d) == []
+
+
 def test_collective_near_miss_ordinary_allreduce_is_quiet(tmp_path):
     assert cause_ids(diagnose(tmp_path, lambda r, k: StepShape(comm_us=1500), n_steps=30)) == []
 
@@ -87,6 +121,18 @@ def test_blocking_save_periodic_spikes_on_the_saving_rank(tmp_path):
     (f,) = d.causes
     assert f.category == "checkpoint.blocking_save" and f.ranks == [0]
     assert f.steps == (4, 20) and f.impact > 0.2
+
+
+def test_frequent_saves_do_not_hide_in_their_own_median(tmp_path):
+    # a save every 3 steps: a third of the steps are slow, the median must still be the quiet level
+    d = diagnose(tmp_path, lambda r, k: StepShape(gap_us=30000 if r == 0 and k % 3 == 2 else 200), n_steps=30)
+    assert cause_ids(d) == ["checkpoint.blocking_save"] and d.causes[0].ranks == [0]
+
+
+def test_stalls_inside_ops_are_not_a_save(tmp_path):
+    # periodic slow steps whose extra time is compute (ops), e.g. a periodic evaluation pass
+    d = diagnose(tmp_path, lambda r, k: StepShape(compute_us=40000 if k % 5 == 4 else 4000))
+    assert "checkpoint.blocking_save" not in cause_ids(d)
 
 
 def test_fast_periodic_save_is_benign(tmp_path):
