@@ -152,7 +152,7 @@ def prepare_evidence(loaded: LoadedCase, *, device: str = "auto", force: bool = 
 
     case = loaded.case
     cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
-    resolved = resolve_device(device, case.workload.world_size)
+    resolved = resolve_device(device, case)
     verification = None
     verified_now = False
     if verify and case.labels.expect == "diagnose":
@@ -182,7 +182,7 @@ def record_cases(case_ids: list[str], *, cases_dir: Path | None = None, device: 
     for n, lc in enumerate(chosen, 1):
         if progress:
             progress(f"[{n}/{len(chosen)}] {lc.case.id}")
-        dev = resolve_device(device, lc.case.workload.world_size)
+        dev = resolve_device(device, lc.case)
         _, folder, fresh = ensure_bundle(lc.case, dev, force=force, cache_dir=cache_dir)
         out.append((lc.case.id, folder, fresh))
     return out

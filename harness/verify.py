@@ -150,7 +150,7 @@ def verify_cases(case_ids: list[str], *, cases_dir: Path | None = None, repeats:
             continue
         if progress:
             progress(f"[{n}/{len(chosen)}] verifying {case.id}")
-        dev = resolve_device(device, case.workload.world_size)
+        dev = resolve_device(device, case)
         results.append((case.id, verify_case(case, repeats=repeats, device=dev, cache_dir=cache_dir, force=force,
                                              progress=progress)))
     return results

@@ -148,3 +148,77 @@ def test_traces_are_gzip_level_1_plain_json(healthy_bundle: EvidenceBundle):
     raw = gzip.decompress(path.read_bytes())
     assert json.loads(raw)["traceName"].endswith("rank0.json")
     assert "recording-test-case" not in raw.decode()
+
+
+def test_single_rank_case_records(tmp_path: Path):
+    from diageval.recording.record import record_case
+
+    case = Case.model_validate({
+        "id": "one-rank", "title": "t", "labels": {"expect": "healthy"},
+        "workload": {"name": "convnet_allreduce", "world_size": 1, "steps": 4, "params": {"trace_steps": 2}},
+    })
+    record_case(case, tmp_path / "b", device="cpu")
+    b = EvidenceBundle.open(tmp_path / "b")
+    assert sorted(b.trace_paths()) == [0] and b.world_size == 1 and len(b.steps()) == 4
+
+
+def test_cli_record_and_verify(tmp_path: Path, monkeypatch):
+    """`record` prints each folder; `verify` prints the table and exits 1 when an injection did not show."""
+    from click.testing import CliRunner
+
+    from diageval.cli import main
+
+    cases = tmp_path / "cases" / "t"
+    cases.mkdir(parents=True)
+    (cases / "tiny.yaml").write_text(
+        "id: tiny-pause\ntitle: t\n"
+        "workload: {name: mlp_ddp, world_size: 2, steps: 6, params: {trace_steps: 2}}\n"
+        "faults: [{name: one_off_pause, params: {pause_step: 5, pause_ms: 1}}]\n"
+        "labels: {causes: [{category: host.cpu_contention}], expect: diagnose}\n"
+        "manifest: {metric: step_time_median, min_ratio: 3.0}\n"
+    )
+    monkeypatch.setenv("DIAGEVAL_HOME", str(tmp_path / "home"))
+    runner = CliRunner()
+    rec = runner.invoke(main, ["record", "tiny-pause", "--cases", str(tmp_path / "cases"), "--device", "cpu"])
+    assert rec.exit_code == 0, rec.output
+    case_id, folder = rec.output.strip().splitlines()[-1].split("\t")[:2]
+    assert case_id == "tiny-pause" and (Path(folder) / "bundle.json").is_file()
+    assert "tiny" not in Path(folder).name
+    ver = runner.invoke(main, ["verify", "--cases", str(tmp_path / "cases"), "--repeats", "1", "--device", "cpu"])
+    assert ver.exit_code == 1, ver.output
+    assert "tiny-pause" in ver.output and "NO" in ver.output and "min_ratio" in ver.output
+    bad = runner.invoke(main, ["record", "tiny-paus", "--cases", str(tmp_path / "cases")])
+    assert bad.exit_code != 0 and "did you mean tiny-pause" in bad.output
+
+
+def _cuda_devices() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_cuda_devices() < 1, reason="needs a CUDA device")
+def test_cuda_single_rank_records_with_nccl_and_gpu_events(tmp_path: Path):
+    from diageval.recording.record import record_case
+
+    case = Case.model_validate({
+        "id": "gpu-one-rank", "title": "t", "labels": {"expect": "healthy"},
+        "workload": {"name": "mlp_ddp", "world_size": 1, "steps": 6, "params": {"trace_steps": 3}},
+    })
+    record_case(case, tmp_path / "b", device="cuda")
+    b = EvidenceBundle.open(tmp_path / "b")
+    assert (b.env.device, b.env.backend) == ("cuda", "nccl") and b.env.gpu_name
+    events = b.load_trace(0)["traceEvents"]
+    assert any(e.get("cat") == "kernel" for e in events)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_cuda_devices() < 2, reason="needs two CUDA devices")
+def test_cuda_two_ranks_straggler_records(tmp_path: Path):
+    from diageval.recording.record import record_case
+
+    case = _case(faults=[{"name": "slow_rank", "params": {"target_rank": 1, "slowdown_factor": 4.0}}])
+    record_case(case, tmp_path / "b", device="cuda")
+    b = EvidenceBundle.open(tmp_path / "b")
+    assert b.env.backend == "nccl" and sorted(b.trace_paths()) == [0, 1]

@@ -23,6 +23,7 @@ from diageval.recording.context import RankContext
 
 class LiveFault:
     stage: ClassVar[str] = "live"
+    backends: ClassVar[tuple[str, ...]] = ("gloo", "nccl")  # where the injector works
 
     def __init__(self, params: BaseModel, ctx: RankContext):
         self.params = params

@@ -41,6 +41,8 @@ def cap_tcp_send_rate(bytes_per_s: int) -> int:
 
 
 class CollectiveStall(LiveFault):
+    backends = ("gloo",)
+
     def _apply(self) -> None:
         if self.ctx.backend != "gloo":
             raise RuntimeError("this network cap works on gloo's TCP sockets only")

@@ -21,19 +21,27 @@ from diageval.recording.plan import RankPlan
 DEFAULT_TIMEOUT_S = 180.0
 
 
-def resolve_device(requested: str, world_size: int) -> str:
-    """``auto`` -> ``cuda`` when there is one CUDA device per rank, else ``cpu``."""
+def resolve_device(requested: str, case: Case) -> str:
+    """``auto`` -> ``cuda`` when there is one CUDA device per rank and every live fault works on NCCL,
+    else ``cpu``. ``cuda`` when that is impossible raises RecordingError saying why."""
     if requested not in ("auto", "cpu", "cuda"):
         raise ValueError(f"device must be auto, cpu or cuda, got {requested!r}")
     if requested == "cpu":
         return "cpu"
     import torch
 
-    enough = torch.cuda.is_available() and torch.cuda.device_count() >= world_size
-    if requested == "cuda" and not enough:
-        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        raise RecordingError(f"--device cuda needs {world_size} CUDA device(s), this machine has {have}")
-    return "cuda" if enough else "cpu"
+    from diageval.faults import FAULTS
+
+    world_size = case.workload.world_size
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gloo_only = [f.name for f in case.faults if "nccl" not in getattr(FAULTS[f.name].load(), "backends", ("nccl",))]
+    if requested == "cuda":
+        if have < world_size:
+            raise RecordingError(f"case {case.id}: --device cuda needs {world_size} CUDA device(s), this machine has {have}")
+        if gloo_only:
+            raise RecordingError(f"case {case.id}: its injection works on CPU (gloo) only; use --device cpu or auto")
+        return "cuda"
+    return "cuda" if have >= world_size and not gloo_only else "cpu"
 
 
 def record_case(case: Case, dest: Path, *, device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> BundleManifest:
@@ -43,7 +51,7 @@ def record_case(case: Case, dest: Path, *, device: str = "auto", timeout_s: floa
     from diageval.recording.metrics import MetricsSampler
     from diageval.recording.rank_worker import run_rank
 
-    device = resolve_device(device, case.workload.world_size)
+    device = resolve_device(device, case)
     live: list[tuple[str, dict]] = []
     bundle_faults = []
     for spec in case.faults:
