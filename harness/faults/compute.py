@@ -6,8 +6,9 @@
   layers' compute takes ``slowdown_factor`` times as long while the ops, their shapes and their count stay
   the same (a throttled device). Busy, not asleep, so the rank's CPU use looks like compute. Its peers
   wait for it inside the collective. (Optimizer, data and communication time are not scaled.)
-* ``kernel_launch_overhead``: every Linear/Conv2d layer runs as ``pieces_per_layer`` calls over slices
-  of the batch, concatenated: the same math as many small ops, so per-op dispatch dominates the step.
+* ``kernel_launch_overhead``: every leaf layer (linear, conv, activation, pooling; not batch-norm or
+  dropout) runs as ``pieces_per_layer`` calls over slices of the batch, concatenated: the same math as
+  many small ops, so per-op dispatch dominates the step.
 * ``one_off_pause``: every rank stalls ``pause_ms`` at the start of ``pause_step`` (a host hiccup, a
   slow first step); a benign anomaly, used in confounder cases labeled healthy.
 """
@@ -89,8 +90,11 @@ class KernelLaunchOverhead(LiveFault):
     def model(self, model: Any) -> Any:
         from torch import nn
 
+        # Layers whose output for one sample depends on other samples (batch statistics) or on RNG
+        # order cannot be sliced without changing the math; everything else can.
+        batch_coupled = (nn.modules.batchnorm._BatchNorm, nn.Dropout, nn.modules.dropout._DropoutNd)
         for layer in model.modules():
-            if isinstance(layer, (nn.Linear, nn.Conv2d)):
+            if not list(layer.children()) and not isinstance(layer, batch_coupled):
                 layer.forward = _sliced(layer.forward, self.params.pieces_per_layer)
         return model
 
