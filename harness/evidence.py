@@ -8,7 +8,8 @@ Cache layout (under ``bundle_cache_dir()``, or ``cache_dir``)::
 
     <key>/                 an evidence bundle; ``key`` is opaque and says nothing about the case
     <key>.truth.json       case id, repeat, and the Verification (ground truth): OUTSIDE the bundle
-    index.jsonl            one line per recording: case id -> key (for people; lookups recompute keys)
+    index.jsonl            one line per recording: case id, role (case or twin), repeat -> key
+                           (for people; lookups recompute keys)
 
 ``key`` hashes the case's recording spec (workload and faults, not labels or title), the recording code
 version (a hash of the recording, workload and fault sources), the resolved device, the torch version
@@ -23,6 +24,8 @@ import hashlib
 import json
 from datetime import datetime, timezone
 from pathlib import Path
+
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -67,6 +70,7 @@ class TruthRecord(BaseModel):
     """What the cache knows about a recording that must never be inside the bundle."""
 
     case_id: str
+    role: Literal["case", "twin"] = Field("case", description="twin: the case's healthy twin (faults removed)")
     key: str
     repeat: int
     recorded: datetime
@@ -115,10 +119,12 @@ def write_truth(cache: Path, record: TruthRecord) -> None:
 
 
 def ensure_bundle(case: Case, device: str, *, repeat: int = 0, force: bool = False,
-                  cache_dir: Path | None = None) -> tuple[str, Path, bool]:
+                  cache_dir: Path | None = None, role: Literal["case", "twin"] = "case") -> tuple[str, Path, bool]:
     """The cached bundle of ``case`` (recorded now if missing or ``force``): (key, folder, recorded_now).
 
-    ``device`` must already be resolved (``cpu`` or ``cuda``).
+    ``device`` must already be resolved (``cpu`` or ``cuda``). ``role`` says, in the truth file and the
+    index, whether ``case`` is a case or the healthy twin of the case with that id (twins keep the id).
+    Twins of different cases with the same workload share one entry: its truth names the first.
     """
     from diageval.bundle import MANIFEST_NAME
     from diageval.paths import bundle_cache_dir
@@ -131,10 +137,11 @@ def ensure_bundle(case: Case, device: str, *, repeat: int = 0, force: bool = Fal
         return key, folder, False
     record_case(case, folder, device=device)
     previous = read_truth(cache, key)
-    if previous is None or previous.case_id != case.id or force:
-        write_truth(cache, TruthRecord(case_id=case.id, key=key, repeat=repeat, recorded=datetime.now(timezone.utc)))
-    append_jsonl(cache / "index.jsonl", {"case_id": case.id, "key": key, "repeat": repeat, "device": device,
-                                         "recorded": datetime.now(timezone.utc).isoformat()})
+    if previous is None or previous.case_id != case.id or previous.role != role or force:
+        write_truth(cache, TruthRecord(case_id=case.id, role=role, key=key, repeat=repeat,
+                                       recorded=datetime.now(timezone.utc)))
+    append_jsonl(cache / "index.jsonl", {"case_id": case.id, "role": role, "key": key, "repeat": repeat,
+                                         "device": device, "recorded": datetime.now(timezone.utc).isoformat()})
     return key, folder, True
 
 

@@ -95,10 +95,10 @@ def verify_case(case: Case, *, repeats: int = DEFAULT_REPEATS, device: str = "cp
     twin = case.healthy_twin()
     injected, healthy = [], []
     for i in range(repeats):
-        for label, c, sink in (("twin", twin, healthy), ("case", case, injected)):
+        for role, c, sink in (("twin", twin, healthy), ("case", case, injected)):
             if progress:
-                progress(f"{case.id}: {label} {i + 1}/{repeats}")
-            _, folder, _ = ensure_bundle(c, device, repeat=i, force=force, cache_dir=cache)
+                progress(f"{case.id}: {role} {i + 1}/{repeats}")
+            _, folder, _ = ensure_bundle(c, device, repeat=i, force=force, cache_dir=cache, role=role)
             sink.append(EvidenceBundle.open(folder).steps())
     verification = compare(case, injected, healthy)
     key, _, _ = ensure_bundle(case, device, repeat=0, cache_dir=cache)

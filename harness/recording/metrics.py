@@ -1,7 +1,7 @@
 """Periodic host samples taken by the parent while the ranks run (``metrics.jsonl``).
 
 One row per rank per sample: ``{"time", "scope": "rank", "rank", "cpu_percent", "rss_bytes"}`` (the
-rank process plus its DataLoader workers), and one host row per sample: ``{"time", "scope": "host",
+rank process plus its DataLoader workers; pages the workers share with the rank count in each), and one host row per sample: ``{"time", "scope": "host",
 "cpu_percent", "mem_used_bytes"}``, with ``gpu_util_percent`` per GPU when NVML is importable.
 ``cpu_percent`` is over the interval since the previous sample (100 = one core busy).
 """
