@@ -64,7 +64,7 @@ def test_dataloader_near_miss_moderate_wait_is_quiet(tmp_path):
 
 
 def test_straggler_names_the_slow_rank_not_the_waiting_one(tmp_path):
-    d = diagnose(tmp_path, lambda r, k: StepShape(compute_us=9000 if r == 1 and k >= 5 else 4000))
+    d = diagnose(tmp_path, lambda r, k: StepShape(compute_us=14000 if r == 1 and k >= 5 else 4000))
     (f,) = d.causes
     assert f.category == "compute.straggler_rank" and f.ranks == [1]
     assert f.steps == (5, 20)

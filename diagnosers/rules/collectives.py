@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from diageval.diagnosis import Finding
 from diageval.diagnosers.rules import thresholds as T
 from diageval.diagnosers.rules.evidence import RunEvidence
-from diageval.diagnosers.trace_summary import union_length
+from diageval.diagnosers.trace_summary import StepSummary, union_length
 from diageval.diagnosers.rules.stats import best_segment, confidence_from_margin, median, min_block
 
 
@@ -38,8 +38,15 @@ class StepCollectives(BaseModel):
     shared_us: float  # time during which every rank was inside the same call (union over calls)
     payload_bytes: int | None  # bytes the step's calls reduce (one rank's tensors), when recorded
     inside_us: dict[int, float]  # rank -> time inside collectives
-    work_us: dict[int, float]  # rank -> step time not spent waiting (data or collectives)
+    work_us: dict[int, float]  # rank -> work before reaching the most skewed call (``_pre_collective``)
     data_us: dict[int, float]
+
+
+def _pre_collective(st: StepSummary, arrival_us: float) -> float:
+    """How long a rank worked in a step before it reached the collective: from the start of its step to
+    its arrival, less its data wait. Time spent before its step began (a save at the end of the previous
+    step) does not count: a rank late for that reason is not computing slower."""
+    return max(0.0, arrival_us - st.start_us - st.data_wait_us)
 
 
 def measure_collectives(ev: RunEvidence) -> list[StepCollectives]:
@@ -56,6 +63,7 @@ def measure_collectives(ev: RunEvidence) -> list[StepCollectives]:
             continue
         skew = 0.0
         late_rank = ranks[0]
+        arrivals = {r: steps[r].collectives[0].start_us for r in ranks}
         together: list[tuple[float, float]] = []
         for k in range(counts.pop()):
             calls = {r: steps[r].collectives[k] for r in ranks}
@@ -63,7 +71,7 @@ def measure_collectives(ev: RunEvidence) -> list[StepCollectives]:
             ends = {r: c.start_us + c.dur_us for r, c in calls.items()}
             first, last = min(starts.values()), max(starts.values())
             if last - first > skew:
-                skew, late_rank = last - first, max(starts, key=starts.get)
+                skew, late_rank, arrivals = last - first, max(starts, key=starts.get), starts
             if min(ends.values()) > last:
                 together.append((last, min(ends.values())))
         shared = union_length(together, float("-inf"), float("inf"))
@@ -79,7 +87,7 @@ def measure_collectives(ev: RunEvidence) -> list[StepCollectives]:
                 shared_us=shared,
                 payload_bytes=payload,
                 inside_us={r: st.collective_us for r, st in steps.items()},
-                work_us={r: max(0.0, st.dur_us - st.data_wait_us - st.collective_us) for r, st in steps.items()},
+                work_us={r: _pre_collective(st, arrivals[r]) for r, st in steps.items()},
                 data_us={r: st.data_wait_us for r, st in steps.items()},
             )
         )
@@ -97,7 +105,10 @@ def judge_straggler(table: list[StepCollectives], ev: RunEvidence) -> list[Findi
         return []
     late = Counter(row.late_rank for row in table)
     rank, _ = late.most_common(1)[0]
-    flags = [row.late_rank == rank and row.skew_us >= T.SKEW_SHARE * row.step_us for row in table]
+    flags = [
+        row.late_rank == rank and row.skew_us >= max(T.SKEW_SHARE * row.step_us, T.LATENCY_ALLOWANCE_US)
+        for row in table
+    ]
     seg = best_segment(flags)
     if seg is None:
         return []
@@ -133,14 +144,15 @@ def judge_straggler(table: list[StepCollectives], ev: RunEvidence) -> list[Findi
             impact=round(min(1.0, skew_share), 3),
             summary=(
                 f"rank {rank} reaches the collectives {skew / 1e3:.2f} ms late on {sum(flags[seg[0]:seg[1]])} of"
-                f" {len(rows)} steps; its work between collectives is {extra_work / 1e3:.2f} ms longer than its peers'"
+                f" {len(rows)} steps; it computes {extra_work / 1e3:.2f} ms longer per step than its peers"
             ),
             evidence=[
                 f"{ev.trace_file(rank)}: collectives ({', '.join(sorted(ev.traces[rank].collective_names))}) start"
                 f" median {skew / 1e3:.2f} ms after the earliest rank; inside them median {own_inside / 1e3:.2f} ms/step",
                 f"{', '.join(ev.trace_file(r) for r in peers)}: inside collectives median {peer_inside / 1e3:.2f} ms/step"
                 f" (waiting for rank {rank})",
-                f"rank{rank} step time outside data wait and collectives: +{extra_work / 1e3:.2f} ms vs peers"
+                f"rank{rank} works +{extra_work / 1e3:.2f} ms longer than its peers from the start of its step to the"
+                " collective (data wait excluded)"
                 f" (data wait difference {extra_data / 1e3:+.2f} ms)",
             ],
         )
@@ -155,11 +167,23 @@ def bus_bandwidth(row: StepCollectives, world_size: int) -> float | None:
     return row.payload_bytes * 2 * (world_size - 1) / world_size / (row.shared_us / 1e6)
 
 
+def _slower_than_link(row: StepCollectives, world_size: int) -> bool:
+    """Time all ranks spend inside together, beyond what the payload needs at MIN_BUS_BYTES_PER_S, is
+    longer than scheduling latency on a busy host and a real share of the step. (Small all_reduces are
+    latency-bound: their "bandwidth" says nothing about the link.)"""
+    if not row.payload_bytes:
+        return False
+    needed_us = row.payload_bytes * 2 * (world_size - 1) / world_size / T.MIN_BUS_BYTES_PER_S * 1e6
+    beyond = row.shared_us - needed_us
+    return beyond >= max(T.STALL_MIN_SHARE * row.step_us, T.LATENCY_ALLOWANCE_US)
+
+
 def judge_stall(table: list[StepCollectives], ev: RunEvidence) -> list[Finding]:
     """Every rank inside the collective together, and the collective itself slow.
 
     "Slow" is judged by bus bandwidth when the trace records the payload (gloo annotations with
-    record_shapes): below ``MIN_BUS_BYTES_PER_S`` while that time is a real share of the step. Arrival
+    record_shapes): slower than ``MIN_BUS_BYTES_PER_S`` by more than a latency allowance and by a real
+    share of the step (``_slower_than_link``). Arrival
     skew does not matter then: a stalled collective is slow however the ranks arrive. Without payload
     sizes (NCCL kernels), by time: all ranks inside together for a large share of the step while late
     arrivals explain less than half of it.
@@ -171,9 +195,7 @@ def judge_stall(table: list[StepCollectives], ev: RunEvidence) -> list[Finding]:
     bws = [bus_bandwidth(row, n) for row in table]
     by_bandwidth = sum(b is not None for b in bws) >= len(table) / 2
     if by_bandwidth:
-        flags = [
-            b is not None and b < T.MIN_BUS_BYTES_PER_S and s >= T.STALL_MIN_SHARE for b, s in zip(bws, shares)
-        ]
+        flags = [_slower_than_link(row, n) for row in table]
     else:
         flags = [
             s >= T.SHARED_COLLECTIVE_SHARE and row.skew_us <= T.SKEW_OVER_SHARED_MAX * row.shared_us

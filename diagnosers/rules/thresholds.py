@@ -11,6 +11,10 @@ DATA_WAIT_SHARE = 0.30
 # ... and at least this many steps wait that long themselves (a pattern, not one stray wait).
 MIN_WAITING_STEPS = 3
 
+# Scheduling jitter on a busy host: a rank can be held a few ms by descheduling alone (measured.md).
+# A straggler's lateness, and a stalled collective's time beyond what its payload needs, must exceed it.
+LATENCY_ALLOWANCE_US = 5000.0
+
 # Straggler: the late rank must make its peers wait for at least this share of the step, on most steps.
 SKEW_SHARE = 0.10
 PERSISTENT_SHARE = 0.60
@@ -19,11 +23,12 @@ PERSISTENT_SHARE = 0.60
 COMPUTE_EXPLAINS_SKEW = 0.5
 
 # Collective stall, when the trace records payload sizes: while every rank is inside, the collective
-# moves data at a bus bandwidth below 100 MB/s, slower than a 1 Gbit/s link (the slowest interconnect a
-# training job runs over; loopback, NVLink, InfiniBand are 10-1000x faster), and that time is at least
-# STALL_MIN_SHARE of the step (otherwise it does not matter).
+# moves data slower than 100 MB/s of bus bandwidth, slower than a 1 Gbit/s link (the slowest interconnect
+# a training job runs over; loopback, NVLink, InfiniBand are 10-1000x faster), and the time beyond what
+# that bandwidth needs is at least STALL_MIN_SHARE of the step (otherwise it does not matter).
 MIN_BUS_BYTES_PER_S = 100e6
 STALL_MIN_SHARE = 0.10
+
 # Without payload sizes: all ranks inside together for this share of the step, while late arrivals
 # explain less than half of the time spent inside.
 SHARED_COLLECTIVE_SHARE = 0.35
