@@ -100,14 +100,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=Path, default=None)
     ap.add_argument("--diagnosers", default="rules,symptoms,hta,prior,null")
-    ap.add_argument("--runs-dir", type=Path, default=Path(".diageval/bench-runs"))
+    ap.add_argument("--runs-dir", type=Path, default=None,
+                    help="Where the runs go (default: .diageval/bench-runs/<UTC time>, a fresh set every time)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--jobs", type=int, default=1)
     args = ap.parse_args(argv)
     cases_dir = args.cases or default_cases_dir()
-    case_set, rows, bundle_ids = run_all(args.diagnosers.split(","), cases_dir, args.runs_dir, args.device, args.jobs)
+    runs_dir = args.runs_dir or Path(".diageval/bench-runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    case_set, rows, bundle_ids = run_all(args.diagnosers.split(","), cases_dir, runs_dir, args.device, args.jobs)
 
-    print(f"\ncase set {case_set.hash[:12]} ({cases_dir}), taxonomy {case_set.taxonomy.version}")
+    print(f"\ncase set {case_set.hash[:12]} ({cases_dir}), taxonomy {case_set.taxonomy.version}; runs in {runs_dir}")
+    print("each metric: point estimate [bootstrap 95% interval over cases]; n = scored cases")
     header = ["diagnoser", "n"] + [label for _, label in COLUMNS]
     table = [header]
     for name, summary, note in rows:
