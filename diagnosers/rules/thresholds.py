@@ -1,8 +1,10 @@
 """Every threshold the rules use, with the principle it comes from.
 
-None of these is fitted to the public cases: each is a share of step time, a ratio to the run's own
-quiet steps, or a per-op cost, chosen so that a healthy run (step-time CV of 10-26% on a busy host,
-see notes/measured.md) stays well below it.
+Each is a share of step time, a ratio to the run's own quiet steps, a physical floor (a link speed,
+scheduling jitter) or a count, chosen from that principle so that a healthy run (step-time CV of 10-26%
+on a busy host, notes/measured.md) stays well below it. They were checked against live recordings (the
+corpus and other workloads, severities, ranks and world sizes), not fitted to them: where a check
+showed a principle missing, the principle was added and is written next to its number.
 """
 
 # Data loading: a step that spends a third of its time waiting for the next batch is input-bound by any
@@ -18,8 +20,9 @@ LATENCY_ALLOWANCE_US = 5000.0
 # Straggler: the late rank must make its peers wait for at least this share of the step, on most steps.
 SKEW_SHARE = 0.10
 PERSISTENT_SHARE = 0.60
-# ... and its own non-waiting work must account for at least this part of the skew (median over steps
-# of extra work / skew; otherwise its lateness is explained by something else, e.g. its data wait).
+# ... and its own work inside its step before the collective must account for at least this part of the
+# skew (median over steps of extra work / skew; otherwise its lateness is explained by something else:
+# its data wait, or a pause before its step began such as a save).
 COMPUTE_EXPLAINS_SKEW = 0.5
 
 # Collective stall, when the trace records payload sizes: while every rank is inside, the collective
