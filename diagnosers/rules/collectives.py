@@ -119,7 +119,9 @@ def judge_straggler(table: list[StepCollectives], ev: RunEvidence) -> list[Findi
     skew_share = median([row.skew_us / row.step_us for row in rows])
     if skew_share < T.SKEW_SHARE:
         return []
+
     def extra(row: StepCollectives, of: dict[int, float]) -> float:
+        """The late rank's value minus its peers' median, in one step."""
         return of[rank] - median([v for r, v in of.items() if r != rank])
 
     # per step, how much of the lateness the rank's own work (vs its data wait) explains; the median of
@@ -151,9 +153,8 @@ def judge_straggler(table: list[StepCollectives], ev: RunEvidence) -> list[Findi
                 f" median {skew / 1e3:.2f} ms after the earliest rank; inside them median {own_inside / 1e3:.2f} ms/step",
                 f"{', '.join(ev.trace_file(r) for r in peers)}: inside collectives median {peer_inside / 1e3:.2f} ms/step"
                 f" (waiting for rank {rank})",
-                f"rank{rank} works +{extra_work / 1e3:.2f} ms longer than its peers from the start of its step to the"
-                " collective (data wait excluded)"
-                f" (data wait difference {extra_data / 1e3:+.2f} ms)",
+                f"rank{rank}: from the start of its step to the collective it works {extra_work / 1e3:+.2f} ms longer"
+                f" than its peers (data wait excluded; its data wait differs by {extra_data / 1e3:+.2f} ms)",
             ],
         )
     ]
