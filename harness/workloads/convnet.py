@@ -1,5 +1,10 @@
 """``convnet_allreduce``: a small conv net on synthetic images; after backward the gradients are
-flattened into one buffer, averaged with a single ``all_reduce`` and copied back (no DDP)."""
+flattened into one buffer, averaged with a single ``all_reduce`` and copied back (no DDP).
+
+The second block is densely connected (as in DenseNet: it reads half of the stem's channels and its
+output is concatenated to the stem's), so slicing and concatenation ops and their backward are part of
+every healthy trace.
+"""
 
 from __future__ import annotations
 
@@ -14,21 +19,28 @@ from diageval.workloads.base import SyntheticBatches, TrainingSetup, make_loader
 from diageval.workloads.params import ConvParams
 
 
-def _convnet(p: ConvParams) -> nn.Sequential:
-    c = p.channels
-    return nn.Sequential(
-        nn.Conv2d(3, c, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(c, c, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(),
-        nn.Linear(c * (p.image_size // 4) ** 2, 64), nn.ReLU(),
-        nn.Linear(64, p.classes),
-    )
+class DenseConvNet(nn.Module):
+    def __init__(self, p: ConvParams):
+        super().__init__()
+        c = p.channels
+        self.stem = nn.Sequential(nn.Conv2d(3, c, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
+        self.half = c // 2
+        self.grow = nn.Sequential(nn.Conv2d(self.half, c, 3, padding=1), nn.ReLU())
+        self.pool = nn.MaxPool2d(2)
+        self.head = nn.Sequential(
+            nn.Flatten(), nn.Linear(2 * c * (p.image_size // 4) ** 2, 64), nn.ReLU(), nn.Linear(64, p.classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        x = torch.cat([x, self.grow(x[:, : self.half])], dim=1)
+        return self.head(self.pool(x))
 
 
 def build(params: ConvParams, ctx: RankContext, injection) -> TrainingSetup:
     torch.manual_seed(0)
     device = torch.device(ctx.device)
-    model = injection.model(_convnet(params)).to(device)
+    model = injection.model(DenseConvNet(params)).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=params.lr, momentum=0.9)
     dataset = injection.dataset(
         SyntheticBatches(ctx.steps, (params.batch_size, 3, params.image_size, params.image_size),

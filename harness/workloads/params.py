@@ -28,10 +28,12 @@ class MlpParams(CommonParams):
     hidden: int = Field(512, ge=1, le=8192)
     layers: int = Field(3, ge=1, le=32, description="Hidden layers")
     classes: int = Field(10, ge=2, le=1000)
+    vocab: int = Field(1000, ge=2, le=1_000_000, description="Buckets of the hashed categorical input column")
+    embed_dim: int = Field(16, ge=1, le=1024)
 
 
 class ConvParams(CommonParams):
     batch_size: int = Field(32, ge=1, le=4096, description="Samples per rank per step")
     image_size: int = Field(16, ge=8, le=256)
-    channels: int = Field(16, ge=1, le=512, description="Channels of the conv layers")
+    channels: int = Field(16, ge=2, le=512, description="Channels of the conv layers")
     classes: int = Field(10, ge=2, le=1000)
