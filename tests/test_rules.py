@@ -173,3 +173,9 @@ def test_truncated_trace_abstains(tmp_path):
 def test_without_step_log_uses_profiler_steps(tmp_path):
     d = diagnose(tmp_path, lambda r, k: StepShape(data_us=6000), step_log=False)
     assert cause_ids(d) == ["input.dataloader_starvation"]
+
+
+def test_single_process_run(tmp_path):
+    d = diagnose(tmp_path, lambda r, k: StepShape(data_us=6000), world_size=1)
+    assert d.abstain is None and cause_ids(d) == ["input.dataloader_starvation"]
+    assert cause_ids(diagnose(tmp_path / "h", lambda r, k: StepShape(), world_size=1)) == []
