@@ -181,9 +181,14 @@ def score_cmd(run_dir: Path | None, case_id: str | None, diagnosis_path: Path | 
     if run_dir is not None:
         if case_id or diagnosis_path:
             raise click.UsageError("give either RUN_DIR or --case with --diagnosis, not both")
-        from diageval.rescore import rescore_run
+        from diageval.reports.leaderboard import render_leaderboard
+        from diageval.rescore import RescoreError, rescore_run
 
-        rescore_run(run_dir)
+        try:
+            summary = rescore_run(run_dir)
+        except RescoreError as err:
+            raise click.ClickException(str(err))
+        click.echo(summary.model_dump_json(indent=2) if as_json else render_leaderboard([summary]), nl=not as_json)
         return
     if not (case_id and diagnosis_path):
         raise click.UsageError("give RUN_DIR, or --case ID together with --diagnosis FILE.json")
