@@ -6,10 +6,13 @@ injection manifested (see :mod:`diageval.verify`).
 
 Cache layout (under ``bundle_cache_dir()``, or ``cache_dir``)::
 
-    <key>/                 an evidence bundle; ``key`` is opaque and says nothing about the case
+    evidence/<key>/        an evidence bundle; ``key`` is opaque and says nothing about the case
     <key>.truth.json       case id, repeat, and the Verification (ground truth): OUTSIDE the bundle
     index.jsonl            one line per recording: case id, role (case or twin), repeat -> key
                            (for people; lookups recompute keys)
+
+Bundles sit one folder below the truth files, so a diagnoser handed a bundle folder finds only other
+opaque bundles beside it, not the labels.
 
 ``key`` hashes the case's recording spec (workload and faults, not labels or title), the recording code
 version (a hash of the recording, workload and fault sources), the resolved device, the torch version
@@ -132,7 +135,7 @@ def ensure_bundle(case: Case, device: str, *, repeat: int = 0, force: bool = Fal
 
     cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
     key = cache_key(case, device, repeat)
-    folder = cache / key
+    folder = cache / "evidence" / key
     if not force and (folder / MANIFEST_NAME).is_file():
         return key, folder, False
     record_case(case, folder, device=device)

@@ -126,7 +126,7 @@ def test_cache_reuses_bundles_and_keeps_truth_outside(tmp_path: Path):
 
     case = _case(steps=4)
     key, folder, fresh = ensure_bundle(case, "cpu", cache_dir=tmp_path)
-    assert fresh and folder == tmp_path / key and key == cache_key(case, "cpu")
+    assert fresh and folder == tmp_path / "evidence" / key and key == cache_key(case, "cpu")
     manifest = json.loads((folder / "bundle.json").read_text())
     key2, folder2, fresh2 = ensure_bundle(case, "cpu", cache_dir=tmp_path)
     assert (key2, folder2, fresh2) == (key, folder, False)
@@ -134,6 +134,8 @@ def test_cache_reuses_bundles_and_keeps_truth_outside(tmp_path: Path):
     truth = read_truth(tmp_path, key)
     assert truth is not None and truth.case_id == case.id
     assert not any("truth" in p.name for p in folder.rglob("*"))
+    # Nothing that names the case sits beside the bundle either: its siblings are opaque bundles only.
+    assert all(p.is_dir() for p in folder.parent.iterdir())
     assert case.id not in key
     _, _, fresh3 = ensure_bundle(case, "cpu", cache_dir=tmp_path, force=True)
     assert fresh3
