@@ -179,3 +179,12 @@ def test_single_process_run(tmp_path):
     d = diagnose(tmp_path, lambda r, k: StepShape(data_us=6000), world_size=1)
     assert d.abstain is None and cause_ids(d) == ["input.dataloader_starvation"]
     assert cause_ids(diagnose(tmp_path / "h", lambda r, k: StepShape(), world_size=1)) == []
+
+
+def test_garbage_trace_abstains_with_reason(tmp_path):
+    import gzip
+
+    root = build_bundle(tmp_path / "bundle", noisy(lambda r, k: StepShape()))
+    (root / "rank1" / "trace.json.gz").write_bytes(gzip.compress(b"this is not a trace"))
+    d = RulesDiagnoser().diagnose(EvidenceBundle.open(root))
+    assert d.abstain is not None and "rank1 trace unreadable" in d.abstain.reason
