@@ -24,7 +24,7 @@ from diageval.diagnosis import Finding
 from diageval.diagnosers.rules import thresholds as T
 from diageval.diagnosers.rules.evidence import RunEvidence
 from diageval.diagnosers.trace_summary import StepSummary, union_length
-from diageval.diagnosers.rules.stats import best_segment, confidence_from_margin, median, min_block
+from diageval.diagnosers.rules.stats import confidence_from_margin, median, persistent_segment
 
 
 class StepCollectives(BaseModel):
@@ -109,13 +109,11 @@ def judge_straggler(table: list[StepCollectives], ev: RunEvidence) -> list[Findi
         row.late_rank == rank and row.skew_us >= max(T.SKEW_SHARE * row.step_us, T.LATENCY_ALLOWANCE_US)
         for row in table
     ]
-    seg = best_segment(flags)
+    seg = persistent_segment(flags)
     if seg is None:
         return []
     rows = table[seg[0] : seg[1]]
     persistence = sum(flags[seg[0] : seg[1]]) / len(rows)
-    if len(rows) < min_block(len(table)) or persistence < T.PERSISTENT_SHARE:
-        return []
     skew_share = median([row.skew_us / row.step_us for row in rows])
     if skew_share < T.SKEW_SHARE:
         return []
@@ -202,13 +200,11 @@ def judge_stall(table: list[StepCollectives], ev: RunEvidence) -> list[Finding]:
             s >= T.SHARED_COLLECTIVE_SHARE and row.skew_us <= T.SKEW_OVER_SHARED_MAX * row.shared_us
             for s, row in zip(shares, table)
         ]
-    seg = best_segment(flags)
+    seg = persistent_segment(flags)
     if seg is None:
         return []
     rows = table[seg[0] : seg[1]]
     persistence = sum(flags[seg[0] : seg[1]]) / len(rows)
-    if len(rows) < min_block(len(table)) or persistence < T.PERSISTENT_SHARE:
-        return []
     share = median(shares[seg[0] : seg[1]])
     skew = median([row.skew_us for row in rows])
     shared = median([row.shared_us for row in rows])

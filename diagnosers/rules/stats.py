@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from diageval.diagnosers.rules import thresholds as T
+
 
 def median(values: Sequence[float]) -> float:
     if not values:
@@ -63,6 +65,20 @@ def confidence_from_margin(value: float, threshold: float, consistency: float = 
         return 0.5
     margin = clamp(value / threshold - 1.0, 0.0, 1.0)
     return round(clamp(0.55 + 0.4 * margin * clamp(consistency, 0.0, 1.0), 0.5, 0.95), 3)
+
+
+def persistent_segment(flags: Sequence[bool]) -> tuple[int, int] | None:
+    """The best-covering range of flagged steps, if it is long and dense enough for a cross-rank cause.
+
+    Long enough: at least :func:`min_block` steps; dense enough: ``T.PERSISTENT_SHARE`` of them flagged.
+    """
+    seg = best_segment(flags)
+    if seg is None:
+        return None
+    length = seg[1] - seg[0]
+    if length < min_block(len(flags)) or sum(flags[seg[0] : seg[1]]) / length < T.PERSISTENT_SHARE:
+        return None
+    return seg
 
 
 def min_block(n_steps: int) -> int:
