@@ -165,6 +165,20 @@ def test_missing_rank_trace_abstains(tmp_path):
     assert d.causes == []
 
 
+def test_a_sampled_rank_still_shows_its_own_starvation(tmp_path):
+    # Jobs often profile a few ranks: per-rank causes stay answerable from the traces present,
+    # and the finding says the evidence was partial.
+    d = diagnose(tmp_path, lambda r, k: StepShape(data_us=6000), missing_ranks=(1,))
+    assert d.abstain is None and cause_ids(d) == ["input.dataloader_starvation"]
+    assert d.causes[0].ranks == [0] and "partial evidence" in d.causes[0].summary
+
+
+def test_partial_evidence_never_yields_a_cross_rank_cause(tmp_path):
+    # With rank 1's trace cut short, rank 0 alone cannot say who is late: no straggler claim, abstain.
+    d = diagnose(tmp_path, lambda r, k: StepShape(compute_us=14000 if r == 1 and k >= 5 else 4000), truncate={1: 0.5})
+    assert d.abstain is not None and d.causes == []
+
+
 def test_truncated_trace_abstains(tmp_path):
     d = diagnose(tmp_path, lambda r, k: StepShape(), truncate={0: 0.5})
     assert d.abstain is not None and "truncated" in d.abstain.reason

@@ -2,8 +2,11 @@
 
 Order of reasoning (each analyser is independent; see its module):
 
-1. Is the evidence complete? A rank's trace missing or cut short means cross-rank questions cannot be
-   answered: abstain, and show only the symptoms that the present traces support.
+1. Is the evidence complete? A rank's trace missing or cut short means cross-rank questions (who waits
+   for whom, recurring stalls that show on one rank and are paid on another) cannot be answered. The
+   per-rank questions (input pipeline, dispatch-bound steps) still can, on the intact traces present:
+   a cause they find is reported with the gap named in its summary; when they find none, abstain,
+   showing only the symptoms the present traces support. (Jobs often profile a sample of ranks.)
 2. Input pipeline (``data_wait``), recurring stalls outside ops (``spikes``), dispatch-bound steps
    (``launch``), and who waits for whom in collectives (``collectives``: straggler vs stall).
 3. What the run looks like (``observed``), reported as ``kind: symptom``.
@@ -21,6 +24,12 @@ from diageval.diagnosers.rules.evidence import RunEvidence, gather_evidence
 from diageval.diagnosers.rules.launch import judge_launch, measure_launch
 from diageval.diagnosers.rules.observed import observe_symptoms
 from diageval.diagnosers.rules.spikes import judge_blocking_save, measure_spikes
+
+
+def find_local_causes(ev: RunEvidence) -> list[Finding]:
+    """Causes each rank's own trace can show without its peers: the input pipeline, dispatch overhead."""
+    findings = [*judge_data_wait(measure_data_wait(ev), ev), *judge_launch(measure_launch(ev), ev)]
+    return sorted(findings, key=lambda f: -f.confidence)
 
 
 def find_causes(ev: RunEvidence) -> list[Finding]:
@@ -44,6 +53,10 @@ class RulesDiagnoser:
         ev = gather_evidence(bundle)
         symptoms = observe_symptoms(ev)
         reason = ev.incomplete_reason()
-        if reason:
-            return Diagnosis(findings=symptoms, abstain=Abstention(reason=reason))
-        return Diagnosis(findings=[*find_causes(ev), *symptoms])
+        if reason is None:
+            return Diagnosis(findings=[*find_causes(ev), *symptoms])
+        local = find_local_causes(ev.intact_part())
+        if local:
+            partial = [f.model_copy(update={"summary": f"{f.summary} (partial evidence: {reason})"}) for f in local]
+            return Diagnosis(findings=[*partial, *symptoms])
+        return Diagnosis(findings=symptoms, abstain=Abstention(reason=reason))

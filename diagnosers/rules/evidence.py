@@ -61,6 +61,10 @@ class RunEvidence(BaseModel):
             parts.append("the bundle holds no trace")
         return "; ".join(parts) or None
 
+    def intact_part(self) -> "RunEvidence":
+        """The same evidence restricted to the traces that were read whole (truncated ones dropped)."""
+        return self.model_copy(update={"traces": {r: s for r, s in self.traces.items() if not s.truncated}})
+
     def training_step(self, rank: int, profiler_step: int) -> int:
         return profiler_step + self.step_offset.get(rank, 0)
 
