@@ -155,3 +155,12 @@ def test_healthy_twin_drops_faults_only():
     twin = case.healthy_twin()
     assert twin.faults == [] and twin.workload == case.workload and twin.id == case.id
     assert twin.spec_hash() != case.spec_hash()
+
+
+def test_the_readme_example_case_is_valid(tmp_path):
+    from diageval.paths import SOURCE_ROOT
+
+    readme = (SOURCE_ROOT / "README.md").read_text()
+    example = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
+    result = validate(write(tmp_path, example))
+    assert result.exit_code == 0, result.output
