@@ -371,5 +371,29 @@ def run_cmd(spec: str, cases_dir: Path | None, case_ids: tuple[str, ...], tags: 
     click.echo(format_run_outcome(outcome))
 
 
+# --- comparing two runs (scoring/compare.py, reports/compare_report.py) ---------------------------
+
+
+@main.command("compare")
+@click.argument("run_a", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.argument("run_b", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@click.option("--n-boot", type=click.IntRange(min=0), default=1000, show_default=True,
+              help="Bootstrap resamples of cases (0: point values only).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the resamples (same seed, same intervals).")
+@click.option("--common-cases", is_flag=True,
+              help="When the runs hold results for different cases, compare on those both hold (dropped ones are listed).")
+def compare_cmd(run_a: Path, run_b: Path, as_json: bool, n_boot: int, seed: int, common_cases: bool) -> None:
+    """Paired bootstrap comparison of two runs on the same case set: every metric, B − A with its 95% interval."""
+    from diageval.reports.compare_report import render_comparison
+    from diageval.scoring.compare import CompareError, compare_runs
+
+    try:
+        comparison = compare_runs(run_a, run_b, n_boot=n_boot, seed=seed, common_cases=common_cases)
+    except CompareError as err:
+        raise click.ClickException(str(err))
+    click.echo(comparison.model_dump_json(indent=2) if as_json else render_comparison(comparison), nl=as_json)
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,135 @@
+"""Markdown of a two-run comparison (``diageval compare``): one row per metric and a verdict per headline metric.
+
+Decided here (the design is silent):
+
+* Cells: A and B read as point values (their own intervals are in ``--json``); the difference reads
+  ``+0.12 [+0.03, +0.21]`` with signs, so its direction is read without arithmetic. Rates use two
+  decimals, seconds three significant digits; an undefined value reads ``–``.
+* The verdict of a headline metric (F1, misleading rate) says whether the 95% interval of B − A excludes
+  0 and, if it does, which run is better; an interval touching 0 reads as no clear difference.
+* At most :data:`DROPPED_SHOWN` dropped cases are named (all of them are in ``--json``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+
+from diageval.scoring.compare import HEADLINE_METRICS, TIE_TOLERANCE, Comparison, DroppedCase, MetricComparison
+
+TEMPLATES = Path(__file__).parent / "templates"
+DROPPED_SHOWN = 10
+
+LABELS: dict[str, str] = {
+    "precision": "precision",
+    "recall": "recall",
+    "f1": "F1",
+    "misleading_rate": "misleading rate",
+    "misleading_rate_weighted": "misleading (conf.-weighted)",
+    "false_alarm_rate": "false-alarm rate",
+    "abstention_accuracy": "abstention accuracy",
+    "top1_accuracy": "top-1 accuracy",
+    "localization_accuracy": "localisation accuracy",
+    "impact_mae": "impact MAE",
+    "brier": "Brier",
+    "ece": "ECE",
+    "seconds_per_case": "s/case",
+}
+
+
+def _digits(metric: str) -> str:
+    return ".3g" if metric == "seconds_per_case" else ".2f"
+
+
+def _value(v: float | None, digits: str) -> str:
+    return "–" if v is None else format(v, digits)
+
+
+def _signed(v: float, digits: str) -> str:
+    return format(0.0 if abs(v) <= TIE_TOLERANCE else v, "+" + digits)  # no "-0.00" from float noise
+
+
+def format_difference(metric: str, m: MetricComparison) -> str:
+    if m.difference is None:
+        return "–"
+    d = _digits(metric)
+    text = _signed(m.difference, d)
+    return text + (f" [{_signed(m.ci[0], d)}, {_signed(m.ci[1], d)}]" if m.ci is not None else "")
+
+
+def _percent(p: float | None) -> str:
+    return "–" if p is None else f"{p:.0%}"
+
+
+def _p_better(m: MetricComparison) -> str:
+    """P(B better), with the share of ties when there are any (identical runs read "0% (100% ties)")."""
+    if m.p_b_better is None or m.p_b_worse is None:
+        return "–"
+    ties = 1.0 - m.p_b_better - m.p_b_worse
+    return _percent(m.p_b_better) + (f" ({_percent(ties)} ties)" if ties > TIE_TOLERANCE else "")
+
+
+def _n(m: MetricComparison) -> str:
+    return str(m.a.n) if m.a.n == m.b.n else f"{m.a.n}/{m.b.n}"
+
+
+def headline_verdict(metric: str, m: MetricComparison, cases: int) -> str:
+    """One line: B − A with its interval, and whether the interval excludes 0 (which run is better)."""
+    label = LABELS.get(metric, metric)
+    if m.difference is None:
+        undefined = [f"{side} (n={mv.n})" for side, mv in (("A", m.a), ("B", m.b)) if mv.value is None]
+        return f"{label}: undefined for {' and '.join(undefined)}: not compared."
+    head = f"{label} ({m.better} is better): B − A = {format_difference(metric, m)}"
+    if m.ci is None:
+        why = "no resample" if m.resamples == 0 else "no interval"
+        return f"{head}; {why} defines it for both runs: no verdict."
+    if not m.excludes_zero:
+        return (f"{head}; the interval includes 0: no clear difference on {cases} cases "
+                f"(B better in {_percent(m.p_b_better)} of resamples).")
+    b_better = (m.difference > 0) == (m.better == "higher")
+    word, share = ("better", m.p_b_better) if b_better else ("worse", m.p_b_worse)
+    return f"{head}; the interval excludes 0: B is {word} (B {word} in {_percent(share)} of resamples)."
+
+
+def _dropped_text(dropped: list[DroppedCase]) -> str:
+    def status(s: str | None) -> str:
+        return s or "no result"
+
+    shown = [f"{d.case_id} (A {status(d.status_a)}, B {status(d.status_b)})" for d in dropped[:DROPPED_SHOWN]]
+    more = f", and {len(dropped) - DROPPED_SHOWN} more (see --json)" if len(dropped) > DROPPED_SHOWN else ""
+    return ", ".join(shown) + more
+
+
+def render_comparison(c: Comparison) -> str:
+    """The markdown a person reads: the run pair, what was dropped, the metric table, the headline verdicts."""
+    rows = []
+    for metric, m in c.metrics.items():
+        d = _digits(metric)
+        arrow = "↑" if m.better == "higher" else "↓"
+        rows.append({
+            "label": f"{LABELS.get(metric, metric)} {arrow}",
+            "a": _value(m.a.value, d),
+            "b": _value(m.b.value, d),
+            "diff": format_difference(metric, m),
+            "p": _p_better(m),
+            "n": _n(m),
+        })
+    notes = [f"run {side} is marked {s.status}: its results may be incomplete."
+             for side, s in (("A", c.a), ("B", c.b)) if s.status != "complete"]
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+    return env.get_template("compare.md.j2").render(
+        a=c.a,
+        b=c.b,
+        cases=c.cases,
+        case_set=c.case_set_hash[:12],
+        taxonomy_version=c.taxonomy_version,
+        resamples=c.bootstrap.resamples,
+        seed=c.bootstrap.seed,
+        dropped=c.dropped,
+        dropped_text=_dropped_text(c.dropped),
+        notes=notes,
+        rows=rows,
+        verdicts=[headline_verdict(k, c.metrics[k], c.cases) for k in HEADLINE_METRICS if k in c.metrics],
+    )

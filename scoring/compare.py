@@ -1,0 +1,315 @@
+"""Paired bootstrap comparison of two runs on the same case set (``diageval compare RUN_A RUN_B``).
+
+Both runs are scored on the same cases, so their difference is measured case by case: each resample draws
+cases with replacement (:func:`~diageval.scoring.metrics.bootstrap_weights`) and applies the SAME
+multiplicities to run A's and run B's tally rows; every metric is recomputed from each run's resampled
+totals (micro-averages from pooled sums, as :func:`~diageval.scoring.summary.summarize` does), and the
+difference B − A is taken per resample. Pairing removes the case-to-case variation both runs share, so
+the interval of the difference is much narrower than comparing two independent intervals.
+
+Decided here (the design is silent):
+
+* Refused: runs whose case-set hash or taxonomy version differ (the error names both values), and runs
+  that hold results for different case ids (one stopped early, or ran a ``--case``/``--tag`` subset):
+  ``common_cases=True`` (``--common-cases``) compares them on the cases both hold instead, and lists
+  what was dropped. A case whose labels (expect, labeled causes) differ between the two results files
+  is refused too: the same case-set hash cannot produce that, so one folder was edited or corrupted.
+* Cases scored in one run but not the other (``harness_error`` — our fault, never the diagnoser's —
+  or ``invalid``) are always dropped from both sides, and listed with each side's status: the pair
+  stays matched, and neither diagnoser is credited or blamed for a case the other was not judged on.
+  With nothing dropped, each run's point values and marginal intervals equal its own ``summary.json``
+  (same seed, same resamples).
+* The interval of a difference is the percentile interval of B − A over the resamples where the metric
+  is defined for both runs; a metric undefined at the point for either run has no difference (null).
+* "B better" is direction-aware (:data:`BETTER`). ``p_b_better`` / ``p_b_worse`` are the shares of
+  those resamples where B is strictly better / worse; the rest are ties (differences within
+  :data:`TIE_TOLERANCE`, floating-point noise), so identical runs read 0 and 0, not 0.5.
+* ``excludes_zero``: whether the 95% interval lies entirely on one side of 0 (an interval of exactly
+  [0, 0] does not exclude it).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from diageval.run_store import RunManifest, RunStore
+from diageval.scoring.metrics import (
+    METRICS,
+    MetricDef,
+    MetricValue,
+    bootstrap_weights,
+    brier_point,
+    percentile_interval,
+    weighted_totals,
+)
+from diageval.scoring.results import CaseResult
+from diageval.scoring.summary import BootstrapInfo
+from diageval.scoring.tallies import tally_table
+
+SCHEMA_VERSION = 1
+TIE_TOLERANCE = 1e-12
+"""Differences this small are ties: the same counts can reach the metric formulas by different float paths."""
+
+Direction = Literal["higher", "lower"]
+
+BETTER: dict[str, Direction] = {
+    "precision": "higher",
+    "recall": "higher",
+    "f1": "higher",
+    "misleading_rate": "lower",
+    "misleading_rate_weighted": "lower",
+    "false_alarm_rate": "lower",
+    "abstention_accuracy": "higher",
+    "top1_accuracy": "higher",
+    "localization_accuracy": "higher",
+    "impact_mae": "lower",
+    "brier": "lower",
+    "ece": "lower",
+    "seconds_per_case": "lower",
+}
+"""Which way is better for each metric of :data:`~diageval.scoring.metrics.METRICS` (a test keeps the two in step)."""
+
+HEADLINE_METRICS = ("f1", "misleading_rate")
+
+
+class CompareError(Exception):
+    """Two runs that cannot be compared, or a run folder that cannot be read."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RunSide(_Model):
+    """Which run one side of the comparison is."""
+
+    run_dir: str
+    run_id: str
+    diagnoser: str = Field(description="Diagnoser name and version")
+    spec: str = Field(description="What --diagnoser was given")
+    status: str = Field(description="The run's status in run.json (running, complete, interrupted, failed)")
+    results: int = Field(description="Lines in its results.jsonl")
+    scored: int = Field(description="Of those, scored (every status but harness_error and invalid)")
+
+
+class DroppedCase(_Model):
+    case_id: str
+    status_a: str | None = Field(description="Its status in run A; null when run A has no result for it")
+    status_b: str | None = Field(description="Its status in run B; null when run B has no result for it")
+
+
+class MetricComparison(_Model):
+    better: Direction = Field(description="Which way is better for this metric")
+    a: MetricValue = Field(description="Run A over the compared cases (interval from the shared resamples)")
+    b: MetricValue = Field(description="Run B over the compared cases")
+    difference: float | None = Field(description="B − A; null when either is undefined")
+    ci: tuple[float, float] | None = Field(description="Paired bootstrap 95% interval of B − A")
+    p_b_better: float | None = Field(description="Share of resamples (defined for both) where B is strictly better")
+    p_b_worse: float | None = Field(description="Share of those resamples where B is strictly worse")
+    resamples: int = Field(description="Resamples where the metric is defined for both runs")
+    excludes_zero: bool | None = Field(description="The interval lies entirely above or below 0; null without one")
+
+
+class Comparison(_Model):
+    schema_version: int = SCHEMA_VERSION
+    a: RunSide
+    b: RunSide
+    case_set_hash: str
+    taxonomy_version: str
+    cases: int = Field(description="Cases compared: scored in both runs")
+    dropped: list[DroppedCase] = Field(description="Cases left out: not scored in both runs, or held by one run only")
+    metrics: dict[str, MetricComparison]
+    bootstrap: BootstrapInfo
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    root: Path
+    manifest: RunManifest
+    results: list[CaseResult]
+
+
+def load_run(run_dir: Path) -> LoadedRun:
+    """Read a run folder's ``run.json`` and ``results.jsonl``; :class:`CompareError` names the file and line."""
+    store = RunStore(Path(run_dir))
+    try:
+        manifest = store.read_manifest()
+        rows = store.read_results()
+    except (FileNotFoundError, ValueError) as exc:
+        raise CompareError(str(exc)) from None
+    results = []
+    for line, row in enumerate(rows, 1):
+        try:
+            results.append(CaseResult.model_validate(row))
+        except ValidationError as err:
+            first = err.errors(include_url=False)[0]
+            where = ".".join(str(p) for p in first["loc"]) or "<top level>"
+            raise CompareError(f"{store.results_path}: result {line}: {where}: {first['msg']}") from None
+    repeated = sorted(cid for cid, k in Counter(r.case_id for r in results).items() if k > 1)
+    if repeated:
+        raise CompareError(f"{store.results_path}: case(s) more than once: {', '.join(repeated)}")
+    return LoadedRun(root=store.root, manifest=manifest, results=results)
+
+
+def check_same_case_set(a: LoadedRun, b: LoadedRun) -> None:
+    """Refuse runs made on different case files or taxonomy versions, naming both values."""
+    for field, va, vb in (
+        ("case-set hash", a.manifest.case_set_hash, b.manifest.case_set_hash),
+        ("taxonomy version", a.manifest.taxonomy_version, b.manifest.taxonomy_version),
+    ):
+        if va != vb:
+            raise CompareError(
+                f"runs made on different case sets cannot be compared: the {field} differs "
+                f"(A {a.root}: {va}; B {b.root}: {vb})"
+            )
+
+
+def pair_cases(
+    a: list[CaseResult], b: list[CaseResult], *, common_cases: bool = False
+) -> tuple[list[CaseResult], list[CaseResult], list[DroppedCase]]:
+    """The results of the cases scored in both runs (sorted by case id) and the cases dropped.
+
+    Refuses results for different case ids unless ``common_cases``; refuses a case labeled differently in
+    the two runs.
+    """
+    by_a, by_b = {r.case_id: r for r in a}, {r.case_id: r for r in b}
+    only_a, only_b = sorted(set(by_a) - set(by_b)), sorted(set(by_b) - set(by_a))
+    if (only_a or only_b) and not common_cases:
+        raise CompareError(
+            f"the runs hold results for different cases ({len(by_a)} in A, {len(by_b)} in B; only in A: "
+            f"{_some(only_a)}; only in B: {_some(only_b)}). A run that stopped early or ran a subset is not "
+            "compared on the rest; pass --common-cases to compare on the cases both hold."
+        )
+    dropped, keep = [], []
+    for case_id in sorted(set(by_a) | set(by_b)):
+        ra, rb = by_a.get(case_id), by_b.get(case_id)
+        if ra is None or rb is None or not (ra.scored and rb.scored):
+            dropped.append(DroppedCase(case_id=case_id, status_a=ra and ra.status, status_b=rb and rb.status))
+            continue
+        if (ra.expect, ra.categories) != (rb.expect, rb.categories):
+            raise CompareError(
+                f"case {case_id} is labeled differently in the two runs (A: {ra.expect} {ra.categories}; "
+                f"B: {rb.expect} {rb.categories}) although their case-set hashes match: a results file was edited"
+            )
+        keep.append(case_id)
+    return [by_a[c] for c in keep], [by_b[c] for c in keep], dropped
+
+
+def _some(ids: list[str], limit: int = 5) -> str:
+    if not ids:
+        return "none"
+    more = f" and {len(ids) - limit} more" if len(ids) > limit else ""
+    return ", ".join(ids[:limit]) + more
+
+
+def compare_results(
+    a: list[CaseResult],
+    b: list[CaseResult],
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+    definitions: Mapping[str, MetricDef] = METRICS,
+) -> dict[str, MetricComparison]:
+    """Every metric for A and B over the same scored cases, and the paired bootstrap of B − A.
+
+    ``a`` and ``b`` must hold the same scored case ids (in any order; rows are aligned by case id).
+    """
+    ids_a, ids_b = sorted(r.case_id for r in a), sorted(r.case_id for r in b)
+    if ids_a != ids_b:
+        raise ValueError("compare_results needs results for the same cases in both runs (see pair_cases)")
+    if len(set(ids_a)) != len(ids_a):
+        raise ValueError("compare_results: a case id appears more than once")
+    unscored = [r.case_id for r in [*a, *b] if not r.scored]
+    if unscored:
+        raise ValueError(f"compare_results: case(s) not scored: {', '.join(sorted(set(unscored)))}")
+    missing = set(definitions) - set(BETTER)
+    if missing:
+        raise ValueError(f"no direction ('higher' or 'lower' is better) for metric(s): {', '.join(sorted(missing))}")
+
+    table_a, table_b = tally_table(a), tally_table(b)  # both sorted by case id: row i is the same case
+    ones = np.ones((1, len(ids_a)))
+    weights = bootstrap_weights(len(ids_a), n_boot, seed)
+    point = {"a": weighted_totals(table_a, ones), "b": weighted_totals(table_b, ones)}
+    boot = {"a": weighted_totals(table_a, weights), "b": weighted_totals(table_b, weights)}
+    brier = {"a": _brier(a), "b": _brier(b)}
+
+    out: dict[str, MetricComparison] = {}
+    for name, d in definitions.items():
+        sides: dict[str, MetricValue] = {}
+        samples: dict[str, np.ndarray] = {}
+        for side in ("a", "b"):
+            value: float | None = float(d.formula(point[side])[0])
+            if name == "brier":
+                value = brier[side]
+            if value is not None and np.isnan(value):
+                value = None
+            samples[side] = d.formula(boot[side])
+            ci = percentile_interval(samples[side]) if value is not None and n_boot else None
+            sides[side] = MetricValue(value=value, ci=ci, n=int(point[side][d.n_column][0]))
+        out[name] = _difference(BETTER[name], sides["a"], sides["b"], samples["b"] - samples["a"], n_boot)
+    return out
+
+
+def _brier(results: list[CaseResult]) -> float | None:
+    """The Brier point estimate exactly as the summary computes it (scikit-learn over the claims)."""
+    claims = [v for r in results for v in r.verdicts if v.verdict != "duplicate"]
+    return brier_point([v.confidence for v in claims], [v.credited for v in claims])
+
+
+def _difference(better: Direction, a: MetricValue, b: MetricValue, diffs: np.ndarray, n_boot: int) -> MetricComparison:
+    defined = diffs[~np.isnan(diffs)]
+    if a.value is None or b.value is None:
+        return MetricComparison(better=better, a=a, b=b, difference=None, ci=None, p_b_better=None,
+                                p_b_worse=None, resamples=int(defined.size), excludes_zero=None)
+    gain = defined if better == "higher" else -defined
+    ci = percentile_interval(defined) if n_boot else None
+    return MetricComparison(
+        better=better,
+        a=a,
+        b=b,
+        difference=b.value - a.value,
+        ci=ci,
+        p_b_better=float(np.mean(gain > TIE_TOLERANCE)) if defined.size else None,
+        p_b_worse=float(np.mean(gain < -TIE_TOLERANCE)) if defined.size else None,
+        resamples=int(defined.size),
+        excludes_zero=None if ci is None else bool(ci[0] > 0 or ci[1] < 0),
+    )
+
+
+def compare_runs(run_a: Path, run_b: Path, *, n_boot: int = 1000, seed: int = 0, common_cases: bool = False) -> Comparison:
+    """Load two run folders, refuse what cannot be compared, and compare every metric (B − A)."""
+    a, b = load_run(run_a), load_run(run_b)
+    check_same_case_set(a, b)
+    results_a, results_b, dropped = pair_cases(a.results, b.results, common_cases=common_cases)
+    if not results_a:
+        raise CompareError(f"no case is scored in both runs ({len(dropped)} dropped: {_some([d.case_id for d in dropped])})")
+    return Comparison(
+        a=_side(a),
+        b=_side(b),
+        case_set_hash=a.manifest.case_set_hash,
+        taxonomy_version=a.manifest.taxonomy_version,
+        cases=len(results_a),
+        dropped=dropped,
+        metrics=compare_results(results_a, results_b, n_boot=n_boot, seed=seed),
+        bootstrap=BootstrapInfo(resamples=n_boot, seed=seed),
+    )
+
+
+def _side(run: LoadedRun) -> RunSide:
+    d = run.manifest.diagnoser
+    return RunSide(
+        run_dir=str(run.root),
+        run_id=run.manifest.run_id,
+        diagnoser=f"{d.name} {d.version}".strip(),
+        spec=d.spec,
+        status=run.manifest.status,
+        results=len(run.results),
+        scored=sum(r.scored for r in run.results),
+    )

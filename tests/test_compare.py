@@ -1,0 +1,341 @@
+"""`diageval compare`: the paired bootstrap of B − A, its refusals, and the command on real run folders."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from diageval.cli import main
+from diageval.reports.compare_report import headline_verdict, render_comparison
+from diageval.run_store import RunDiagnoser, RunManifest, RunStore, now, run_env
+from diageval.scoring.compare import (
+    BETTER,
+    CompareError,
+    Comparison,
+    compare_results,
+    compare_runs,
+    pair_cases,
+)
+from diageval.scoring.metrics import METRICS, bootstrap_weights, compute_metrics, percentile_interval
+from diageval.scoring.summary import DiagnoserInfo, summarize
+from diageval.scoring.tallies import tally_table
+from diageval.scoring.verdicts import score_case
+from diageval.taxonomy import load_taxonomy
+from scoring_helpers import LOADER, STALL, STRAGGLER, cause, diag, make_case
+
+TAX = load_taxonomy()
+HASH = "c0ffee" * 10 + "abcd"
+CASES = {
+    "p1": make_case("p1", [{"category": STRAGGLER, "ranks": [1]}]),
+    "p2": make_case("p2", [{"category": LOADER}]),
+    "p3": make_case("p3", [{"category": STALL}]),
+    "h1": make_case("h1"),
+    "h2": make_case("h2"),
+    "a1": make_case("a1", expect="abstain"),
+}
+WEAK = {  # A: claims (0.9 correct) (0.7 symptom_as_cause) (0.6 false_alarm) (0.5 wrong_cause on an abstain case)
+    "p1": diag(cause(STRAGGLER, 0.9, ranks=[1])),
+    "p2": diag(cause("symptom.low_utilization", 0.7)),
+    "p3": diag(),
+    "h1": diag(cause(STALL, 0.6)),
+    "h2": diag(),
+    "a1": diag(cause(STRAGGLER, 0.5)),
+}
+STRONG = {  # B: claims (0.9 correct) (0.8 correct); abstains on a1
+    "p1": diag(cause(STRAGGLER, 0.9, ranks=[1])),
+    "p2": diag(cause(LOADER, 0.8)),
+    "p3": diag(),
+    "h1": diag(),
+    "h2": diag(),
+    "a1": diag(abstain="rank 1 trace missing"),
+}
+
+
+def results(diagnoses, seconds=1.0, statuses=None):
+    statuses = statuses or {}
+    out = []
+    for case_id, case in CASES.items():
+        status = statuses.get(case_id, "ok")
+        d = diagnoses[case_id] if status == "ok" else None
+        out.append(score_case(case, d, taxonomy=TAX, status=status, seconds=seconds))
+    return out
+
+
+def test_every_direction_is_decided():
+    assert set(BETTER) == set(METRICS)
+
+
+def test_differences_by_hand():
+    m = compare_results(results(WEAK, seconds=1.0), results(STRONG, seconds=2.0), n_boot=300, seed=1)
+    expected = {
+        # metric: (A, B) worked out from the claims above
+        "precision": (1 / 4, 2 / 2),
+        "recall": (1 / 3, 2 / 3),
+        "f1": (2 / 7, 4 / 5),                       # 2(1/4)(1/3)/(7/12); 2(1)(2/3)/(5/3)
+        "misleading_rate": (3 / 4, 0.0),
+        "false_alarm_rate": (1 / 2, 0.0),
+        "abstention_accuracy": (0.0, 1.0),
+        "top1_accuracy": (1 / 3, 2 / 3),
+        "brier": ((0.1**2 + 0.7**2 + 0.6**2 + 0.5**2) / 4, (0.1**2 + 0.2**2) / 2),
+        "seconds_per_case": (1.0, 2.0),
+    }
+    for name, (a, b) in expected.items():
+        assert m[name].a.value == pytest.approx(a), name
+        assert m[name].b.value == pytest.approx(b), name
+        assert m[name].difference == pytest.approx(b - a), name
+    assert m["f1"].difference == pytest.approx(18 / 35)
+    assert (m["precision"].a.n, m["precision"].b.n) == (4, 2)   # claims differ between the runs
+    assert (m["recall"].a.n, m["recall"].b.n) == (3, 3)
+    assert m["impact_mae"].difference is None and m["impact_mae"].ci is None  # no impact claimed or measured
+
+
+def test_interval_is_the_paired_bootstrap_of_resampled_case_lists():
+    """Reference: expand each resample into an explicit list of drawn cases (same draws for both runs),
+    score each list from scratch, take B − A; the comparison's interval and shares must match."""
+    a, b = results(WEAK), results(STRONG, seconds=2.0)
+    n_boot, seed = 200, 5
+    got = compare_results(a, b, n_boot=n_boot, seed=seed)
+
+    def drawn(rs, row):
+        ordered = sorted(rs, key=lambda r: r.case_id)
+        return [r.model_copy(update={"case_id": f"{r.case_id}#{k}"})
+                for r, w in zip(ordered, row) for k in range(int(w))]
+
+    weights = bootstrap_weights(len(a), n_boot, seed)
+    for name in ("f1", "misleading_rate", "brier", "false_alarm_rate"):
+        diffs = []
+        for row in weights:
+            va = compute_metrics(tally_table(drawn(a, row)), {name: METRICS[name]}, n_boot=0)[name].value
+            vb = compute_metrics(tally_table(drawn(b, row)), {name: METRICS[name]}, n_boot=0)[name].value
+            diffs.append(np.nan if va is None or vb is None else vb - va)
+        diffs = np.array(diffs)
+        defined = diffs[~np.isnan(diffs)]
+        assert got[name].resamples == defined.size, name
+        assert got[name].ci == pytest.approx(percentile_interval(diffs)), name
+        gain = defined if BETTER[name] == "higher" else -defined
+        assert got[name].p_b_better == pytest.approx(np.mean(gain > 1e-12)), name
+
+
+def test_identical_runs_differ_by_zero():
+    r = results(WEAK)
+    m = compare_results(r, [x.model_copy() for x in reversed(r)], n_boot=400, seed=0)
+    defined = [k for k, v in m.items() if v.difference is not None]
+    assert len(defined) == 12  # all but impact_mae
+    for name in defined:
+        assert m[name].difference == 0.0, name
+        assert m[name].ci == (0.0, 0.0), name
+        assert (m[name].p_b_better, m[name].p_b_worse) == (0.0, 0.0), name
+        assert m[name].excludes_zero is False, name
+
+
+def test_direction_of_better():
+    m = compare_results(results(WEAK, seconds=1.0), results(STRONG, seconds=2.0), n_boot=500, seed=0)
+    # slower in every resample: the difference is +1 s, and lower is better
+    assert m["seconds_per_case"].ci == (1.0, 1.0)
+    assert (m["seconds_per_case"].p_b_better, m["seconds_per_case"].p_b_worse) == (0.0, 1.0)
+    assert m["seconds_per_case"].excludes_zero is True
+    # B never misleads, A does in most resamples: a negative difference is B being better
+    ml = m["misleading_rate"]
+    assert ml.difference < 0 and ml.p_b_worse == 0.0 and ml.p_b_better > 0.5
+    assert ml.ci[1] <= 0
+    # false alarms: every resample with a healthy control drawn has A at 1/2 or 1 and B at 0
+    fa = m["false_alarm_rate"]
+    assert fa.p_b_worse == 0.0 and fa.p_b_better > 0.5
+    # higher is better for recall: B finds p2 too, never fewer than A
+    assert m["recall"].p_b_worse == 0.0 and m["recall"].p_b_better > 0.5
+    assert "B is worse (B worse in 100% of resamples)" in headline_verdict("seconds_per_case", m["seconds_per_case"], 6)
+
+
+def test_marginals_match_each_runs_summary():
+    a, b = results(WEAK), results(STRONG)
+    m = compare_results(a, b, n_boot=300, seed=3)
+    for side, rs in (("a", a), ("b", b)):
+        s = summarize(rs, diagnoser=DiagnoserInfo(spec="x", name="x"), case_set_hash=HASH,
+                      taxonomy_version=TAX.version, n_boot=300, seed=3)
+        for name, mv in s.metrics:
+            assert getattr(m[name], side) == mv, (side, name)
+
+
+def test_deterministic_for_a_seed():
+    a, b = results(WEAK), results(STRONG)
+    first = compare_results(a, b, n_boot=300, seed=11)
+    assert compare_results(list(reversed(a)), b, n_boot=300, seed=11) == first
+    other = compare_results(a, b, n_boot=300, seed=12)
+    assert any(other[k].ci != first[k].ci for k in first)
+
+
+def test_undefined_metrics_are_null():
+    silent = {k: diag() for k in CASES}
+    m = compare_results(results(silent), results(STRONG), n_boot=100, seed=0)
+    p = m["precision"]
+    assert p.a.value is None and p.b.value == 1.0
+    assert (p.difference, p.ci, p.p_b_better, p.excludes_zero) == (None, None, None, None)
+    assert m["recall"].a.value == 0.0 and m["recall"].difference == pytest.approx(2 / 3)
+    assert headline_verdict("f1", m["f1"], 6) == "F1: undefined for A (n=6): not compared."
+
+
+def test_no_bootstrap_gives_points_without_intervals():
+    m = compare_results(results(WEAK), results(STRONG), n_boot=0)
+    assert m["f1"].difference == pytest.approx(18 / 35)
+    assert (m["f1"].ci, m["f1"].p_b_better, m["f1"].excludes_zero) == (None, None, None)
+
+
+def test_pair_cases_drops_cases_unscored_in_either_run():
+    a = results(WEAK, statuses={"p3": "harness_error"})
+    b = results(STRONG, statuses={"h2": "invalid", "p2": "timeout"})
+    ka, kb, dropped = pair_cases(a, b)
+    assert [r.case_id for r in ka] == [r.case_id for r in kb] == ["a1", "h1", "p1", "p2"]
+    assert [(d.case_id, d.status_a, d.status_b) for d in dropped] == [("h2", "ok", "invalid"), ("p3", "harness_error", "ok")]
+
+
+def test_pair_cases_refuses_different_case_ids_unless_asked():
+    a, b = results(WEAK), [r for r in results(STRONG) if r.case_id != "h2"]
+    with pytest.raises(CompareError, match=r"6 in A, 5 in B; only in A: h2; only in B: none.*--common-cases"):
+        pair_cases(a, b)
+    ka, _, dropped = pair_cases(a, b, common_cases=True)
+    assert len(ka) == 5 and [(d.case_id, d.status_a, d.status_b) for d in dropped] == [("h2", "ok", None)]
+
+
+def test_pair_cases_refuses_a_case_labeled_differently():
+    a = results(WEAK)
+    b = results(STRONG)
+    b[0] = b[0].model_copy(update={"categories": [LOADER]})
+    with pytest.raises(CompareError, match="case p1 is labeled differently"):
+        pair_cases(a, b)
+
+
+# --- run folders and the command ---------------------------------------------------------------------
+
+
+def write_run(root, rs, *, name, case_set_hash=HASH, taxonomy_version=None, status="complete"):
+    store = RunStore(root)
+    store.write_manifest(RunManifest(
+        run_id=root.name,
+        diagnoser=RunDiagnoser(spec=name, name=name, version="1", origin="test", reference=False, self_test=False),
+        case_set_hash=case_set_hash,
+        taxonomy_version=taxonomy_version or TAX.version,
+        cases_dir=str(root / "no-cases"),
+        env=run_env(),
+        device="cpu",
+        timeout_s=60.0,
+        jobs=1,
+        status=status,
+        started=now(),
+    ))
+    for r in rs:
+        store.append_result(r.model_dump(mode="json"))
+    return root
+
+
+@pytest.fixture
+def runs(tmp_path):
+    return (write_run(tmp_path / "weak-run", results(WEAK), name="weak"),
+            write_run(tmp_path / "strong-run", results(STRONG, seconds=2.0), name="strong"))
+
+
+def test_compare_runs_reads_run_folders(runs):
+    c = compare_runs(*runs, n_boot=200, seed=0)
+    assert (c.a.diagnoser, c.b.diagnoser, c.cases, c.dropped) == ("weak 1", "strong 1", 6, [])
+    assert (c.case_set_hash, c.taxonomy_version) == (HASH, TAX.version)
+    assert c.metrics == compare_results(results(WEAK), results(STRONG, seconds=2.0), n_boot=200, seed=0)
+
+
+@pytest.mark.parametrize("kw, field, shown", [
+    ({"case_set_hash": "0" * 64}, "case-set hash", "0" * 64),
+    ({"taxonomy_version": "99"}, "taxonomy version", "99"),
+])
+def test_refuses_runs_on_different_case_sets(tmp_path, runs, kw, field, shown):
+    other = write_run(tmp_path / "other", results(STRONG), name="other", **kw)
+    with pytest.raises(CompareError, match=field) as err:
+        compare_runs(runs[0], other)
+    assert shown in str(err.value) and (HASH if field == "case-set hash" else TAX.version) in str(err.value)
+    res = CliRunner().invoke(main, ["compare", str(runs[0]), str(other)])
+    assert res.exit_code == 1 and f"the {field} differs" in res.output
+
+
+def test_refuses_a_folder_that_is_not_a_run(tmp_path, runs):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CompareError, match="not a run folder"):
+        compare_runs(runs[0], tmp_path / "empty")
+
+
+def test_refuses_results_file_with_a_bad_line(tmp_path, runs):
+    bad = write_run(tmp_path / "bad", [], name="bad")
+    RunStore(bad).append_result({"case_id": "p1", "status": "fine"})
+    with pytest.raises(CompareError, match=r"results.jsonl: result 1: "):
+        compare_runs(runs[0], bad)
+
+
+def test_refuses_when_no_case_is_scored_in_both(tmp_path, runs):
+    broken = write_run(tmp_path / "broken", results(STRONG, statuses=dict.fromkeys(CASES, "harness_error")), name="b")
+    with pytest.raises(CompareError, match="no case is scored in both runs"):
+        compare_runs(runs[0], broken)
+
+
+def test_cli_prints_table_and_verdicts(runs):
+    res = CliRunner().invoke(main, ["compare", str(runs[0]), str(runs[1]), "--n-boot", "300", "--seed", "2"])
+    assert res.exit_code == 0, res.output
+    out = res.output
+    assert "A = weak 1 vs B = strong 1" in out and "6 cases scored in both runs" in out
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in out.splitlines() if line.startswith("| ")}
+    assert set(rows) >= {"F1 ↑", "misleading rate ↓", "s/case ↓", "impact MAE ↓"}
+    assert "| 0.29 | 0.80 | +0.51 [" in rows["F1 ↑"]
+    assert "| 1 | 2 | +1 [+1, +1] | 0% | 6 |" in rows["s/case ↓"]  # seconds: 3 significant digits
+    assert "| 4/2 |" in rows["precision ↑"]
+    assert "| – | – | – | – | 0 |" in rows["impact MAE ↓"]
+    verdicts = [line for line in out.splitlines() if line.startswith("- ")]
+    assert len(verdicts) == 2 and verdicts[0].startswith("- F1 (higher is better): B − A = +0.51")
+    assert verdicts[1].startswith("- misleading rate (lower is better): B − A = -0.75")
+
+
+def test_cli_json_is_the_comparison_model(runs):
+    res = CliRunner().invoke(main, ["compare", str(runs[0]), str(runs[1]), "--json", "--n-boot", "100"])
+    assert res.exit_code == 0, res.output
+    c = Comparison.model_validate_json(res.output)
+    assert c.bootstrap.resamples == 100 and c.metrics["f1"].difference == pytest.approx(18 / 35)
+    assert json.loads(res.output)["metrics"]["impact_mae"]["difference"] is None
+
+
+def test_cli_lists_dropped_cases_and_common_cases_option(tmp_path, runs):
+    partial = write_run(tmp_path / "partial", [r for r in results(STRONG, statuses={"p3": "harness_error"})
+                                               if r.case_id != "h2"], name="partial", status="interrupted")
+    refused = CliRunner().invoke(main, ["compare", str(runs[0]), str(partial)])
+    assert refused.exit_code == 1 and "only in A: h2" in refused.output
+    res = CliRunner().invoke(main, ["compare", str(runs[0]), str(partial), "--common-cases", "--n-boot", "50"])
+    assert res.exit_code == 0, res.output
+    assert "4 cases scored in both runs" in res.output
+    assert "Dropped from both sides (2): h2 (A ok, B no result), p3 (A ok, B harness_error)" in res.output
+    assert "run B is marked interrupted" in res.output
+
+
+def test_render_names_at_most_ten_dropped_cases(runs):
+    c = compare_runs(*runs, n_boot=20)
+    from diageval.scoring.compare import DroppedCase
+
+    c = c.model_copy(update={"dropped": [DroppedCase(case_id=f"x{i:02d}", status_a="invalid", status_b="invalid")
+                                         for i in range(13)]})
+    md = render_comparison(c)
+    assert "x09 (A invalid, B invalid), and 3 more (see --json)" in md and "x10" not in md
+
+
+def test_identical_runs_read_as_ties_with_no_clear_difference(tmp_path, runs):
+    same = write_run(tmp_path / "same", results(WEAK), name="weak-again")
+    res = CliRunner().invoke(main, ["compare", str(runs[0]), str(same), "--n-boot", "200"])
+    assert res.exit_code == 0, res.output
+    f1_row = next(line for line in res.output.splitlines() if line.startswith("| F1 ↑"))
+    assert f1_row == "| F1 ↑ | 0.29 | 0.29 | +0.00 [+0.00, +0.00] | 0% (100% ties) | 6 |"
+    assert "- F1 (higher is better): B − A = +0.00 [+0.00, +0.00]; the interval includes 0: no clear difference on 6 cases" in res.output
+
+
+def test_verdict_when_the_interval_includes_zero():
+    # B finds p2 but also raises a false alarm: recall up, precision and misleading mixed
+    mixed = dict(WEAK, p2=diag(cause(LOADER, 0.8)), h2=diag(cause(STALL, 0.3)))
+    m = compare_results(results(WEAK), results(mixed), n_boot=500, seed=0)
+    ml = m["misleading_rate"]
+    assert ml.ci[0] < 0 < ml.ci[1] and ml.excludes_zero is False
+    text = headline_verdict("misleading_rate", ml, 6)
+    assert text.startswith(f"misleading rate (lower is better): B − A = {ml.difference:+.2f} [")
+    assert f"the interval includes 0: no clear difference on 6 cases (B better in {ml.p_b_better:.0%} of resamples)." in text
