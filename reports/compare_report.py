@@ -67,7 +67,7 @@ def _p_better(m: MetricComparison) -> str:
     if m.p_b_better is None or m.p_b_worse is None:
         return "–"
     ties = 1.0 - m.p_b_better - m.p_b_worse
-    return _percent(m.p_b_better) + (f" ({_percent(ties)} ties)" if ties > TIE_TOLERANCE else "")
+    return _percent(m.p_b_better) + (f" ({_percent(ties)} ties)" if ties >= 0.005 else "")  # shown once it reads >= 1%
 
 
 def _n(m: MetricComparison) -> str:
@@ -86,7 +86,7 @@ def headline_verdict(metric: str, m: MetricComparison, cases: int) -> str:
         return f"{head}; {why} defines it for both runs: no verdict."
     if not m.excludes_zero:
         return (f"{head}; the interval includes 0: no clear difference on {cases} cases "
-                f"(B better in {_percent(m.p_b_better)} of resamples).")
+                f"(B better in {_percent(m.p_b_better)}, worse in {_percent(m.p_b_worse)} of resamples).")
     b_better = (m.difference > 0) == (m.better == "higher")
     word, share = ("better", m.p_b_better) if b_better else ("worse", m.p_b_worse)
     return f"{head}; the interval excludes 0: B is {word} (B {word} in {_percent(share)} of resamples)."

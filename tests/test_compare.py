@@ -338,4 +338,5 @@ def test_verdict_when_the_interval_includes_zero():
     assert ml.ci[0] < 0 < ml.ci[1] and ml.excludes_zero is False
     text = headline_verdict("misleading_rate", ml, 6)
     assert text.startswith(f"misleading rate (lower is better): B − A = {ml.difference:+.2f} [")
-    assert f"the interval includes 0: no clear difference on 6 cases (B better in {ml.p_b_better:.0%} of resamples)." in text
+    assert (f"the interval includes 0: no clear difference on 6 cases (B better in {ml.p_b_better:.0%}, "
+            f"worse in {ml.p_b_worse:.0%} of resamples).") in text
