@@ -8,6 +8,8 @@ only the first diagnoser pays for them); the table prints each metric's point es
 bootstrap 95% interval, n = scored cases and the case-set hash. Diagnosers that cannot run here (e.g.
 ``hta`` without traceinsight installed) are listed as unavailable, not silently dropped.
 
+``trace MB/s`` is each diagnoser's throughput: the decompressed trace JSON of the bundles it diagnosed
+divided by its own seconds on them (reference diagnosers that read no trace show what they skipped).
 It also measures the rules diagnoser's trace reader alone: every trace of every bundle the runs used,
 read once with ``summarize_trace``; bytes/s are of decompressed JSON (and of gzip bytes on disk).
 """
@@ -15,6 +17,7 @@ read once with ``summarize_trace``; bytes/s are of decompressed JSON (and of gzi
 from __future__ import annotations
 
 import argparse
+import gzip
 import sys
 import time
 from pathlib import Path
@@ -47,6 +50,26 @@ def _fmt(metric) -> str:
     return f"{metric.value:.3f} [{metric.ci[0]:.2f},{metric.ci[1]:.2f}]"
 
 
+def trace_json_bytes(bundle_dir: Path) -> int:
+    """Decompressed size of a bundle's traces (gzip's trailer holds it mod 2**32; traces here are smaller)."""
+    total = 0
+    for path in EvidenceBundle.open(bundle_dir).trace_paths().values():
+        if path.suffix == ".gz":
+            with open(path, "rb") as fh:
+                fh.seek(-4, 2)
+                total += int.from_bytes(fh.read(4), "little")
+        else:
+            total += path.stat().st_size
+    return total
+
+
+def throughput(results, sizes: dict[str, int]) -> str:
+    """MB of trace JSON per second of diagnoser time over the cases it answered."""
+    seconds = sum(r.seconds or 0.0 for r in results if r.bundle_id in sizes)
+    size = sum(sizes[r.bundle_id] for r in results if r.bundle_id in sizes and r.seconds)
+    return f"{size / seconds / 1e6:.1f}" if seconds > 0 else "n/a"
+
+
 def run_all(names: list[str], cases_dir: Path, runs_dir: Path, device: str, jobs: int):
     case_set = load_case_set(cases_dir)
     rows, bundles = [], set()
@@ -59,9 +82,9 @@ def run_all(names: list[str], cases_dir: Path, runs_dir: Path, device: str, jobs
                 run_id=f"bench-{resolved.name}-{case_set.hash[:8]}",
             )
         except (DiagnoserSpecError, DiagnoserUnavailable, RunError) as exc:
-            rows.append((name, None, f"unavailable: {exc}"))
+            rows.append((name, None, f"unavailable: {exc}", []))
             continue
-        rows.append((name, outcome.summary, f"{time.perf_counter() - started:.1f} s wall"))
+        rows.append((name, outcome.summary, f"{time.perf_counter() - started:.1f} s wall", outcome.results))
         for r in outcome.results:
             if getattr(r, "bundle_id", None):
                 bundles.add(r.bundle_id)
@@ -84,9 +107,10 @@ def reader_speed(bundle_dirs: list[Path]) -> tuple[int, int, int, float]:
 
 def _bundle_dirs(bundle_ids: set[str]) -> list[Path]:
     """The cached bundle folders the runs diagnosed."""
+    from diageval.evidence import bundles_root
     from diageval.paths import bundle_cache_dir
 
-    root = bundle_cache_dir()
+    root = bundles_root(bundle_cache_dir())
     if not root.is_dir():
         return []
     found = []
@@ -111,20 +135,23 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"\ncase set {case_set.hash[:12]} ({cases_dir}), taxonomy {case_set.taxonomy.version}; runs in {runs_dir}")
     print("each metric: point estimate [bootstrap 95% interval over cases]; n = scored cases")
-    header = ["diagnoser", "n"] + [label for _, label in COLUMNS]
+    dirs = _bundle_dirs(bundle_ids)
+    sizes = {EvidenceBundle.open(d).bundle_id: trace_json_bytes(d) for d in dirs}
+    header = ["diagnoser", "n"] + [label for _, label in COLUMNS] + ["trace MB/s"]
     table = [header]
-    for name, summary, note in rows:
+    for name, summary, note, results in rows:
         if summary is None:
-            table.append([name, "-"] + ["-"] * len(COLUMNS))
+            table.append([name, "-"] + ["-"] * (len(COLUMNS) + 1))
             print(f"  {name}: {note}", file=sys.stderr)
             continue
         m = summary.metrics
-        table.append([name, str(summary.counts.scored)] + [_fmt(getattr(m, key)) for key, _ in COLUMNS])
+        table.append(
+            [name, str(summary.counts.scored)] + [_fmt(getattr(m, key)) for key, _ in COLUMNS] + [throughput(results, sizes)]
+        )
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     for r in table:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
 
-    dirs = _bundle_dirs(bundle_ids)
     n, jb, disk, sec = reader_speed(dirs)
     if n and sec > 0:
         print(

@@ -106,6 +106,11 @@ def cache_key(case: Case, device: str, repeat: int = 0, *, code_version: str | N
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 
+def bundles_root(cache: Path) -> Path:
+    """The folder holding the cached bundle folders (one level below the truth files)."""
+    return cache / "evidence"
+
+
 def truth_path(cache: Path, key: str) -> Path:
     return cache / f"{key}.truth.json"
 
@@ -135,7 +140,7 @@ def ensure_bundle(case: Case, device: str, *, repeat: int = 0, force: bool = Fal
 
     cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
     key = cache_key(case, device, repeat)
-    folder = cache / "evidence" / key
+    folder = bundles_root(cache) / key
     if not force and (folder / MANIFEST_NAME).is_file():
         return key, folder, False
     record_case(case, folder, device=device)
