@@ -20,7 +20,6 @@ pipes: a chatty program cannot fill a pipe and block, and the files are kept for
 
 from __future__ import annotations
 
-import json
 import shlex
 import subprocess
 import tempfile
@@ -28,11 +27,11 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from diageval.bundle import EvidenceBundle
 from diageval.diagnosers.base import DiagnoserFailed
-from diageval.diagnosis import Diagnosis
+from diageval.diagnosis import Diagnosis, DiagnosisParseError, parse_diagnosis_json
 from diageval.process_groups import LiveGroups, spawn_group, wait_or_kill
 
 OUTPUT_NAME = "output.json"
@@ -127,14 +126,9 @@ def parse_diagnosis_file(path: Path, what: str = "output") -> tuple[Diagnosis | 
     if not text:
         return None, f"the command exited 0 but its {what} is empty"
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return None, f"{what} is not JSON: {exc} (starts {text[:80]!r})"
-    try:
-        return Diagnosis.model_validate(data), None
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors(include_url=False)[:5])
-        return None, f"{what} is not a valid diagnosis (see `diageval schema diagnosis`): {problems}"
+        return parse_diagnosis_json(text, what), None
+    except DiagnosisParseError as exc:
+        return None, str(exc)
 
 
 def _tail(path: Path, limit: int = 300) -> str:

@@ -7,9 +7,10 @@ case labels.
 
 from __future__ import annotations
 
+import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
 class Finding(BaseModel):
@@ -56,3 +57,34 @@ class Diagnosis(BaseModel):
         if self.abstain is not None and any(f.kind == "cause" for f in self.findings):
             raise ValueError("abstain: a diagnosis that abstains claims no cause (symptoms may stay)")
         return self
+
+
+class DiagnosisParseError(ValueError):
+    """Diagnosis JSON that is not JSON or does not match the schema; the message names source and field."""
+
+
+def _field(loc) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
+    return out or "<top level>"
+
+
+def parse_diagnosis_json(text: str, source: str) -> Diagnosis:
+    """Parse and validate diagnosis JSON. The one reader for every diagnosis that arrives as text:
+    files a person hands to ``diageval score``, and what ``cmd:`` diagnosers write."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DiagnosisParseError(f"{source}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    try:
+        return Diagnosis.model_validate(data)
+    except ValidationError as err:
+        lines = []
+        for e in err.errors(include_url=False):
+            msg = "unknown field" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
+            got = "" if e["type"] in ("missing", "extra_forbidden") else f" (got {e.get('input')!r})"
+            lines.append(f"{source}: {_field(e['loc'])}: {msg}{got}")
+        raise DiagnosisParseError(
+            "\n".join(lines) + "\n(expected a diagnosis; `diageval schema diagnosis` prints its JSON Schema)"
+        ) from None
