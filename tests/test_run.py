@@ -146,8 +146,11 @@ def test_a_killed_run_is_interrupted_consistently_and_resumes(tmp_path, calls, s
     """Ctrl-C a real `run` process while its diagnoser sleeps; then resume it here."""
     script = {"i1": "ok", "i2": "ok", "i3": "sleep 30", "i4": "ok"}
     runner = tmp_path / "runner.py"
+    # A shell without job control (CI, nohup, `cmd &`) starts children with SIGINT ignored, and Python keeps
+    # it ignored; restore what a terminal gives, so the SIGINT below acts as a Ctrl-C.
     runner.write_text(textwrap.dedent(f"""
-        import sys
+        import signal, sys
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.path.insert(0, {str(TESTS)!r})
         from pathlib import Path
         from diageval.diagnosers.registry import resolve_diagnoser
