@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from diageval.case import CaseSet, load_case_set
-from diageval.diagnosis import Diagnosis
+from diageval.diagnosis import DiagnosisParseError, parse_diagnosis_json
 from diageval.run import summarize_run
 from diageval.run_store import RunStore
 
@@ -64,9 +64,9 @@ def rescore_run(run_dir: Path, *, case_set: CaseSet | None = None):
             if not path.is_file():
                 raise RescoreError(f"{path}: missing; the result says the diagnoser answered ({status})")
             try:
-                diagnosis = Diagnosis.model_validate_json(path.read_bytes())
-            except ValueError as exc:
-                raise RescoreError(f"{path}: not a valid diagnosis: {exc}") from None
+                diagnosis = parse_diagnosis_json(path.read_text(encoding="utf-8"), str(path))
+            except DiagnosisParseError as exc:
+                raise RescoreError(str(exc)) from None
             status = "ok"  # scoring reads ok / abstained from the diagnosis
         result = score_case(
             case,

@@ -258,3 +258,12 @@ def test_rescoring_reproduces_the_results_and_refuses_changed_cases(tmp_path):
     store.write_manifest(manifest.model_copy(update={"status": "running"}))
     with pytest.raises(RescoreError, match="still marked running"):
         rescore_run(out.run_dir, case_set=case_set)
+
+
+def test_rescoring_names_a_damaged_saved_diagnosis(tmp_path):
+    case_set = make_case_set([make_case("d1"), make_case("d2")])
+    out = _run("fake_diagnosers:ScriptedDiagnoser", case_set, tmp_path, FakeEvidence(tmp_path / "bundles"))
+    damaged = RunStore(out.run_dir).diagnosis_path("d2")
+    damaged.write_text('{"findings": [{"category": "compute.straggler_rank", "confidence": 7}]}')
+    with pytest.raises(RescoreError, match=r"diagnosis.json: findings\[0\].confidence"):
+        rescore_run(out.run_dir, case_set=case_set)
