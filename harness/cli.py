@@ -374,6 +374,14 @@ def run_cmd(spec: str, cases_dir: Path | None, case_ids: tuple[str, ...], tags: 
 # --- comparing two runs (scoring/compare.py, reports/compare_report.py) ---------------------------
 
 
+# Metric names `compare --fail-if-worse` accepts (kept in step with scoring.metrics.METRICS by a test).
+COMPARED_METRICS = (
+    "precision", "recall", "f1", "misleading_rate", "misleading_rate_weighted", "false_alarm_rate",
+    "abstention_accuracy", "top1_accuracy", "localization_accuracy", "impact_mae", "brier", "ece",
+    "seconds_per_case",
+)
+
+
 @main.command("compare")
 @click.argument("run_a", type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.argument("run_b", type=click.Path(file_okay=False, exists=True, path_type=Path))
@@ -383,16 +391,27 @@ def run_cmd(spec: str, cases_dir: Path | None, case_ids: tuple[str, ...], tags: 
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the resamples (same seed, same intervals).")
 @click.option("--common-cases", is_flag=True,
               help="When the runs hold results for different cases, compare on those both hold (dropped ones are listed).")
-def compare_cmd(run_a: Path, run_b: Path, as_json: bool, n_boot: int, seed: int, common_cases: bool) -> None:
+@click.option("--fail-if-worse", "gate", multiple=True, metavar="METRIC",
+              type=click.Choice(sorted(COMPARED_METRICS)),
+              help="Exit 1 when B is worse than A on METRIC beyond the noise (the whole interval of B − A on the "
+                   "worse side); repeatable. For CI: A = the last release, B = this one.")
+def compare_cmd(run_a: Path, run_b: Path, as_json: bool, n_boot: int, seed: int, common_cases: bool,
+                gate: tuple[str, ...]) -> None:
     """Paired bootstrap comparison of two runs on the same case set: every metric, B − A with its 95% interval."""
     from diageval.reports.compare_report import render_comparison
-    from diageval.scoring.compare import CompareError, compare_runs
+    from diageval.scoring.compare import CompareError, compare_runs, regressions
 
     try:
         comparison = compare_runs(run_a, run_b, n_boot=n_boot, seed=seed, common_cases=common_cases)
     except CompareError as err:
         raise click.ClickException(str(err))
     click.echo(comparison.model_dump_json(indent=2) if as_json else render_comparison(comparison), nl=as_json)
+    worse = regressions(comparison, gate)
+    for metric in worse:
+        m = comparison.metrics[metric]
+        click.echo(f"B is worse than A on {metric}: B − A = {m.difference:+.3g} [{m.ci[0]:+.3g}, {m.ci[1]:+.3g}]", err=True)
+    if worse:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

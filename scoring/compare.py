@@ -31,7 +31,7 @@ Decided here (the design is silent):
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -79,6 +79,11 @@ BETTER: dict[str, Direction] = {
 HEADLINE_METRICS = ("f1", "misleading_rate")
 
 
+def regressions(comparison: "Comparison", metrics: Iterable[str]) -> list[str]:
+    """The given metrics on which run B is clearly worse than run A (see ``MetricComparison.clearly_worse``)."""
+    return [m for m in metrics if m in comparison.metrics and comparison.metrics[m].clearly_worse]
+
+
 class CompareError(Exception):
     """Two runs that cannot be compared, or a run folder that cannot be read."""
 
@@ -115,6 +120,13 @@ class MetricComparison(_Model):
     p_b_worse: float | None = Field(description="Share of those resamples where B is strictly worse")
     resamples: int = Field(description="Resamples where the metric is defined for both runs")
     excludes_zero: bool | None = Field(description="The interval lies entirely above or below 0; null without one")
+
+    @property
+    def clearly_worse(self) -> bool:
+        """B is worse than A beyond the noise: the whole interval of B − A lies on the worse side of 0."""
+        if self.ci is None:
+            return False
+        return self.ci[1] < 0 if self.better == "higher" else self.ci[0] > 0
 
 
 class Comparison(_Model):

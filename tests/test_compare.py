@@ -340,3 +340,19 @@ def test_verdict_when_the_interval_includes_zero():
     assert text.startswith(f"misleading rate (lower is better): B − A = {ml.difference:+.2f} [")
     assert (f"the interval includes 0: no clear difference on 6 cases (B better in {ml.p_b_better:.0%}, "
             f"worse in {ml.p_b_worse:.0%} of resamples).") in text
+
+
+def test_fail_if_worse_gates_on_clear_regressions_only(runs):
+    from diageval.cli import COMPARED_METRICS
+
+    assert set(COMPARED_METRICS) == set(BETTER)  # every metric can gate
+    weak, strong = str(runs[0]), str(runs[1])
+    # strong -> weak: F1 drops beyond the noise -> exit 1, and the regression is named on stderr
+    res = CliRunner().invoke(main, ["compare", strong, weak, "--fail-if-worse", "f1", "--n-boot", "300"])
+    assert res.exit_code == 1 and "B is worse than A on f1: B − A = -0.51" in res.output
+    # weak -> strong: F1 improves -> exit 0; but strong is slower on every case -> gating on seconds fails
+    assert CliRunner().invoke(main, ["compare", weak, strong, "--fail-if-worse", "f1", "--n-boot", "300"]).exit_code == 0
+    res = CliRunner().invoke(main, ["compare", weak, strong, "--fail-if-worse", "seconds_per_case", "--n-boot", "300"])
+    assert res.exit_code == 1 and "on seconds_per_case" in res.output
+    # no gate: a comparison never fails
+    assert CliRunner().invoke(main, ["compare", strong, weak, "--n-boot", "300"]).exit_code == 0
