@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from diageval.fileio import sha256_text
 from diageval.taxonomy import TAXONOMY_ID_PATTERN, Taxonomy
+from diageval.validation import field_path
 
 CASE_ID_PATTERN = r"^[a-z0-9]+(-[a-z0-9]+)*$"
 
@@ -176,23 +177,13 @@ class LoadedCase(BaseModel):
     file_sha256: str
 
 
-def _loc(loc: Iterable[Any]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out
-
-
 _FIELD_PREFIX = re.compile(r"^([a-z_][a-z0-9_]*(?:\[\d+\])?(?:\.[a-z_][a-z0-9_]*(?:\[\d+\])?)*): (.+)$", re.S)
 
 
 def _pydantic_problems(file: str, err: ValidationError, prefix: str = "") -> list[CaseProblem]:
     problems = []
     for e in err.errors(include_url=False):
-        loc = _loc(e["loc"])
+        loc = field_path(e["loc"])
         if prefix:
             loc = f"{prefix}.{loc}" if loc else prefix
         msg = e["msg"]

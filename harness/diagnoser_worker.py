@@ -32,6 +32,7 @@ from typing import Any
 
 from diageval.attempt import Attempt
 from diageval.process_groups import LiveGroups, kill_group, spawn_group
+from diageval.validation import field_path
 
 WORKER_MODULE = "diageval.diagnoser_worker"
 
@@ -226,7 +227,7 @@ def _diagnose(diagnoser: Any, request: dict[str, Any]) -> dict[str, Any]:
         diagnosis = Diagnosis.model_validate(payload)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in first["loc"]) or "<root>"
+        where = field_path(first["loc"]) or "<top level>"
         return _attempt("invalid_output", start, seconds, error=f"not a valid Diagnosis: {where}: {first['msg']}")
     return Attempt(status="ok", diagnosis=diagnosis, seconds=seconds).model_dump(mode="json")
 

@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from diageval.validation import field_path
+
 
 class Finding(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -63,13 +65,6 @@ class DiagnosisParseError(ValueError):
     """Diagnosis JSON that is not JSON or does not match the schema; the message names source and field."""
 
 
-def _field(loc) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
-    return out or "<top level>"
-
-
 def parse_diagnosis_json(text: str, source: str) -> Diagnosis:
     """Parse and validate diagnosis JSON. The one reader for every diagnosis that arrives as text:
     files a person hands to ``diageval score``, and what ``cmd:`` diagnosers write."""
@@ -84,7 +79,7 @@ def parse_diagnosis_json(text: str, source: str) -> Diagnosis:
         for e in err.errors(include_url=False):
             msg = "unknown field" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
             got = "" if e["type"] in ("missing", "extra_forbidden") else f" (got {e.get('input')!r})"
-            lines.append(f"{source}: {_field(e['loc'])}: {msg}{got}")
+            lines.append(f"{source}: {field_path(e['loc']) or '<top level>'}: {msg}{got}")
         raise DiagnosisParseError(
             "\n".join(lines) + "\n(expected a diagnosis; `diageval schema diagnosis` prints its JSON Schema)"
         ) from None

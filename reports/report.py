@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from diageval.fileio import atomic_write_text
 from diageval.reports.leaderboard import LeaderboardError, render_leaderboard
 from diageval.scoring.summary import Summary
+from diageval.validation import field_path
 
 
 class ReportError(Exception):
@@ -23,7 +24,7 @@ def load_summary(run_dir: Path) -> Summary:
     try:
         return Summary.model_validate_json(path.read_bytes())
     except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<top level>'}: {e['msg']}"
+        problems = "; ".join(f"{field_path(e['loc']) or '<top level>'}: {e['msg']}"
                              for e in err.errors(include_url=False)[:5])
         raise ReportError(f"{path}: not a diageval summary: {problems}") from None
 

@@ -52,6 +52,7 @@ from diageval.scoring.metrics import (
 from diageval.scoring.results import CaseResult
 from diageval.scoring.summary import BootstrapInfo
 from diageval.scoring.tallies import tally_table
+from diageval.validation import field_path
 
 SCHEMA_VERSION = 1
 TIE_TOLERANCE = 1e-12
@@ -162,7 +163,7 @@ def load_run(run_dir: Path) -> LoadedRun:
             results.append(CaseResult.model_validate(row))
         except ValidationError as err:
             first = err.errors(include_url=False)[0]
-            where = ".".join(str(p) for p in first["loc"]) or "<top level>"
+            where = field_path(first["loc"]) or "<top level>"
             raise CompareError(f"{store.results_path}: result {line}: {where}: {first['msg']}") from None
     repeated = sorted(cid for cid, k in Counter(r.case_id for r in results).items() if k > 1)
     if repeated:
