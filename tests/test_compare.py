@@ -343,10 +343,10 @@ def test_verdict_when_the_interval_includes_zero():
 
 
 def test_fail_if_worse_gates_on_clear_regressions_only(runs):
-    from diageval.cli import COMPARED_METRICS
-
-    assert set(COMPARED_METRICS) == set(BETTER)  # every metric can gate
     weak, strong = str(runs[0]), str(runs[1])
+    # every metric can gate; an unknown name is a usage error listing them
+    res = CliRunner().invoke(main, ["compare", weak, strong, "--fail-if-worse", "f2", "--n-boot", "50"])
+    assert res.exit_code == 2 and "f2; expected one of" in res.output and all(m in res.output for m in BETTER)
     # strong -> weak: F1 drops beyond the noise -> exit 1, and the regression is named on stderr
     res = CliRunner().invoke(main, ["compare", strong, weak, "--fail-if-worse", "f1", "--n-boot", "300"])
     assert res.exit_code == 1 and "B is worse than A on f1: B − A = -0.51" in res.output
