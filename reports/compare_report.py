@@ -2,11 +2,13 @@
 
 Decided here (the design is silent):
 
-* Cells: A and B read as point values (their own intervals are in ``--json``); the difference reads
-  ``+0.12 [+0.03, +0.21]`` with signs, so its direction is read without arithmetic. Rates use two
-  decimals, seconds three significant digits; an undefined value reads ``–``.
-* The verdict of a headline metric (F1, misleading rate) says whether the 95% interval of B − A excludes
-  0 and, if it does, which run is better; an interval touching 0 reads as no clear difference.
+* Rows, labels, directions and number formats come from the metric table
+  (:data:`~diageval.scoring.metrics.METRICS`). Cells: A and B read as point values (their own intervals
+  are in ``--json``); the difference reads ``+0.12 [+0.03, +0.21]`` with signs, so its direction is read
+  without arithmetic; an undefined value reads ``–``.
+* The verdict of a headline metric (:data:`~diageval.scoring.metrics.HEADLINE`: skill, skill with rank
+  credit) says whether the 95% interval of B − A excludes 0 and, if it does, which run is better; an
+  interval touching 0 reads as no clear difference.
 * At most :data:`DROPPED_SHOWN` dropped cases are named (all of them are in ``--json``).
 """
 
@@ -16,30 +18,19 @@ from pathlib import Path
 
 import jinja2
 
-from diageval.scoring.compare import HEADLINE_METRICS, TIE_TOLERANCE, Comparison, DroppedCase, MetricComparison
+from diageval.scoring.compare import TIE_TOLERANCE, Comparison, DroppedCase, MetricComparison
+from diageval.scoring.metrics import HEADLINE, METRICS
 
 TEMPLATES = Path(__file__).parent / "templates"
 DROPPED_SHOWN = 10
 
-LABELS: dict[str, str] = {
-    "precision": "precision",
-    "recall": "recall",
-    "f1": "F1",
-    "misleading_rate": "misleading rate",
-    "misleading_rate_weighted": "misleading (conf.-weighted)",
-    "false_alarm_rate": "false-alarm rate",
-    "abstention_accuracy": "abstention accuracy",
-    "top1_accuracy": "top-1 accuracy",
-    "localization_accuracy": "localisation accuracy",
-    "impact_mae": "impact MAE",
-    "brier": "Brier",
-    "ece": "ECE",
-    "seconds_per_case": "s/case",
-}
-
 
 def _digits(metric: str) -> str:
-    return ".3g" if metric == "seconds_per_case" else ".2f"
+    return METRICS[metric].digits if metric in METRICS else ".2f"
+
+
+def _label(metric: str) -> str:
+    return METRICS[metric].label if metric in METRICS else metric
 
 
 def _value(v: float | None, digits: str) -> str:
@@ -76,7 +67,7 @@ def _n(m: MetricComparison) -> str:
 
 def headline_verdict(metric: str, m: MetricComparison, cases: int) -> str:
     """One line: B − A with its interval, and whether the interval excludes 0 (which run is better)."""
-    label = LABELS.get(metric, metric)
+    label = _label(metric)
     if m.difference is None:
         undefined = [f"{side} (n={mv.n})" for side, mv in (("A", m.a), ("B", m.b)) if mv.value is None]
         return f"{label}: undefined for {' and '.join(undefined)}: not compared."
@@ -108,7 +99,7 @@ def render_comparison(c: Comparison) -> str:
         d = _digits(metric)
         arrow = "↑" if m.better == "higher" else "↓"
         rows.append({
-            "label": f"{LABELS.get(metric, metric)} {arrow}",
+            "label": f"{_label(metric)} {arrow}",
             "a": _value(m.a.value, d),
             "b": _value(m.b.value, d),
             "diff": format_difference(metric, m),
@@ -131,5 +122,5 @@ def render_comparison(c: Comparison) -> str:
         dropped_text=_dropped_text(c.dropped),
         notes=notes,
         rows=rows,
-        verdicts=[headline_verdict(k, c.metrics[k], c.cases) for k in HEADLINE_METRICS if k in c.metrics],
+        verdicts=[headline_verdict(k, c.metrics[k], c.cases) for k in HEADLINE if k in c.metrics],
     )

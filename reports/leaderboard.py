@@ -4,39 +4,34 @@ Decided here (the design is silent):
 
 * Runs are comparable only on the same case set: the same case-set hash, taxonomy version and number of
   results. A run that stopped early has fewer results and is refused rather than ranked on a subset.
-* Ranking: F1 (higher first; undefined last), then misleading rate (lower first; undefined last), then
-  diagnoser name. Self-test diagnosers (the oracle reads labels) are listed after the ranked rows,
-  unranked. Reference diagnosers (baselines) are ranked like any other and marked, so a real diagnoser
-  is seen to beat them or not.
-* Cells read ``value [lo, hi] n=N``; an undefined metric reads ``–`` with its n. Rates use two
-  decimals, seconds three significant digits.
+* Ranking: by the headline metrics of :data:`~diageval.scoring.metrics.HEADLINE` in order (skill, then
+  skill with rank credit; higher first, undefined last), then diagnoser name. Self-test diagnosers (the
+  oracle reads labels) are listed after the ranked rows, unranked. Reference diagnosers (baselines) are
+  ranked like any other and marked, so a real diagnoser is seen to beat them or not. Skill 0 is
+  ``null``'s: a row below it does worse than saying nothing.
+* Columns: the metrics of :data:`~diageval.scoring.metrics.BOARD`, labelled ``label ↑`` or ``label ↓``
+  from the metric table. Cells read ``value [lo, hi] n=N``; an undefined metric reads ``–`` with its n.
+* Marks after a diagnoser's name come from :func:`marks` (one entry per fact about the diagnoser that a
+  reader must see next to its numbers: self-test, reference, ...).
+* Below the board: recall by cause, and each cause's detection limit (undefined until the corpus holds
+  the cause at several severities; the cell then says how many cases it has).
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import jinja2
 
-from diageval.scoring.metrics import MetricValue
-from diageval.scoring.summary import Summary
+from diageval.scoring.metrics import BOARD, HEADLINE, METRICS, MetricValue
+from diageval.scoring.summary import DETECTION_MIN_CASES, DiagnoserInfo, Summary
 
 TEMPLATES = Path(__file__).parent / "templates"
 
-COLUMNS: list[tuple[str, str]] = [
-    ("f1", "F1 ↑"),
-    ("precision", "precision ↑"),
-    ("recall", "recall ↑"),
-    ("misleading_rate", "misleading ↓"),
-    ("false_alarm_rate", "false alarms ↓"),
-    ("abstention_accuracy", "abstention ↑"),
-    ("top1_accuracy", "top-1 ↑"),
-    ("localization_accuracy", "localisation ↑"),
-    ("brier", "Brier ↓"),
-    ("ece", "ECE ↓"),
-    ("seconds_per_case", "s/case ↓"),
-]
+
+def column_header(metric: str) -> str:
+    spec = METRICS[metric]
+    return f"{spec.label} {'↑' if spec.better == 'higher' else '↓'}"
 
 
 class LeaderboardError(ValueError):
@@ -72,24 +67,43 @@ def check_comparable(summaries: list[Summary]) -> None:
                                    f"the {field} differs ({each})")
 
 
-def _rank_key(s: Summary) -> tuple:
-    f1, mis = s.metrics.f1.value, s.metrics.misleading_rate.value
-    return (f1 is None, -(f1 or 0.0), mis is None, mis if mis is not None else math.inf, s.diagnoser.name)
+def rank_key(s: Summary) -> tuple:
+    """Headline metrics in order, better first (direction from the metric table), undefined last; then name."""
+    key: list = []
+    for metric in HEADLINE:
+        v = getattr(s.metrics, metric).value
+        key += [v is None, 0.0 if v is None else (-v if METRICS[metric].better == "higher" else v)]
+    return (*key, s.diagnoser.name)
+
+
+def marks(d: DiagnoserInfo) -> list[str]:
+    """What a reader must see next to a diagnoser's name."""
+    return [mark for mark, on in (("self-test", d.self_test), ("reference", d.reference)) if on]
 
 
 def _row(s: Summary, rank: str) -> dict:
     name = s.diagnoser.name + (f" {s.diagnoser.version}" if s.diagnoser.version else "")
-    marks = [m for m, on in (("self-test", s.diagnoser.self_test), ("reference", s.diagnoser.reference)) if on]
-    label = f"{name} *({', '.join(marks)})*" if marks else f"**{name}**"
-    cells = [format_metric(getattr(s.metrics, key), ".3g" if key == "seconds_per_case" else ".2f")
-             for key, _ in COLUMNS]
+    shown = marks(s.diagnoser)
+    label = f"{name} *({', '.join(shown)})*" if shown else f"**{name}**"
+    cells = [format_metric(getattr(s.metrics, key), METRICS[key].digits) for key in BOARD]
     return {"rank": rank, "diagnoser": _cell(label), "scored": s.counts.scored, "cells": [_cell(c) for c in cells]}
+
+
+def _detection_cell(s: Summary, category: str) -> str:
+    d = s.detection.get(category)
+    if d is None:
+        return "–"
+    if d.limit is not None:
+        return f"{d.limit:.2f} ({d.recall_above:.0%} of cases above)"
+    if d.cases < DETECTION_MIN_CASES:
+        return f"undefined ({d.cases} of {DETECTION_MIN_CASES} cases)"
+    return "not reached"
 
 
 def render_leaderboard(summaries: list[Summary]) -> str:
     """Markdown leaderboard of runs on one case set; raises :class:`LeaderboardError` otherwise."""
     check_comparable(summaries)
-    ranked = sorted((s for s in summaries if not s.diagnoser.self_test), key=_rank_key)
+    ranked = sorted((s for s in summaries if not s.diagnoser.self_test), key=rank_key)
     unranked = sorted((s for s in summaries if s.diagnoser.self_test), key=lambda s: s.diagnoser.name)
     rows = [_row(s, str(i)) for i, s in enumerate(ranked, 1)] + [_row(s, "–") for s in unranked]
 
@@ -99,6 +113,8 @@ def render_leaderboard(summaries: list[Summary]) -> str:
          "cells": [_cell(format_metric(s.by_category[c].recall)) if c in s.by_category else "–" for c in categories]}
         for r, s in zip(rows, ranked + unranked)
     ]
+    detection_rows = [{"diagnoser": r["diagnoser"], "cells": [_detection_cell(s, c) for c in categories]}
+                      for r, s in zip(rows, ranked + unranked)]
     first = summaries[0]
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
@@ -108,7 +124,10 @@ def render_leaderboard(summaries: list[Summary]) -> str:
         case_set=first.case_set_hash[:12],
         taxonomy_version=first.taxonomy_version,
         resamples=sorted({s.bootstrap.resamples for s in summaries}),
-        headers=[h for _, h in COLUMNS],
+        headers=[column_header(m) for m in BOARD],
+        headline=" then ".join(METRICS[m].label for m in HEADLINE),
+        detection_rows=detection_rows,
+        detection_min=DETECTION_MIN_CASES,
         rows=rows,
         categories=categories,
         recall_rows=recall_rows,

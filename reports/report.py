@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -9,7 +10,7 @@ from pydantic import ValidationError
 
 from diageval.fileio import atomic_write_text
 from diageval.reports.leaderboard import LeaderboardError, render_leaderboard
-from diageval.scoring.summary import Summary
+from diageval.scoring.summary import SCHEMA_VERSION, Summary
 from diageval.validation import field_path
 
 
@@ -22,7 +23,16 @@ def load_summary(run_dir: Path) -> Summary:
     if not path.is_file():
         raise ReportError(f"{run_dir}: no summary.json (an unfinished run? `diageval score {run_dir}` rebuilds it)")
     try:
-        return Summary.model_validate_json(path.read_bytes())
+        data = json.loads(path.read_bytes())
+    except json.JSONDecodeError as err:
+        raise ReportError(f"{path}: not JSON: {err}") from None
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if isinstance(data, dict) and version != SCHEMA_VERSION:
+        raise ReportError(f"{path}: summary schema version {version!r}, this diageval reads {SCHEMA_VERSION} (its "
+                          f"headline is skill, a proper score; docs/scoring.md): re-score the run with "
+                          f"`diageval score {run_dir}`")
+    try:
+        return Summary.model_validate(data)
     except ValidationError as err:
         problems = "; ".join(f"{field_path(e['loc']) or '<top level>'}: {e['msg']}"
                              for e in err.errors(include_url=False)[:5])

@@ -19,11 +19,14 @@ Decided here (the design is silent):
   stays matched, and neither diagnoser is credited or blamed for a case the other was not judged on.
   With nothing dropped, each run's point values and marginal intervals equal its own ``summary.json``
   (same seed, same resamples).
-* The interval of a difference is the percentile interval of B − A over the resamples where the metric
-  is defined for both runs; a metric undefined at the point for either run has no difference (null).
-* "B better" is direction-aware (:data:`BETTER`). ``p_b_better`` / ``p_b_worse`` are the shares of
-  those resamples where B is strictly better / worse; the rest are ties (differences within
-  :data:`TIE_TOLERANCE`, floating-point noise), so identical runs read 0 and 0, not 0.5.
+* The interval of a difference is the BCa interval of B − A (:mod:`diageval.scoring.intervals`) over
+  the resamples where the metric is defined for both runs, its acceleration from the paired jackknife
+  (the same case left out of both); a metric undefined at the point for either run has no difference
+  (null). Each run's own interval is the one its summary has (Jeffreys or BCa, same resamples).
+* "B better" is direction-aware (each metric's ``better`` in :data:`~diageval.scoring.metrics.METRICS`).
+  ``p_b_better`` / ``p_b_worse`` are the shares of those resamples where B is strictly better / worse;
+  the rest are ties (differences within :data:`TIE_TOLERANCE`, floating-point noise), so identical runs
+  read 0 and 0, not 0.5.
 * ``excludes_zero``: whether the 95% interval lies entirely on one side of 0 (an interval of exactly
   [0, 0] does not exclude it).
 """
@@ -34,21 +37,13 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from diageval.run_store import RunManifest, RunStore
-from diageval.scoring.metrics import (
-    METRICS,
-    MetricDef,
-    MetricValue,
-    bootstrap_weights,
-    brier_point,
-    percentile_interval,
-    weighted_totals,
-)
+from diageval.scoring.intervals import bca_interval, bootstrap_weights
+from diageval.scoring.metrics import METRICS, Direction, MetricSpec, MetricValue, Resampled
 from diageval.scoring.results import CaseResult
 from diageval.scoring.summary import BootstrapInfo
 from diageval.scoring.tallies import tally_table
@@ -57,28 +52,6 @@ from diageval.validation import field_path
 SCHEMA_VERSION = 1
 TIE_TOLERANCE = 1e-12
 """Differences this small are ties: the same counts can reach the metric formulas by different float paths."""
-
-Direction = Literal["higher", "lower"]
-
-BETTER: dict[str, Direction] = {
-    "precision": "higher",
-    "recall": "higher",
-    "f1": "higher",
-    "misleading_rate": "lower",
-    "misleading_rate_weighted": "lower",
-    "false_alarm_rate": "lower",
-    "abstention_accuracy": "higher",
-    "top1_accuracy": "higher",
-    "localization_accuracy": "higher",
-    "impact_mae": "lower",
-    "brier": "lower",
-    "ece": "lower",
-    "seconds_per_case": "lower",
-}
-"""Which way is better for each metric of :data:`~diageval.scoring.metrics.METRICS` (a test keeps the two in step)."""
-
-HEADLINE_METRICS = ("f1", "misleading_rate")
-
 
 def regressions(comparison: "Comparison", metrics: Iterable[str]) -> list[str]:
     """The given metrics on which run B is clearly worse than run A (see ``MetricComparison.clearly_worse``)."""
@@ -228,7 +201,7 @@ def compare_results(
     *,
     n_boot: int = 1000,
     seed: int = 0,
-    definitions: Mapping[str, MetricDef] = METRICS,
+    definitions: Mapping[str, MetricSpec] = METRICS,
 ) -> dict[str, MetricComparison]:
     """Every metric for A and B over the same scored cases, and the paired bootstrap of B − A.
 
@@ -242,47 +215,30 @@ def compare_results(
     unscored = [r.case_id for r in [*a, *b] if not r.scored]
     if unscored:
         raise ValueError(f"compare_results: case(s) not scored: {', '.join(sorted(set(unscored)))}")
-    missing = set(definitions) - set(BETTER)
-    if missing:
-        raise ValueError(f"no direction ('higher' or 'lower' is better) for metric(s): {', '.join(sorted(missing))}")
-
     table_a, table_b = tally_table(a), tally_table(b)  # both sorted by case id: row i is the same case
-    ones = np.ones((1, len(ids_a)))
     weights = bootstrap_weights(len(ids_a), n_boot, seed)
-    point = {"a": weighted_totals(table_a, ones), "b": weighted_totals(table_b, ones)}
-    boot = {"a": weighted_totals(table_a, weights), "b": weighted_totals(table_b, weights)}
-    brier = {"a": _brier(a), "b": _brier(b)}
+    ra, rb = Resampled(table_a, n_boot, seed, weights), Resampled(table_b, n_boot, seed, weights)
+    marginal = {"a": ra.metrics(definitions), "b": rb.metrics(definitions)}
 
     out: dict[str, MetricComparison] = {}
     for name, d in definitions.items():
-        sides: dict[str, MetricValue] = {}
-        samples: dict[str, np.ndarray] = {}
-        for side in ("a", "b"):
-            value: float | None = float(d.formula(point[side])[0])
-            if name == "brier":
-                value = brier[side]
-            if value is not None and np.isnan(value):
-                value = None
-            samples[side] = d.formula(boot[side])
-            ci = percentile_interval(samples[side]) if value is not None and n_boot else None
-            sides[side] = MetricValue(value=value, ci=ci, n=int(point[side][d.n_column][0]))
-        out[name] = _difference(BETTER[name], sides["a"], sides["b"], samples["b"] - samples["a"], n_boot)
+        if not n_boot:
+            diffs = jack = np.empty(0)
+        else:
+            (boot_a, jack_a), (boot_b, jack_b) = ra.resampled_values(d), rb.resampled_values(d)
+            diffs, jack = boot_b - boot_a, jack_b - jack_a
+        out[name] = _difference(d.better, marginal["a"][name], marginal["b"][name], diffs, jack, n_boot)
     return out
 
 
-def _brier(results: list[CaseResult]) -> float | None:
-    """The Brier point estimate exactly as the summary computes it (scikit-learn over the claims)."""
-    claims = [v for r in results for v in r.verdicts if v.verdict != "duplicate"]
-    return brier_point([v.confidence for v in claims], [v.credited for v in claims])
-
-
-def _difference(better: Direction, a: MetricValue, b: MetricValue, diffs: np.ndarray, n_boot: int) -> MetricComparison:
+def _difference(better: Direction, a: MetricValue, b: MetricValue, diffs: np.ndarray, jack: np.ndarray,
+                n_boot: int) -> MetricComparison:
     defined = diffs[~np.isnan(diffs)]
     if a.value is None or b.value is None:
         return MetricComparison(better=better, a=a, b=b, difference=None, ci=None, p_b_better=None,
                                 p_b_worse=None, resamples=int(defined.size), excludes_zero=None)
     gain = defined if better == "higher" else -defined
-    ci = percentile_interval(defined) if n_boot else None
+    ci = bca_interval(b.value - a.value, diffs, jack) if n_boot else None
     return MetricComparison(
         better=better,
         a=a,

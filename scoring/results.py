@@ -3,13 +3,22 @@
 One :class:`CaseResult` is one line of a run's ``results.jsonl``. It holds everything the metrics need
 (:mod:`diageval.scoring.tallies` reads nothing else), so a saved run can be re-summarised without the
 case files, and re-scored from its saved diagnoses without re-running anything.
+
+``scoring_version`` says which scoring rules wrote a result. A line without it (or with an older one) was
+judged by rules whose numbers this code does not compute (version 1 had no forecasts for the headline
+score): reading it fails with a message that says to re-score the run (``diageval score RUN_DIR``), rather
+than summarising it with fields silently defaulted.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SCORING_VERSION = 2
+"""Version of the judging rules in :mod:`diageval.scoring.verdicts`; 2 added forecasts (the headline
+score), strict localisation (claimed ranks a subset of the labeled ranks) and every claim's impact."""
 
 Status = Literal["ok", "abstained", "diagnoser_error", "timeout", "invalid_output", "harness_error", "invalid"]
 """How a case ended.
@@ -41,6 +50,7 @@ class ClaimVerdict(_Record):
     verdict: Verdict
     confidence: float
     ranks: list[int] | None = Field(None, description="Ranks the claim names")
+    impact: float | None = Field(None, description="The impact the claim states (fraction of step time), if any")
     reason: str = Field(description="One line a person can read")
 
     @property
@@ -62,10 +72,36 @@ class CauseOutcome(_Record):
         None, description="Found and the label names ranks: did the credited claim name overlapping ranks? Else null"
     )
     claim_index: int | None = Field(None, description="The finding that found it")
+    claimed_ranks: list[int] | None = Field(None, description="Ranks the crediting claim named (found causes only)")
     reason: str
 
 
+ForecastKind = Literal["cause", "not_a_cause", "wrong_ranks", "abstain"]
+
+
+class Forecast(_Record):
+    """One binary event of the headline score: what the diagnosis said (a probability) and what was true.
+
+    ``cause``: a taxonomy cause that is labeled or claimed (probability = the highest confidence claimed
+    for it, 0 if unclaimed; outcome = labeled). Taxonomy causes neither labeled nor claimed are pairs at
+    probability 0 and outcome 0: they add nothing to a squared error and are counted only through
+    :attr:`CaseResult.taxonomy_causes`. ``not_a_cause``: an id claimed as a cause that is not a taxonomy
+    cause (a symptom, an id outside the taxonomy): probability on an event that is false.
+    ``wrong_ranks``: a labeled cause claimed on ranks that are not a subset of its labeled ranks (counts
+    in the rank-credited score only). ``abstain``: whether the diagnoser abstained, and whether the case
+    expects it. See :mod:`diageval.scoring.verdicts` for the rules and docs/scoring.md for the reasoning.
+    """
+
+    kind: ForecastKind
+    event: str = Field(description="The cause or id the event is about; 'abstain' for the abstain decision")
+    probability: float = Field(description="The stated probability that the event is true (the headline score)")
+    ranked_probability: float = Field(description="The same with rank credit: a labeled cause counts only for "
+                                                  "claims on the right ranks (the rank-credited score)")
+    outcome: bool
+
+
 class CaseResult(_Record):
+    scoring_version: Literal[2] = Field(description="The judging rules that wrote this result (SCORING_VERSION)")
     case_id: str
     status: Status
     expect: Literal["diagnose", "healthy", "abstain"]
@@ -79,11 +115,25 @@ class CaseResult(_Record):
     abstain_reason: str | None = None
     top_claim: str | None = Field(None, description="Category of the highest-confidence cause claim")
     claimed_impact: float | None = Field(None, description="Sum of the credited claims' impacts, capped at 1")
+    forecasts: list[Forecast] = Field(default_factory=list, description="The events of the headline score (empty "
+                                      "for unscored cases)")
+    taxonomy_causes: int = Field(0, description="Causes in the taxonomy the case was judged with: the (case, "
+                                 "cause) pairs of calibration")
     measured_impact: float | None = Field(None, description="The injection's measured fraction of step time")
     seconds: float | None = Field(None, description="Wall time the diagnoser took")
     bundle_id: str | None = None
     bundle_sha256: str | None = None
     error: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _current_rules(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("scoring_version") != SCORING_VERSION:
+            found = data.get("scoring_version")
+            written = "no scoring_version (diageval before scoring 2)" if found is None else f"scoring_version {found!r}"
+            raise ValueError(f"scored by other rules: {written}, this diageval reads {SCORING_VERSION}; "
+                             "re-score the run with `diageval score RUN_DIR`")
+        return data
 
     @property
     def scored(self) -> bool:

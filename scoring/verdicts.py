@@ -13,12 +13,13 @@ The rules are design.md's "Scoring"; what it leaves open is decided here:
   ``expect: abstain`` case (its evidence is insufficient by design, so a cause claim is a guess; the
   reason says so).
 * Ranks: a claim on a labeled category is ``correct`` when the label names no ranks, the claim names no
-  ranks, or both name ranks and they overlap; otherwise ``mislocated`` (still credited as found).
-  Localisation is stricter: a found cause whose label names ranks is ``localized`` only if its credited
-  claim named overlapping ranks, so a diagnoser that never names ranks gets credit for the cause but
-  not for localising it. Labels without ranks have ``localized = None`` (not applicable).
+  ranks, or the claimed ranks are a non-empty subset of the labeled ranks; otherwise ``mislocated`` (still
+  credited as found). Localisation is strict: a found cause whose label names ranks is ``localized`` only
+  if its credited claim named a non-empty subset of the labeled ranks, so naming every rank of a one-rank
+  cause is not localising it, and a diagnoser that never names ranks gets credit for the cause but not
+  for localising it. Labels without ranks have ``localized = None`` (not applicable).
 * When a case labels the same category twice (e.g. on different ranks), a claim takes the first
-  uncredited label whose ranks it overlaps, else the first uncredited one (``mislocated``); a claim for a
+  uncredited label whose ranks it fits (subset), else the first uncredited one (``mislocated``); a claim for a
   category whose every label is already credited is a ``duplicate``. Only credited causes have
   duplicates: repeating a wrong claim repeats the mislead and each repeat is judged on its own.
 * Step ranges are recorded but not scored: the design credits categories and ranks only.
@@ -27,8 +28,12 @@ The rules are design.md's "Scoring"; what it leaves open is decided here:
   diagnosis: no verdicts, and every labeled cause is missed. ``harness_error`` and ``invalid`` cases are
   never scored: no verdicts and no outcomes.
 * ``claimed_impact`` is the sum of the credited claims' ``impact`` (capped at 1; ``None`` if none of
-  them states one): the measured impact is the whole injection's effect, and only right claims are
-  compared with it.
+  them states one): the measured impact is the whole injection's effect. Every claim keeps the impact it
+  stated (``ClaimVerdict.impact``), so a wrong claim's stated impact is judged too (its true impact is 0;
+  :mod:`diageval.scoring.tallies`).
+* Forecasts (the events of the headline score, :class:`~diageval.scoring.results.Forecast`) are built by
+  :func:`forecasts_of`; a failed diagnosis said nothing, so its forecasts are those of ``null``
+  (every probability 0, no abstention).
 """
 
 from __future__ import annotations
@@ -40,7 +45,9 @@ from diageval.scoring.results import (
     FAILED_STATUSES,
     CaseResult,
     CauseOutcome,
+    SCORING_VERSION,
     ClaimVerdict,
+    Forecast,
     Status,
 )
 from diageval.taxonomy import Taxonomy, is_symptom_id
@@ -67,6 +74,7 @@ def score_case(
         raise ValueError(f"case {case.id}: status {status!r} means there is no diagnosis to score, yet one was given")
 
     base = dict(
+        scoring_version=SCORING_VERSION,
         case_id=case.id,
         status=status,
         expect=case.labels.expect,
@@ -78,11 +86,12 @@ def score_case(
         bundle_id=bundle_id,
         bundle_sha256=bundle_sha256,
         error=error,
+        taxonomy_causes=len(taxonomy.causes),
     )
     if status in FAILED_STATUSES:
         why = f"no diagnosis ({status}{': ' + error if error else ''})"
         outcomes = [_missed(label, why) for label in case.labels.causes]
-        return CaseResult(**base, outcomes=outcomes)
+        return CaseResult(**base, outcomes=outcomes, forecasts=forecasts_of(case, [], False, taxonomy))
     if diagnosis is None:  # harness_error or invalid: never scored
         return CaseResult(**base)
 
@@ -103,6 +112,7 @@ def score_case(
         abstain_reason=diagnosis.abstain.reason if diagnosis.abstain else None,
         top_claim=claims[0][1].category if claims else None,
         claimed_impact=min(1.0, sum(credited_impacts)) if credited_impacts else None,
+        forecasts=forecasts_of(case, [f for _, f in claims], diagnosis.abstain is not None, taxonomy),
     )
 
 
@@ -116,8 +126,8 @@ def _judge_claims(
 
     for index, claim in claims:
         def verdict(kind: str, reason: str) -> None:
-            verdicts.append(ClaimVerdict(index=index, category=claim.category, verdict=kind,
-                                         confidence=claim.confidence, ranks=claim.ranks, reason=reason))
+            verdicts.append(ClaimVerdict(index=index, category=claim.category, verdict=kind, confidence=claim.confidence,
+                                         ranks=claim.ranks, impact=claim.impact, reason=reason))
 
         cat = claim.category
         if case.labels.expect == "healthy":
@@ -144,23 +154,29 @@ def _judge_claims(
         else:
             li = open_labels[0]
             credit[li] = index
-            verdict("mislocated", f"{cat} is a labeled cause, but claimed ranks {claim.ranks} miss labeled ranks "
-                                  f"{labels[li].ranks}; credited as found, not localised")
+            verdict("mislocated", f"{cat} is a labeled cause, but claimed ranks {claim.ranks} are not a subset of "
+                                  f"labeled ranks {labels[li].ranks}; credited as found, not localised")
     return verdicts, credit
 
 
 def _ranks_fit(label: CauseLabel, claim: Finding) -> bool:
-    if label.ranks is None or claim.ranks is None:
+    """The claim does not contradict the label's ranks: either names none, or the claim's are a subset."""
+    if label.ranks is None or not claim.ranks:
         return True
-    return bool(set(label.ranks) & set(claim.ranks))
+    return set(claim.ranks) <= set(label.ranks)
+
+
+def localizes(label: CauseLabel, claim_ranks: list[int] | None) -> bool:
+    """Strict localisation: the claim names ranks and every one of them is a labeled rank."""
+    return label.ranks is not None and bool(claim_ranks) and set(claim_ranks) <= set(label.ranks)
 
 
 def _rank_note(label: CauseLabel, claim: Finding) -> str:
     if label.ranks is None:
         return " (the label names no ranks)"
-    if claim.ranks is None:
+    if not claim.ranks:
         return f" (the claim names no ranks; labeled ranks {label.ranks}, so not localised)"
-    return f"; claimed ranks {claim.ranks} overlap labeled ranks {label.ranks}"
+    return f"; claimed ranks {claim.ranks} are among labeled ranks {label.ranks}"
 
 
 def _wrong_cause_reason(case: Case, category: str, taxonomy: Taxonomy) -> str:
@@ -189,15 +205,15 @@ def _outcomes(
     for li, label in enumerate(case.labels.causes):
         if li in credit:
             v = by_index[credit[li]]
-            localized = None if label.ranks is None else (v.verdict == "correct" and v.ranks is not None)
+            localized = None if label.ranks is None else localizes(label, v.ranks)
             where = ""
             if localized is True:
-                where = f", ranks {v.ranks} overlap labeled ranks {label.ranks}"
+                where = f", ranks {v.ranks} are among labeled ranks {label.ranks}"
             elif localized is False:
-                where = (f", but its ranks {v.ranks} miss labeled ranks {label.ranks}" if v.ranks is not None
+                where = (f", but its ranks {v.ranks} are not a subset of labeled ranks {label.ranks}" if v.ranks
                          else f", but it names no ranks (labeled ranks {label.ranks})")
             outcomes.append(CauseOutcome(category=label.category, ranks=label.ranks, outcome="found",
-                                         localized=localized, claim_index=v.index,
+                                         localized=localized, claim_index=v.index, claimed_ranks=v.ranks,
                                          reason=f"found by claim #{v.index} ({v.verdict}, confidence {v.confidence:.2f}){where}"))
         elif diagnosis.abstain is not None:
             outcomes.append(_missed(label, f"the diagnoser abstained ({diagnosis.abstain.reason})"))
@@ -206,3 +222,54 @@ def _outcomes(
         else:
             outcomes.append(_missed(label, f"no claim names {label.category} (claimed: {', '.join(claimed)})"))
     return outcomes
+
+
+def forecasts_of(case: Case, claims: list[Finding], abstained: bool, taxonomy: Taxonomy) -> list[Forecast]:
+    """The events of the headline score for one case (see :class:`~diageval.scoring.results.Forecast`).
+
+    * One ``cause`` event per taxonomy cause that is labeled or claimed: probability = the highest
+      confidence any claim gives it (0 if unclaimed), outcome = labeled. With rank credit, a labeled cause
+      whose labels name ranks gets the highest confidence of the claims whose ranks fit a label of it (a
+      non-empty subset of its ranks); claims naming no ranks give it nothing, and claims naming other
+      ranks are a ``wrong_ranks`` event (a false event at their highest confidence).
+    * One ``not_a_cause`` event per other id claimed as a cause (a symptom, an id outside the taxonomy):
+      a false event at its highest confidence.
+    * One ``abstain`` event: probability 1 when the diagnoser abstained, else 0; outcome = the case
+      expects abstention.
+
+    ``claims`` are the cause claims (``kind: cause``); a healthy control has no labeled cause, so every
+    claim on it is probability on a false event. Events are sorted by kind then id, so equal inputs give
+    equal lists.
+    """
+    causes = set(taxonomy.causes)
+    labels: dict[str, list[CauseLabel]] = {}
+    for label in case.labels.causes:
+        labels.setdefault(label.category, []).append(label)
+    highest: dict[str, float] = {}
+    for claim in claims:
+        highest[claim.category] = max(highest.get(claim.category, 0.0), claim.confidence)
+
+    out: list[Forecast] = []
+    for cat in sorted(set(labels) | set(highest)):
+        p = highest.get(cat, 0.0)
+        if cat not in labels:
+            kind = "cause" if cat in causes else "not_a_cause"
+            out.append(Forecast(kind=kind, event=cat, probability=p, ranked_probability=p, outcome=False))
+            continue
+        fitting = [c.confidence for c in claims if c.category == cat and _fits_a_label(labels[cat], c)]
+        wrong = [c.confidence for c in claims if c.category == cat and c.ranks and not _fits_a_label(labels[cat], c)]
+        out.append(Forecast(kind="cause", event=cat, probability=p, ranked_probability=max(fitting, default=0.0),
+                            outcome=True))
+        if wrong:
+            out.append(Forecast(kind="wrong_ranks", event=cat, probability=0.0, ranked_probability=max(wrong),
+                                outcome=False))
+    a = 1.0 if abstained else 0.0
+    out.append(Forecast(kind="abstain", event="abstain", probability=a, ranked_probability=a,
+                        outcome=case.labels.expect == "abstain"))
+    order = {"cause": 0, "wrong_ranks": 1, "not_a_cause": 2, "abstain": 3}
+    return sorted(out, key=lambda f: (order[f.kind], f.event))
+
+
+def _fits_a_label(labels: list[CauseLabel], claim: Finding) -> bool:
+    """Rank credit: some label of the category names no ranks, or the claim's ranks localise one of them."""
+    return any(label.ranks is None or localizes(label, claim.ranks) for label in labels)

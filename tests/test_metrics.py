@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from diageval.scoring.metrics import METRICS, compute_metrics
+from diageval.scoring.metrics import compute_metrics
 from diageval.scoring.summary import DiagnoserInfo, Summary, summarize
 from diageval.scoring.tallies import tally_table
 from diageval.scoring.verdicts import score_case
@@ -62,20 +62,32 @@ def test_every_metric_by_hand(summary):
     m = summary.metrics
     expected = {
         # metric: (value, n)
+        # Headline loss per case (squared errors over its forecasts), null's loss = its true events:
+        # p1 (.9-1)^2 + .4^2 = .17; p2 (.6-1)^2 + .8^2 (symptom) = .80; p3 (.7-1)^2 = .09; p4 timed out: 1;
+        # h1 .2^2 = .04; h2 0; a1 abstained rightly: 0; a2 .6^2 + (0-1)^2 (did not abstain) = 1.36 -> 3.46.
+        # null: one true event each on p1-p4, a1, a2 -> 6.
+        "skill": (1 - 3.46 / 6, 8),
+        # rank credit: p3 claimed rank 0 of a rank-1 cause: (0-1)^2 + wrong ranks .7^2 = 1.49 instead of .09
+        "skill_ranked": (1 - 4.86 / 6, 8),
+        "f1": (6 / 11, 8),                         # 2*3 / (2*3 + 4 misleading + 1 missed)
         "precision": (3 / 7, 7),                   # credited p1 0.9, p2 0.6, p3 0.7 of 7 claims
         "recall": (3 / 4, 4),                      # p1, p2, p3 found; p4 timed out
-        "f1": (6 / 11, 8),                         # 2 (3/7)(3/4) / (3/7 + 3/4) = (18/28) / (33/28); n = scored cases
         "misleading_rate": (4 / 7, 7),             # p1 0.4, p2 0.8, h1 0.2, a2 0.6
         "misleading_rate_weighted": (2.0 / 4.2, 7),  # (.4+.8+.2+.6) / (.9+.4+.8+.6+.7+.2+.6)
         "false_alarm_rate": (1 / 2, 2),            # h1 claimed, h2 did not
-        "abstention_accuracy": (1 / 2, 2),         # a1 abstained, a2 guessed
+        "abstention_precision": (1 / 1, 1),        # a1 is the only abstention, and right
+        "abstention_recall": (1 / 2, 2),           # a1 abstained, a2 guessed
         "top1_accuracy": (2 / 4, 4),               # p1, p3 (mislocated still names the cause); p2 symptom; p4 none
-        "localization_accuracy": (1 / 2, 2),       # p1 overlaps, p3 wrong ranks; p2's label has no ranks
-        "impact_mae": ((0.1 + 0.1) / 2, 2),        # p1 |0.3-0.4|, p3 |0.2-0.1|; p2 claimed none
-        # (.9-1)^2+(.4)^2+(.8)^2+(.6-1)^2+(.7-1)^2+(.2)^2+(.6)^2 = .01+.16+.64+.16+.09+.04+.36 = 1.46
-        "brier": (1.46 / 7, 7),
-        # bins: 9 |.9-1|=.1; 4 .4; 8 .8; 6 |(.6+.6)-1|=.2; 7 |.7-1|=.3; 2 .2 -> 2.0 / 7 claims
-        "ece": (2.0 / 7, 7),
+        "localization_accuracy": (1 / 2, 2),       # p1 [1] of [1], p3 [0] of [1]; p2's label has no ranks
+        "rank_precision": (1 / 2, 2),              # ranks named: p1 {1} (labeled), p3 {0} (not)
+        "rank_recall": (1 / 2, 2),                 # labeled ranks: p1 {1} (named), p3 {1} (not)
+        "impact_mae": ((0.1 + 0.1) / 2, 2),        # p1 |0.3-0.4|, p3 |0.2-0.1|; no misleading claim states one
+        # every (case, taxonomy cause) pair, 8 cases x 8 causes: (.9-1)^2 + .4^2 + (.6-1)^2 + (.7-1)^2
+        # + (0-1)^2 (p4) + .2^2 + .6^2 = 1.82; the symptom p2 claimed is not a pair
+        "brier": (1.82 / 64, 64),
+        # bins: p=0 |0 - 1| (p4's missed cause); (.8,.9] .1; (.3,.4] .4; (.5,.6] |(.6+.6) - 1| = .2;
+        # (.6,.7] .3; (.1,.2] .2 -> 2.2 / 64 pairs
+        "ece": (2.2 / 64, 64),
         "seconds_per_case": (48 / 8, 8),           # 2+4+6+30+1+1+2+2 over the 8 scored cases
     }
     assert set(expected) == set(type(m).model_fields)
@@ -85,10 +97,40 @@ def test_every_metric_by_hand(summary):
         assert got.n == n, name
 
 
-def test_brier_from_sums_equals_scikit_learn(summary):
-    table = tally_table([r for r in hand_set() if r.scored])
-    sums_form = compute_metrics(table, {"brier": METRICS["brier"]}, n_boot=0)["brier"].value
-    assert sums_form == pytest.approx(summary.metrics.brier.value)
+def test_reliability_table_over_every_pair(summary):
+    bins = summary.reliability
+    assert [(b.lo, b.hi) for b in bins[:3]] == [(0.0, 0.0), (0.0, 0.1), (0.1, 0.2)]
+    assert sum(b.pairs for b in bins) == 64
+    # 6 pairs were claimed (p1 x2, p2, p3, h1, a2); the other 58 sit at 0, p4's missed cause among them
+    assert (bins[0].pairs, bins[0].mean_probability, bins[0].observed) == (58, 0.0, pytest.approx(1 / 58))
+    six = bins[6]  # (0.5, 0.6]: p2's labeled cause at .6, a2's guess at .6
+    assert (six.pairs, six.mean_probability, six.observed) == (2, pytest.approx(0.6), 0.5)
+    assert bins[1].pairs == 0 and bins[1].mean_probability is None and bins[1].observed is None
+
+
+def test_sums_form_equals_a_direct_computation_on_random_diagnoses():
+    """Skill and Brier from the tally sums equal a direct loop over (case, cause) pairs."""
+    rng = random.Random(3)
+    results, loss, loss_null, pair_sq = [], 0.0, 0.0, 0.0
+    for i in range(40):
+        label = rng.choice(TAX.causes)
+        expect = rng.choice(["diagnose", "diagnose", "healthy", "abstain"])
+        case = make_case(f"r{i}", [{"category": label}] if expect == "diagnose" else [], expect=expect)
+        abstain = expect != "diagnose" and rng.random() < 0.5
+        claims = [] if abstain else [cause(rng.choice(TAX.causes + TAX.symptoms), round(rng.random(), 3))
+                                     for _ in range(rng.randrange(4))]
+        results.append(score_case(case, diag(*claims, abstain="x" if abstain else None), taxonomy=TAX))
+        labeled = {label} if expect == "diagnose" else set()
+        for c in TAX.causes + TAX.symptoms:
+            p = max((f.confidence for f in claims if f.category == c), default=0.0)
+            err = (p - (c in labeled)) ** 2
+            loss += err
+            pair_sq += err if c in TAX.causes else 0.0
+        loss += (abstain - (expect == "abstain")) ** 2
+        loss_null += len(labeled) + (expect == "abstain")
+    m = compute_metrics(tally_table(results), n_boot=0)
+    assert m["skill"].value == pytest.approx(1 - loss / loss_null)
+    assert m["brier"].value == pytest.approx(pair_sq / (40 * len(TAX.causes)))
 
 
 def test_by_category(summary):
@@ -97,13 +139,13 @@ def test_by_category(summary):
     assert (st.causes, st.claims) == (2, 3)        # p1, p3 labeled; claims p1 0.9, p3 0.7, a2 0.6
     assert st.recall.value == 1.0
     assert st.precision.value == pytest.approx(2 / 3)
-    assert st.f1.value == pytest.approx(0.8)       # 2 (2/3)(1) / (5/3)
+    assert st.f1.value == pytest.approx(0.8)       # 2*2 / (2*2 + a2's wrong claim + 0 missed)
     assert st.localization_accuracy.value == 0.5
     ld = summary.by_category[LOADER]
     assert (ld.causes, ld.claims, ld.precision.value) == (1, 1, 1.0)  # the duplicate is not a claim
     assert ld.localization_accuracy.value is None
     ck = summary.by_category[CHECKPOINT]
-    assert (ck.recall.value, ck.precision.value, ck.f1.value) == (0.0, None, None)
+    assert (ck.recall.value, ck.precision.value, ck.f1.value) == (0.0, None, 0.0)  # F1 reads silence as 0
 
 
 def test_by_difficulty(summary):
@@ -111,9 +153,10 @@ def test_by_difficulty(summary):
     assert {k: v.cases for k, v in d.items()} == {"easy": 3, "medium": 3, "hard": 2}
     assert d["easy"].metrics.precision.value == pytest.approx(1 / 3)  # p1 0.9 of p1 0.9, 0.4 and h1 0.2
     assert d["easy"].metrics.false_alarm_rate.value == 0.5
-    assert d["easy"].metrics.abstention_accuracy.value is None        # no abstain case is easy
+    assert d["easy"].metrics.abstention_recall.value is None          # no abstain case is easy
     assert d["hard"].metrics.recall.value == 0.5                      # p3 found, p4 timed out
-    assert d["medium"].metrics.abstention_accuracy.value == 0.5
+    assert d["medium"].metrics.abstention_recall.value == 0.5
+    assert d["easy"].metrics.skill.value == pytest.approx(1 - (0.17 + 0.04) / 1)  # p1, h1, h2
 
 
 def test_confusion(summary):
@@ -132,10 +175,11 @@ def test_confusion(summary):
 def test_undefined_metrics_are_none_not_zero():
     results = [score_case(make_case("p1", [{"category": LOADER}]), diag(), taxonomy=TAX)]
     m = summarize(results, diagnoser=INFO, case_set_hash="abc", taxonomy_version="1", n_boot=50).metrics
-    for name in ("precision", "f1", "misleading_rate", "misleading_rate_weighted", "false_alarm_rate",
-                 "abstention_accuracy", "localization_accuracy", "impact_mae", "brier", "ece", "seconds_per_case"):
+    for name in ("precision", "misleading_rate", "misleading_rate_weighted", "false_alarm_rate",
+                 "abstention_precision", "abstention_recall", "localization_accuracy", "rank_precision",
+                 "rank_recall", "impact_mae", "seconds_per_case"):
         assert getattr(m, name).value is None and getattr(m, name).ci is None, name
-    assert (m.recall.value, m.top1_accuracy.value) == (0.0, 0.0)
+    assert (m.recall.value, m.top1_accuracy.value, m.f1.value, m.skill.value) == (0.0, 0.0, 0.0, 0.0)
 
 
 def test_f1_is_zero_when_precision_and_recall_are():
@@ -152,7 +196,7 @@ def test_bootstrap_is_deterministic_and_ignores_result_order():
     b = summarize(shuffled, diagnoser=INFO, case_set_hash="abc", taxonomy_version="1", n_boot=300, seed=7)
     assert a == b
     c = summarize(results, diagnoser=INFO, case_set_hash="abc", taxonomy_version="1", n_boot=300, seed=8)
-    assert a.metrics.precision.ci != c.metrics.precision.ci
+    assert a.metrics.skill.ci != c.metrics.skill.ci  # bootstrapped (precision's Jeffreys interval has no seed)
 
 
 def test_interval_contains_point_estimate(summary):
@@ -162,7 +206,7 @@ def test_interval_contains_point_estimate(summary):
             lo, hi = mv.ci
             assert lo <= mv.value <= hi, name
             checked += 1
-    assert checked == 13
+    assert checked == 18
     assert summary.metrics.precision.ci[0] < summary.metrics.precision.ci[1]  # not degenerate
 
 
@@ -174,3 +218,37 @@ def test_repeated_case_ids_are_refused():
     r = hand_set()[0]
     with pytest.raises(ValueError, match="more than once: p1"):
         summarize([r, r], diagnoser=INFO, case_set_hash="abc", taxonomy_version="1")
+
+
+def test_old_summaries_are_refused_with_the_command_that_rescores(summary):
+    old = summary.model_dump(mode="json") | {"schema_version": 1}
+    with pytest.raises(ValueError, match=r"schema version 1.*diageval score RUN_DIR"):
+        Summary.model_validate(old)
+
+
+def _ladder(found_by_impact):
+    """Cases of one cause at the given measured impacts, found or not."""
+    out = []
+    for i, (impact, found) in enumerate(found_by_impact):
+        case = make_case(f"s{i:02d}", [{"category": LOADER}])
+        out.append(score_case(case, diag(cause(LOADER, 0.9)) if found else diag(), taxonomy=TAX, measured_impact=impact))
+    return out
+
+
+def test_detection_limit_is_undefined_without_enough_severities():
+    s = summarize(_ladder([(0.1, True), (0.3, True), (0.5, True), (0.7, True)]), diagnoser=INFO, case_set_hash="x",
+                  taxonomy_version="1", n_boot=0)
+    d = s.detection[LOADER]
+    assert (d.cases, d.limit) == (4, None) and "undefined: 4 case(s)" in d.note and "severities" in d.note
+    assert [(p.impact, p.found) for p in d.points] == [(0.1, True), (0.3, True), (0.5, True), (0.7, True)]
+
+
+def test_detection_limit_is_the_smallest_impact_above_which_it_finds_80_percent():
+    ladder = [(0.02, False), (0.05, False), (0.1, True), (0.2, False), (0.3, True), (0.4, True), (0.5, True),
+              (0.6, True)]
+    d = summarize(_ladder(ladder), diagnoser=INFO, case_set_hash="x", taxonomy_version="1", n_boot=0).detection[LOADER]
+    # >= 0.05: 5 of 7 (71%); >= 0.1: 5 of 6 (83%) -> 0.1
+    assert (d.limit, d.recall_above) == (0.1, pytest.approx(5 / 6))
+    never = summarize(_ladder([(x / 10, x % 2 == 0) for x in range(1, 9)]), diagnoser=INFO, case_set_hash="x",
+                      taxonomy_version="1", n_boot=0).detection[LOADER]
+    assert never.limit is None and "no impact above which" in never.note

@@ -15,7 +15,7 @@ def verdicts(result):
     return [(v.index, v.category, v.verdict) for v in result.verdicts]
 
 
-def test_correct_with_overlapping_ranks_is_found_and_localized():
+def test_correct_with_labeled_ranks_is_found_and_localized():
     case = make_case("c1", [{"category": STRAGGLER, "ranks": [1]}])
     r = score_case(case, diag(cause(STRAGGLER, 0.8, ranks=[1], impact=0.3)), taxonomy=TAX, measured_impact=0.35)
     assert verdicts(r) == [(0, STRAGGLER, "correct")]
@@ -30,7 +30,66 @@ def test_wrong_ranks_is_mislocated_found_but_not_localized():
     r = score_case(case, diag(cause(STRAGGLER, 0.8, ranks=[0])), taxonomy=TAX)
     assert verdicts(r) == [(0, STRAGGLER, "mislocated")]
     assert (r.outcomes[0].outcome, r.outcomes[0].localized) == ("found", False)
-    assert "miss labeled ranks [1]" in r.verdicts[0].reason
+    assert "not a subset of labeled ranks [1]" in r.verdicts[0].reason
+
+
+def test_naming_every_rank_is_found_but_not_localized():
+    """Strict localisation: the claimed ranks must be a non-empty subset of the labeled ranks."""
+    case = make_case("c1", [{"category": STRAGGLER, "ranks": [1]}], world_size=4)
+    every = score_case(case, diag(cause(STRAGGLER, 0.8, ranks=[0, 1, 2, 3])), taxonomy=TAX)
+    assert verdicts(every) == [(0, STRAGGLER, "mislocated")]
+    assert (every.outcomes[0].outcome, every.outcomes[0].localized) == ("found", False)
+    two = make_case("c2", [{"category": STRAGGLER, "ranks": [1, 2]}], world_size=4)
+    subset = score_case(two, diag(cause(STRAGGLER, 0.8, ranks=[2])), taxonomy=TAX)
+    assert verdicts(subset) == [(0, STRAGGLER, "correct")] and subset.outcomes[0].localized is True
+    assert subset.outcomes[0].claimed_ranks == [2]
+    empty = score_case(case, diag(cause(STRAGGLER, 0.8, ranks=[])), taxonomy=TAX)
+    assert verdicts(empty) == [(0, STRAGGLER, "correct")] and empty.outcomes[0].localized is False
+
+
+def forecasts(result):
+    return [(f.kind, f.event, f.probability, f.ranked_probability, f.outcome) for f in result.forecasts]
+
+
+def test_forecasts_cover_labeled_and_claimed_ids_and_the_abstain_decision():
+    case = make_case("c1", [{"category": STRAGGLER, "ranks": [1]}], symptoms=["symptom.long_collective"])
+    d = diag(cause(STRAGGLER, 0.3, ranks=[0]), cause(STRAGGLER, 0.7), cause(STALL, 0.4), cause(STALL, 0.2),
+             cause("symptom.long_collective", 0.9), cause("gpu.thermal_throttle", 0.1))
+    r = score_case(case, d, taxonomy=TAX)
+    assert forecasts(r) == [
+        ("cause", STALL, 0.4, 0.4, False),            # the highest confidence given to it
+        ("cause", STRAGGLER, 0.7, 0.0, True),         # rank credit: 0.7 named no ranks, 0.3 named the wrong one
+        ("wrong_ranks", STRAGGLER, 0.0, 0.3, False),  # counted in the rank-credited score only
+        ("not_a_cause", "gpu.thermal_throttle", 0.1, 0.1, False),
+        ("not_a_cause", "symptom.long_collective", 0.9, 0.9, False),
+        ("abstain", "abstain", 0.0, 0.0, False),
+    ]
+    assert r.taxonomy_causes == len(TAX.causes)
+
+
+def test_forecasts_of_silence_failure_and_abstention():
+    ranked = make_case("c1", [{"category": STRAGGLER, "ranks": [1]}])
+    null = [("cause", STRAGGLER, 0.0, 0.0, True), ("abstain", "abstain", 0.0, 0.0, False)]
+    assert forecasts(score_case(ranked, diag(), taxonomy=TAX)) == null
+    assert forecasts(score_case(ranked, None, taxonomy=TAX, status="timeout")) == null
+    assert forecasts(score_case(ranked, diag(abstain="x"), taxonomy=TAX))[-1] == ("abstain", "abstain", 1.0, 1.0, False)
+    right = score_case(make_case("a1", expect="abstain"), diag(abstain="x"), taxonomy=TAX)
+    assert forecasts(right) == [("abstain", "abstain", 1.0, 1.0, True)]
+    healthy = score_case(make_case("h1"), diag(cause("symptom.slow_step", 0.5)), taxonomy=TAX)
+    assert forecasts(healthy) == [("not_a_cause", "symptom.slow_step", 0.5, 0.5, False),
+                                  ("abstain", "abstain", 0.0, 0.0, False)]
+    assert score_case(make_case("x"), None, taxonomy=TAX, status="invalid").forecasts == []
+
+
+def test_label_without_ranks_gives_rank_credit_to_any_claim():
+    r = score_case(make_case("c1", [{"category": LOADER}]), diag(cause(LOADER, 0.6, ranks=[0])), taxonomy=TAX)
+    assert forecasts(r)[0] == ("cause", LOADER, 0.6, 0.6, True)
+
+
+def test_every_claim_keeps_its_stated_impact():
+    r = score_case(make_case("c1", [{"category": LOADER}]), diag(cause(LOADER, 0.9, impact=0.2), cause(STALL, 0.5, impact=0.6)),
+                   taxonomy=TAX)
+    assert [(v.category, v.impact) for v in r.verdicts] == [(LOADER, 0.2), (STALL, 0.6)]
 
 
 def test_claim_without_ranks_is_correct_but_not_localized():
@@ -94,7 +153,7 @@ def test_abstain_case_cause_claim_is_wrong_cause_and_abstaining_is_recorded():
 def test_two_labels_same_category_two_claims_find_both():
     case = make_case("c2", [{"category": STRAGGLER, "ranks": [1]}, {"category": STRAGGLER, "ranks": [3]}], world_size=4)
     r = score_case(case, diag(cause(STRAGGLER, 0.9, ranks=[3]), cause(STRAGGLER, 0.8, ranks=[0])), taxonomy=TAX)
-    # #0 takes the label it overlaps (rank 3); #1 takes the remaining label with wrong ranks
+    # #0 takes the label it fits (rank 3); #1 takes the remaining label with wrong ranks
     assert verdicts(r) == [(0, STRAGGLER, "correct"), (1, STRAGGLER, "mislocated")]
     assert [(o.claim_index, o.localized) for o in r.outcomes] == [(1, False), (0, True)]
 
@@ -141,3 +200,15 @@ def test_result_round_trips_through_json():
     case = make_case("c1", [{"category": STRAGGLER, "ranks": [1]}])
     r = score_case(case, diag(cause(STRAGGLER, 0.8, ranks=[1])), taxonomy=TAX, bundle_id="b", bundle_sha256="s")
     assert CaseResult.model_validate_json(r.model_dump_json()) == r
+
+
+def test_results_of_older_scoring_rules_are_refused_with_the_command_that_rescores():
+    from diageval.scoring.results import CaseResult
+
+    r = score_case(make_case("c1", [{"category": STRAGGLER}]), diag(), taxonomy=TAX)
+    old = r.model_dump(mode="json")
+    del old["scoring_version"]
+    with pytest.raises(ValueError, match=r"scoring_version.*diageval score RUN_DIR"):
+        CaseResult.model_validate(old)
+    with pytest.raises(ValueError, match="scoring_version 1"):
+        CaseResult.model_validate({**old, "scoring_version": 1})

@@ -1,0 +1,127 @@
+"""Confidence intervals that keep their coverage on a corpus of 16 cases, vectorised over resamples.
+
+Every metric is a ratio of column totals of the per-case tally table (:mod:`diageval.scoring.tallies`),
+so a resample of cases is a weighted total: ``weights @ table``. Two kinds of interval:
+
+* **Proportions** (a count of successes over a count of trials: precision, recall, false-alarm rate, ...):
+  the Jeffreys interval, the Beta(x + ½, n − x + ½) quantiles. It is the interval the small-sample
+  literature recommends (Brown, Cai & DasGupta 2001): near-nominal coverage down to n of a few, and
+  never a zero-width interval at 0 or 1 where the percentile bootstrap of a proportion collapses (four
+  healthy controls with no false alarm: the bootstrap says [0, 0]). Trials inside one case are not
+  independent (a diagnoser that misreads a case misreads all its claims), so x and n are scaled to the
+  effective sample size n / deff, where the design effect deff is the ratio of the case-clustered
+  (linearised) variance of the ratio to the binomial one, never below 1 (Korn & Graubard 1998). With one
+  trial per case deff is 1 and this is the plain Jeffreys interval.
+* **Ratios** of sums that are not proportions (skill, Brier, ECE, F1, impact error, seconds): the BCa
+  bootstrap (Efron 1987) over cases, its bias correction from the share of resamples below the point
+  estimate and its acceleration from the jackknife (leave one case out: total minus that case's row).
+  It corrects the percentile interval's bias and skew, which is what made the percentile bootstrap of
+  Brier cover 90.5% at 16 cases.
+
+The coverage of both, over 200 simulated runs at 16 and 80 cases, is printed by
+``benchmarks/interval_coverage.py`` and checked by the slow test ``tests/test_interval_coverage.py``.
+
+Resamples where a metric is undefined (no claim drawn) are left out of its interval; if none is
+defined the interval is ``None``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+from scipy.special import ndtr, ndtri
+from scipy.stats import beta
+
+CONFIDENCE_LEVEL = 0.95
+
+Totals = Mapping[str, np.ndarray]
+"""Column name -> totals, one per weighting (1 for the point estimate, k for k resamples)."""
+
+
+def bootstrap_weights(n_cases: int, n_boot: int, seed: int) -> np.ndarray:
+    """(n_boot, n_cases) multiplicities of each case in each resample (cases drawn with replacement);
+    deterministic for a given seed. Drawn as indices in the smallest integer type that holds them and
+    counted per resample, an order of magnitude faster than a multinomial draw per resample."""
+    if n_cases == 0 or n_boot == 0:
+        return np.zeros((n_boot, n_cases))
+    rng = np.random.default_rng(seed)
+    dtype = np.uint16 if n_cases <= np.iinfo(np.uint16).max else np.int64
+    draws = rng.integers(0, n_cases, size=(n_boot, n_cases), dtype=dtype)
+    weights = np.empty((n_boot, n_cases))
+    for b in range(n_boot):
+        weights[b] = np.bincount(draws[b], minlength=n_cases)
+    return weights
+
+
+def jackknife_totals(values: np.ndarray) -> np.ndarray:
+    """(n_cases, columns) totals with each case left out in turn."""
+    return values.sum(axis=0, keepdims=True) - values
+
+
+def jeffreys(successes, trials, level: float = CONFIDENCE_LEVEL) -> np.ndarray:
+    """Jeffreys intervals of proportions (arrays; trials may be effective, non-integer counts): an array
+    of (lo, hi) rows, NaN where trials is 0. One call for many intervals (scipy's overhead is per call)."""
+    x, n = np.atleast_1d(np.asarray(successes, dtype=float)), np.atleast_1d(np.asarray(trials, dtype=float))
+    tail = (1 - level) / 2
+    ok = n > 0
+    a, b = np.where(ok, x + 0.5, 1.0), np.where(ok, n - x + 0.5, 1.0)
+    lo = np.where(x <= 0, 0.0, beta.ppf(tail, a, b))
+    hi = np.where(x >= n, 1.0, beta.ppf(1 - tail, a, b))
+    return np.where(ok[:, None], np.stack([lo, hi], axis=1), np.nan)
+
+
+def effective_counts(num: np.ndarray, den: np.ndarray) -> tuple[float, float]:
+    """(successes, trials) of sum(num) / sum(den), case i contributing num[i] of den[i] trials, scaled to
+    the effective sample size n / deff, deff = (linearised case-clustered variance of the ratio) /
+    (binomial variance), floored at 1 (see the module docstring)."""
+    n, x = float(den.sum()), float(num.sum())
+    if n <= 0:
+        return 0.0, 0.0
+    p = x / n
+    clusters = int(np.count_nonzero(den))
+    if not (0 < p < 1 and clusters > 1):
+        return x, n
+    resid = num - p * den
+    clustered = clusters / (clusters - 1) * float(resid @ resid) / n**2
+    n_eff = n / max(1.0, clustered / (p * (1 - p) / n))
+    return p * n_eff, n_eff
+
+
+def percentile_interval(samples: np.ndarray, level: float = CONFIDENCE_LEVEL) -> tuple[float, float] | None:
+    defined = samples[~np.isnan(samples)]
+    if defined.size == 0:
+        return None
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(defined, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def bca_interval(point: float, boot: np.ndarray, jack: np.ndarray, level: float = CONFIDENCE_LEVEL) -> tuple[float, float] | None:
+    """BCa interval from the resampled statistics ``boot`` and the leave-one-case-out ones ``jack``.
+
+    Bias correction z0 = Φ⁻¹(share of resamples below the point, ties counted half); acceleration
+    a = Σ d³ / (6 (Σ d²)^1.5) with d = mean(jack) − jack. Falls back to the percentile interval when the
+    jackknife is degenerate (a = 0 then) and to [point, point] when every resample equals the point.
+    """
+    defined = boot[~np.isnan(boot)]
+    if defined.size == 0:
+        return None
+    if np.all(defined == point):
+        return point, point
+    share = (np.count_nonzero(defined < point) + 0.5 * np.count_nonzero(defined == point)) / defined.size
+    share = min(max(share, 0.5 / defined.size), 1 - 0.5 / defined.size)
+    z0 = float(ndtri(share))
+    jack = jack[~np.isnan(jack)]
+    accel = 0.0
+    if jack.size > 2:
+        d = jack.mean() - jack
+        s2 = float(d @ d)
+        if s2 > 0:
+            accel = float((d**3).sum()) / (6 * s2**1.5)
+    tail = (1 - level) / 2
+    z = ndtri(np.array([tail, 1 - tail]))
+    adjusted = ndtr(z0 + (z0 + z) / (1 - accel * (z0 + z)))
+    lo, hi = np.quantile(defined, adjusted)
+    return float(lo), float(hi)
+
