@@ -31,12 +31,13 @@ from diageval.paths import default_cases_dir
 from diageval.run import RunError, run_diagnoser
 
 COLUMNS = [
+    ("skill", "skill"),
     ("f1", "F1"),
     ("precision", "precision"),
     ("recall", "recall"),
     ("misleading_rate", "misleading"),
     ("false_alarm_rate", "false alarm"),
-    ("abstention_accuracy", "abstention acc"),
+    ("abstention_recall", "abstention R"),
     ("localization_accuracy", "localisation"),
     ("seconds_per_case", "s/case"),
 ]

@@ -390,7 +390,8 @@ def compare_cmd(run_a: Path, run_b: Path, as_json: bool, n_boot: int, seed: int,
                 gate: tuple[str, ...]) -> None:
     """Paired bootstrap comparison of two runs on the same case set: every metric, B − A with its 95% interval."""
     from diageval.reports.compare_report import render_comparison
-    from diageval.scoring.compare import BETTER, CompareError, compare_runs, regressions
+    from diageval.scoring.compare import CompareError, compare_runs, regressions
+    from diageval.scoring.metrics import BETTER
 
     unknown = [m for m in gate if m not in BETTER]
     if unknown:

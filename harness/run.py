@@ -173,21 +173,10 @@ def summarize_run(store: RunStore, manifest: RunManifest) -> tuple[list[Any], An
     return results, summary
 
 
-HEADLINE_METRICS = [
-    ("f1", "F1", ".2f"),
-    ("precision", "precision", ".2f"),
-    ("recall", "recall", ".2f"),
-    ("misleading_rate", "misleading", ".2f"),
-    ("false_alarm_rate", "false alarms", ".2f"),
-    ("abstention_accuracy", "abstention", ".2f"),
-    ("top1_accuracy", "top-1", ".2f"),
-    ("seconds_per_case", "s/case", ".3g"),
-]
-
-
 def format_run_outcome(outcome: RunOutcome) -> str:
     """The headline a person reads when a run ends: what ran, how cases ended, the main metrics."""
     from diageval.reports.leaderboard import format_metric
+    from diageval.scoring.metrics import BOARD, METRICS
 
     s, m = outcome.summary, outcome.manifest
     c = outcome.counts
@@ -200,12 +189,13 @@ def format_run_outcome(outcome: RunOutcome) -> str:
         f"{s.counts.cases} results, {s.counts.scored} scored: {statuses}",
         "",
     ]
-    width = max(len(label) for _, label, _ in HEADLINE_METRICS)
-    for key, label, digits in HEADLINE_METRICS:
-        lines.append(f"  {label:<{width}}  {format_metric(getattr(s.metrics, key), digits)}")
+    width = max(len(METRICS[key].label) for key in BOARD)
+    for key in BOARD:
+        lines.append(f"  {METRICS[key].label:<{width}}  {format_metric(getattr(s.metrics, key), METRICS[key].digits)}")
     if m.diagnoser.self_test:
         lines.append("\n(self-test: this diagnoser reads the labels; it checks the harness and is never ranked)")
-    lines.append(f"\nintervals: 95% bootstrap over cases; full metrics in {outcome.run_dir / 'summary.json'}")
+    lines.append(f"\nintervals: 95% (Jeffreys for proportions, BCa bootstrap over cases for the rest); full metrics "
+                 f"in {outcome.run_dir / 'summary.json'}")
     return "\n".join(lines)
 
 

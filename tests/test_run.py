@@ -235,7 +235,8 @@ def test_oracle_scores_perfectly_and_leak_scores_like_null(tmp_path):
     evidence = FakeEvidence(tmp_path / "bundles")
     oracle = _run("oracle", case_set, tmp_path, evidence).summary.metrics
     assert (oracle.recall.value, oracle.precision.value, oracle.misleading_rate.value) == (1.0, 1.0, 0.0)
-    assert oracle.abstention_accuracy.value == 1.0
+    assert oracle.abstention_recall.value == oracle.abstention_precision.value == 1.0
+    assert (oracle.skill.value, oracle.skill_ranked.value) == (1.0, 1.0)
     leak = _run("leak", case_set, tmp_path, evidence).summary.metrics
     null = _run("null", case_set, tmp_path, evidence).summary.metrics
     assert leak.recall.value == null.recall.value == 0.0
