@@ -42,7 +42,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from diageval.run_store import RunManifest, RunStore
-from diageval.scoring.intervals import bca_interval, bootstrap_weights
+from diageval.scoring.intervals import RELATIVE_TIE, bca_interval, bootstrap_weights
 from diageval.scoring.metrics import METRICS, Direction, MetricSpec, MetricValue, Resampled
 from diageval.scoring.results import CaseResult
 from diageval.scoring.summary import BootstrapInfo
@@ -50,8 +50,9 @@ from diageval.scoring.tallies import tally_table
 from diageval.validation import field_path
 
 SCHEMA_VERSION = 1
-TIE_TOLERANCE = 1e-12
-"""Differences this small are ties: the same counts can reach the metric formulas by different float paths."""
+TIE_TOLERANCE = RELATIVE_TIE
+"""Differences this small (relative to the values, at least 1) are ties: resampled totals are float32, so
+the same counts can reach the metric formulas by different rounding."""
 
 def regressions(comparison: "Comparison", metrics: Iterable[str]) -> list[str]:
     """The given metrics on which run B is clearly worse than run A (see ``MetricComparison.clearly_worse``)."""
@@ -223,17 +224,19 @@ def compare_results(
     out: dict[str, MetricComparison] = {}
     for name, d in definitions.items():
         if not n_boot:
-            diffs = jack = np.empty(0)
+            diffs = jack = scale = np.empty(0)
         else:
             (boot_a, jack_a), (boot_b, jack_b) = ra.resampled_values(d), rb.resampled_values(d)
             diffs, jack = boot_b - boot_a, jack_b - jack_a
-        out[name] = _difference(d.better, marginal["a"][name], marginal["b"][name], diffs, jack, n_boot)
+            scale = np.maximum(1.0, np.maximum(np.abs(boot_a), np.abs(boot_b)))
+        out[name] = _difference(d.better, marginal["a"][name], marginal["b"][name], diffs, jack, scale, n_boot)
     return out
 
 
 def _difference(better: Direction, a: MetricValue, b: MetricValue, diffs: np.ndarray, jack: np.ndarray,
-                n_boot: int) -> MetricComparison:
-    defined = diffs[~np.isnan(diffs)]
+                scale: np.ndarray, n_boot: int) -> MetricComparison:
+    keep = ~np.isnan(diffs)
+    defined, tolerance = diffs[keep], TIE_TOLERANCE * scale[keep]
     if a.value is None or b.value is None:
         return MetricComparison(better=better, a=a, b=b, difference=None, ci=None, p_b_better=None,
                                 p_b_worse=None, resamples=int(defined.size), excludes_zero=None)
@@ -245,8 +248,8 @@ def _difference(better: Direction, a: MetricValue, b: MetricValue, diffs: np.nda
         b=b,
         difference=b.value - a.value,
         ci=ci,
-        p_b_better=float(np.mean(gain > TIE_TOLERANCE)) if defined.size else None,
-        p_b_worse=float(np.mean(gain < -TIE_TOLERANCE)) if defined.size else None,
+        p_b_better=float(np.mean(gain > tolerance)) if defined.size else None,
+        p_b_worse=float(np.mean(gain < -tolerance)) if defined.size else None,
         resamples=int(defined.size),
         excludes_zero=None if ci is None else bool(ci[0] > 0 or ci[1] < 0),
     )

@@ -41,14 +41,14 @@ Totals = Mapping[str, np.ndarray]
 
 def bootstrap_weights(n_cases: int, n_boot: int, seed: int) -> np.ndarray:
     """(n_boot, n_cases) multiplicities of each case in each resample (cases drawn with replacement);
-    deterministic for a given seed. Drawn as indices in the smallest integer type that holds them and
+    deterministic for a given seed; float32 (see :class:`~diageval.scoring.metrics.Resampled`). Drawn as indices in the smallest integer type that holds them and
     counted per resample, an order of magnitude faster than a multinomial draw per resample."""
     if n_cases == 0 or n_boot == 0:
-        return np.zeros((n_boot, n_cases))
+        return np.zeros((n_boot, n_cases), dtype=np.float32)
     rng = np.random.default_rng(seed)
     dtype = np.uint16 if n_cases <= np.iinfo(np.uint16).max else np.int64
     draws = rng.integers(0, n_cases, size=(n_boot, n_cases), dtype=dtype)
-    weights = np.empty((n_boot, n_cases))
+    weights = np.empty((n_boot, n_cases), dtype=np.float32)  # small integers: exact in float32
     for b in range(n_boot):
         weights[b] = np.bincount(draws[b], minlength=n_cases)
     return weights
@@ -97,19 +97,29 @@ def percentile_interval(samples: np.ndarray, level: float = CONFIDENCE_LEVEL) ->
     return float(lo), float(hi)
 
 
+RELATIVE_TIE = 1e-6
+"""Resampled totals are float32 (:class:`~diageval.scoring.metrics.Resampled`): values closer than this
+(relative to their size, at least 1) are the same value reached by different rounding."""
+
+
+def same_value(values: np.ndarray, point: float | np.ndarray) -> np.ndarray:
+    return np.abs(values - point) <= RELATIVE_TIE * np.maximum(1.0, np.abs(point))
+
+
 def bca_interval(point: float, boot: np.ndarray, jack: np.ndarray, level: float = CONFIDENCE_LEVEL) -> tuple[float, float] | None:
     """BCa interval from the resampled statistics ``boot`` and the leave-one-case-out ones ``jack``.
 
-    Bias correction z0 = Φ⁻¹(share of resamples below the point, ties counted half); acceleration
-    a = Σ d³ / (6 (Σ d²)^1.5) with d = mean(jack) − jack. Falls back to the percentile interval when the
-    jackknife is degenerate (a = 0 then) and to [point, point] when every resample equals the point.
+    Bias correction z0 = Φ⁻¹(share of resamples below the point, ties counted half; :func:`same_value`);
+    acceleration a = Σ d³ / (6 (Σ d²)^1.5) with d = mean(jack) − jack. With a degenerate jackknife a = 0
+    (the bias-corrected percentile interval); [point, point] when every resample equals the point.
     """
     defined = boot[~np.isnan(boot)]
     if defined.size == 0:
         return None
-    if np.all(defined == point):
+    tie = same_value(defined, point)
+    if np.all(tie):
         return point, point
-    share = (np.count_nonzero(defined < point) + 0.5 * np.count_nonzero(defined == point)) / defined.size
+    share = (np.count_nonzero((defined < point) & ~tie) + 0.5 * np.count_nonzero(tie)) / defined.size
     share = min(max(share, 0.5 / defined.size), 1 - 0.5 / defined.size)
     z0 = float(ndtri(share))
     jack = jack[~np.isnan(jack)]

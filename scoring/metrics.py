@@ -227,7 +227,7 @@ class Resampled:
     @cached_property
     def weights(self) -> np.ndarray:
         if self._weights is None:
-            self._weights = bootstrap_weights(len(self.parent_table), self.n_boot, self.seed).astype(np.float32)
+            self._weights = bootstrap_weights(len(self.parent_table), self.n_boot, self.seed)
         return self._weights
 
     def subset(self, rows: np.ndarray) -> "Resampled":
@@ -237,10 +237,11 @@ class Resampled:
         return Resampled(self.parent_table, self.n_boot, self.seed, self.weights if self.n_boot else None, full)
 
     @staticmethod
-    def warm(requests: list[tuple["Resampled", Mapping[str, MetricSpec]]]) -> None:
-        """Resample, in one matrix product, every column the bootstrapped metrics of each request read.
-        The requests must share one parent table and draw."""
-        todo = [(r, c) for r, specs in requests for c in _resampled_columns(specs) if c not in r._boot]
+    def warm(requests: list[tuple["Resampled", Mapping[str, MetricSpec]]], proportions: bool = False) -> None:
+        """Resample, in one matrix product, every column the bootstrapped metrics of each request read
+        (with ``proportions``, every metric's). The requests must share one parent table and draw."""
+        todo = list(dict.fromkeys((r, c) for r, specs in requests for c in _resampled_columns(specs, proportions)
+                                  if c not in r._boot))
         if not todo or not requests[0][0].n_boot:
             return
         parent = requests[0][0]
@@ -252,9 +253,9 @@ class Resampled:
         for k, (r, c) in enumerate(todo):
             r._boot[c] = totals[:, k]
 
-    def _boot_and_jack(self, specs: Mapping[str, MetricSpec]) -> tuple[Totals, Totals]:
-        Resampled.warm([(self, specs)])
-        cols = _resampled_columns(specs)
+    def _boot_and_jack(self, specs: Mapping[str, MetricSpec], proportions: bool = False) -> tuple[Totals, Totals]:
+        Resampled.warm([(self, specs)], proportions)
+        cols = _resampled_columns(specs, proportions)
         values = self.table.values[:, [self.table.columns.index(c) for c in cols]]
         jack = jackknife_totals(values)
         return {c: self._boot[c] for c in cols}, {c: jack[:, j] for j, c in enumerate(cols)}
@@ -284,12 +285,13 @@ class Resampled:
 
     def resampled_values(self, spec: MetricSpec) -> tuple[np.ndarray, np.ndarray]:
         """One metric under every resample and with every case left out (for paired comparisons)."""
-        boot, jack = self._boot_and_jack({spec.name: spec})
+        boot, jack = self._boot_and_jack({spec.name: spec}, proportions=True)
         return spec.values(boot), spec.values(jack)
 
 
-def _resampled_columns(specs: Mapping[str, MetricSpec]) -> list[str]:
-    return sorted(set().union(*(columns_of(s) for s in specs.values() if s.proportion is None)))
+def _resampled_columns(specs: Mapping[str, MetricSpec], proportions: bool = False) -> list[str]:
+    """Columns the bootstrapped metrics read; with ``proportions``, the proportions' columns too."""
+    return sorted(set().union(*(columns_of(s) for s in specs.values() if proportions or s.proportion is None)))
 
 
 def compute_metrics(table: TallyTable, specs: Mapping[str, MetricSpec] = METRICS, *, n_boot: int = 1000,

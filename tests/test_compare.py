@@ -12,14 +12,14 @@ from diageval.cli import main
 from diageval.reports.compare_report import headline_verdict, render_comparison
 from diageval.run_store import RunDiagnoser, RunManifest, RunStore, now, run_env
 from diageval.scoring.compare import (
-    BETTER,
     CompareError,
     Comparison,
     compare_results,
     compare_runs,
     pair_cases,
 )
-from diageval.scoring.metrics import METRICS, bootstrap_weights, compute_metrics, percentile_interval
+from diageval.scoring.intervals import bca_interval, bootstrap_weights
+from diageval.scoring.metrics import BETTER, METRICS, compute_metrics
 from diageval.scoring.summary import DiagnoserInfo, summarize
 from diageval.scoring.tallies import tally_table
 from diageval.scoring.verdicts import score_case
@@ -64,22 +64,22 @@ def results(diagnoses, seconds=1.0, statuses=None):
     return out
 
 
-def test_every_direction_is_decided():
-    assert set(BETTER) == set(METRICS)
-
-
 def test_differences_by_hand():
     m = compare_results(results(WEAK, seconds=1.0), results(STRONG, seconds=2.0), n_boot=300, seed=1)
     expected = {
         # metric: (A, B) worked out from the claims above
+        # losses: A p1 .01, p2 1 + .49 (symptom), p3 1, h1 .36, a1 .25 + 1 (no abstention) = 4.11;
+        # B p1 .01, p2 .04, p3 1 = 1.05; null: p1-p3 and a1, 4
+        "skill": (1 - 4.11 / 4, 1 - 1.05 / 4),
         "precision": (1 / 4, 2 / 2),
         "recall": (1 / 3, 2 / 3),
-        "f1": (2 / 7, 4 / 5),                       # 2(1/4)(1/3)/(7/12); 2(1)(2/3)/(5/3)
+        "f1": (2 / 7, 4 / 5),                       # 2*1 / (2 + 3 misleading + 2 missed); 2*2 / (4 + 0 + 1)
         "misleading_rate": (3 / 4, 0.0),
         "false_alarm_rate": (1 / 2, 0.0),
-        "abstention_accuracy": (0.0, 1.0),
+        "abstention_recall": (0.0, 1.0),
         "top1_accuracy": (1 / 3, 2 / 3),
-        "brier": ((0.1**2 + 0.7**2 + 0.6**2 + 0.5**2) / 4, (0.1**2 + 0.2**2) / 2),
+        # 6 cases x 8 causes; A: .1^2 + 1 (p2's cause) + 1 (p3's) + .6^2 + .5^2; B: .1^2 + .2^2 + 1
+        "brier": ((0.01 + 1 + 1 + 0.36 + 0.25) / 48, (0.01 + 0.04 + 1) / 48),
         "seconds_per_case": (1.0, 2.0),
     }
     for name, (a, b) in expected.items():
@@ -92,9 +92,10 @@ def test_differences_by_hand():
     assert m["impact_mae"].difference is None and m["impact_mae"].ci is None  # no impact claimed or measured
 
 
-def test_interval_is_the_paired_bootstrap_of_resampled_case_lists():
-    """Reference: expand each resample into an explicit list of drawn cases (same draws for both runs),
-    score each list from scratch, take B − A; the comparison's interval and shares must match."""
+def test_interval_is_the_paired_bca_of_resampled_case_lists():
+    """Reference: expand each resample into an explicit list of drawn cases (same draws for both runs) and
+    each jackknife sample into the list without one case, score each list from scratch, take B − A; the
+    comparison's BCa interval and shares must match."""
     a, b = results(WEAK), results(STRONG, seconds=2.0)
     n_boot, seed = 200, 5
     got = compare_results(a, b, n_boot=n_boot, seed=seed)
@@ -104,26 +105,27 @@ def test_interval_is_the_paired_bootstrap_of_resampled_case_lists():
         return [r.model_copy(update={"case_id": f"{r.case_id}#{k}"})
                 for r, w in zip(ordered, row) for k in range(int(w))]
 
+    def diff(row, name):
+        va = compute_metrics(tally_table(drawn(a, row)), {name: METRICS[name]}, n_boot=0)[name].value
+        vb = compute_metrics(tally_table(drawn(b, row)), {name: METRICS[name]}, n_boot=0)[name].value
+        return np.nan if va is None or vb is None else vb - va
+
     weights = bootstrap_weights(len(a), n_boot, seed)
-    for name in ("f1", "misleading_rate", "brier", "false_alarm_rate"):
-        diffs = []
-        for row in weights:
-            va = compute_metrics(tally_table(drawn(a, row)), {name: METRICS[name]}, n_boot=0)[name].value
-            vb = compute_metrics(tally_table(drawn(b, row)), {name: METRICS[name]}, n_boot=0)[name].value
-            diffs.append(np.nan if va is None or vb is None else vb - va)
-        diffs = np.array(diffs)
+    for name in ("skill", "f1", "misleading_rate", "brier", "false_alarm_rate"):
+        diffs = np.array([diff(row, name) for row in weights])
+        jack = np.array([diff(1 - np.eye(len(a))[i], name) for i in range(len(a))])
         defined = diffs[~np.isnan(diffs)]
         assert got[name].resamples == defined.size, name
-        assert got[name].ci == pytest.approx(percentile_interval(diffs)), name
+        assert got[name].ci == pytest.approx(bca_interval(got[name].difference, diffs, jack), abs=1e-6), name
         gain = defined if BETTER[name] == "higher" else -defined
-        assert got[name].p_b_better == pytest.approx(np.mean(gain > 1e-12)), name
+        assert got[name].p_b_better == pytest.approx(np.mean(gain > 1e-6)), name
 
 
 def test_identical_runs_differ_by_zero():
     r = results(WEAK)
     m = compare_results(r, [x.model_copy() for x in reversed(r)], n_boot=400, seed=0)
     defined = [k for k, v in m.items() if v.difference is not None]
-    assert len(defined) == 12  # all but impact_mae
+    assert set(METRICS) - set(defined) == {"impact_mae", "abstention_precision"}  # A never abstains
     for name in defined:
         assert m[name].difference == 0.0, name
         assert m[name].ci == (0.0, 0.0), name
@@ -174,7 +176,8 @@ def test_undefined_metrics_are_null():
     assert p.a.value is None and p.b.value == 1.0
     assert (p.difference, p.ci, p.p_b_better, p.excludes_zero) == (None, None, None, None)
     assert m["recall"].a.value == 0.0 and m["recall"].difference == pytest.approx(2 / 3)
-    assert headline_verdict("f1", m["f1"], 6) == "F1: undefined for A (n=6): not compared."
+    assert m["f1"].a.value == 0.0  # F1 reads silence as 0
+    assert headline_verdict("rank_precision", m["rank_precision"], 6) == "rank P: undefined for A (n=0): not compared."
 
 
 def test_no_bootstrap_gives_points_without_intervals():
@@ -281,14 +284,15 @@ def test_cli_prints_table_and_verdicts(runs):
     out = res.output
     assert "A = weak 1 vs B = strong 1" in out and "6 cases scored in both runs" in out
     rows = {line.split(" | ")[0].lstrip("| "): line for line in out.splitlines() if line.startswith("| ")}
-    assert set(rows) >= {"F1 ↑", "misleading rate ↓", "s/case ↓", "impact MAE ↓"}
+    assert set(rows) >= {"skill ↑", "F1 ↑", "misleading ↓", "s/case ↓", "impact MAE ↓"}
     assert "| 0.29 | 0.80 | +0.51 [" in rows["F1 ↑"]
     assert "| 1 | 2 | +1 [+1, +1] | 0% | 6 |" in rows["s/case ↓"]  # seconds: 3 significant digits
     assert "| 4/2 |" in rows["precision ↑"]
     assert "| – | – | – | – | 0 |" in rows["impact MAE ↓"]
+    assert "| -0.03 | 0.74 | +0.77 [" in rows["skill ↑"]
     verdicts = [line for line in out.splitlines() if line.startswith("- ")]
-    assert len(verdicts) == 2 and verdicts[0].startswith("- F1 (higher is better): B − A = +0.51")
-    assert verdicts[1].startswith("- misleading rate (lower is better): B − A = -0.75")
+    assert len(verdicts) == 2 and verdicts[0].startswith("- skill (higher is better): B − A = +0.77")
+    assert verdicts[1].startswith("- skill (ranks) (higher is better): B − A = +0.77")
 
 
 def test_cli_json_is_the_comparison_model(runs):
@@ -327,7 +331,7 @@ def test_identical_runs_read_as_ties_with_no_clear_difference(tmp_path, runs):
     assert res.exit_code == 0, res.output
     f1_row = next(line for line in res.output.splitlines() if line.startswith("| F1 ↑"))
     assert f1_row == "| F1 ↑ | 0.29 | 0.29 | +0.00 [+0.00, +0.00] | 0% (100% ties) | 6 |"
-    assert "- F1 (higher is better): B − A = +0.00 [+0.00, +0.00]; the interval includes 0: no clear difference on 6 cases" in res.output
+    assert "- skill (higher is better): B − A = +0.00 [+0.00, +0.00]; the interval includes 0: no clear difference on 6 cases" in res.output
 
 
 def test_verdict_when_the_interval_includes_zero():
@@ -337,7 +341,7 @@ def test_verdict_when_the_interval_includes_zero():
     ml = m["misleading_rate"]
     assert ml.ci[0] < 0 < ml.ci[1] and ml.excludes_zero is False
     text = headline_verdict("misleading_rate", ml, 6)
-    assert text.startswith(f"misleading rate (lower is better): B − A = {ml.difference:+.2f} [")
+    assert text.startswith(f"misleading (lower is better): B − A = {ml.difference:+.2f} [")
     assert (f"the interval includes 0: no clear difference on 6 cases (B better in {ml.p_b_better:.0%}, "
             f"worse in {ml.p_b_worse:.0%} of resamples).") in text
 
@@ -347,11 +351,13 @@ def test_fail_if_worse_gates_on_clear_regressions_only(runs):
     # every metric can gate; an unknown name is a usage error listing them
     res = CliRunner().invoke(main, ["compare", weak, strong, "--fail-if-worse", "f2", "--n-boot", "50"])
     assert res.exit_code == 2 and "f2; expected one of" in res.output and all(m in res.output for m in BETTER)
-    # strong -> weak: F1 drops beyond the noise -> exit 1, and the regression is named on stderr
-    res = CliRunner().invoke(main, ["compare", strong, weak, "--fail-if-worse", "f1", "--n-boot", "300"])
-    assert res.exit_code == 1 and "B is worse than A on f1: B − A = -0.51" in res.output
-    # weak -> strong: F1 improves -> exit 0; but strong is slower on every case -> gating on seconds fails
-    assert CliRunner().invoke(main, ["compare", weak, strong, "--fail-if-worse", "f1", "--n-boot", "300"]).exit_code == 0
+    # strong -> weak: skill drops beyond the noise -> exit 1, and the regression is named on stderr
+    res = CliRunner().invoke(main, ["compare", strong, weak, "--fail-if-worse", "skill", "--n-boot", "300"])
+    assert res.exit_code == 1 and "B is worse than A on skill: B − A = -0.765" in res.output
+    # F1 drops too, but on 6 cases its interval reaches 0: no gate
+    assert CliRunner().invoke(main, ["compare", strong, weak, "--fail-if-worse", "f1", "--n-boot", "300"]).exit_code == 0
+    # weak -> strong: skill improves -> exit 0; but strong is slower on every case -> gating on seconds fails
+    assert CliRunner().invoke(main, ["compare", weak, strong, "--fail-if-worse", "skill", "--n-boot", "300"]).exit_code == 0
     res = CliRunner().invoke(main, ["compare", weak, strong, "--fail-if-worse", "seconds_per_case", "--n-boot", "300"])
     assert res.exit_code == 1 and "on seconds_per_case" in res.output
     # no gate: a comparison never fails

@@ -27,10 +27,12 @@ def run_summary(name, diagnoses, *, reference=False, self_test=False, case_set="
     return summarize(results, diagnoser=info, case_set_hash=case_set, taxonomy_version=taxonomy, n_boot=200)
 
 
-GOOD = [diag(cause(STRAGGLER, 0.9, ranks=[1])), diag(cause(LOADER, 0.8)), diag()]             # F1 1
-NOISY = [diag(cause(STRAGGLER, 0.9, ranks=[1])), diag(cause(LOADER, 0.8)), diag(cause(STALL))]  # F1 0.8, a false alarm
-HALF = [diag(cause(STRAGGLER, 0.9, ranks=[1])), diag(), diag()]                                 # P 1, R 0.5: F1 2/3
-NOTHING = [diag(), diag(), diag()]                                                              # F1 undefined
+# skill = 1 - loss / 2 (null's loss: the two labeled causes)
+GOOD = [diag(cause(STRAGGLER, 0.9, ranks=[1])), diag(cause(LOADER, 0.8)), diag()]             # loss .05: .975
+NOISY = [diag(cause(STRAGGLER, 0.9, ranks=[1])), diag(cause(LOADER, 0.8)), diag(cause(STALL))]  # + .5^2: .85
+HALF = [diag(cause(STRAGGLER, 0.9, ranks=[1])), diag(), diag()]                                 # .01 + 1: .495
+NOTHING = [diag(), diag(), diag()]                                                              # 0
+SYMPTOMS = [diag(cause("symptom.long_collective", 0.9)), diag(cause("symptom.slow_step", 0.9)), diag()]  # -.81
 
 
 def table_rows(markdown):
@@ -38,10 +40,11 @@ def table_rows(markdown):
     return [line for line in lines if line.startswith("| ") and not line.startswith("| #")]
 
 
-def test_rows_ranked_by_f1_then_misleading_self_test_unranked():
+def test_rows_ranked_by_skill_self_test_unranked_null_above_the_misleading():
     md = render_leaderboard([
         run_summary("null", NOTHING, reference=True),
         run_summary("oracle", GOOD, reference=True, self_test=True),
+        run_summary("symptoms", SYMPTOMS, reference=True),
         run_summary("half", HALF),
         run_summary("noisy", NOISY),
         run_summary("good", GOOD),
@@ -49,23 +52,28 @@ def test_rows_ranked_by_f1_then_misleading_self_test_unranked():
     rows = table_rows(md)
     assert [r.split(" | ")[0:2] for r in rows] == [
         ["| 1", "**good 1**"], ["| 2", "**noisy 1**"], ["| 3", "**half 1**"],
-        ["| 4", "null 1 *(reference)*"], ["| –", "oracle 1 *(self-test, reference)*"],
+        ["| 4", "null 1 *(reference)*"], ["| 5", "symptoms 1 *(reference)*"],
+        ["| –", "oracle 1 *(self-test, reference)*"],
     ]
-    assert "1.00 [1.00, 1.00] n=3" in rows[0]          # good's F1 over 3 scored cases
+    header = next(line for line in md.splitlines() if line.startswith("| # |"))
+    assert header.startswith("| # | diagnoser | scored | skill ↑ | skill (ranks) ↑ | F1 ↑ | precision ↑")
+    assert "| 0.97 [" in rows[0] and "| -0.81 [" in rows[4]
+    assert "| 0.00 [0.00, 0.00] n=3 |" in rows[3]     # null: skill exactly 0
     assert "– n=0" in rows[3]                          # null claims nothing: precision undefined
     assert "3 cases" in md and "`feedc0defeed`" in md and "taxonomy 1.0" in md
+    assert "Ranked by skill then skill (ranks)" in md
     assert "compute.straggler_rank" in md.split("### Recall by cause")[1]
+    assert "undefined (0 of 5 cases)" in md.split("### Detection limit by cause")[1]
 
 
-def test_equal_f1_broken_by_misleading_rate():
-    # both find 1 of 2 causes with one right claim; "wrong" also makes a wrong claim: P 1/2 -> F1 1/2
-    a = run_summary("wrong", [diag(cause(STRAGGLER, 0.9, ranks=[1]), cause(STALL, 0.1)), diag(), diag()])
-    b = run_summary("silent", [diag(cause(STRAGGLER, 0.9, ranks=[1])), diag(cause(STALL, 0.5)), diag()])
-    assert a.metrics.f1.value == b.metrics.f1.value == pytest.approx(0.5)
-    assert a.metrics.misleading_rate.value == b.metrics.misleading_rate.value  # 1/2 each: name decides
-    c = run_summary("careful", [diag(cause(STRAGGLER, 0.9, ranks=[1])), diag(), diag()])
-    rows = table_rows(render_leaderboard([a, b, c]))
-    assert [r.split(" | ")[1] for r in rows] == ["**careful 1**", "**silent 1**", "**wrong 1**"]
+def test_equal_skill_broken_by_rank_credit_then_name():
+    exact = run_summary("exact", [diag(cause(STRAGGLER, 0.9, ranks=[1])), diag(), diag()])
+    every = run_summary("every", [diag(cause(STRAGGLER, 0.9, ranks=[0, 1])), diag(), diag()])
+    twin = run_summary("another", [diag(cause(STRAGGLER, 0.9, ranks=[1])), diag(), diag()])
+    assert exact.metrics.skill.value == every.metrics.skill.value == twin.metrics.skill.value
+    assert every.metrics.skill_ranked.value < exact.metrics.skill_ranked.value
+    rows = table_rows(render_leaderboard([every, exact, twin]))
+    assert [r.split(" | ")[1] for r in rows] == ["**another 1**", "**exact 1**", "**every 1**"]
 
 
 def test_format_metric():
@@ -112,8 +120,12 @@ def test_report_errors_name_the_run(tmp_path, monkeypatch):
         report_runs([empty])
     bad = tmp_path / "bad"
     bad.mkdir()
-    (bad / "summary.json").write_text(json.dumps({"schema_version": 1}))
+    (bad / "summary.json").write_text(json.dumps({"schema_version": 2}))
     with pytest.raises(ReportError, match="summary.json: not a diageval summary: diagnoser: Field required"):
+        report_runs([bad])
+    (bad / "summary.json").write_text(json.dumps({"schema_version": 1, "metrics": {"f1": {}}}))
+    with pytest.raises(ReportError, match=r"schema version 1, this diageval reads 2 .*re-score the run with "
+                                          r"`diageval score .*bad`"):
         report_runs([bad])
     a = write_run(tmp_path, "a", run_summary("good", GOOD))
     b = write_run(tmp_path, "b", run_summary("null", NOTHING, case_set="1" * 64))
