@@ -9,6 +9,15 @@ def _ranks(ranks: list[int] | None) -> str:
     return f" ranks {ranks}" if ranks is not None else ""
 
 
+def _headline(result: CaseResult) -> str:
+    loss = sum((f.probability - f.outcome) ** 2 for f in result.forecasts)
+    ranked = sum((f.ranked_probability - f.outcome) ** 2 for f in result.forecasts)
+    null = sum(f.outcome for f in result.forecasts)
+    return (f"headline loss S = {loss:.3f} (with rank credit {ranked:.3f}; null's S = {null}; skill sums these "
+            f"over cases; the other {result.taxonomy_causes - sum(f.kind == 'cause' for f in result.forecasts)} "
+            "taxonomy causes were stated at 0 and are not labeled: error 0):")
+
+
 def format_case_result(result: CaseResult) -> str:
     lines = [f"case {result.case_id}: expect {result.expect}, status {result.status}"
              + (f" ({result.error})" if result.error else "")]
@@ -28,6 +37,14 @@ def format_case_result(result: CaseResult) -> str:
         lines.append(f"  {o.category}{_ranks(o.ranks)}: {o.outcome}{loc} - {o.reason}")
     if result.observed_symptoms:
         lines.append(f"symptoms observed (recorded, not scored): {', '.join(result.observed_symptoms)}")
+    if result.forecasts:
+        lines.append(_headline(result))
+        for f in result.forecasts:
+            y = float(f.outcome)
+            ranked = (f" (with rank credit {f.ranked_probability:.2f}: {(f.ranked_probability - y) ** 2:.3f})"
+                      if f.ranked_probability != f.probability else "")
+            lines.append(f"  {f.kind} {f.event}: stated {f.probability:.2f}, true {int(f.outcome)}, "
+                         f"error {(f.probability - y) ** 2:.3f}{ranked}")
     if result.claimed_impact is not None or result.measured_impact is not None:
         fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
         lines.append(f"impact: claimed {fmt(result.claimed_impact)}, measured {fmt(result.measured_impact)}")

@@ -96,3 +96,53 @@ def test_format_case_result_shows_every_verdict_and_outcome():
     assert "impact: claimed 0.20, measured 0.25" in text
     timeout = score_case(case, None, taxonomy=tax, status="timeout", error="no result after 60 s")
     assert "status timeout (no result after 60 s)" in format_case_result(timeout)
+
+
+def test_score_one_case_prints_the_headline_loss(corpus, tmp_path):
+    d = write(tmp_path, {"findings": [{"category": STALL, "confidence": 0.5}]})
+    res = CliRunner().invoke(main, ["score", "--case", "healthy-mlp", "--diagnosis", str(d), "--cases", str(corpus)])
+    assert res.exit_code == 0, res.output
+    assert "headline loss S = 0.250 (with rank credit 0.250; null's S = 0;" in res.output
+    assert "  cause comm.collective_stall: stated 0.50, true 0, error 0.250" in res.output
+
+
+def _downgrade_to_scoring_1(run_dir):
+    """Rewrite a run folder the way diageval before scoring 2 left it: no scoring_version, forecasts,
+    stated impacts or claimed ranks in results.jsonl; summary.json at schema version 1."""
+    results = run_dir / "results.jsonl"
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    for row in rows:
+        for key in ("scoring_version", "forecasts", "taxonomy_causes"):
+            row.pop(key)
+        for v in row["verdicts"]:
+            v.pop("impact")
+        for o in row["outcomes"]:
+            o.pop("claimed_ranks")
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps(summary | {"schema_version": 1}))
+
+
+def test_runs_scored_by_older_rules_are_refused_until_rescored(tmp_path):
+    from diageval.diagnosers.registry import resolve_diagnoser
+    from diageval.reports.report import ReportError, report_runs
+    from diageval.rescore import rescore_run
+    from diageval.run import run_diagnoser
+    from diageval.scoring.compare import CompareError, compare_runs
+    from run_fakes import FakeEvidence, make_case, make_case_set
+
+    case_set = make_case_set([make_case("q1"), make_case("q2", expect="healthy")])
+    outcome = run_diagnoser(resolve_diagnoser("null"), case_set, cases_dir=tmp_path / "cases", out_dir=tmp_path / "runs",
+                            evidence_fn=FakeEvidence(tmp_path / "bundles"), progress=None, cuda_device_count=lambda: 0,
+                            timeout=5.0)
+    run = outcome.run_dir
+    before = json.loads((run / "summary.json").read_text())
+    _downgrade_to_scoring_1(run)
+    with pytest.raises(ReportError, match=rf"schema version 1.*`diageval score {run}`"):
+        report_runs([run])
+    with pytest.raises(CompareError, match=r"result 1: .*no scoring_version.*re-score the run with `diageval score RUN_DIR`"):
+        compare_runs(run, run)
+    summary = rescore_run(run, case_set=case_set)
+    assert summary.schema_version == 2 and summary.metrics.skill.value == 0.0
+    assert json.loads((run / "summary.json").read_text()) == before
+    assert "null" in report_runs([run])
