@@ -1,0 +1,168 @@
+"""Strategies that try to game the score, simulated on the built-in corpus without recording anything.
+
+Scoring works on (case, diagnosis) pairs, so each strategy is a function case -> diagnosis; the
+``label-blind`` ones never look at the case's labels (the prior looks only at the corpus' label counts,
+like the ``prior`` baseline). The others know the right answer and game how it is stated. Every
+strategy's results are summarised and ranked with the leaderboard's own key
+(:func:`diageval.reports.leaderboard.rank_key`).
+
+    python tests/gaming_strategies.py        # prints the table: strategy, skill, rank
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from diageval.case import Case, load_case_set
+from diageval.diagnosis import Abstention, Diagnosis, Finding
+from diageval.reports.leaderboard import rank_key
+from diageval.scoring.summary import DiagnoserInfo, Summary, summarize
+from diageval.scoring.verdicts import score_case
+from diageval.taxonomy import Taxonomy
+
+Strategy = Callable[[Case], Diagnosis]
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    kind: str  # "honest", "label-blind", "knows the answer" (games how it is stated), "misleading", "null"
+    strategy: Strategy
+
+
+def _claim(category: str, confidence: float, ranks=None) -> Finding:
+    return Finding(category=category, kind="cause", confidence=confidence, ranks=ranks)
+
+
+def _perfect(confidence: float, *, every_rank: bool = False) -> Strategy:
+    """Names each labeled cause (on its labeled ranks) at ``confidence``; abstains where the case expects it."""
+    def diagnose(case: Case) -> Diagnosis:
+        if case.labels.expect == "abstain":
+            return Diagnosis(abstain=Abstention(reason="evidence insufficient"))
+        all_ranks = list(range(case.workload.world_size))
+        return Diagnosis(findings=[_claim(c.category, confidence, all_ranks if every_rank and c.ranks else c.ranks)
+                                   for c in case.labels.causes])
+    return diagnose
+
+
+def _modest(case_ids: list[str]) -> Strategy:
+    """An honest diagnoser that finds the cause of every other positive case (at 0.6) and misses the rest,
+    never abstains, and stays quiet on healthy controls."""
+    found = set(case_ids[::2])
+
+    def diagnose(case: Case) -> Diagnosis:
+        if case.id not in found:
+            return Diagnosis()
+        return Diagnosis(findings=[_claim(c.category, 0.6, c.ranks) for c in case.labels.causes])
+    return diagnose
+
+
+def _junk_padded(taxonomy: Taxonomy) -> Strategy:
+    """Perfect at 0.9, plus every other taxonomy id claimed as a cause at 0.01."""
+    perfect = _perfect(0.9)
+
+    def diagnose(case: Case) -> Diagnosis:
+        d = perfect(case)
+        if d.abstain is not None:
+            return d
+        named = {f.category for f in d.findings}
+        junk = [_claim(c, 0.01) for c in taxonomy.causes + taxonomy.symptoms if c not in named]
+        return Diagnosis(findings=d.findings + junk)
+    return diagnose
+
+
+def _spray(taxonomy: Taxonomy, confidence: float) -> Strategy:
+    return lambda case: Diagnosis(findings=[_claim(c, confidence) for c in taxonomy.causes])
+
+
+def _prior(cases: list[Case]) -> Strategy:
+    """The ``prior`` baseline: the corpus' most frequent labeled cause, at its frequency, on every case."""
+    counts = Counter(c.category for case in cases if case.labels.expect == "diagnose" for c in case.labels.causes)
+    category, count = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    claim = _claim(category, count / sum(counts.values()))
+    return lambda case: Diagnosis(findings=[claim])
+
+
+def _prior_spray(cases: list[Case], taxonomy: Taxonomy) -> Strategy:
+    """Every taxonomy cause at the share of cases it is labeled on (the corpus' base rates)."""
+    counts = Counter(c.category for case in cases for c in {x.category: x for x in case.labels.causes}.values())
+    claims = [_claim(c, counts[c] / len(cases)) for c in taxonomy.causes if counts[c]]
+    return lambda case: Diagnosis(findings=claims)
+
+
+def _symptoms_as_causes(confidence: float) -> Strategy:
+    """Claims what it sees, the case's symptoms, as causes (an upper bound of what a symptom-namer sees)."""
+    return lambda case: Diagnosis(findings=[_claim(s, confidence) for s in case.labels.symptoms])
+
+
+def _mostly_misleading(taxonomy: Taxonomy, confidence: float) -> Strategy:
+    """On a positive case: the labeled cause and two wrong causes, all at ``confidence`` (2 of 3 claims
+    misleading); on healthy controls one wrong cause; never abstains."""
+    def diagnose(case: Case) -> Diagnosis:
+        labeled = [c.category for c in case.labels.causes]
+        wrong = [c for c in taxonomy.causes if c not in labeled]
+        if not labeled:
+            return Diagnosis(findings=[_claim(wrong[0], confidence)])
+        return Diagnosis(findings=[_claim(c, confidence) for c in labeled + wrong[:2]])
+    return diagnose
+
+
+def strategies(cases: list[Case], taxonomy: Taxonomy) -> list[Entry]:
+    positives = sorted(c.id for c in cases if c.labels.expect == "diagnose")
+    return [
+        Entry("honest: perfect at 0.9", "honest", _perfect(0.9)),
+        Entry("honest: finds half, at 0.6", "honest", _modest(positives)),
+        Entry("null: says nothing", "null", lambda case: Diagnosis()),
+        Entry("spray every cause at 0.05", "label-blind", _spray(taxonomy, 0.05)),
+        Entry("spray every cause at 0.1", "label-blind", _spray(taxonomy, 0.1)),
+        Entry("spray every cause at 0.5", "label-blind", _spray(taxonomy, 0.5)),
+        Entry("spray every cause at 1.0", "label-blind", _spray(taxonomy, 1.0)),
+        Entry("always abstain", "label-blind", lambda case: Diagnosis(abstain=Abstention(reason="always"))),
+        Entry("prior (most frequent cause)", "label-blind", _prior(cases)),
+        Entry("prior spray (every cause at its base rate)", "corpus base rates", _prior_spray(cases, taxonomy)),
+        Entry("perfect plus junk at 0.01", "knows the answer", _junk_padded(taxonomy)),
+        Entry("perfect at 0.01", "knows the answer", _perfect(0.01)),
+        Entry("perfect, every rank named", "knows the answer", _perfect(0.9, every_rank=True)),
+        Entry("symptoms as causes at 0.9", "misleading", _symptoms_as_causes(0.9)),
+        Entry("symptoms as causes at 0.3", "misleading", _symptoms_as_causes(0.3)),
+        Entry("2 of 3 claims wrong, at 0.9", "misleading", _mostly_misleading(taxonomy, 0.9)),
+        Entry("2 of 3 claims wrong, at 0.7", "misleading", _mostly_misleading(taxonomy, 0.7)),
+        Entry("2 of 3 claims wrong, at 1/3", "misleading (calibrated)", _mostly_misleading(taxonomy, 1 / 3)),
+    ]
+
+
+def builtin_corpus() -> tuple[list[Case], Taxonomy]:
+    case_set = load_case_set()
+    return [lc.case for lc in case_set.cases], case_set.taxonomy
+
+
+def summaries(n_boot: int = 0) -> list[tuple[Entry, Summary]]:
+    """Every strategy's summary on the built-in corpus, in leaderboard order."""
+    cases, taxonomy = builtin_corpus()
+    out = []
+    for entry in strategies(cases, taxonomy):
+        results = [score_case(case, entry.strategy(case), taxonomy=taxonomy) for case in cases]
+        info = DiagnoserInfo(spec=entry.name, name=entry.name)
+        out.append((entry, summarize(results, diagnoser=info, case_set_hash="builtin", taxonomy_version=taxonomy.version,
+                                     n_boot=n_boot)))
+    return sorted(out, key=lambda es: rank_key(es[1]))
+
+
+def table(n_boot: int = 1000) -> str:
+    rows = summaries(n_boot)
+    cases = rows[0][1].counts.scored
+    lines = [f"gaming table: {cases} built-in cases, ranked by the leaderboard's key (skill, then skill with rank credit)",
+             "", "| rank | strategy | kind | skill [95% CI] | skill (ranks) | F1 | Brier | ECE |",
+             "|---:|---|---|---:|---:|---:|---:|---:|"]
+    for i, (entry, s) in enumerate(rows, 1):
+        m = s.metrics
+        ci = f" [{m.skill.ci[0]:.2f}, {m.skill.ci[1]:.2f}]" if m.skill.ci else ""
+        lines.append(f"| {i} | {entry.name} | {entry.kind} | {m.skill.value:.3f}{ci} | {m.skill_ranked.value:.3f} | "
+                     f"{m.f1.value:.2f} | {m.brier.value:.3f} | {m.ece.value:.3f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table())
