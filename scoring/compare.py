@@ -229,19 +229,20 @@ def compare_results(
             (boot_a, jack_a), (boot_b, jack_b) = ra.resampled_values(d), rb.resampled_values(d)
             diffs, jack = boot_b - boot_a, jack_b - jack_a
             scale = np.maximum(1.0, np.maximum(np.abs(boot_a), np.abs(boot_b)))
-        out[name] = _difference(d.better, marginal["a"][name], marginal["b"][name], diffs, jack, scale, n_boot)
+        cases = max(ra.contributing(d), rb.contributing(d))
+        out[name] = _difference(d.better, marginal["a"][name], marginal["b"][name], diffs, jack, scale, cases, n_boot)
     return out
 
 
 def _difference(better: Direction, a: MetricValue, b: MetricValue, diffs: np.ndarray, jack: np.ndarray,
-                scale: np.ndarray, n_boot: int) -> MetricComparison:
+                scale: np.ndarray, cases: int, n_boot: int) -> MetricComparison:
     keep = ~np.isnan(diffs)
     defined, tolerance = diffs[keep], TIE_TOLERANCE * scale[keep]
     if a.value is None or b.value is None:
         return MetricComparison(better=better, a=a, b=b, difference=None, ci=None, p_b_better=None,
                                 p_b_worse=None, resamples=int(defined.size), excludes_zero=None)
     gain = defined if better == "higher" else -defined
-    ci = bca_interval(b.value - a.value, diffs, jack) if n_boot else None
+    ci = bca_interval(b.value - a.value, diffs, jack, cases=cases) if n_boot else None
     return MetricComparison(
         better=better,
         a=a,

@@ -14,9 +14,10 @@ so a resample of cases is a weighted total: ``weights @ table``. Two kinds of in
   trial per case deff is 1 and this is the plain Jeffreys interval.
 * **Ratios** of sums that are not proportions (skill, Brier, ECE, F1, impact error, seconds): the BCa
   bootstrap (Efron 1987) over cases, its bias correction from the share of resamples below the point
-  estimate and its acceleration from the jackknife (leave one case out: total minus that case's row).
-  It corrects the percentile interval's bias and skew, which is what made the percentile bootstrap of
-  Brier cover 90.5% at 16 cases.
+  estimate and its acceleration from the jackknife (leave one case out: total minus that case's row),
+  with Hesterberg's small-sample expansion of the quantiles (:func:`bca_interval`). It corrects the
+  percentile interval's bias, skew and narrowness, which made the percentile bootstrap of Brier cover
+  90.5% at 16 cases.
 
 The coverage of both, over 200 simulated runs at 16 and 80 cases, is printed by
 ``benchmarks/interval_coverage.py`` and checked by the slow test ``tests/test_interval_coverage.py``.
@@ -32,6 +33,7 @@ from collections.abc import Mapping
 import numpy as np
 from scipy.special import ndtr, ndtri
 from scipy.stats import beta
+from scipy.stats import t as student_t
 
 CONFIDENCE_LEVEL = 0.95
 
@@ -106,12 +108,17 @@ def same_value(values: np.ndarray, point: float | np.ndarray) -> np.ndarray:
     return np.abs(values - point) <= RELATIVE_TIE * np.maximum(1.0, np.abs(point))
 
 
-def bca_interval(point: float, boot: np.ndarray, jack: np.ndarray, level: float = CONFIDENCE_LEVEL) -> tuple[float, float] | None:
+def bca_interval(point: float, boot: np.ndarray, jack: np.ndarray, level: float = CONFIDENCE_LEVEL,
+                 cases: int | None = None) -> tuple[float, float] | None:
     """BCa interval from the resampled statistics ``boot`` and the leave-one-case-out ones ``jack``.
 
     Bias correction z0 = Φ⁻¹(share of resamples below the point, ties counted half; :func:`same_value`);
-    acceleration a = Σ d³ / (6 (Σ d²)^1.5) with d = mean(jack) − jack. With a degenerate jackknife a = 0
-    (the bias-corrected percentile interval); [point, point] when every resample equals the point.
+    acceleration a = Σ d³ / (6 (Σ d²)^1.5) with d = mean(jack) − jack. The normal quantiles ±z are
+    expanded to √(n/(n−1))·t₍n−1₎ for the n cases that contribute to the metric's denominator
+    (``cases``; default: every case of the jackknife) (Hesterberg 2015, "expanded percentile"): the bootstrap
+    distribution is as narrow as the plug-in variance, (n−1)/n of the unbiased one, and ignores that the
+    spread itself is estimated; at 16 cases this widens the interval by 12%, at 80 by 2%. With a
+    degenerate jackknife a = 0; [point, point] when every resample equals the point.
     """
     defined = boot[~np.isnan(boot)]
     if defined.size == 0:
@@ -131,6 +138,9 @@ def bca_interval(point: float, boot: np.ndarray, jack: np.ndarray, level: float 
             accel = float((d**3).sum()) / (6 * s2**1.5)
     tail = (1 - level) / 2
     z = ndtri(np.array([tail, 1 - tail]))
+    cases = jack.size if cases is None else cases
+    if cases > 2:  # Hesterberg's expansion: the small-sample widening a t interval would get
+        z = np.sqrt(cases / (cases - 1)) * student_t.ppf([tail, 1 - tail], cases - 1)
     adjusted = ndtr(z0 + (z0 + z) / (1 - accel * (z0 + z)))
     lo, hi = np.quantile(defined, adjusted)
     return float(lo), float(hi)

@@ -276,12 +276,17 @@ class Resampled:
             if ratios:
                 boot, jack = self._boot_and_jack(ratios)
                 for name, s in ratios.items():
-                    intervals[name] = bca_interval(values[name], s.values(boot), s.values(jack), CONFIDENCE_LEVEL)
+                    intervals[name] = bca_interval(values[name], s.values(boot), s.values(jack), CONFIDENCE_LEVEL,
+                                                   self.contributing(s))
         return {
             name: MetricValue(value=values[name] if name in defined else None, ci=intervals[name],
                               n=int(self.point[s.n_column][0]))
             for name, s in specs.items()
         }
+
+    def contributing(self, spec: MetricSpec) -> int:
+        """The cases that add to the metric's denominator (its n column): the sample size of its interval."""
+        return int(np.count_nonzero(self.table.column(spec.n_column)))
 
     def resampled_values(self, spec: MetricSpec) -> tuple[np.ndarray, np.ndarray]:
         """One metric under every resample and with every case left out (for paired comparisons)."""

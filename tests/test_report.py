@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from diageval.cli import main
 from diageval.reports.leaderboard import LeaderboardError, format_metric, render_leaderboard
-from diageval.reports.report import ReportError, report_runs
+from diageval.reports.report import ReportError, check_baselines, report_runs
 from diageval.scoring.metrics import MetricValue
 from diageval.scoring.summary import DiagnoserInfo, summarize
 from diageval.scoring.verdicts import score_case
@@ -131,3 +131,43 @@ def test_report_errors_name_the_run(tmp_path, monkeypatch):
     b = write_run(tmp_path, "b", run_summary("null", NOTHING, case_set="1" * 64))
     res = CliRunner().invoke(main, ["report", str(a), str(b)])
     assert res.exit_code == 1 and "case-set hash differs" in res.output
+
+
+ORACLE = [diag(cause(STRAGGLER, 1.0, ranks=[1])), diag(cause(LOADER, 1.0)), diag()]
+
+
+def test_baseline_checks_pass_on_a_sound_board():
+    board = [run_summary("oracle", ORACLE, self_test=True), run_summary("null", NOTHING), run_summary("leak", NOTHING),
+             run_summary("symptoms", SYMPTOMS), run_summary("good", GOOD)]
+    checks = check_baselines(board)
+    assert [ok for _, ok, _ in checks] == [True, True, True, True]
+    assert checks[2][2] == "skill 0.0, skill (ranks) 0.0; null's skill 0.0"
+
+
+def test_baseline_checks_fail_when_the_board_is_wrong():
+    leaky = run_summary("leak", HALF)               # a leak that found something
+    imperfect = run_summary("oracle", GOOD)         # an oracle below 1
+    harmless = run_summary("symptoms", NOTHING)     # symptoms that score like null
+    checks = dict((c.split(":")[0], ok) for c, ok, _ in check_baselines([imperfect, run_summary("null", NOTHING),
+                                                                         leaky, harmless]))
+    assert checks == {"oracle": False, "null": True, "leak": False, "symptoms": False}
+    missing = check_baselines([run_summary("null", NOTHING)])
+    assert [ok for _, ok, _ in missing] == [False, True, False, False] and "no oracle run" in missing[0][2]
+
+
+def test_check_board_script_reads_run_folders(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    runs = [write_run(tmp_path, n, run_summary(n, d)) for n, d in
+            (("oracle", ORACLE), ("null", NOTHING), ("leak", NOTHING), ("symptoms", SYMPTOMS))]
+    (tmp_path / "leaderboard.md").write_text("not a run")
+    ok = subprocess.run([sys.executable, str(root / ".ci" / "check_board"), *map(str, runs), str(tmp_path / "leaderboard.md")],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.count("\nok  ") + ok.stdout.startswith("ok  ") == 4
+    (runs[3] / "summary.json").write_text(run_summary("symptoms", NOTHING).model_dump_json())
+    bad = subprocess.run([sys.executable, str(root / ".ci" / "check_board"), *map(str, runs)], capture_output=True, text=True)
+    assert bad.returncode == 1 and "FAIL symptoms: skill < 0" in bad.stdout and "the board is wrong" in bad.stderr
