@@ -72,13 +72,24 @@ class MetricSpec:
     n_counts: str = ""          # what its n counts
     n_column: str = "cases"     # the tally column whose total is n
     proportion: tuple[str, str] | None = None  # (successes, trials) columns: a Jeffreys interval
-    formula: Callable[[Totals], np.ndarray] | None = None  # any other ratio of totals: a BCa interval
+    ratio: tuple[str, str] | None = None       # (numerator, denominator) columns: a BCa interval
+    one_minus: bool = False                    # the metric is 1 − ratio (skill)
+    formula: Callable[[Totals], np.ndarray] | None = None  # any other function of totals: a BCa interval
     headline: bool = False      # ranks the board and gets a verdict in compare
     board: bool = True          # a column of the leaderboard and of a run's closing lines
+
+    @property
+    def interval_kind(self) -> str:
+        if self.proportion is not None:
+            return "Jeffreys (effective n)"
+        return "BCa bootstrap"
 
     def values(self, t: Totals) -> np.ndarray:
         if self.proportion is not None:
             return ratio(t[self.proportion[0]], t[self.proportion[1]])
+        if self.ratio is not None:
+            r = ratio(t[self.ratio[0]], t[self.ratio[1]])
+            return 1 - r if self.one_minus else r
         assert self.formula is not None, self.name
         return self.formula(t)
 
@@ -98,11 +109,11 @@ def ece_of(t: Totals) -> np.ndarray:
 
 
 METRICS: dict[str, MetricSpec] = {s.name: s for s in [
-    MetricSpec("skill", "skill", formula=lambda t: 1 - ratio(t["loss"], t["loss_null"]), headline=True,
+    MetricSpec("skill", "skill", ratio=("loss", "loss_null"), one_minus=True, headline=True,
                definition="1 − Σ S / Σ S(null), S = the case's Brier loss over every taxonomy cause, the claims "
                           "that are not causes and the abstain decision",
                n_counts="scored cases"),
-    MetricSpec("skill_ranked", "skill (ranks)", formula=lambda t: 1 - ratio(t["loss_ranked"], t["loss_null"]),
+    MetricSpec("skill_ranked", "skill (ranks)", ratio=("loss_ranked", "loss_null"), one_minus=True,
                headline=True, definition="skill with rank credit: a ranked cause counts only for claims naming a "
                                          "subset of its labeled ranks; other ranks are a false event",
                n_counts="scored cases"),
@@ -116,7 +127,7 @@ METRICS: dict[str, MetricSpec] = {s.name: s for s in [
     _p("misleading_rate", "misleading", "claims", label="misleading", better="lower",
        definition="misleading claims (symptom as cause, wrong cause, false alarm) / claims", n_counts="claims"),
     MetricSpec("misleading_rate_weighted", "misleading (conf.)", better="lower", board=False,
-               formula=lambda t: ratio(t["misleading_conf"], t["claims_conf"]), n_column="claims",
+               ratio=("misleading_conf", "claims_conf"), n_column="claims",
                definition="Σ confidence of misleading claims / Σ confidence of claims", n_counts="claims"),
     _p("false_alarm_rate", "alarmed", "healthy", label="false alarms", better="lower",
        definition="healthy controls with ≥ 1 cause claim / healthy controls", n_counts="healthy controls"),
@@ -137,18 +148,18 @@ METRICS: dict[str, MetricSpec] = {s.name: s for s in [
        definition="labeled ranks named / labeled ranks, over found causes whose label names ranks",
        n_counts="labeled ranks of found ranked causes"),
     MetricSpec("impact_mae", "impact MAE", better="lower", board=False, n_column="impact_n",
-               formula=lambda t: ratio(t["impact_abs_err"], t["impact_n"]),
+               ratio=("impact_abs_err", "impact_n"),
                definition="mean |claimed − true impact| over every stated impact: credited claims' sum vs the "
                           "measured impact, a misleading claim's vs 0", n_counts="impact statements judged"),
     MetricSpec("brier", "Brier", better="lower", digits=".3f", n_column="pairs",
-               formula=lambda t: ratio(t["pair_sq_err"], t["pairs"]),
+               ratio=("pair_sq_err", "pairs"),
                definition="mean (probability − labeled)² over every (case, taxonomy cause) pair",
                n_counts="(case, cause) pairs"),
     MetricSpec("ece", "ECE", better="lower", digits=".3f", n_column="pairs", formula=ece_of,
                definition="Σ over probability bins |Σ probability − Σ labeled| / pairs, over every (case, cause) "
                           "pair (a diagnostic: never ranks)", n_counts="(case, cause) pairs"),
     MetricSpec("seconds_per_case", "s/case", better="lower", digits=".3g", n_column="seconds_n",
-               formula=lambda t: ratio(t["seconds_sum"], t["seconds_n"]),
+               ratio=("seconds_sum", "seconds_n"),
                definition="mean diagnoser wall time", n_counts="cases with a time"),
 ]}
 
@@ -172,9 +183,10 @@ def metric_table_markdown() -> str:
     """The metric table of docs/scoring.md, from :data:`METRICS`."""
     lines = ["| metric | label | better | definition | n counts | interval |", "|---|---|---|---|---|---|"]
     for s in METRICS.values():
-        interval = "Jeffreys (effective n)" if s.proportion else "BCa bootstrap"
+        interval = s.interval_kind
         name = f"**{s.name}**" if s.headline else f"`{s.name}`"
-        lines.append(f"| {name} | {s.label} | {s.better} | {s.definition} | {s.n_counts} | {interval} |")
+        definition = s.definition.replace("|", "\\|")
+        lines.append(f"| {name} | {s.label} | {s.better} | {definition} | {s.n_counts} | {interval} |")
     return "\n".join(lines) + "\n"
 
 
@@ -245,10 +257,9 @@ class Resampled:
         if not todo or not requests[0][0].n_boot:
             return
         parent = requests[0][0]
-        at = {c: j for j, c in enumerate(parent.parent_table.columns)}
-        block = np.empty((len(parent.parent_table), len(todo)), dtype=np.float32)
+        block = np.zeros((len(parent.parent_table), len(todo)), dtype=np.float32)
         for k, (r, c) in enumerate(todo):
-            block[:, k] = np.where(r.rows, parent.parent_table.values[:, at[c]], 0.0)
+            block[r.rows, k] = r.table.column(c)
         totals = (parent.weights @ block).astype(float)
         for k, (r, c) in enumerate(todo):
             r._boot[c] = totals[:, k]
@@ -272,10 +283,10 @@ class Resampled:
             if counts:
                 rows = jeffreys([x for x, _ in counts], [n for _, n in counts], CONFIDENCE_LEVEL)
                 intervals.update({name: (float(lo), float(hi)) for name, (lo, hi) in zip(proportions, rows)})
-            ratios = {name: s for name, s in specs.items() if name in defined and s.proportion is None}
-            if ratios:
-                boot, jack = self._boot_and_jack(ratios)
-                for name, s in ratios.items():
+            others = {name: s for name, s in specs.items() if name in defined and s.proportion is None}
+            if others:
+                boot, jack = self._boot_and_jack(others)
+                for name, s in others.items():
                     intervals[name] = bca_interval(values[name], s.values(boot), s.values(jack), CONFIDENCE_LEVEL,
                                                    self.contributing(s))
         return {

@@ -1,0 +1,160 @@
+"""Coverage of the summary's 95% intervals: simulated runs of a known diagnoser on corpora of 16 and 80 cases.
+
+A run draws cases from a fixed mix (60% positive with one cause, half of them on labeled ranks; 25%
+healthy controls; 15% expect-abstain) and a diagnoser with fixed behaviour (below), scores them and
+summarises them with 1000 resamples. Each metric's true value is its value on a very large run of the
+same mix (every metric is a ratio of per-case sums, so that value converges to the population's ratio
+of expectations). Coverage = the share of runs whose interval holds the true value, over the runs where
+the metric is defined (a 16-case run can draw no healthy control: its false-alarm rate is undefined and
+the run is not counted for it).
+
+    python tests/coverage_simulation.py [--runs 200] [--sizes 16,80] [--truth-cases 40000] [--timeout-seconds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from dataclasses import dataclass
+
+from diageval.case import Case
+from diageval.diagnosis import Abstention, Diagnosis, Finding
+from diageval.scoring.metrics import METRICS
+from diageval.scoring.results import CaseResult
+from diageval.scoring.summary import DiagnoserInfo, summarize
+from diageval.scoring.verdicts import score_case
+from diageval.taxonomy import Taxonomy, load_taxonomy
+
+TARGET = 0.93
+INFO = DiagnoserInfo(spec="simulated", name="simulated")
+
+
+def _case(case_id: str, expect: str, category: str | None = None, ranks=None, world_size: int = 2) -> Case:
+    data = {"id": case_id, "title": "simulated", "workload": {"name": "mlp_ddp", "world_size": world_size, "steps": 40},
+            "labels": {"expect": expect, "causes": [{"category": category, "ranks": ranks}] if category else [],
+                       "symptoms": ["symptom.slow_step"] if category else []},
+            "faults": [{"name": "slow_rank"}] if expect != "healthy" else [],
+            "difficulty": "medium"}
+    if expect == "diagnose":
+        data["manifest"] = {"metric": "step_time_median", "min_ratio": 1.3}
+    return Case.model_validate(data)
+
+
+@dataclass
+class Simulator:
+    """The case mix and the known diagnoser's behaviour."""
+
+    taxonomy: Taxonomy
+    timeout_seconds: float = 3.0
+    """What a timed-out case records as its time. 3 s is about 2.6 times the median; a limit far above the
+    median (30 s) makes s/case a mean dominated by an event most 16-case samples do not contain, which no
+    interval computed from the sample can cover (``--timeout-seconds 30`` shows it)."""
+
+    def __post_init__(self) -> None:
+        causes = self.taxonomy.causes
+        self.positive = [_case(f"p{i}-{j}", "diagnose", c, None if r is None else [r], 4)
+                         for i, c in enumerate(causes) for j, r in enumerate((None, 0, 1, 3))]
+        self.healthy = _case("h", "healthy")
+        self.abstain = _case("a", "abstain")
+
+    def case(self, rng: random.Random) -> Case:
+        u = rng.random()
+        if u < 0.60:
+            return rng.choice(self.positive)
+        return self.healthy if u < 0.85 else self.abstain
+
+    def diagnose(self, case: Case, rng: random.Random) -> Diagnosis | None:
+        """None: the diagnoser timed out (2%)."""
+        if rng.random() < 0.02:
+            return None
+        causes = self.taxonomy.causes
+        if case.labels.expect == "healthy":
+            alarm = rng.random() < 0.25
+            return Diagnosis(findings=[Finding(category=rng.choice(causes), confidence=rng.uniform(0.1, 0.6))] if alarm else [])
+        if case.labels.expect == "abstain":
+            if rng.random() < 0.6:
+                return Diagnosis(abstain=Abstention(reason="insufficient"))
+            return Diagnosis(findings=[Finding(category=rng.choice(causes), confidence=rng.uniform(0.2, 0.6))])
+        if rng.random() < 0.03:
+            return Diagnosis(abstain=Abstention(reason="unsure"))
+        label = case.labels.causes[0]
+        findings = []
+        if rng.random() < 0.7:
+            ranks = None
+            if label.ranks is not None:
+                u = rng.random()
+                ranks = label.ranks if u < 0.6 else ([(label.ranks[0] + 1) % 4] if u < 0.8 else None)
+            findings.append(Finding(category=label.category, confidence=rng.uniform(0.5, 0.95), ranks=ranks,
+                                    impact=rng.uniform(0.05, 0.6)))
+        if rng.random() < 0.3:
+            wrong = rng.choice([c for c in causes if c != label.category])
+            findings.append(Finding(category=wrong, confidence=rng.uniform(0.2, 0.7), impact=rng.uniform(0.0, 0.4)))
+        if rng.random() < 0.15:
+            findings.append(Finding(category=rng.choice(self.taxonomy.symptoms), confidence=rng.uniform(0.1, 0.5)))
+        return Diagnosis(findings=findings)
+
+    def run(self, n: int, rng: random.Random, prefix: str = "c") -> list[CaseResult]:
+        out = []
+        for i in range(n):
+            case = self.case(rng)
+            d = self.diagnose(case, rng)
+            measured = rng.uniform(0.05, 0.6) if case.labels.expect == "diagnose" else None
+            seconds = self.timeout_seconds if d is None else rng.lognormvariate(0.0, 0.5)
+            r = score_case(case, d, taxonomy=self.taxonomy, status="timeout" if d is None else "ok",
+                           measured_impact=measured, seconds=seconds)
+            out.append(r.model_copy(update={"case_id": f"{prefix}{i:06d}"}))
+        return out
+
+
+def coverage(runs: int = 200, sizes=(16, 80), truth_cases: int = 40000, seed: int = 0, n_boot: int = 1000,
+             timeout_seconds: float = 3.0):
+    """{size: {metric: (covered, defined runs)}} and the true values."""
+    sim = Simulator(load_taxonomy(), timeout_seconds)
+    rng = random.Random(seed)
+    truth_summary = summarize(sim.run(truth_cases, rng, "t"), diagnoser=INFO, case_set_hash="x",
+                              taxonomy_version="sim", n_boot=0)
+    truth = {name: getattr(truth_summary.metrics, name).value for name in METRICS}
+    out: dict[int, dict[str, tuple[int, int]]] = {}
+    for n in sizes:
+        tally = {name: [0, 0] for name in METRICS}
+        for k in range(runs):
+            s = summarize(sim.run(n, rng), diagnoser=INFO, case_set_hash="x", taxonomy_version="sim",
+                          n_boot=n_boot, seed=k)
+            for name in METRICS:
+                mv = getattr(s.metrics, name)
+                if mv.value is None or mv.ci is None:
+                    continue
+                tally[name][1] += 1
+                tally[name][0] += mv.ci[0] - 1e-9 <= truth[name] <= mv.ci[1] + 1e-9
+        out[n] = {name: (c, d) for name, (c, d) in tally.items()}
+    return out, truth
+
+
+def table(result, truth, runs: int) -> str:
+    sizes = list(result)
+    head = "| metric | true value | " + " | ".join(f"coverage at {n} cases (runs defined)" for n in sizes) + " |"
+    lines = [f"95% interval coverage over {runs} simulated runs per size (target >= {TARGET:.0%})", "", head,
+             "|---|---:|" + "---:|" * len(sizes)]
+    for name in METRICS:
+        cells = []
+        for n in sizes:
+            c, d = result[n][name]
+            cells.append(f"{c / d:.1%} ({d})" if d else "– (0)")
+        lines.append(f"| {name} | {truth[name]:.4g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--sizes", default="16,80")
+    parser.add_argument("--truth-cases", type=int, default=40000)
+    parser.add_argument("--timeout-seconds", type=float, default=3.0)
+    args = parser.parse_args()
+    result, truth = coverage(args.runs, tuple(int(s) for s in args.sizes.split(",")), args.truth_cases,
+                             timeout_seconds=args.timeout_seconds)
+    print(table(result, truth, args.runs))
+
+
+if __name__ == "__main__":
+    main()
