@@ -5,7 +5,8 @@ The package is laid out as the design asks (``../shared/design.md``):
 ``diageval.diagnosers``, ``diageval.scoring`` and ``diageval.reports`` hold the rest.
 """
 
-from importlib.metadata import PackageNotFoundError, version as _version
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
 
 try:
     __version__ = _version("diageval")

@@ -5,34 +5,22 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from diageval.fileio import atomic_write_text
 from diageval.reports.leaderboard import LeaderboardError, render_leaderboard
-from diageval.scoring.summary import Summary
-from diageval.validation import field_path
+from diageval.run.store import RunReadError, RunStore
 
 
 class ReportError(Exception):
     """A run folder without a readable summary, or runs that cannot be compared."""
 
 
-def load_summary(run_dir: Path) -> Summary:
-    path = Path(run_dir) / "summary.json"
-    if not path.is_file():
-        raise ReportError(f"{run_dir}: no summary.json (an unfinished run? `diageval score {run_dir}` rebuilds it)")
-    try:
-        return Summary.model_validate_json(path.read_bytes())
-    except ValidationError as err:
-        problems = "; ".join(f"{field_path(e['loc']) or '<top level>'}: {e['msg']}"
-                             for e in err.errors(include_url=False)[:5])
-        raise ReportError(f"{path}: not a diageval summary: {problems}") from None
-
-
 def report_runs(run_dirs: list[Path], output: Path | None = None, step_summary: Path | None = None) -> str:
     """Render the leaderboard of ``run_dirs``; write it to ``output`` (atomically) and append it to
     ``step_summary`` (default ``$GITHUB_STEP_SUMMARY``, when set). Returns the markdown."""
-    summaries = [load_summary(d) for d in run_dirs]
+    try:
+        summaries = [RunStore(d).read_summary() for d in run_dirs]
+    except RunReadError as err:
+        raise ReportError(str(err)) from None
     try:
         markdown = render_leaderboard(summaries)
     except LeaderboardError as err:

@@ -6,15 +6,15 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from scoring_helpers import LOADER, STALL, STRAGGLER, cause, diag, make_case
 
+from diageval.cases.taxonomy import load_taxonomy
 from diageval.cli import main
 from diageval.reports.leaderboard import LeaderboardError, format_metric, render_leaderboard
 from diageval.reports.report import ReportError, report_runs
 from diageval.scoring.metrics import MetricValue
 from diageval.scoring.summary import DiagnoserInfo, summarize
 from diageval.scoring.verdicts import score_case
-from diageval.taxonomy import load_taxonomy
-from scoring_helpers import LOADER, STALL, STRAGGLER, cause, diag, make_case
 
 TAX = load_taxonomy()
 CASES = [make_case("p1", [{"category": STRAGGLER, "ranks": [1]}]), make_case("p2", [{"category": LOADER}]),

@@ -7,14 +7,15 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
+from scoring_helpers import LOADER, STALL, STRAGGLER, cause, diag, make_case, symptom
 
+from diageval.cases.taxonomy import load_taxonomy
 from diageval.cli import main
+from diageval.diagnosis import DiagnosisParseError as DiagnosisFileError
+from diageval.diagnosis import read_diagnosis_file as load_diagnosis_file
 from diageval.paths import default_taxonomy_path
-from diageval.scoring.diagnosis_file import DiagnosisFileError, load_diagnosis_file
 from diageval.scoring.explain import format_case_result
 from diageval.scoring.verdicts import score_case
-from diageval.taxonomy import load_taxonomy
-from scoring_helpers import LOADER, STALL, STRAGGLER, cause, diag, make_case, symptom
 
 HEALTHY_CASE = """\
 id: healthy-mlp
