@@ -24,8 +24,26 @@ CASES_OPTION = click.option(
 )
 
 
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """diageval's version, and the taxonomy version and case-set hash of the corpus it would run."""
+    if not value or ctx.resilient_parsing:
+        return
+    from diageval.cases.load import CaseLoadError, load_case_set
+    from diageval.paths import default_cases_dir
+
+    click.echo(f"diageval {__version__}")
+    try:
+        case_set = load_case_set()
+        click.echo(f"corpus {default_cases_dir()}: {len(case_set.cases)} cases, case set "
+                   f"{case_set.hash[:12]}, taxonomy {case_set.taxonomy.version}")
+    except (CaseLoadError, OSError) as exc:
+        click.echo(f"corpus {default_cases_dir()}: unreadable ({str(exc).splitlines()[0]})")
+    ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="diageval")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version, and the case-set hash and taxonomy version of the built-in corpus.")
 def main() -> None:
     """Measure whether automated performance diagnosers are right."""
 
