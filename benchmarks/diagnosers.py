@@ -22,13 +22,13 @@ import sys
 import time
 from pathlib import Path
 
-from diageval.bundle import EvidenceBundle
-from diageval.case import load_case_set
+from diageval.bundle.model import EvidenceBundle
+from diageval.bundle.trace_summary import summarize_trace
+from diageval.cases.load import load_case_set
 from diageval.diagnosers.base import DiagnoserUnavailable
-from diageval.diagnosers.registry import DiagnoserSpecError, resolve_diagnoser
-from diageval.diagnosers.trace_summary import summarize_trace
 from diageval.paths import default_cases_dir
-from diageval.run import RunError, run_diagnoser
+from diageval.run.pipeline import RunError, run_diagnoser
+from diageval.run.registry import DiagnoserSpecError, resolve_diagnoser
 
 COLUMNS = [
     ("skill", "skill"),
@@ -108,8 +108,8 @@ def reader_speed(bundle_dirs: list[Path]) -> tuple[int, int, int, float]:
 
 def _bundle_dirs(bundle_ids: set[str]) -> list[Path]:
     """The cached bundle folders the runs diagnosed."""
-    from diageval.evidence import bundles_root
     from diageval.paths import bundle_cache_dir
+    from diageval.recording.cache import bundles_root
 
     root = bundles_root(bundle_cache_dir())
     if not root.is_dir():

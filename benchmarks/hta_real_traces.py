@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from diageval.bundle import EvidenceBundle
-from diageval.bundle_import import import_traces
+from diageval.bundle.importer import import_traces
+from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable
 
 REAL_TRACES = Path(__file__).resolve().parents[2] / "shared" / "real-traces" / "hta"

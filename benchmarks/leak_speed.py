@@ -17,11 +17,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from diageval.bundle import EvidenceBundle  # noqa: E402
-from diageval.case import load_case_set  # noqa: E402
-from diageval.diagnosers.corpus import ReferenceCorpus  # noqa: E402
-from diageval.diagnosers.reference import LeakDiagnoser  # noqa: E402
 from run_fakes import write_bundle  # noqa: E402
+
+from diageval.bundle.model import EvidenceBundle  # noqa: E402
+from diageval.cases.load import load_case_set  # noqa: E402
+from diageval.diagnosers.reference import LeakDiagnoser  # noqa: E402
+from diageval.run.corpus import ReferenceCorpus  # noqa: E402
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from diageval.case import load_case_set
+from diageval.cases.load import load_case_set
 from diageval.recording.record import record_case
 
 

@@ -20,11 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-import diageval.run as run_module  # noqa: E402
-from diageval.diagnoser_worker import WorkerExecutor  # noqa: E402
-from diageval.diagnosers.registry import resolve_diagnoser  # noqa: E402
-from diageval.run_store import RunStore  # noqa: E402
 from run_fakes import FakeEvidence, make_case, make_case_set  # noqa: E402
+
+import diageval.run.pipeline as run_module  # noqa: E402
+from diageval.run.registry import resolve_diagnoser  # noqa: E402
+from diageval.run.store import RunStore  # noqa: E402
+from diageval.run.worker import WorkerExecutor  # noqa: E402
 
 
 def measure(spec: str, n: int, tmp: Path) -> None:
@@ -63,7 +64,7 @@ def measure(spec: str, n: int, tmp: Path) -> None:
         run_module._Pipeline.diagnose_all = original_diagnose_all
         run_module.summarize_run = original_summarize
     rows = RunStore(out.run_dir).read_results()
-    diag_seconds = sum(r["seconds"] or 0.0 for r in rows)
+    diag_seconds = sum(r.seconds or 0.0 for r in rows)
     per_case = (phases["diagnose"] - diag_seconds) / n
     print(f"{spec[:40]:<40} n={n}  total {total:6.2f} s  diagnose phase {phases['diagnose']:6.2f} s  "
           f"diagnoser's own {diag_seconds:6.3f} s  summary {phases['summary']:5.2f} s")

@@ -15,11 +15,11 @@ import os
 import random
 import time
 
-from diageval.case import Case
+from diageval.cases.model import Case
+from diageval.cases.taxonomy import load_taxonomy
 from diageval.diagnosis import Diagnosis, Finding
 from diageval.scoring.summary import DiagnoserInfo, summarize
 from diageval.scoring.verdicts import score_case
-from diageval.taxonomy import load_taxonomy
 
 
 def synthetic_results(n: int, seed: int = 0):

@@ -17,7 +17,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from diageval.diagnosers.trace_summary import summarize_trace
+from diageval.bundle.trace_summary import summarize_trace
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "real-traces"
 

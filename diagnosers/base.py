@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Protocol, runtime_checkable
 
-from diageval.bundle import EvidenceBundle
+from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosis import Diagnosis
 
 
@@ -33,8 +33,9 @@ class DiagnoserUnavailable(Exception):
 class DiagnoserFailed(Exception):
     """Raised by an adapter when the analyser it wraps failed on this bundle.
 
-    ``status`` becomes the case's status in the run (e.g. ``hta_error``); it is the diagnoser's failure,
-    counted as misses, never a crash of the run.
+    The case ends ``diagnoser_error`` (the set of statuses is closed), with ``"<status>: <message>"`` (e.g.
+    ``hta_error: ...``) as its error text; it is the diagnoser's failure, counted as misses, never a crash
+    of the run.
     """
 
     def __init__(self, status: str, message: str):

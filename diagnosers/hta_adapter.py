@@ -1,5 +1,8 @@
 """``hta``: an adapter to Meta's HolisticTraceAnalysis (PyPI ``traceinsight``, import name ``hta``).
 
+Size: one module because every function here wraps one HTA call or works around one of its quirks; the
+threshold logic, which is what a reader reviews, is apart in :mod:`diageval.diagnosers.hta_mapping`.
+
 It runs the HTA analyses that apply to a bundle's traces and turns their numbers into findings through
 :mod:`diageval.diagnosers.hta_mapping` (which holds every threshold and its rationale).
 
@@ -66,7 +69,8 @@ from typing import Any, TypeVar
 
 import pandas as pd
 
-from diageval.bundle import EvidenceBundle
+from diageval.bundle.kineto import PROFILER_STEP
+from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers import hta_mapping as mapping
 from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable
 from diageval.diagnosis import Abstention, Diagnosis, Finding
@@ -74,7 +78,6 @@ from diageval.diagnosis import Abstention, Diagnosis, Finding
 INSTALL_HINT = "pip install 'diageval[hta]'"
 DATA_LOAD_EVENTS = ["DataLoader"]  # regexes HTA's critical path counts as data loading
 MAX_CRITICAL_PATH_RANKS = 4  # critical path costs ~0.3-3 s per rank; starvation shows on every rank
-_PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
 T = TypeVar("T")
 
 
@@ -365,7 +368,7 @@ def critical_path_window(t: Any, rank: int) -> tuple[float, float, int]:
     """(start, end, n_steps) of the analysed window on a rank: its CPU ProfilerStep spans, else the trace."""
     df = t.get_trace(rank)
     sym = t.symbol_table.get_sym_id_map()
-    step_ids = [v for k, v in sym.items() if _PROFILER_STEP.match(k)]
+    step_ids = [v for k, v in sym.items() if PROFILER_STEP.match(k)]
     steps = df[df["name"].isin(step_ids) & (df["stream"] < 0)]
     if len(steps):
         return float(steps["ts"].min()), float((steps["ts"] + steps["dur"]).max()), len(steps)

@@ -10,7 +10,7 @@
   bundles it finds nothing and scores like ``null``; if it scores better, bundles leak labels.
 
 All four are ``reference = True``; only reference diagnosers get ``prepare(corpus)`` (a
-:class:`~diageval.diagnosers.corpus.ReferenceCorpus`). One that needs the corpus and did not get it fails
+:class:`~diageval.run.corpus.ReferenceCorpus`). One that needs the corpus and did not get it fails
 the case loudly rather than guessing.
 """
 
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import gzip
 from collections import Counter
+from typing import Any
 
-from diageval.bundle import EvidenceBundle
-from diageval.diagnosers.corpus import ReferenceCorpus
+from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosis import Abstention, Diagnosis, Finding
 
 
@@ -37,17 +37,17 @@ class NullDiagnoser:
 class _NeedsCorpus:
     reference = True
     self_test = False
-    _corpus: ReferenceCorpus | None = None
+    _corpus: Any = None  # a diageval.run.corpus.ReferenceCorpus, handed over by the harness
 
-    def prepare(self, corpus: ReferenceCorpus) -> None:
+    def prepare(self, corpus: Any) -> None:
         self._corpus = corpus
         self._prepared(corpus)
 
-    def _prepared(self, corpus: ReferenceCorpus) -> None:
+    def _prepared(self, corpus: Any) -> None:
         """Precompute what diagnose needs; called once per prepare."""
 
     @property
-    def corpus(self) -> ReferenceCorpus:
+    def corpus(self) -> Any:
         if self._corpus is None:
             raise RuntimeError(f"the {self.name} diagnoser needs the corpus: the harness calls prepare(corpus) first")  # type: ignore[attr-defined]
         return self._corpus
@@ -59,7 +59,7 @@ class PriorDiagnoser(_NeedsCorpus):
 
     _claim: Finding | None = None
 
-    def _prepared(self, corpus: ReferenceCorpus) -> None:
+    def _prepared(self, corpus: Any) -> None:
         counts = Counter(c.category for case in corpus.cases if case.labels.expect == "diagnose" for c in case.labels.causes)
         total = sum(counts.values())
         if not total:
@@ -110,7 +110,7 @@ class LeakDiagnoser(_NeedsCorpus):
 
     _terms: dict[bytes, tuple[list[str], list[str]]]  # term -> (cause ids it points to, symptom ids)
 
-    def _prepared(self, corpus: ReferenceCorpus) -> None:
+    def _prepared(self, corpus: Any) -> None:
         terms: dict[str, tuple[set[str], set[str]]] = {}
 
         def point(term: str, causes: set[str] = frozenset(), symptoms: set[str] = frozenset()) -> None:

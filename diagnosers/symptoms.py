@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from diageval.bundle import EvidenceBundle
-from diageval.diagnosis import Diagnosis
-from diageval.diagnosers.rules.evidence import gather_evidence
+from diageval.bundle.model import EvidenceBundle
+from diageval.diagnosers.rules.inputs import gather_evidence
 from diageval.diagnosers.rules.observed import observe_symptoms
+from diageval.diagnosis import Diagnosis
 
 
 class SymptomsDiagnoser:

@@ -1,11 +1,12 @@
 """diageval: measure whether automated performance diagnosers are right.
 
-The package is laid out as the design asks (``../shared/design.md``):
-``diageval`` (this folder, ``harness/``) holds the cases, recording and run pipeline;
-``diageval.diagnosers``, ``diageval.scoring`` and ``diageval.reports`` hold the rest.
+One folder per stage of the flow (``docs/architecture.md``): ``diageval.cases``, ``diageval.bundle``,
+``diageval.recording`` and ``diageval.run`` (folder ``harness/``), then ``diageval.diagnosers``,
+``diageval.scoring`` and ``diageval.reports``; the built-in corpus ships as ``diageval.corpus``.
 """
 
-from importlib.metadata import PackageNotFoundError, version as _version
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
 
 try:
     __version__ = _version("diageval")

@@ -1,4 +1,8 @@
-"""The ``diageval`` command line. Each command is a thin shell over a plain function elsewhere."""
+"""The ``diageval`` command line. Each command is a thin shell over a plain function elsewhere.
+
+Size: one click command per subcommand, each a few lines of option parsing and error translation; the
+whole CLI in one file keeps ``--help`` and the commands' wiring readable side by side.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from pathlib import Path
 import click
 
 from diageval import __version__
+from diageval.run.command import DEFAULT_TIMEOUT_S
 
 CASES_OPTION = click.option(
     "--cases",
@@ -19,8 +24,26 @@ CASES_OPTION = click.option(
 )
 
 
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """diageval's version, and the taxonomy version and case-set hash of the corpus it would run."""
+    if not value or ctx.resilient_parsing:
+        return
+    from diageval.cases.load import CaseLoadError, load_case_set
+    from diageval.paths import default_cases_dir
+
+    click.echo(f"diageval {__version__}")
+    try:
+        case_set = load_case_set()
+        click.echo(f"corpus {default_cases_dir()}: {len(case_set.cases)} cases, case set "
+                   f"{case_set.hash[:12]}, taxonomy {case_set.taxonomy.version}")
+    except (CaseLoadError, OSError) as exc:
+        click.echo(f"corpus {default_cases_dir()}: unreadable ({str(exc).splitlines()[0]})")
+    ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="diageval")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version, and the case-set hash and taxonomy version of the built-in corpus.")
 def main() -> None:
     """Measure whether automated performance diagnosers are right."""
 
@@ -33,8 +56,8 @@ def main() -> None:
 @CASES_OPTION
 def taxonomy_cmd(as_json: bool, cases_dir: Path | None) -> None:
     """Print the taxonomy of causes and symptoms."""
+    from diageval.cases.taxonomy import load_taxonomy
     from diageval.paths import default_taxonomy_path
-    from diageval.taxonomy import load_taxonomy
 
     path = default_taxonomy_path(cases_dir)
     tax = load_taxonomy(path)
@@ -55,10 +78,10 @@ def taxonomy_cmd(as_json: bool, cases_dir: Path | None) -> None:
 
 
 SCHEMAS = {
-    "case": "diageval.case:Case",
+    "case": "diageval.cases.model:Case",
     "diagnosis": "diageval.diagnosis:Diagnosis",
-    "bundle": "diageval.bundle:BundleManifest",
-    "taxonomy": "diageval.taxonomy:Taxonomy",
+    "bundle": "diageval.bundle.model:BundleManifest",
+    "taxonomy": "diageval.cases.taxonomy:Taxonomy",
 }
 
 
@@ -87,9 +110,9 @@ def cases_group() -> None:
               help="Taxonomy file (default: the built-in one).")
 def cases_validate_cmd(paths: tuple[Path, ...], taxonomy_path: Path | None) -> None:
     """Validate case files or folders (default: the built-in corpus). Exit 1 if any is bad."""
-    from diageval.case import find_case_files, validate_case_files
+    from diageval.cases.load import find_case_files, validate_case_files
+    from diageval.cases.taxonomy import load_taxonomy
     from diageval.paths import default_cases_dir
-    from diageval.taxonomy import load_taxonomy
 
     targets = list(paths) or [default_cases_dir()]
     missing = [p for p in targets if not p.exists()]
@@ -111,7 +134,7 @@ def cases_validate_cmd(paths: tuple[Path, ...], taxonomy_path: Path | None) -> N
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON lines.")
 def cases_list_cmd(cases_dir: Path | None, as_json: bool) -> None:
     """List the cases: id, title, tags, expect, requires."""
-    from diageval.case import CaseLoadError, load_case_set
+    from diageval.cases.load import CaseLoadError, load_case_set
 
     try:
         case_set = load_case_set(cases_dir)
@@ -156,7 +179,7 @@ def bundle_group() -> None:
               help="New bundle folder to create (must not exist, or be empty).")
 def bundle_import_cmd(traces: tuple[Path, ...], out_dir: Path) -> None:
     """Wrap existing torch.profiler traces (one file per rank; a folder = all *.json[.gz] in it) into a bundle."""
-    from diageval.bundle_import import TraceImportError, describe_import, import_traces
+    from diageval.bundle.importer import TraceImportError, describe_import, import_traces
 
     try:
         bundle_dir = import_traces(list(traces), out_dir)
@@ -182,7 +205,7 @@ def score_cmd(run_dir: Path | None, case_id: str | None, diagnosis_path: Path | 
         if case_id or diagnosis_path:
             raise click.UsageError("give either RUN_DIR or --case with --diagnosis, not both")
         from diageval.reports.leaderboard import render_leaderboard
-        from diageval.rescore import RescoreError, rescore_run
+        from diageval.run.grade import RescoreError, rescore_run
 
         try:
             summary = rescore_run(run_dir)
@@ -192,16 +215,16 @@ def score_cmd(run_dir: Path | None, case_id: str | None, diagnosis_path: Path | 
         return
     if not (case_id and diagnosis_path):
         raise click.UsageError("give RUN_DIR, or --case ID together with --diagnosis FILE.json")
-    from diageval.case import CaseLoadError
-    from diageval.scoring.diagnosis_file import DiagnosisFileError
+    from diageval.cases.load import CaseLoadError
+    from diageval.diagnosis import DiagnosisParseError
+    from diageval.run.grade import score_diagnosis_file
     from diageval.scoring.explain import format_case_result
-    from diageval.scoring.single import score_diagnosis_file
 
     try:
         result = score_diagnosis_file(case_id, diagnosis_path, cases_dir)
     except KeyError as err:
         raise click.ClickException(err.args[0])
-    except (CaseLoadError, DiagnosisFileError) as err:
+    except (CaseLoadError, DiagnosisParseError) as err:
         raise click.ClickException(str(err))
     click.echo(result.model_dump_json(indent=2) if as_json else format_case_result(result))
 
@@ -232,10 +255,10 @@ def report_cmd(run_dirs: tuple[Path, ...], output: Path | None) -> None:
 @click.option("--force", is_flag=True, help="Record again even when the cache has the bundle.")
 def record_cmd(case_ids: tuple[str, ...], cases_dir: Path | None, out_dir: Path | None, device: str, force: bool) -> None:
     """Record cases live into evidence bundles (cached); print each bundle folder."""
-    from diageval.case import CaseLoadError
-    from diageval.evidence import record_cases
+    from diageval.cases.load import CaseLoadError
     from diageval.recording.launcher import RecordingError
-    from diageval.verify import stderr_progress
+    from diageval.recording.prepare import record_cases
+    from diageval.recording.verify import stderr_progress
 
     try:
         for case_id, folder, fresh in record_cases(list(case_ids), cases_dir=cases_dir, device=device, force=force,
@@ -256,9 +279,9 @@ def record_cmd(case_ids: tuple[str, ...], cases_dir: Path | None, out_dir: Path 
 def verify_cmd(case_ids: tuple[str, ...], cases_dir: Path | None, repeats: int, device: str, force: bool,
                as_json: bool) -> None:
     """Check that positive cases manifest against their healthy twins (no ids = all). Exit 1 if any did not."""
-    from diageval.case import CaseLoadError
+    from diageval.cases.load import CaseLoadError
     from diageval.recording.launcher import RecordingError
-    from diageval.verify import VERIFY_COLUMNS, stderr_progress, verification_row, verify_cases
+    from diageval.recording.verify import VERIFY_COLUMNS, stderr_progress, verification_row, verify_cases
 
     try:
         results = verify_cases(list(case_ids), cases_dir=cases_dir, repeats=repeats, device=device, force=force,
@@ -287,7 +310,7 @@ def diagnosers_group() -> None:
 @diagnosers_group.command("list")
 def diagnosers_list_cmd() -> None:
     """Every registered diagnoser: origin, reference/self-test, and why it cannot run here, if it cannot."""
-    from diageval.diagnosers.registry import list_diagnosers
+    from diageval.run.registry import list_diagnosers
 
     rows = [
         {
@@ -312,15 +335,15 @@ DIAGNOSER_OPTION = click.option(
 @main.command("diagnose")
 @DIAGNOSER_OPTION
 @click.argument("bundle_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_TIMEOUT_S, show_default=True,
               help="Seconds a cmd: diagnoser may take.")
 @CASES_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON.")
 def diagnose_cmd(spec: str, bundle_dir: Path, timeout: float, cases_dir: Path | None, as_json: bool) -> None:
     """Run one diagnoser on one bundle folder and print its findings (no scoring)."""
-    from diageval.bundle import BundleError
-    from diageval.diagnosers.registry import DiagnoserSpecError, resolve_diagnoser
-    from diageval.single_diagnosis import diagnose_bundle, format_diagnosis
+    from diageval.bundle.model import BundleError
+    from diageval.run.registry import DiagnoserSpecError, resolve_diagnoser
+    from diageval.run.single import diagnose_bundle, format_diagnosis
 
     try:
         attempt = diagnose_bundle(resolve_diagnoser(spec), bundle_dir, timeout=timeout, cases_dir=cases_dir)
@@ -341,18 +364,19 @@ def diagnose_cmd(spec: str, bundle_dir: Path, timeout: float, cases_dir: Path | 
 @click.option("--run-id", default=None, help="Run folder name (default: <diagnoser>-<case-set hash>; rerunning resumes).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
               help="Cases diagnosed at once (evidence is always prepared one case at a time).")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_TIMEOUT_S, show_default=True,
               help="Seconds the diagnoser may take per case.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 def run_cmd(spec: str, cases_dir: Path | None, case_ids: tuple[str, ...], tags: tuple[str, ...], out_dir: Path | None,
             run_id: str | None, jobs: int, timeout: float, device: str) -> None:
     """Run a diagnoser on the cases (recording evidence as needed), score it, and save runs/<run_id>/."""
-    from diageval.case import CaseLoadError, load_case_set
-    from diageval.diagnoser_worker import WorkerStartError
-    from diageval.diagnosers.registry import DiagnoserSpecError, resolve_diagnoser
+    from diageval.cases.load import CaseLoadError, load_case_set
     from diageval.paths import default_cases_dir
-    from diageval.run import RunError, format_run_outcome, run_diagnoser, sigterm_as_interrupt
-    from diageval.run_store import RunFolderConflict
+    from diageval.reports.run_outcome import format_run_outcome
+    from diageval.run.pipeline import RunError, run_diagnoser, sigterm_as_interrupt
+    from diageval.run.registry import DiagnoserSpecError, resolve_diagnoser
+    from diageval.run.store import RunFolderConflict
+    from diageval.run.worker import WorkerStartError
 
     try:
         resolved = resolve_diagnoser(spec)
@@ -390,6 +414,7 @@ def compare_cmd(run_a: Path, run_b: Path, as_json: bool, n_boot: int, seed: int,
                 gate: tuple[str, ...]) -> None:
     """Paired bootstrap comparison of two runs on the same case set: every metric, B − A with its 95% interval."""
     from diageval.reports.compare_report import render_comparison
+    from diageval.run.store import RunReadError, RunStore
     from diageval.scoring.compare import CompareError, compare_runs, regressions
     from diageval.scoring.metrics import BETTER
 
@@ -397,8 +422,9 @@ def compare_cmd(run_a: Path, run_b: Path, as_json: bool, n_boot: int, seed: int,
     if unknown:
         raise click.BadParameter(f"{', '.join(unknown)}; expected one of {', '.join(BETTER)}", param_hint="--fail-if-worse")
     try:
-        comparison = compare_runs(run_a, run_b, n_boot=n_boot, seed=seed, common_cases=common_cases)
-    except CompareError as err:
+        runs = RunStore(run_a).load(), RunStore(run_b).load()
+        comparison = compare_runs(*runs, n_boot=n_boot, seed=seed, common_cases=common_cases)
+    except (CompareError, RunReadError) as err:
         raise click.ClickException(str(err))
     click.echo(comparison.model_dump_json(indent=2) if as_json else render_comparison(comparison), nl=as_json)
     worse = regressions(comparison, gate)

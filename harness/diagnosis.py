@@ -8,6 +8,7 @@ case labels.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -83,3 +84,13 @@ def parse_diagnosis_json(text: str, source: str) -> Diagnosis:
         raise DiagnosisParseError(
             "\n".join(lines) + "\n(expected a diagnosis; `diageval schema diagnosis` prints its JSON Schema)"
         ) from None
+
+
+def read_diagnosis_file(path: Path) -> Diagnosis:
+    """A diagnosis JSON file a person hands to ``diageval score --diagnosis``; errors name the file and field."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise DiagnosisParseError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return parse_diagnosis_json(text, str(path))

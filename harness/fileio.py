@@ -37,10 +37,6 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
-
-
 def append_jsonl(path: Path, obj: Any) -> None:
     """Append one JSON line and fsync it: a line is either wholly there or not at all."""
     path = Path(path)

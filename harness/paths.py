@@ -1,22 +1,32 @@
 """Where diageval finds its built-in data and keeps its working state.
 
-* Built-in cases: ``$DIAGEVAL_CASES`` if set, else the ``cases/`` folder of the source tree this package
-  was installed from (the README's set-up is an editable install, so that folder is always there).
-* Working state (bundle cache, run folders): ``$DIAGEVAL_HOME`` if set, else ``.diageval/`` in the
+* Built-in cases and taxonomy: ``$DIAGEVAL_CASES`` if set, else the corpus shipped inside the package
+  (``diageval.corpus``, found through ``importlib.resources``). A checkout maps that package onto its
+  top-level ``cases/`` folder (``pyproject.toml``'s ``package-dir``), so contributors edit ``cases/``
+  and an installed wheel carries a copy of it: one source of truth, found the same way in both.
+* Working state (bundle cache, ground truth): ``$DIAGEVAL_HOME`` if set, else ``.diageval/`` in the
   current directory. Runs go to ``runs/`` in the current directory unless ``--out`` says otherwise.
+  Nothing is ever written inside the installed package.
 """
 
 from __future__ import annotations
 
 import os
+from importlib.resources import files
 from pathlib import Path
 
-SOURCE_ROOT = Path(__file__).resolve().parent.parent
+SOURCE_ROOT = Path(__file__).resolve().parent.parent  # the checkout, for an editable install (git sha)
+CORPUS_PACKAGE = "diageval.corpus"
+
+
+def builtin_cases_dir() -> Path:
+    """The corpus shipped with this installation (a checkout's ``cases/`` in an editable install)."""
+    return Path(str(files(CORPUS_PACKAGE)))
 
 
 def default_cases_dir() -> Path:
     env = os.environ.get("DIAGEVAL_CASES")
-    return Path(env) if env else SOURCE_ROOT / "cases"
+    return Path(env) if env else builtin_cases_dir()
 
 
 def default_taxonomy_path(cases_dir: Path | None = None) -> Path:

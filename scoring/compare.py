@@ -33,21 +33,18 @@ Decided here (the design is silent):
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from diageval.run_store import RunManifest, RunStore
 from diageval.scoring.intervals import RELATIVE_TIE, bca_interval, bootstrap_weights
 from diageval.scoring.metrics import METRICS, Direction, MetricSpec, MetricValue, Resampled
 from diageval.scoring.results import CaseResult
 from diageval.scoring.summary import BootstrapInfo
 from diageval.scoring.tallies import tally_table
-from diageval.validation import field_path
 
 SCHEMA_VERSION = 1
 TIE_TOLERANCE = RELATIVE_TIE
@@ -116,40 +113,19 @@ class Comparison(_Model):
     bootstrap: BootstrapInfo
 
 
-@dataclass(frozen=True)
-class LoadedRun:
+class ScoredRun(Protocol):
+    """A run as comparison needs it (read by :meth:`diageval.run.store.RunStore.load`; scoring does no I/O)."""
+
     root: Path
-    manifest: RunManifest
+    info: Any  # RunInfo: case_set_hash, taxonomy_version, run_id, status, diagnoser
     results: list[CaseResult]
 
 
-def load_run(run_dir: Path) -> LoadedRun:
-    """Read a run folder's ``run.json`` and ``results.jsonl``; :class:`CompareError` names the file and line."""
-    store = RunStore(Path(run_dir))
-    try:
-        manifest = store.read_manifest()
-        rows = store.read_results()
-    except (FileNotFoundError, ValueError) as exc:
-        raise CompareError(str(exc)) from None
-    results = []
-    for line, row in enumerate(rows, 1):
-        try:
-            results.append(CaseResult.model_validate(row))
-        except ValidationError as err:
-            first = err.errors(include_url=False)[0]
-            where = field_path(first["loc"]) or "<top level>"
-            raise CompareError(f"{store.results_path}: result {line}: {where}: {first['msg']}") from None
-    repeated = sorted(cid for cid, k in Counter(r.case_id for r in results).items() if k > 1)
-    if repeated:
-        raise CompareError(f"{store.results_path}: case(s) more than once: {', '.join(repeated)}")
-    return LoadedRun(root=store.root, manifest=manifest, results=results)
-
-
-def check_same_case_set(a: LoadedRun, b: LoadedRun) -> None:
+def check_same_case_set(a: ScoredRun, b: ScoredRun) -> None:
     """Refuse runs made on different case files or taxonomy versions, naming both values."""
     for field, va, vb in (
-        ("case-set hash", a.manifest.case_set_hash, b.manifest.case_set_hash),
-        ("taxonomy version", a.manifest.taxonomy_version, b.manifest.taxonomy_version),
+        ("case-set hash", a.info.case_set_hash, b.info.case_set_hash),
+        ("taxonomy version", a.info.taxonomy_version, b.info.taxonomy_version),
     ):
         if va != vb:
             raise CompareError(
@@ -256,9 +232,8 @@ def _difference(better: Direction, a: MetricValue, b: MetricValue, diffs: np.nda
     )
 
 
-def compare_runs(run_a: Path, run_b: Path, *, n_boot: int = 1000, seed: int = 0, common_cases: bool = False) -> Comparison:
-    """Load two run folders, refuse what cannot be compared, and compare every metric (B − A)."""
-    a, b = load_run(run_a), load_run(run_b)
+def compare_runs(a: ScoredRun, b: ScoredRun, *, n_boot: int = 1000, seed: int = 0, common_cases: bool = False) -> Comparison:
+    """Refuse two loaded runs that cannot be compared, and compare every metric (B − A)."""
     check_same_case_set(a, b)
     results_a, results_b, dropped = pair_cases(a.results, b.results, common_cases=common_cases)
     if not results_a:
@@ -266,8 +241,8 @@ def compare_runs(run_a: Path, run_b: Path, *, n_boot: int = 1000, seed: int = 0,
     return Comparison(
         a=_side(a),
         b=_side(b),
-        case_set_hash=a.manifest.case_set_hash,
-        taxonomy_version=a.manifest.taxonomy_version,
+        case_set_hash=a.info.case_set_hash,
+        taxonomy_version=a.info.taxonomy_version,
         cases=len(results_a),
         dropped=dropped,
         metrics=compare_results(results_a, results_b, n_boot=n_boot, seed=seed),
@@ -275,14 +250,14 @@ def compare_runs(run_a: Path, run_b: Path, *, n_boot: int = 1000, seed: int = 0,
     )
 
 
-def _side(run: LoadedRun) -> RunSide:
-    d = run.manifest.diagnoser
+def _side(run: ScoredRun) -> RunSide:
+    d = run.info.diagnoser
     return RunSide(
         run_dir=str(run.root),
-        run_id=run.manifest.run_id,
+        run_id=run.info.run_id,
         diagnoser=f"{d.name} {d.version}".strip(),
         spec=d.spec,
-        status=run.manifest.status,
+        status=run.info.status,
         results=len(run.results),
         scored=sum(r.scored for r in run.results),
     )

@@ -38,7 +38,8 @@ The rules are design.md's "Scoring"; what it leaves open is decided here:
 
 from __future__ import annotations
 
-from diageval.case import Case, CauseLabel
+from diageval.cases.model import Case, CauseLabel
+from diageval.cases.taxonomy import Taxonomy, is_symptom_id
 from diageval.diagnosis import Diagnosis, Finding
 from diageval.scoring.results import (
     ANSWERED_STATUSES,
@@ -50,7 +51,6 @@ from diageval.scoring.results import (
     Forecast,
     Status,
 )
-from diageval.taxonomy import Taxonomy, is_symptom_id
 
 
 def score_case(

@@ -17,13 +17,13 @@ import argparse
 import random
 from dataclasses import dataclass
 
-from diageval.case import Case
+from diageval.cases.model import Case
 from diageval.diagnosis import Abstention, Diagnosis, Finding
 from diageval.scoring.metrics import METRICS
 from diageval.scoring.results import CaseResult
 from diageval.scoring.summary import DiagnoserInfo, summarize
 from diageval.scoring.verdicts import score_case
-from diageval.taxonomy import Taxonomy, load_taxonomy
+from diageval.cases.taxonomy import Taxonomy, load_taxonomy
 
 TARGET = 0.93
 INFO = DiagnoserInfo(spec="simulated", name="simulated")

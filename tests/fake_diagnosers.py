@@ -12,7 +12,7 @@ import os
 import sys
 import time
 
-from diageval.bundle import EvidenceBundle
+from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers.base import DiagnoserUnavailable
 from diageval.diagnosis import Diagnosis, Finding
 

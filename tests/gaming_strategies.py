@@ -15,12 +15,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from diageval.case import Case, load_case_set
+from diageval.cases.load import load_case_set
+from diageval.cases.model import Case
 from diageval.diagnosis import Abstention, Diagnosis, Finding
 from diageval.reports.leaderboard import rank_key
 from diageval.scoring.summary import DiagnoserInfo, Summary, summarize
 from diageval.scoring.verdicts import score_case
-from diageval.taxonomy import Taxonomy
+from diageval.cases.taxonomy import Taxonomy
 
 Strategy = Callable[[Case], Diagnosis]
 

@@ -13,17 +13,18 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from diageval.bundle import BundleEnv, BundleManifest, describe_files
-from diageval.case import Case, CaseSet, LoadedCase
+from diageval.bundle.model import BundleEnv, BundleManifest, describe_files
+from diageval.cases.load import CaseSet, LoadedCase
+from diageval.cases.model import Case
+from diageval.cases.taxonomy import load_taxonomy
 from diageval.paths import default_taxonomy_path
-from diageval.taxonomy import load_taxonomy
 
 
 def make_case(case_id: str, expect: str = "diagnose", cause: str = "compute.straggler_rank", ranks=None, fault: str = "slow_rank") -> Case:
     data = {
         "id": case_id,
         "title": f"fake {case_id}",
-        "workload": {"name": "mlp", "world_size": 2, "steps": 20},
+        "workload": {"name": "mlp_ddp", "world_size": 2, "steps": 20},
         "labels": {"expect": expect},
         "tags": ["fake", expect],
     }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from diageval.case import Case
+from diageval.cases.model import Case
 from diageval.diagnosis import Diagnosis, Finding
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from diageval.bundle import BundleEnv, BundleManifest, describe_files
+from diageval.bundle.model import BundleEnv, BundleManifest, describe_files
 
 BASE_NS = 1_790_000_000_000_000_000  # an epoch in ns; ts in the trace are relative to it
 DATA_NAME = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"

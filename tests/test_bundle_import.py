@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from diageval.bundle import EvidenceBundle
-from diageval.bundle_import import TraceImportError, import_traces, profiler_steps
+from diageval.bundle.importer import TraceImportError, import_traces, profiler_steps
+from diageval.bundle.model import EvidenceBundle
 from diageval.cli import main
 
 

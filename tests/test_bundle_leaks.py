@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from diageval.case import load_case_set
-from diageval.faults import FAULTS
+from diageval.cases.load import load_case_set
+from diageval.recording.faults import FAULTS
 
 pytestmark = pytest.mark.slow
 
@@ -71,7 +71,7 @@ def test_no_bundle_names_its_case_faults_or_labels(corpus_bundles: dict[str, Pat
 
 
 def test_every_corpus_bundle_is_intact(corpus_bundles: dict[str, Path]):
-    from diageval.bundle import EvidenceBundle
+    from diageval.bundle.model import EvidenceBundle
 
     for case_id, root in corpus_bundles.items():
         b = EvidenceBundle.open(root)
@@ -82,7 +82,7 @@ def test_every_corpus_bundle_is_intact(corpus_bundles: dict[str, Path]):
 def test_abstain_cases_lack_the_evidence_they_should(corpus_bundles: dict[str, Path]):
     import json
 
-    from diageval.bundle import EvidenceBundle
+    from diageval.bundle.model import EvidenceBundle
 
     missing = EvidenceBundle.open(corpus_bundles["straggler-trace-missing"])
     assert sorted(missing.trace_paths()) == [0]

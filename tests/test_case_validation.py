@@ -6,9 +6,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from diageval.case import Case, load_case_set
+from diageval.cases.load import load_case_set
+from diageval.cases.model import Case
 from diageval.cli import main
-from diageval.faults import FAULTS
+from diageval.recording.faults import FAULTS
 
 HEALTHY = {
     "id": "tiny-healthy",

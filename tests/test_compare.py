@@ -7,10 +7,13 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from scoring_helpers import LOADER, STALL, STRAGGLER, cause, diag, make_case
 
+from diageval.cases.taxonomy import load_taxonomy
 from diageval.cli import main
+from diageval.fileio import append_jsonl
 from diageval.reports.compare_report import headline_verdict, render_comparison
-from diageval.run_store import RunDiagnoser, RunManifest, RunStore, now, run_env
+from diageval.run.store import RunDiagnoser, RunInfo, RunReadError, RunStore, now, run_env
 from diageval.scoring.compare import (
     CompareError,
     Comparison,
@@ -23,8 +26,6 @@ from diageval.scoring.metrics import BETTER, METRICS, compute_metrics
 from diageval.scoring.summary import DiagnoserInfo, summarize
 from diageval.scoring.tallies import tally_table
 from diageval.scoring.verdicts import score_case
-from diageval.taxonomy import load_taxonomy
-from scoring_helpers import LOADER, STALL, STRAGGLER, cause, diag, make_case
 
 TAX = load_taxonomy()
 HASH = "c0ffee" * 10 + "abcd"
@@ -215,7 +216,7 @@ def test_pair_cases_refuses_a_case_labeled_differently():
 
 def write_run(root, rs, *, name, case_set_hash=HASH, taxonomy_version=None, status="complete"):
     store = RunStore(root)
-    store.write_manifest(RunManifest(
+    store.write_info(RunInfo(
         run_id=root.name,
         diagnoser=RunDiagnoser(spec=name, name=name, version="1", origin="test", reference=False, self_test=False),
         case_set_hash=case_set_hash,
@@ -229,7 +230,7 @@ def write_run(root, rs, *, name, case_set_hash=HASH, taxonomy_version=None, stat
         started=now(),
     ))
     for r in rs:
-        store.append_result(r.model_dump(mode="json"))
+        store.append_result(r)
     return root
 
 
@@ -239,8 +240,12 @@ def runs(tmp_path):
             write_run(tmp_path / "strong-run", results(STRONG, seconds=2.0), name="strong"))
 
 
+def compare_folders(a, b, **kw):
+    return compare_runs(RunStore(a).load(), RunStore(b).load(), **kw)
+
+
 def test_compare_runs_reads_run_folders(runs):
-    c = compare_runs(*runs, n_boot=200, seed=0)
+    c = compare_folders(*runs, n_boot=200, seed=0)
     assert (c.a.diagnoser, c.b.diagnoser, c.cases, c.dropped) == ("weak 1", "strong 1", 6, [])
     assert (c.case_set_hash, c.taxonomy_version) == (HASH, TAX.version)
     assert c.metrics == compare_results(results(WEAK), results(STRONG, seconds=2.0), n_boot=200, seed=0)
@@ -253,7 +258,7 @@ def test_compare_runs_reads_run_folders(runs):
 def test_refuses_runs_on_different_case_sets(tmp_path, runs, kw, field, shown):
     other = write_run(tmp_path / "other", results(STRONG), name="other", **kw)
     with pytest.raises(CompareError, match=field) as err:
-        compare_runs(runs[0], other)
+        compare_folders(runs[0], other)
     assert shown in str(err.value) and (HASH if field == "case-set hash" else TAX.version) in str(err.value)
     res = CliRunner().invoke(main, ["compare", str(runs[0]), str(other)])
     assert res.exit_code == 1 and f"the {field} differs" in res.output
@@ -261,21 +266,21 @@ def test_refuses_runs_on_different_case_sets(tmp_path, runs, kw, field, shown):
 
 def test_refuses_a_folder_that_is_not_a_run(tmp_path, runs):
     (tmp_path / "empty").mkdir()
-    with pytest.raises(CompareError, match="not a run folder"):
-        compare_runs(runs[0], tmp_path / "empty")
+    with pytest.raises(RunReadError, match="not a run folder"):
+        compare_folders(runs[0], tmp_path / "empty")
 
 
 def test_refuses_results_file_with_a_bad_line(tmp_path, runs):
     bad = write_run(tmp_path / "bad", [], name="bad")
-    RunStore(bad).append_result({"case_id": "p1", "status": "fine"})
-    with pytest.raises(CompareError, match=r"results.jsonl: result 1: "):
-        compare_runs(runs[0], bad)
+    append_jsonl(RunStore(bad).results_path, {"case_id": "p1", "status": "fine"})
+    with pytest.raises(RunReadError, match=r"results.jsonl: result 1: "):
+        compare_folders(runs[0], bad)
 
 
 def test_refuses_when_no_case_is_scored_in_both(tmp_path, runs):
     broken = write_run(tmp_path / "broken", results(STRONG, statuses=dict.fromkeys(CASES, "harness_error")), name="b")
     with pytest.raises(CompareError, match="no case is scored in both runs"):
-        compare_runs(runs[0], broken)
+        compare_folders(runs[0], broken)
 
 
 def test_cli_prints_table_and_verdicts(runs):
@@ -316,7 +321,7 @@ def test_cli_lists_dropped_cases_and_common_cases_option(tmp_path, runs):
 
 
 def test_render_names_at_most_ten_dropped_cases(runs):
-    c = compare_runs(*runs, n_boot=20)
+    c = compare_folders(*runs, n_boot=20)
     from diageval.scoring.compare import DroppedCase
 
     c = c.model_copy(update={"dropped": [DroppedCase(case_id=f"x{i:02d}", status_a="invalid", status_b="invalid")

@@ -7,9 +7,9 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from diageval.case import load_case_set, validate_case_files
+from diageval.cases.load import load_case_set, validate_case_files
+from diageval.cases.taxonomy import load_taxonomy
 from diageval.paths import default_cases_dir
-from diageval.taxonomy import load_taxonomy
 
 LIVE_FAULTS = {"dataloader_starvation", "blocking_checkpoint", "collective_stall", "slow_rank", "kernel_launch_overhead"}
 
@@ -57,7 +57,7 @@ def test_controls_confounders_and_abstain_cases_are_there(corpus):
 
 @pytest.mark.slow
 def test_a_positive_case_manifests_against_its_twin(corpus, tmp_path):
-    from diageval.evidence import prepare_evidence
+    from diageval.recording.prepare import prepare_evidence
 
     lc = corpus.get("starved-loader-mlp")
     ev = prepare_evidence(lc, device="cpu", cache_dir=tmp_path)

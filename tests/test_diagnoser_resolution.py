@@ -6,8 +6,8 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from diageval.diagnosers import registry
-from diageval.diagnosers.registry import DiagnoserSpecError, list_diagnosers, resolve_diagnoser
+from diageval.run import registry
+from diageval.run.registry import DiagnoserSpecError, list_diagnosers, resolve_diagnoser
 
 BUILT_INS = {"null", "prior", "oracle", "leak"}
 

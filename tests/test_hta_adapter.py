@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from diageval.bundle import EvidenceBundle
-from diageval.bundle_import import import_traces
+from diageval.bundle.importer import import_traces
+from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable
 
 DATALOADER_NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"

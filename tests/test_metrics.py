@@ -5,13 +5,13 @@ from __future__ import annotations
 import random
 
 import pytest
+from scoring_helpers import CHECKPOINT, LOADER, STALL, STRAGGLER, cause, diag, make_case
 
+from diageval.cases.taxonomy import load_taxonomy
 from diageval.scoring.metrics import compute_metrics
 from diageval.scoring.summary import DiagnoserInfo, Summary, summarize
 from diageval.scoring.tallies import tally_table
 from diageval.scoring.verdicts import score_case
-from diageval.taxonomy import load_taxonomy
-from scoring_helpers import CHECKPOINT, LOADER, STALL, STRAGGLER, cause, diag, make_case
 
 TAX = load_taxonomy()
 INFO = DiagnoserInfo(spec="test", name="test", version="0")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from diageval.bundle import EvidenceBundle
-from diageval.bundle_import import import_traces
+from diageval.bundle.importer import import_traces
+from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers.base import DiagnoserFailed
 from diageval.diagnosis import Diagnosis
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from diageval.bundle import EvidenceBundle
-from diageval.bundle_import import import_traces
+from diageval.bundle.importer import import_traces
+from diageval.bundle.model import EvidenceBundle
 from diageval.fileio import sha256_file
 
 REAL_TRACES = Path(__file__).resolve().parents[2] / "shared" / "real-traces" / "hta"

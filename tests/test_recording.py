@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from diageval.bundle import EvidenceBundle
-from diageval.case import Case
+from diageval.bundle.model import EvidenceBundle
+from diageval.cases.model import Case
 from diageval.recording.launcher import RecordingError, run_ranks
 
 pytestmark = pytest.mark.slow
@@ -111,6 +111,7 @@ def test_recording_survives_a_parent_that_ran_torch_ops_on_threads(tmp_path: Pat
     import threading
 
     import torch
+
     from diageval.recording.record import record_case
 
     torch.set_num_threads(2)
@@ -122,7 +123,7 @@ def test_recording_survives_a_parent_that_ran_torch_ops_on_threads(tmp_path: Pat
 
 
 def test_cache_reuses_bundles_and_keeps_truth_outside(tmp_path: Path):
-    from diageval.evidence import cache_key, ensure_bundle, read_truth
+    from diageval.recording.cache import cache_key, ensure_bundle, read_truth
 
     case = _case(steps=4)
     key, folder, fresh = ensure_bundle(case, "cpu", cache_dir=tmp_path)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
-from diageval.bundle import EvidenceBundle
-from diageval.diagnosers.corpus import ReferenceCorpus
-from diageval.diagnosers.reference import LeakDiagnoser, NullDiagnoser, OracleDiagnoser, PriorDiagnoser
 from run_fakes import make_case, make_case_set, write_bundle
+
+from diageval.bundle.model import EvidenceBundle
+from diageval.diagnosers.reference import LeakDiagnoser, NullDiagnoser, OracleDiagnoser, PriorDiagnoser
+from diageval.run.corpus import ReferenceCorpus
 
 
 @pytest.fixture

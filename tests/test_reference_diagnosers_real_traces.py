@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from diageval.bundle import EvidenceBundle
-from diageval.bundle_import import import_traces
-from diageval.case import load_case_set
-from diageval.diagnosers.corpus import ReferenceCorpus
+from diageval.bundle.importer import import_traces
+from diageval.bundle.model import EvidenceBundle
+from diageval.cases.load import load_case_set
 from diageval.diagnosers.reference import LeakDiagnoser, NullDiagnoser, OracleDiagnoser, PriorDiagnoser
+from diageval.run.corpus import ReferenceCorpus
 
 REAL_TRACES = Path(__file__).resolve().parents[2] / "shared" / "real-traces" / "hta"
 if not REAL_TRACES.is_dir():

@@ -6,15 +6,15 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from scoring_helpers import LOADER, STALL, STRAGGLER, cause, diag, make_case
 
+from diageval.cases.taxonomy import load_taxonomy
 from diageval.cli import main
 from diageval.reports.leaderboard import LeaderboardError, format_metric, render_leaderboard
 from diageval.reports.report import ReportError, check_baselines, report_runs
 from diageval.scoring.metrics import MetricValue
 from diageval.scoring.summary import DiagnoserInfo, summarize
 from diageval.scoring.verdicts import score_case
-from diageval.taxonomy import load_taxonomy
-from scoring_helpers import LOADER, STALL, STRAGGLER, cause, diag, make_case
 
 TAX = load_taxonomy()
 CASES = [make_case("p1", [{"category": STRAGGLER, "ranks": [1]}]), make_case("p2", [{"category": LOADER}]),
@@ -124,8 +124,8 @@ def test_report_errors_name_the_run(tmp_path, monkeypatch):
     with pytest.raises(ReportError, match="summary.json: not a diageval summary: diagnoser: Field required"):
         report_runs([bad])
     (bad / "summary.json").write_text(json.dumps({"schema_version": 1, "metrics": {"f1": {}}}))
-    with pytest.raises(ReportError, match=r"schema version 1, this diageval reads 2 .*re-score the run with "
-                                          r"`diageval score .*bad`"):
+    with pytest.raises(ReportError, match=r"bad/summary.json: .*schema version 1, this diageval reads 2 .*re-score "
+                                          r"the run with `diageval score RUN_DIR`"):
         report_runs([bad])
     a = write_run(tmp_path, "a", run_summary("good", GOOD))
     b = write_run(tmp_path, "b", run_summary("null", NOTHING, case_set="1" * 64))

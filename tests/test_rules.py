@@ -5,11 +5,11 @@ from __future__ import annotations
 import random
 
 import pytest
-
-from diageval.bundle import EvidenceBundle
-from diageval.diagnosers.rules import RulesDiagnoser
-from diageval.diagnosis import Diagnosis
 from synthetic_traces import StepShape, build_bundle
+
+from diageval.bundle.model import EvidenceBundle
+from diageval.diagnosers.rules.diagnoser import RulesDiagnoser
+from diageval.diagnosis import Diagnosis
 
 
 def noisy(shape, seed=0):

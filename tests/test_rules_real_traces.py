@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from diageval.bundle import EvidenceBundle
-from diageval.bundle_import import import_traces
-from diageval.diagnosers.rules import RulesDiagnoser
+from diageval.bundle.importer import import_traces
+from diageval.bundle.model import EvidenceBundle
+from diageval.diagnosers.rules.diagnoser import RulesDiagnoser
 from diageval.diagnosers.symptoms import SymptomsDiagnoser
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "real-traces" / "hta"

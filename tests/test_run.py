@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
-
-from diageval.diagnosers.registry import resolve_diagnoser
-from diageval.rescore import RescoreError, rescore_run
-from diageval.run import RunError, run_diagnoser
-from diageval.run_store import RunFolderConflict, RunStore
 from run_fakes import FakeEvidence, make_case, make_case_set
+
+from diageval.run.grade import RescoreError, rescore_run
+from diageval.run.pipeline import RunError, run_diagnoser
+from diageval.run.registry import resolve_diagnoser
+from diageval.run.store import RunFolderConflict, RunStore
 
 TESTS = Path(__file__).parent
 CMD = f"cmd:{sys.executable} {TESTS / 'fake_cmd_diagnoser.py'} {{bundle}} {{out}}"
@@ -41,7 +41,7 @@ def _alive(pid: int) -> bool:
 
 
 def _statuses(run_dir: Path) -> dict[str, str]:
-    return {r["case_id"]: r["status"] for r in RunStore(run_dir).read_results()}
+    return {r.case_id: r.status for r in RunStore(run_dir).read_results()}
 
 
 @pytest.fixture
@@ -66,10 +66,10 @@ def test_in_process_failures_become_statuses_and_the_run_goes_on(tmp_path, calls
         "c1-ok": "ok", "c2-hang": "timeout", "c3-after-hang": "ok", "c4-crash": "diagnoser_error",
         "c5-exit": "diagnoser_error", "c6-bad": "invalid_output", "c7-print": "ok", "c8-healthy": "ok",
     }
-    assert out.manifest.status == "complete" and (out.run_dir / "summary.json").is_file()
+    assert out.info.status == "complete" and (out.run_dir / "summary.json").is_file()
     assert out.summary.counts.scored == 8
     store = RunStore(out.run_dir)
-    errors = {r["case_id"]: r["error"] for r in store.read_results()}
+    errors = {r.case_id: r.error for r in store.read_results()}
     assert "ValueError: cannot parse this trace" in errors["c4-crash"]
     assert "died" in errors["c5-exit"] and "2" in errors["c2-hang"]
     assert "ValueError" in (store.case_dir("c4-crash") / "stderr.txt").read_text()
@@ -91,8 +91,8 @@ def test_cmd_failures_become_statuses_and_output_is_kept(tmp_path):
     store = RunStore(out.run_dir)
     assert "cannot parse" in (store.case_dir("k3-crash") / "stderr.txt").read_text()
     assert (store.case_dir("k1-ok") / "stdout.txt").read_text().startswith("reading ")
-    assert "exited with status 2" in {r["case_id"]: r["error"] for r in store.read_results()}["k3-crash"]
-    assert out.manifest.diagnoser.name == "cmd-fake_cmd_diagnoser"
+    assert "exited with status 2" in {r.case_id: r.error for r in store.read_results()}["k3-crash"]
+    assert out.info.diagnoser.name == "cmd-fake_cmd_diagnoser"
 
 
 def test_recording_failures_and_unmanifested_cases_are_never_blamed_on_the_diagnoser(tmp_path, calls):
@@ -153,8 +153,8 @@ def test_a_killed_run_is_interrupted_consistently_and_resumes(tmp_path, calls, s
         signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.path.insert(0, {str(TESTS)!r})
         from pathlib import Path
-        from diageval.diagnosers.registry import resolve_diagnoser
-        from diageval.run import run_diagnoser
+        from diageval.run.registry import resolve_diagnoser
+        from diageval.run.pipeline import run_diagnoser
         from run_fakes import FakeEvidence, make_case, make_case_set
         script = {script!r}
         case_set = make_case_set([make_case(c) for c in script])
@@ -174,7 +174,7 @@ def test_a_killed_run_is_interrupted_consistently_and_resumes(tmp_path, calls, s
     _, err = proc.communicate(timeout=30)
     assert proc.returncode != 0 and "interrupted" in err
     store = RunStore(run_dir)
-    assert store.read_manifest().status == "interrupted"
+    assert store.read_info().status == "interrupted"
     assert set(_statuses(run_dir)) == {"i1", "i2"}
     assert not store.diagnosis_path("i3").exists()
     before = len(calls())
@@ -183,7 +183,7 @@ def test_a_killed_run_is_interrupted_consistently_and_resumes(tmp_path, calls, s
     script["i3"] = "ok"  # fresh bundle folders (same bundle ids) whose logs no longer ask for a sleep
     case_set = make_case_set([make_case(c) for c in script])
     out = _run(spec, case_set, tmp_path, FakeEvidence(tmp_path / "bundles2", log_text=script), run_id="killed", timeout=60)
-    assert out.counts["resumed"] == 2 and out.manifest.status == "complete"
+    assert out.counts["resumed"] == 2 and out.info.status == "complete"
     assert set(_statuses(run_dir)) == {"i1", "i2", "i3", "i4"}
     assert len(calls()) - before == 2  # only i3 and i4 were diagnosed again
     assert not [pid for pid in first_run_pids if _alive(pid)], "diagnoser processes outlived the interrupted run"
@@ -210,20 +210,20 @@ def test_cuda_cases_are_skipped_with_a_note_without_cuda(tmp_path):
     case_set = make_case_set([cuda, make_case("g2-cpu")])
     out = _run("null", case_set, tmp_path, FakeEvidence(tmp_path / "bundles"))
     assert set(_statuses(out.run_dir)) == {"g2-cpu"}
-    assert [(s.case_id, s.reason) for s in out.manifest.skipped] == [("g1-gpu", "needs 2 CUDA device(s); this machine has 0")]
+    assert [(s.case_id, s.reason) for s in out.info.skipped] == [("g1-gpu", "needs 2 CUDA device(s); this machine has 0")]
     with pytest.raises(RunError, match="no CUDA"):
         _run("null", case_set, tmp_path, FakeEvidence(tmp_path / "bundles"), device="cuda")
     # One GPU: every 2-rank case is skipped under --device cuda (one device per rank), none fails.
     out = run_diagnoser(resolve_diagnoser("null"), case_set, cases_dir=tmp_path, out_dir=tmp_path / "runs1", device="cuda",
                         evidence_fn=FakeEvidence(tmp_path / "bundles"), progress=None, cuda_device_count=lambda: 1)
-    assert sorted(s.case_id for s in out.manifest.skipped) == ["g1-gpu", "g2-cpu"] and out.results == []
+    assert sorted(s.case_id for s in out.info.skipped) == ["g1-gpu", "g2-cpu"] and out.results == []
 
 
 def test_a_diagnoser_that_cannot_start_fails_the_run_clearly(tmp_path):
     case_set = make_case_set([make_case("u1")])
     with pytest.raises(Exception, match="nothere"):
         _run("fake_diagnosers:UnavailableDiagnoser", case_set, tmp_path, FakeEvidence(tmp_path / "bundles"), run_id="u")
-    manifest = RunStore(tmp_path / "runs" / "u").read_manifest()
+    manifest = RunStore(tmp_path / "runs" / "u").read_info()
     assert manifest.status == "failed" and "nothere" in manifest.error
 
 
@@ -255,8 +255,8 @@ def test_rescoring_reproduces_the_results_and_refuses_changed_cases(tmp_path):
     with pytest.raises(RescoreError, match="case files changed"):
         rescore_run(out.run_dir, case_set=changed)
 
-    manifest = store.read_manifest()
-    store.write_manifest(manifest.model_copy(update={"status": "running"}))
+    manifest = store.read_info()
+    store.write_info(manifest.model_copy(update={"status": "running"}))
     with pytest.raises(RescoreError, match="still marked running"):
         rescore_run(out.run_dir, case_set=case_set)
 

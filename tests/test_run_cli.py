@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from run_fakes import FakeEvidence, write_bundle
 
-import diageval.run as run_module
+import diageval.run.pipeline as run_module
 from diageval.cli import main
 from diageval.paths import default_cases_dir
-from run_fakes import FakeEvidence, write_bundle
 
 TESTS = Path(__file__).parent
 REAL_CASES = ["healthy/mlp-ddp-healthy.yaml", "input/starved-loader-mlp.yaml"]

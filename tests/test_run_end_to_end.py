@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from diageval.case import load_case_set
-from diageval.diagnosers.registry import resolve_diagnoser
-from diageval.run import run_diagnoser
-from diageval.run_store import RunStore
+from diageval.cases.load import load_case_set
+from diageval.run.pipeline import run_diagnoser
+from diageval.run.registry import resolve_diagnoser
+from diageval.run.store import RunStore
 
 CASES = ["mlp-ddp-healthy", "starved-loader-mlp"]
 
@@ -26,23 +26,25 @@ def test_reference_diagnosers_on_real_bundles(tmp_path, monkeypatch):
                              out_dir=tmp_path / "runs", device="cpu", timeout=120, progress=None)
 
     oracle = run("oracle")
-    rows = {r["case_id"]: r for r in RunStore(oracle.run_dir).read_results()}
-    assert rows["mlp-ddp-healthy"]["status"] == "ok", rows
+    rows = {r.case_id: r for r in RunStore(oracle.run_dir).read_results()}
+    assert rows["mlp-ddp-healthy"].status == "ok", rows
     positive = rows["starved-loader-mlp"]
     # On a busy machine the injection may fail its manifestation check: then the case is honestly
     # invalid (never scored), not a pass or a miss.
-    assert positive["status"] in ("ok", "invalid"), rows
-    if positive["status"] == "ok":
+    assert positive.status in ("ok", "invalid"), rows
+    if positive.status == "ok":
         assert oracle.summary.metrics.recall.value == 1.0
-        assert positive["measured_impact"] is not None
+        assert positive.measured_impact is not None
     else:
-        assert "did not manifest" in positive["error"]
+        assert "did not manifest" in positive.error
     assert oracle.summary.metrics.false_alarm_rate.value == 0.0
-    assert all(r["bundle_id"] and r["bundle_sha256"] for r in rows.values())
+    assert all(r.bundle_id and r.bundle_sha256 for r in rows.values())
 
     # The bundles are cached now; leak must find no label word in them and score exactly like null.
     leak, null = run("leak"), run("null")
     assert leak.counts["prepared"] == 2  # prepared again, from the cache
     for case_dir in (leak.run_dir / "cases").iterdir():
         assert '"findings": []' in (case_dir / "diagnosis.json").read_text()
-    assert leak.summary.metrics.recall.value == null.summary.metrics.recall.value == 0.0
+    # recall is undefined (None) when the positive case did not manifest on a busy machine
+    assert leak.summary.metrics.recall.value == null.summary.metrics.recall.value
+    assert null.summary.metrics.recall.value in (0.0, None)

@@ -7,14 +7,15 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
+from scoring_helpers import LOADER, STALL, STRAGGLER, cause, diag, make_case, symptom
 
+from diageval.cases.taxonomy import load_taxonomy
 from diageval.cli import main
+from diageval.diagnosis import DiagnosisParseError as DiagnosisFileError
+from diageval.diagnosis import read_diagnosis_file as load_diagnosis_file
 from diageval.paths import default_taxonomy_path
-from diageval.scoring.diagnosis_file import DiagnosisFileError, load_diagnosis_file
 from diageval.scoring.explain import format_case_result
 from diageval.scoring.verdicts import score_case
-from diageval.taxonomy import load_taxonomy
-from scoring_helpers import LOADER, STALL, STRAGGLER, cause, diag, make_case, symptom
 
 HEALTHY_CASE = """\
 id: healthy-mlp
@@ -124,11 +125,11 @@ def _downgrade_to_scoring_1(run_dir):
 
 
 def test_runs_scored_by_older_rules_are_refused_until_rescored(tmp_path):
-    from diageval.diagnosers.registry import resolve_diagnoser
+    from diageval.run.registry import resolve_diagnoser
     from diageval.reports.report import ReportError, report_runs
-    from diageval.rescore import rescore_run
-    from diageval.run import run_diagnoser
-    from diageval.scoring.compare import CompareError, compare_runs
+    from diageval.run.grade import rescore_run
+    from diageval.run.pipeline import run_diagnoser
+    from diageval.run.store import RunReadError, RunStore
     from run_fakes import FakeEvidence, make_case, make_case_set
 
     case_set = make_case_set([make_case("q1"), make_case("q2", expect="healthy")])
@@ -138,10 +139,10 @@ def test_runs_scored_by_older_rules_are_refused_until_rescored(tmp_path):
     run = outcome.run_dir
     before = json.loads((run / "summary.json").read_text())
     _downgrade_to_scoring_1(run)
-    with pytest.raises(ReportError, match=rf"schema version 1.*`diageval score {run}`"):
+    with pytest.raises(ReportError, match=r"summary.json: .*schema version 1.*re-score the run with `diageval score RUN_DIR`"):
         report_runs([run])
-    with pytest.raises(CompareError, match=r"result 1: .*no scoring_version.*re-score the run with `diageval score RUN_DIR`"):
-        compare_runs(run, run)
+    with pytest.raises(RunReadError, match=r"result 1: .*no scoring_version.*re-score the run with `diageval score RUN_DIR`"):
+        RunStore(run).load()  # what diageval compare reads
     summary = rescore_run(run, case_set=case_set)
     assert summary.schema_version == 2 and summary.metrics.skill.value == 0.0
     assert json.loads((run / "summary.json").read_text()) == before

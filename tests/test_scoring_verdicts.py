@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
-from diageval.scoring.verdicts import score_case
-from diageval.taxonomy import load_taxonomy
 from scoring_helpers import CHECKPOINT, LOADER, STALL, STRAGGLER, cause, diag, make_case, symptom
+
+from diageval.cases.taxonomy import load_taxonomy
+from diageval.scoring.verdicts import score_case
 
 TAX = load_taxonomy()
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from diageval.bundle import EvidenceBundle
-from diageval.diagnosers.symptoms import SymptomsDiagnoser
 from synthetic_traces import StepShape, build_bundle
+
+from diageval.bundle.model import EvidenceBundle
+from diageval.diagnosers.symptoms import SymptomsDiagnoser
 
 
 def claims(tmp_path, shape, **kw):

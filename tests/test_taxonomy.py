@@ -4,8 +4,8 @@ import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
 
+from diageval.cases.taxonomy import Taxonomy, load_taxonomy
 from diageval.cli import main
-from diageval.taxonomy import Taxonomy, load_taxonomy
 
 REQUIRED = {
     "input.dataloader_starvation": "cause",

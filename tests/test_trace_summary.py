@@ -7,10 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-
-from diageval.diagnosers.trace_stream import StreamState, TraceFormatError, iter_trace_events
-from diageval.diagnosers.trace_summary import summarize_trace, union_length
 from synthetic_traces import BASE_NS, StepShape, build_events, write_trace
+
+from diageval.bundle.kineto import HOST_OP_CATEGORIES
+from diageval.bundle.trace_stream import StreamState, TraceFormatError, iter_trace_events
+from diageval.bundle.trace_summary import summarize_trace, union_length
 
 REAL_TRACES = Path(__file__).resolve().parents[2] / "shared" / "real-traces"
 REAL_FILES = sorted(p for p in REAL_TRACES.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
@@ -33,7 +34,7 @@ def test_stream_reads_header_before_and_after_events(tmp_path):
 
 
 def test_stream_numbers_cut_at_chunk_edges_are_not_misread(tmp_path, monkeypatch):
-    import diageval.diagnosers.trace_stream as ts
+    import diageval.bundle.trace_stream as ts
 
     monkeypatch.setattr(ts, "CHUNK_CHARS", 7)
     p = tmp_path / "t.json"
@@ -86,7 +87,9 @@ def test_reader_on_real_traces_matches_json_load(path):
         doc = json.load(fh)
     assert s.n_events == len(doc["traceEvents"])
     assert s.truncated is None
-    n_markers = sum(1 for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#"))
+    # host-side markers only: GPU traces mirror each step on the device timeline (gpu_user_annotation)
+    n_markers = sum(1 for e in doc["traceEvents"]
+                    if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("cat") in HOST_OP_CATEGORIES)
     assert len(s.steps) == n_markers
     for st in s.steps:
         assert 0 <= st.data_wait_us <= st.dur_us + 1e-6

@@ -1,5 +1,1 @@
-"""The ``rules`` diagnoser: trace analysis that tells causes from symptoms (see ``diagnoser``)."""
-
-from diageval.diagnosers.rules.diagnoser import RulesDiagnoser, find_causes
-
-__all__ = ["RulesDiagnoser", "find_causes"]
+"""The ``rules`` diagnoser: trace analysis that tells causes from symptoms (entry point: ``diagnoser.RulesDiagnoser``)."""

@@ -20,11 +20,11 @@ from collections import Counter
 
 from pydantic import BaseModel
 
-from diageval.diagnosis import Finding
+from diageval.bundle.trace_summary import StepSummary, union_length
 from diageval.diagnosers.rules import thresholds as T
-from diageval.diagnosers.rules.evidence import RunEvidence
-from diageval.diagnosers.trace_summary import StepSummary, union_length
+from diageval.diagnosers.rules.inputs import RunEvidence
 from diageval.diagnosers.rules.stats import confidence_from_margin, median, persistent_segment
+from diageval.diagnosis import Finding
 
 
 class StepCollectives(BaseModel):

@@ -13,10 +13,10 @@ import math
 
 from pydantic import BaseModel
 
-from diageval.diagnosis import Finding
 from diageval.diagnosers.rules import thresholds as T
-from diageval.diagnosers.rules.evidence import RunEvidence
+from diageval.diagnosers.rules.inputs import RunEvidence
 from diageval.diagnosers.rules.stats import confidence_from_margin, median
+from diageval.diagnosis import Finding
 
 
 class DataWaitRow(BaseModel):

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from diageval.diagnosis import Finding
+from diageval.bundle.trace_summary import SHORT_OP_US
 from diageval.diagnosers.rules import thresholds as T
-from diageval.diagnosers.rules.evidence import RunEvidence
+from diageval.diagnosers.rules.inputs import RunEvidence
 from diageval.diagnosers.rules.stats import best_segment, confidence_from_margin, median
-from diageval.diagnosers.trace_summary import SHORT_OP_US
+from diageval.diagnosis import Finding
 
 
 class LaunchRow(BaseModel):

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from diageval.diagnosis import Finding
 from diageval.diagnosers.rules import thresholds as T
-from diageval.diagnosers.rules.evidence import RunEvidence
+from diageval.diagnosers.rules.inputs import RunEvidence
 from diageval.diagnosers.rules.stats import confidence_from_margin, median, robust_sigma
+from diageval.diagnosis import Finding
 
 
 class SpikeTable(BaseModel):

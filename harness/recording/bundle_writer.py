@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from diageval.bundle import MANIFEST_NAME, BundleEnv, BundleManifest, describe_files
+from diageval.bundle.model import MANIFEST_NAME, BundleEnv, BundleManifest, describe_files
 from diageval.fileio import atomic_write_text, write_jsonl
 
 
@@ -38,7 +38,7 @@ def bundle_env(device: str, world_size: int, backend: str) -> BundleEnv:
     )
 
 
-def write_manifest(bundle_dir: Path, env: BundleEnv) -> BundleManifest:
+def write_info(bundle_dir: Path, env: BundleEnv) -> BundleManifest:
     manifest = BundleManifest(
         bundle_id=uuid.uuid4().hex, created=datetime.now(timezone.utc), env=env, files=describe_files(bundle_dir),
     )
@@ -53,7 +53,7 @@ def finish_bundle(tmp_dir: Path, dest: Path, *, steps: list[dict], metrics: list
     write_jsonl(tmp_dir / "metrics.jsonl", metrics)
     for fault in bundle_faults:
         fault.apply(tmp_dir)
-    manifest = write_manifest(tmp_dir, env)
+    manifest = write_info(tmp_dir, env)
     if dest.exists():
         shutil.rmtree(dest)
     tmp_dir.rename(dest)

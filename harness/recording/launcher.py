@@ -98,7 +98,7 @@ def run_ranks(
                     f"(ranks still running: {alive}). Last lines of its log {log_paths[alive[0]]}:\n{_tail(Path(log_paths[alive[0]]))}"
                 )
             procs[alive[0]].join(0.02)
-        # give the peers of a crashed rank a moment to fail on their own, then report the crash
+        # a crashed rank is reported at once; the finally below kills its peers (they would wait for it)
         code = procs[failed].exitcode
         raise RecordingError(
             f"{what}: rank {failed} failed (exit code {code}). Last lines of its log {log_paths[failed]}:\n"

@@ -33,8 +33,8 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from diageval.faults.base import Injection
 from diageval.recording.context import RankContext
+from diageval.recording.faults.base import Injection
 from diageval.recording.plan import RankPlan
 
 
@@ -47,7 +47,7 @@ def profiler_window(steps: int, trace_steps: int) -> tuple[int, int, int]:
 
 
 def _build_faults(plan: RankPlan, ctx: RankContext) -> Injection:
-    from diageval.faults import FAULTS
+    from diageval.recording.faults import FAULTS
 
     faults = []
     for name, params in plan.live_faults:
@@ -57,7 +57,7 @@ def _build_faults(plan: RankPlan, ctx: RankContext) -> Injection:
 
 
 def run_rank(plan: RankPlan) -> None:
-    from diageval.workloads import WORKLOADS
+    from diageval.recording.workloads import WORKLOADS
 
     torch.set_num_threads(1)
     use_cuda = plan.device == "cuda"

@@ -13,8 +13,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from diageval.bundle import BundleManifest
-from diageval.case import Case
+from diageval.bundle.model import BundleManifest
+from diageval.cases.model import Case
 from diageval.recording.launcher import RecordingError, run_ranks
 from diageval.recording.plan import RankPlan
 
@@ -30,7 +30,7 @@ def resolve_device(requested: str, case: Case) -> str:
         return "cpu"
     import torch
 
-    from diageval.faults import FAULTS
+    from diageval.recording.faults import FAULTS
 
     world_size = case.workload.world_size
     have = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -46,8 +46,8 @@ def resolve_device(requested: str, case: Case) -> str:
 
 def record_case(case: Case, dest: Path, *, device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> BundleManifest:
     """Run ``case`` live and write its bundle to ``dest`` (replaced if it exists). Raises RecordingError."""
-    from diageval.faults import FAULTS
     from diageval.recording.bundle_writer import bundle_env, finish_bundle, merge_step_logs
+    from diageval.recording.faults import FAULTS
     from diageval.recording.metrics import MetricsSampler
     from diageval.recording.rank_worker import run_rank
 

@@ -1,0 +1,121 @@
+"""Gather what the rules read from a bundle: one ``TraceSummary`` per rank, the step log, and what is missing.
+
+Decisions where the design is silent:
+
+* The ranks that should have a trace are ``0 .. world_size-1`` where world_size is the largest of
+  ``bundle.json``'s env, the ranks in ``steps.jsonl`` and the traces' own ``distributedInfo``. A rank
+  without a trace, or with a trace cut short, makes the evidence incomplete: cross-rank causes cannot
+  be judged from a subset of ranks, so the diagnoser abstains (symptoms may still be shown).
+* Trace steps (``ProfilerStep#N``) are mapped to the training loop's step numbers from ``steps.jsonl``
+  by time overlap (the step timer runs inside the profiler step), so findings speak in the numbers the
+  training script uses. Without a usable step log the profiler's own N is used.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from diageval.bundle.model import EvidenceBundle, StepRecord
+from diageval.bundle.trace_stream import TraceFormatError
+from diageval.bundle.trace_summary import TraceSummary, summarize_trace
+
+
+class RunEvidence(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    world_size: int
+    traces: dict[int, TraceSummary] = Field(default_factory=dict)
+    unreadable: dict[int, str] = Field(default_factory=dict, description="rank -> why its trace could not be read")
+    step_log: dict[int, list[StepRecord]] = Field(default_factory=dict, description="rank -> steps.jsonl rows")
+    step_offset: dict[int, int] = Field(default_factory=dict, description="rank -> training step minus ProfilerStep N")
+    device: str = "cpu"
+
+    @property
+    def missing_ranks(self) -> list[int]:
+        return [r for r in range(self.world_size) if r not in self.traces and r not in self.unreadable]
+
+    @property
+    def truncated(self) -> dict[int, str]:
+        return {r: s.truncated for r, s in self.traces.items() if s.truncated}
+
+    def incomplete_reason(self) -> str | None:
+        """Why the traces cannot support a cross-rank judgement, or None when they can."""
+        parts = []
+        missing = self.missing_ranks
+        if missing and len(missing) <= 8:
+            parts.append(f"no trace for rank(s) {missing} of world size {self.world_size}")
+        elif missing:
+            parts.append(
+                f"no trace for {len(missing)} of {self.world_size} ranks (traces present: {sorted(self.traces)})"
+            )
+        for r, why in sorted(self.unreadable.items()):
+            parts.append(f"rank{r} trace unreadable ({why})")
+        for r, why in sorted(self.truncated.items()):
+            parts.append(f"rank{r} trace truncated ({why})")
+        if not parts and self.traces and not any(s.steps for s in self.traces.values()):
+            parts.append("no ProfilerStep markers in any trace: per-step shares cannot be measured")
+        if not self.traces and not parts:
+            parts.append("the bundle holds no trace")
+        return "; ".join(parts) or None
+
+    def intact_part(self) -> "RunEvidence":
+        """The same evidence restricted to the traces that were read whole (truncated ones dropped)."""
+        return self.model_copy(update={"traces": {r: s for r, s in self.traces.items() if not s.truncated}})
+
+    def training_step(self, rank: int, profiler_step: int) -> int:
+        return profiler_step + self.step_offset.get(rank, 0)
+
+    def trace_file(self, rank: int) -> str:
+        s = self.traces.get(rank)
+        return f"rank{rank}/{Path(s.path).name}" if s else f"rank{rank}"
+
+
+def _step_offset(summary: TraceSummary, rows: list[StepRecord]) -> int:
+    """Training step - ProfilerStep N, by which logged step each profiler step overlaps most."""
+    if not rows or not summary.steps or summary.base_time_us == 0.0:
+        return 0
+    votes: Counter[int] = Counter()
+    spans = sorted((r.t_start * 1e6, r.t_end * 1e6, r.step) for r in rows)
+    for st in summary.steps:
+        lo, hi = st.start_us, st.end_us
+        best, best_ov = None, 0.0
+        for s, e, n in spans:
+            if s >= hi:
+                break
+            ov = min(e, hi) - max(s, lo)
+            if ov > best_ov:
+                best, best_ov = n, ov
+        if best is not None:
+            votes[best - st.number] += 1
+    return votes.most_common(1)[0][0] if votes else 0
+
+
+def gather_evidence(bundle: EvidenceBundle) -> RunEvidence:
+    """Summarise every rank's trace once and line it up with the step log."""
+    step_log: dict[int, list[StepRecord]] = {}
+    for row in bundle.steps():
+        step_log.setdefault(row.rank, []).append(row)
+    for rows in step_log.values():
+        rows.sort(key=lambda r: r.step)
+    traces: dict[int, TraceSummary] = {}
+    unreadable: dict[int, str] = {}
+    for rank, path in bundle.trace_paths().items():
+        try:
+            traces[rank] = summarize_trace(path)
+        except (TraceFormatError, OSError) as exc:
+            unreadable[rank] = str(exc)
+    declared = [bundle.world_size, *(r + 1 for r in step_log), *(r + 1 for r in traces), *(r + 1 for r in unreadable)]
+    declared += [s.world_size for s in traces.values() if s.world_size]
+    world_size = max(declared)
+    offsets = {r: _step_offset(s, step_log.get(r, [])) for r, s in traces.items()}
+    return RunEvidence(
+        world_size=world_size,
+        traces=traces,
+        unreadable=unreadable,
+        step_log=step_log,
+        step_offset=offsets,
+        device=bundle.env.device,
+    )

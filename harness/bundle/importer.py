@@ -1,0 +1,286 @@
+"""Bring your own traces: wrap existing torch.profiler (Kineto) traces into an evidence bundle.
+
+``diageval bundle import TRACE_OR_DIR... --out DIR`` lets anyone run the diagnosers on traces they already
+have (one Chrome-trace file per rank, ``.json`` or ``.json.gz``; a folder stands for every such file
+directly inside it). The result is an ordinary bundle with ``origin: "imported"``:
+
+``bundle.json``
+    opaque ``bundle_id`` (a hash of the trace contents: importing the same traces twice gives the same id),
+    ``env`` read from the traces themselves (see :func:`env_from_traces`), checksums of every file.
+``rank<N>/trace.json.gz``
+    each input trace, byte for byte when it was already gzipped, else gzipped (level 1, no timestamp).
+``steps.jsonl`` (only when derivable)
+    one row per ``ProfilerStep#N`` CPU annotation per rank: ``step`` = N, ``t_start``/``t_end`` in epoch
+    seconds (``ts`` + ``baseTimeNanoseconds``; traces without ``baseTimeNanoseconds`` already carry epoch
+    microseconds). Traces recorded without a profiler schedule have no step markers and get no steps file.
+
+No metrics or logs are invented. Rank of each file, in order of preference: ``distributedInfo.rank``,
+a number after ``rank`` in the file name (``rank-34.….json.gz``, ``sampled_rank-1.json.gz``, ``rank0.json``),
+else the lowest rank not yet taken, in the order the files were given. Two files with the same rank, or
+a file that is not a JSON trace, stop the import with an error naming the file(s). The bundle is built in
+a temporary sibling folder and renamed into place, so a failed import leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from diageval.bundle.kineto import GPU_EVENT_CATEGORIES, STEP_MARKER_CATEGORIES, profiler_step_number
+from diageval.bundle.model import MANIFEST_NAME, BundleEnv, BundleManifest, StepRecord, describe_files
+from diageval.fileio import atomic_write_text, write_jsonl
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+_RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
+
+
+class TraceImportError(ValueError):
+    """A trace that cannot be imported; the message names the file and what was expected."""
+
+
+@dataclass
+class TraceFacts:
+    """What the importer reads from one trace file (the file itself is copied untouched)."""
+
+    path: Path
+    rank_from_trace: int | None
+    world_size: int | None
+    backend: str | None
+    gpu_names: list[str]
+    has_gpu_events: bool
+    host: str | None
+    steps: list[tuple[int, float, float]] = field(default_factory=list)  # (step, t_start, t_end) epoch s
+
+
+def find_trace_files(paths: list[Path]) -> list[Path]:
+    """Expand folders into the ``.json``/``.json.gz`` files directly inside them; check plain files exist."""
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
+            if not found:
+                raise TraceImportError(f"{p}: folder has no trace files (expected *.json or *.json.gz)")
+            files.extend(found)
+        elif p.is_file():
+            if not p.name.endswith(TRACE_SUFFIXES):
+                raise TraceImportError(f"{p}: not a trace file (expected a name ending in .json or .json.gz)")
+            files.append(p)
+        else:
+            raise TraceImportError(f"{p}: no such file or folder")
+    resolved = [f.resolve() for f in files]
+    dupes = [str(f) for f, n in Counter(resolved).items() if n > 1]
+    if dupes:
+        raise TraceImportError(f"the same file was given twice: {', '.join(dupes)}")
+    return files
+
+
+def load_trace_json(path: Path) -> dict[str, Any]:
+    """Parse one Kineto trace; any failure names the file and what was expected."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as fh:
+            data = json.load(fh)
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise TraceImportError(f"{path}: cannot read the file ({exc})") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TraceImportError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise TraceImportError(
+            f"{path}: not a torch.profiler (Kineto) trace: expected a JSON object with a 'traceEvents' list"
+        )
+    return data
+
+
+def read_trace_facts(path: Path) -> TraceFacts:
+    data = load_trace_json(path)
+    dist = data.get("distributedInfo") if isinstance(data.get("distributedInfo"), dict) else {}
+    devices = data.get("deviceProperties") if isinstance(data.get("deviceProperties"), list) else []
+    gpu_names = [d["name"] for d in devices if isinstance(d, dict) and isinstance(d.get("name"), str)]
+    events = [e for e in data["traceEvents"] if isinstance(e, dict)]
+    has_gpu = bool(devices) or any(e.get("cat") in GPU_EVENT_CATEGORIES for e in events)
+    return TraceFacts(
+        path=path,
+        rank_from_trace=_as_int(dist.get("rank"), path, "distributedInfo.rank"),
+        world_size=_as_int(dist.get("world_size"), path, "distributedInfo.world_size"),
+        backend=dist.get("backend") if isinstance(dist.get("backend"), str) else None,
+        gpu_names=gpu_names,
+        has_gpu_events=has_gpu,
+        host=data.get("host_name") if isinstance(data.get("host_name"), str) else None,
+        steps=profiler_steps(events, data.get("baseTimeNanoseconds")),
+    )
+
+
+def _as_int(value: Any, path: Path, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TraceImportError(f"{path}: {what} = {value!r}, expected a non-negative integer")
+    return value
+
+
+def profiler_steps(events: list[dict[str, Any]], base_time_ns: Any) -> list[tuple[int, float, float]]:
+    """(step, t_start, t_end) in epoch seconds for each CPU ``ProfilerStep#N`` span, sorted by step."""
+    base_us = base_time_ns / 1e3 if isinstance(base_time_ns, (int, float)) else 0.0
+    out: dict[int, tuple[int, float, float]] = {}
+    for e in events:
+        if e.get("ph") != "X" or e.get("cat") not in STEP_MARKER_CATEGORIES:
+            continue
+        step = profiler_step_number(str(e.get("name", "")))
+        ts, dur = e.get("ts"), e.get("dur")
+        if step is None or not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
+            continue
+        start = (float(ts) + base_us) / 1e6
+        out.setdefault(step, (step, start, start + float(dur) / 1e6))
+    return [out[k] for k in sorted(out)]
+
+
+def assign_ranks(facts: list[TraceFacts]) -> dict[int, TraceFacts]:
+    """Rank -> trace: from the trace, else from the file name, else the lowest free rank (input order)."""
+    by_rank: dict[int, TraceFacts] = {}
+    unranked: list[TraceFacts] = []
+
+    def claim(rank: int, f: TraceFacts, source: str) -> None:
+        if rank in by_rank:
+            raise TraceImportError(
+                f"{f.path}: rank {rank} ({source}) is also the rank of {by_rank[rank].path}; "
+                "expected one trace file per rank"
+            )
+        by_rank[rank] = f
+
+    for f in facts:
+        if f.rank_from_trace is not None:
+            claim(f.rank_from_trace, f, "distributedInfo.rank")
+    for f in facts:
+        if f.rank_from_trace is None:
+            m = _RANK_IN_NAME.search(f.path.name)
+            if m:
+                claim(int(m.group(1)), f, "from the file name")
+            else:
+                unranked.append(f)
+    free = 0
+    for f in unranked:
+        while free in by_rank:
+            free += 1
+        claim(free, f, "assigned in order")
+    return dict(sorted(by_rank.items()))
+
+
+def env_from_traces(by_rank: dict[int, TraceFacts]) -> BundleEnv:
+    """Bundle env from what the traces say.
+
+    device is ``cuda`` when any trace has deviceProperties or GPU events (kernels, memcpy, CUDA runtime),
+    else ``cpu``; gpu_name is the most common deviceProperties name; world_size from
+    distributedInfo.world_size (it may exceed the number of traces: a sample of a big job), else the
+    highest rank + 1. Traces that disagree on world_size or backend are not one job: error.
+    """
+    facts = list(by_rank.values())
+    for attr in ("world_size", "backend"):
+        seen = {getattr(f, attr): f.path for f in facts if getattr(f, attr) is not None}
+        if len(seen) > 1:
+            detail = ", ".join(f"{p.name}: {v}" for v, p in seen.items())
+            raise TraceImportError(f"traces disagree on distributedInfo.{attr} ({detail}); expected one job")
+    world = next((f.world_size for f in facts if f.world_size is not None), None)
+    world = max(world or 0, max(by_rank) + 1)
+    gpu_names = Counter(n for f in facts for n in f.gpu_names)
+    hosts = Counter(f.host for f in facts if f.host)
+    return BundleEnv(
+        device="cuda" if any(f.has_gpu_events for f in facts) else "cpu",
+        gpu_name=gpu_names.most_common(1)[0][0] if gpu_names else None,
+        world_size=world,
+        backend=next((f.backend for f in facts if f.backend), None),
+        host=hosts.most_common(1)[0][0] if hosts else None,
+    )
+
+
+def import_traces(paths: list[Path], out_dir: Path) -> Path:
+    """Wrap Kineto traces (files, or folders of them) into a new evidence bundle at ``out_dir``.
+
+    ``out_dir`` must not exist yet (or be an empty folder). Returns ``out_dir``.
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise TraceImportError(f"{out_dir}: already exists and is not an empty folder; choose a new --out")
+    files = find_trace_files(list(paths))
+    by_rank = assign_ranks([read_trace_facts(f) for f in files])
+    env = env_from_traces(by_rank)
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.importing-"))
+    try:
+        tmp.chmod(0o755)  # mkdtemp makes it private; a bundle is an ordinary folder
+        for rank, f in by_rank.items():
+            _copy_as_gzip(f.path, tmp / f"rank{rank}" / "trace.json.gz")
+        steps = [
+            StepRecord(rank=rank, step=s, t_start=t0, t_end=t1).model_dump()
+            for rank, f in by_rank.items()
+            for s, t0, t1 in f.steps
+        ]
+        if steps:
+            write_jsonl(tmp / "steps.jsonl", steps)
+        files_meta = describe_files(tmp)
+        manifest = BundleManifest(
+            bundle_id=_content_id([m.sha256 for m in files_meta if m.path.startswith("rank")]),
+            created=datetime.now(timezone.utc),
+            env=env,
+            files=files_meta,
+            origin="imported",
+        )
+        atomic_write_text(tmp / MANIFEST_NAME, manifest.model_dump_json(indent=2) + "\n")
+        if out_dir.exists():
+            out_dir.rmdir()  # empty, checked above
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _copy_as_gzip(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if src.name.endswith(".gz"):
+        shutil.copyfile(src, dst)
+        return
+    with open(src, "rb") as fin, open(dst, "wb") as raw:
+        with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1, mtime=0) as fout:
+            shutil.copyfileobj(fin, fout, 1 << 20)
+
+
+def _content_id(trace_hashes: list[str]) -> str:
+    return hashlib.sha256("\n".join(sorted(trace_hashes)).encode()).hexdigest()[:16]
+
+
+def describe_import(bundle_dir: Path) -> str:
+    """One line per rank and the env, for the CLI to print after an import."""
+    manifest = BundleManifest.model_validate_json((Path(bundle_dir) / MANIFEST_NAME).read_bytes())
+    ranks = sorted(int(f.path.split("/")[0][4:]) for f in manifest.files if f.path.endswith("trace.json.gz"))
+    e = manifest.env
+    has_steps = any(f.path == "steps.jsonl" for f in manifest.files)
+    return (
+        f"bundle {manifest.bundle_id} at {bundle_dir}: ranks {ranks} of world size {e.world_size}, "
+        f"device {e.device}{f' ({e.gpu_name})' if e.gpu_name else ''}, backend {e.backend or 'none'}, "
+        f"steps.jsonl {'derived from ProfilerStep markers' if has_steps else 'absent (no ProfilerStep markers)'}"
+    )
+
+
+__all__ = [
+    "TraceImportError",
+    "TraceFacts",
+    "find_trace_files",
+    "load_trace_json",
+    "read_trace_facts",
+    "profiler_steps",
+    "assign_ranks",
+    "env_from_traces",
+    "import_traces",
+    "describe_import",
+]

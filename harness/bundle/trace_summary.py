@@ -1,0 +1,349 @@
+"""One pass over a rank's Kineto trace, reduced to the per-step aggregates the rules reason about.
+
+``summarize_trace(path)`` streams the trace once (``trace_stream``) and keeps only compact columns:
+start/duration pairs per host thread (no names), the few named events the rules need (data waits,
+collectives, synchronisations, step markers), and device activity. It then cuts everything into step
+windows and returns a ``TraceSummary``: per step, how long it took and where the time went.
+
+Decisions where the design is silent:
+
+* A step is a ``ProfilerStep#N`` window on the thread that carries the step markers (the training
+  thread). Traces without step markers get no steps; rules that need steps then say so.
+* Timestamps are converted to epoch microseconds with ``baseTimeNanoseconds`` when the trace has it
+  (torch >= 2.x writes relative ``ts``), so ranks on one host can be compared directly.
+* Collectives are gloo's ``gloo:*`` annotations (the wait happens on gloo's runloop thread, see
+  ``notes/measured.md``) and NCCL's device kernels (``ncclKernel*`` / ``ncclDevKernel*``), whose
+  duration includes the time spent waiting for peers.
+* The data wait is any ``enumerate(DataLoader)...`` annotation: PyTorch wraps every ``__next__`` of a
+  DataLoader iterator in one.
+* "Unexplained" host time is the part of a step where the training thread runs no recorded op and is
+  neither waiting for data nor inside a collective: python work the profiler does not see (a
+  synchronous file write, a sleep, a slow pure-python transform).
+* "Short" ops are host ops whose *self* time (duration minus nested ops) is under ``SHORT_OP_US``
+  microseconds: ops so small that per-op dispatch cost is most of them. Self time, because a tiny op's
+  cost sits as much in its wrappers (``aten::linear`` around ``aten::addmm``...) as in the leaf, while a
+  real matmul's sits in one op with a large self time.
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+from bisect import bisect_left
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from diageval.bundle import kineto as k
+from diageval.bundle.trace_stream import StreamState, TraceFormatError, iter_trace_events
+
+SHORT_OP_US = 50.0
+
+
+class Collective(BaseModel):
+    """One collective call as seen on this rank: where it started and how long this rank was inside it."""
+
+    name: str
+    start_us: float
+    dur_us: float
+    on_device: bool = Field(description="True for NCCL kernels (device timeline), False for host annotations")
+    payload_bytes: int | None = Field(None, description="From the event's Input Dims and type, when recorded")
+
+
+class StepSummary(BaseModel):
+    """Where one step's time went on one rank. Times in microseconds."""
+
+    number: int = Field(description="N of ProfilerStep#N")
+    start_us: float = Field(description="Epoch microseconds when the trace has baseTimeNanoseconds")
+    dur_us: float
+    data_wait_us: float = 0.0
+    collectives: list[Collective] = Field(default_factory=list)
+    collective_us: float = Field(0.0, description="Union of collective time inside the step")
+    host_busy_us: float = Field(0.0, description="Union of recorded host activity on the training thread")
+    unexplained_us: float = Field(0.0, description="Neither host op, data wait nor collective")
+    host_ops: int = Field(0, description="Every cpu_op on the training thread")
+    top_level_ops: int = 0
+    leaf_ops: int = Field(0, description="cpu_ops with no op nested inside (where the work is dispatched)")
+    short_ops: int = Field(0, description="cpu_ops whose self time is under SHORT_OP_US")
+    short_ops_us: float = Field(0.0, description="Their self time, summed")
+    device_busy_us: float = Field(0.0, description="Union of kernels/memcpy/memset (0 on CPU traces)")
+    kernels: int = 0
+    launches: int = 0
+    sync_us: float = 0.0
+
+    @property
+    def end_us(self) -> float:
+        return self.start_us + self.dur_us
+
+
+class TraceSummary(BaseModel):
+    """What one rank's trace says, per step; plus what the reader could not read."""
+
+    path: str
+    rank: int | None = Field(None, description="From distributedInfo; None when the trace does not say")
+    world_size: int | None = None
+    backend: str | None = None
+    has_device: bool = Field(False, description="Kernels or memcpy present (a GPU trace)")
+    base_time_us: float = 0.0
+    bytes_on_disk: int = 0
+    json_bytes: int = 0
+    n_events: int = 0
+    parse_seconds: float = 0.0
+    truncated: str | None = Field(None, description="Why the file ended early; None when complete")
+    main_tid: str | None = None
+    collective_names: dict[str, int] = Field(default_factory=dict)
+    steps: list[StepSummary] = Field(default_factory=list)
+
+    @property
+    def bytes_per_second(self) -> float:
+        return self.json_bytes / self.parse_seconds if self.parse_seconds > 0 else 0.0
+
+
+class _Columns:
+    """Compact columns filled by the single pass; names are kept only for the few events that matter."""
+
+    def __init__(self) -> None:
+        self.host: dict[str, tuple[array, array, array]] = defaultdict(lambda: (array("d"), array("d"), array("b")))
+        self.steps: list[tuple[int, float, float, str]] = []
+        self.data_waits: list[tuple[float, float, str]] = []
+        self.collectives: list[tuple[str, float, float, bool, int | None]] = []
+        self.device: tuple[array, array] = (array("d"), array("d"))
+        self.launches = array("d")
+        self.syncs: list[tuple[float, float]] = []
+
+    def add(self, ev: dict[str, Any]) -> None:
+        if ev.get("ph") != "X":
+            return
+        ts, dur = ev.get("ts"), ev.get("dur")
+        if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
+            return
+        name = ev.get("name")
+        if not isinstance(name, str):
+            name = str(name)
+        cat = ev.get("cat")
+        tid = str(ev.get("tid"))
+        if cat in k.DEVICE_CATEGORIES:
+            self.device[0].append(ts)
+            self.device[1].append(dur)
+            if cat == k.KERNEL_CATEGORY and name.startswith(k.COMM_KERNEL_PREFIXES):
+                self.collectives.append((name.split("(")[0], ts, dur, True, None))
+            return
+        if cat in k.RUNTIME_CATEGORIES:
+            if name in k.LAUNCH_NAMES:
+                self.launches.append(ts)
+            elif name in k.SYNC_NAMES:
+                self.syncs.append((ts, dur))
+            return
+        if cat == k.SYNC_CATEGORY:
+            self.syncs.append((ts, dur))
+            return
+        if cat not in k.HOST_OP_CATEGORIES:
+            return
+        if name.startswith(k.PROFILER_STEP_PREFIX):
+            number = k.profiler_step_number(name)
+            if number is not None:
+                self.steps.append((number, ts, dur, tid))
+            return
+        if name.startswith(k.GLOO_COLLECTIVE_PREFIX):
+            self.collectives.append((name, ts, dur, False, _payload_bytes(ev.get("args"))))
+            return
+        if name.startswith(k.DATALOADER_NEXT_PREFIX):
+            self.data_waits.append((ts, dur, tid))
+        cols = self.host[tid]
+        cols[0].append(ts)
+        cols[1].append(dur)
+        cols[2].append(1 if cat in k.CPU_OP_CATEGORIES else 0)
+
+
+_DTYPE_BYTES = {"float": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8, "int": 4, "long int": 8,
+                "signed char": 1, "unsigned char": 1, "bool": 1, "short int": 2}
+
+
+def _payload_bytes(args: Any) -> int | None:
+    """Bytes of a collective's tensors from record_shapes' Input Dims / Input type; None when absent."""
+    if not isinstance(args, dict):
+        return None
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return None
+    total = 0
+    for shape, dtype in zip(dims, types):
+        size = _DTYPE_BYTES.get(dtype) if isinstance(dtype, str) else None
+        if size is None or not isinstance(shape, list) or not all(isinstance(d, int) for d in shape):
+            continue
+        n = 1
+        for d in shape:
+            n *= d
+        total += n * size
+    return total or None
+
+
+def union_length(intervals: Iterable[tuple[float, float]], lo: float, hi: float) -> float:
+    """Total length covered by ``(start, end)`` intervals, clipped to ``[lo, hi)``."""
+    total = 0.0
+    cur_s = cur_e = None
+    for s, e in sorted((max(s, lo), min(e, hi)) for s, e in intervals if e > lo and s < hi):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        elif e > cur_e:
+            cur_e = e
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def _window(starts: Sequence[float], order: Sequence[int], lo: float, hi: float) -> list[int]:
+    """Indices (into the original columns) of items whose start lies in [lo, hi); ``starts`` is sorted."""
+    return [order[k] for k in range(bisect_left(starts, lo), bisect_left(starts, hi))]
+
+
+def _sorted_index(values: Sequence[float]) -> tuple[list[float], list[int]]:
+    order = sorted(range(len(values)), key=values.__getitem__)
+    return [values[i] for i in order], order
+
+
+def _top_level(ts: Sequence[float], dur: Sequence[float], idx: list[int]) -> list[int]:
+    """Indices of intervals not nested in an earlier one (``idx`` sorted by start)."""
+    out: list[int] = []
+    end = float("-inf")
+    for i in idx:
+        if ts[i] >= end:
+            out.append(i)
+            end = ts[i] + dur[i]
+        elif ts[i] + dur[i] > end:  # overlapping but not nested (clock jitter): extend the current one
+            end = ts[i] + dur[i]
+    return out
+
+
+def _self_times(ts: Sequence[float], dur: Sequence[float], idx: list[int]) -> tuple[dict[int, float], set[int]]:
+    """Self time (duration minus directly nested intervals) of each interval, and the set of leaves."""
+    order = sorted(idx, key=lambda i: (ts[i], -dur[i]))
+    self_t = {i: dur[i] for i in order}
+    parents: set[int] = set()
+    stack: list[int] = []
+    for i in order:
+        while stack and ts[i] >= ts[stack[-1]] + dur[stack[-1]]:
+            stack.pop()
+        if stack:
+            p = stack[-1]
+            self_t[p] -= min(dur[i], ts[p] + dur[p] - ts[i])
+            parents.add(p)
+        stack.append(i)
+    return self_t, set(order) - parents
+
+
+def _build_steps(cols: _Columns, base_us: float) -> tuple[str | None, list[StepSummary]]:
+    if not cols.steps:
+        return None, []
+    main_tid = Counter(t for _, _, _, t in cols.steps).most_common(1)[0][0]
+    markers = sorted((s for s in cols.steps if s[3] == main_tid), key=lambda s: s[1])
+    host_ts, host_dur, host_is_op = cols.host.get(main_tid, (array("d"), array("d"), array("b")))
+    h_starts, h_order = _sorted_index(host_ts)
+    d_starts, d_order = _sorted_index(cols.device[0])
+    c_starts, c_order = _sorted_index([c[1] for c in cols.collectives])
+    l_sorted = sorted(cols.launches)
+    s_starts, s_order = _sorted_index([s[0] for s in cols.syncs])
+    waits = [w for w in cols.data_waits if w[2] == main_tid]
+    w_starts, w_order = _sorted_index([w[0] for w in waits])
+
+    steps: list[StepSummary] = []
+    for number, ts, dur, _ in markers:
+        lo, hi = ts, ts + dur
+        host_idx = _window(h_starts, h_order, lo, hi)
+        top = _top_level(host_ts, host_dur, host_idx)
+        host_iv = [(host_ts[i], host_ts[i] + host_dur[i]) for i in top]
+        self_t, leaf_set = _self_times(host_ts, host_dur, host_idx)
+        leaves = [i for i in host_idx if host_is_op[i] and i in leaf_set]
+        short = [i for i in host_idx if host_is_op[i] and self_t[i] < SHORT_OP_US]
+        wait_iv = [(waits[i][0], waits[i][0] + waits[i][1]) for i in _window(w_starts, w_order, lo, hi)]
+        # device work is attributed to the step it starts in (kernels queued late may end after it)
+        coll_idx = _window(c_starts, c_order, lo, hi)
+        coll_iv = [(cols.collectives[i][1], cols.collectives[i][1] + cols.collectives[i][2]) for i in coll_idx]
+        dev_idx = _window(d_starts, d_order, lo, hi)
+        dev_iv = [(cols.device[0][i], cols.device[0][i] + cols.device[1][i]) for i in dev_idx]
+        sync_iv = [(cols.syncs[i][0], cols.syncs[i][0] + cols.syncs[i][1]) for i in _window(s_starts, s_order, lo, hi)]
+        busy = union_length(host_iv, lo, hi)
+        coll_us = union_length(coll_iv, lo, hi)
+        host_coll = [iv for i, iv in zip(coll_idx, coll_iv) if not cols.collectives[i][3]]
+        explained = union_length(host_iv + wait_iv + host_coll, lo, hi)
+        steps.append(
+            StepSummary(
+                number=number,
+                start_us=ts + base_us,
+                dur_us=dur,
+                data_wait_us=union_length(wait_iv, lo, hi),
+                collectives=[
+                    Collective(
+                        name=cols.collectives[i][0],
+                        start_us=cols.collectives[i][1] + base_us,
+                        dur_us=cols.collectives[i][2],
+                        on_device=cols.collectives[i][3],
+                        payload_bytes=cols.collectives[i][4],
+                    )
+                    for i in sorted(coll_idx, key=lambda i: cols.collectives[i][1])
+                ],
+                collective_us=coll_us,
+                host_busy_us=busy,
+                unexplained_us=max(0.0, dur - explained),
+                host_ops=sum(1 for i in host_idx if host_is_op[i]),
+                top_level_ops=len(top),
+                leaf_ops=len(leaves),
+                short_ops=len(short),
+                short_ops_us=sum(max(0.0, self_t[i]) for i in short),
+                device_busy_us=union_length(dev_iv, lo, hi),
+                kernels=len(dev_idx),
+                launches=bisect_left(l_sorted, hi) - bisect_left(l_sorted, lo),
+                sync_us=union_length(sync_iv, lo, hi),
+            )
+        )
+    return main_tid, steps
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def summarize_trace(path: Path) -> TraceSummary:
+    """Read ``path`` (``.json`` or ``.json.gz``) once and summarise it per step.
+
+    Never raises on a file that is merely cut short (``truncated`` says so); raises
+    ``TraceFormatError`` on a file that is not a Chrome trace at all.
+    """
+    path = Path(path)
+    state = StreamState()
+    cols = _Columns()
+    started = time.perf_counter()
+    try:
+        for ev in iter_trace_events(path, state):
+            cols.add(ev)
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(f"{path}: not UTF-8 JSON: {exc}") from exc
+    header = state.header
+    base_ns = header.get("baseTimeNanoseconds")
+    base_us = base_ns / 1000.0 if isinstance(base_ns, (int, float)) else 0.0
+    dist = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
+    main_tid, steps = _build_steps(cols, base_us)
+    return TraceSummary(
+        path=str(path),
+        rank=_int_or_none(dist.get("rank")),
+        world_size=_int_or_none(dist.get("world_size")),
+        backend=dist.get("backend") if isinstance(dist.get("backend"), str) else None,
+        has_device=len(cols.device[0]) > 0,
+        base_time_us=base_us,
+        bytes_on_disk=path.stat().st_size,
+        json_bytes=state.json_chars,
+        n_events=state.n_events,
+        parse_seconds=time.perf_counter() - started,
+        truncated=state.truncated,
+        main_tid=main_tid,
+        collective_names=dict(Counter(c[0] for c in cols.collectives)),
+        steps=steps,
+    )
+
+
+__all__ = ["Collective", "StepSummary", "TraceSummary", "TraceFormatError", "summarize_trace", "union_length"]

@@ -1,0 +1,107 @@
+"""The bundle cache: recorded bundles under opaque keys, with their ground truth kept one folder above.
+
+Cache layout (under ``bundle_cache_dir()``, or ``cache_dir``)::
+
+    evidence/<key>/        an evidence bundle; ``key`` is opaque and says nothing about the case
+    <key>.truth.json       case id, repeat, and the Verification (ground truth): OUTSIDE the bundle
+    index.jsonl            one line per recording: case id, role (case or twin), repeat -> key
+                           (for people; lookups recompute keys)
+
+Bundles sit one folder below the truth files, so a diagnoser handed a bundle folder finds only other
+opaque bundles beside it, not the labels.
+
+``key`` hashes the case's recording spec (workload and faults, not labels or title), the recording code
+version (a hash of the recording, workload and fault sources), the resolved device, the torch version
+and the repeat number. Repeat 0 is the bundle diagnosers see; repeats 1.. exist only to measure noise in
+verification. A healthy twin has the same spec as a healthy control of the same workload, so they
+share cache entries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+from diageval.cases.model import Case
+from diageval.fileio import append_jsonl, atomic_write_text
+from diageval.recording.truth import TruthRecord
+
+_HARNESS = Path(__file__).resolve().parent.parent
+# The sources that shape a recording, relative to the package root: a change to any of them re-records.
+RECORDING_SOURCES = ("recording", "bundle/model.py")
+
+
+def recording_code_version() -> str:
+    """sha256 over the sources that shape a recording (paths and bytes, sorted)."""
+    h = hashlib.sha256()
+    files: list[Path] = []
+    for name in RECORDING_SOURCES:
+        p = _HARNESS / name
+        files += sorted(p.rglob("*.py")) if p.is_dir() else [p]
+    for f in files:
+        h.update(f.relative_to(_HARNESS).as_posix().encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def cache_key(case: Case, device: str, repeat: int = 0, *, code_version: str | None = None) -> str:
+    import torch
+
+    payload = {
+        "spec": case.spec_hash(),
+        "code": code_version or recording_code_version(),
+        "device": device,
+        "torch": torch.__version__,
+        "repeat": repeat,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def bundles_root(cache: Path) -> Path:
+    """The folder holding the cached bundle folders (one level below the truth files)."""
+    return cache / "evidence"
+
+
+def truth_path(cache: Path, key: str) -> Path:
+    return cache / f"{key}.truth.json"
+
+
+def read_truth(cache: Path, key: str) -> TruthRecord | None:
+    path = truth_path(cache, key)
+    if not path.is_file():
+        return None
+    return TruthRecord.model_validate_json(path.read_text(encoding="utf-8"))
+
+
+def write_truth(cache: Path, record: TruthRecord) -> None:
+    atomic_write_text(truth_path(cache, record.key), record.model_dump_json(indent=2) + "\n")
+
+
+def ensure_bundle(case: Case, device: str, *, repeat: int = 0, force: bool = False,
+                  cache_dir: Path | None = None, role: Literal["case", "twin"] = "case") -> tuple[str, Path, bool]:
+    """The cached bundle of ``case`` (recorded now if missing or ``force``): (key, folder, recorded_now).
+
+    ``device`` must already be resolved (``cpu`` or ``cuda``). ``role`` says, in the truth file and the
+    index, whether ``case`` is a case or the healthy twin of the case with that id (twins keep the id).
+    Twins of different cases with the same workload share one entry: its truth names the first.
+    """
+    from diageval.bundle.model import MANIFEST_NAME
+    from diageval.paths import bundle_cache_dir
+    from diageval.recording.record import record_case
+
+    cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
+    key = cache_key(case, device, repeat)
+    folder = bundles_root(cache) / key
+    if not force and (folder / MANIFEST_NAME).is_file():
+        return key, folder, False
+    record_case(case, folder, device=device)
+    previous = read_truth(cache, key)
+    if previous is None or previous.case_id != case.id or previous.role != role or force:
+        write_truth(cache, TruthRecord(case_id=case.id, role=role, key=key, repeat=repeat,
+                                       recorded=datetime.now(timezone.utc)))
+    append_jsonl(cache / "index.jsonl", {"case_id": case.id, "role": role, "key": key, "repeat": repeat,
+                                         "device": device, "recorded": datetime.now(timezone.utc).isoformat()})
+    return key, folder, True

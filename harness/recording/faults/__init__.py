@@ -1,0 +1,34 @@
+"""The fault-injector registry: name -> FaultInfo. Importing this module never imports torch.
+
+Live faults (:class:`diageval.recording.faults.base.LiveFault`) act inside the rank processes while the workload
+trains; evidence faults (:class:`~diageval.recording.faults.base.BundleFault`) edit the finished bundle.
+"""
+
+from __future__ import annotations
+
+from diageval.recording.faults import params as p
+from diageval.recording.plugin import FaultInfo
+
+FAULTS: dict[str, FaultInfo] = {
+    info.name: info
+    for info in [
+        FaultInfo("dataloader_starvation", "DataLoader workers take longer per batch than the step can hide",
+                  p.DataloaderStarvationParams, "diageval.recording.faults.data:DataloaderStarvation",
+                  p.check_dataloader_starvation),
+        FaultInfo("blocking_checkpoint", "Rank 0 saves checkpoints synchronously to slow storage",
+                  p.BlockingCheckpointParams, "diageval.recording.faults.checkpoint:BlockingCheckpoint",
+                  p.check_blocking_checkpoint),
+        FaultInfo("collective_stall", "Every rank's collective sockets are rate-capped (slow network)",
+                  p.CollectiveStallParams, "diageval.recording.faults.network:CollectiveStall", p.check_collective_stall),
+        FaultInfo("slow_rank", "One rank computes slower; its peers wait in the collective",
+                  p.SlowRankParams, "diageval.recording.faults.compute:SlowRank", p.check_slow_rank),
+        FaultInfo("kernel_launch_overhead", "Each layer runs as many small ops over batch slices (same math)",
+                  p.KernelLaunchOverheadParams, "diageval.recording.faults.compute:KernelLaunchOverhead"),
+        FaultInfo("one_off_pause", "Every rank stalls once at one step (a benign hiccup, for confounders)",
+                  p.OneOffPauseParams, "diageval.recording.faults.compute:OneOffPause", p.check_one_off_pause),
+        FaultInfo("drop_rank_trace", "Remove one rank's profiler trace from the bundle",
+                  p.DropRankTraceParams, "diageval.recording.faults.bundle_edits:DropRankTrace", p.check_drop_rank_trace),
+        FaultInfo("truncate_trace", "Cut one rank's profiler trace short (invalid JSON)",
+                  p.TruncateTraceParams, "diageval.recording.faults.bundle_edits:TruncateTrace", p.check_truncate_trace),
+    ]
+}

@@ -1,0 +1,104 @@
+"""Strict parameter models of the built-in faults, and their checks against the workload.
+
+Parameter names are deliberately distinctive (``target_rank``, never ``rank``): a test asserts that no
+fault parameter name occurs anywhere in a bundle, and a generic name would collide with every trace.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from diageval.cases.model import WorkloadSpec
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataloaderStarvationParams(_Params):
+    extra_prep_ms: float = Field(gt=0, le=10_000, description="Extra worker time to prepare each batch")
+    start_step: int = Field(0, ge=0, description="First step whose batch is slow")
+
+
+class BlockingCheckpointParams(_Params):
+    save_every_steps: int = Field(ge=1, description="Rank 0 saves a checkpoint synchronously every N steps")
+    write_mb_per_s: float = Field(gt=0, description="Throughput of the (slow) storage the checkpoint is written to")
+    start_step: int = Field(0, ge=0, description="No slow save before this step")
+
+
+class CollectiveStallParams(_Params):
+    pacing_bytes_per_s: int = Field(ge=10_000, description="Send-rate cap on every rank's collective sockets")
+    start_step: int = Field(0, ge=0, description="The cap is applied at the start of this step")
+
+
+class SlowRankParams(_Params):
+    target_rank: int = Field(ge=0, description="The rank that computes slower")
+    slowdown_factor: float = Field(gt=1.0, le=20.0, description="Its compute takes this many times as long")
+    start_step: int = Field(0, ge=0, description="First slow step")
+
+
+class KernelLaunchOverheadParams(_Params):
+    pieces_per_layer: int = Field(ge=2, le=1024, description="Each layer runs as this many small ops over batch slices")
+
+
+class OneOffPauseParams(_Params):
+    pause_step: int = Field(ge=0, description="The step that stalls (on every rank)")
+    pause_ms: float = Field(gt=0, le=60_000, description="How long it stalls")
+
+
+class DropRankTraceParams(_Params):
+    missing_rank: int = Field(ge=0, description="Whose profiler trace is removed from the bundle")
+
+
+class TruncateTraceParams(_Params):
+    cut_rank: int = Field(ge=0, description="Whose profiler trace is cut short")
+    keep_fraction: float = Field(gt=0, lt=1, description="Fraction of the raw trace bytes kept")
+
+
+def _rank_ok(field: str, rank: int, workload: WorkloadSpec) -> list[tuple[str, str]]:
+    if rank >= workload.world_size:
+        return [(field, f"rank {rank} is out of range for world_size {workload.world_size} (expected 0..{workload.world_size - 1})")]
+    return []
+
+
+def _step_ok(field: str, step: int, workload: WorkloadSpec) -> list[tuple[str, str]]:
+    if step >= workload.steps:
+        return [(field, f"step {step} is not before the workload's {workload.steps} steps")]
+    return []
+
+
+def _multi_rank(workload: WorkloadSpec) -> list[tuple[str, str]]:
+    if workload.world_size < 2:
+        return [("", "needs world_size >= 2 (there is no collective to slow down or wait in)")]
+    return []
+
+
+def check_dataloader_starvation(p: DataloaderStarvationParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    return _step_ok("start_step", p.start_step, w)
+
+
+def check_blocking_checkpoint(p: BlockingCheckpointParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    out = _step_ok("start_step", p.start_step, w)
+    if p.save_every_steps > w.steps:
+        out.append(("save_every_steps", f"{p.save_every_steps} is more than the workload's {w.steps} steps: no save would happen"))
+    return out
+
+
+def check_collective_stall(p: CollectiveStallParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    return _multi_rank(w) + _step_ok("start_step", p.start_step, w)
+
+
+def check_slow_rank(p: SlowRankParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    return _multi_rank(w) + _rank_ok("target_rank", p.target_rank, w) + _step_ok("start_step", p.start_step, w)
+
+
+def check_one_off_pause(p: OneOffPauseParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    return _step_ok("pause_step", p.pause_step, w)
+
+
+def check_drop_rank_trace(p: DropRankTraceParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    return _rank_ok("missing_rank", p.missing_rank, w)
+
+
+def check_truncate_trace(p: TruncateTraceParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    return _rank_ok("cut_rank", p.cut_rank, w)

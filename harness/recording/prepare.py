@@ -1,0 +1,73 @@
+"""Evidence for a case, as the run pipeline asks for it: the cached bundle, and for a positive case the
+:class:`~diageval.recording.truth.Verification` that its injection manifested (see
+:mod:`diageval.recording.verify`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from diageval.cases.load import LoadedCase
+from diageval.fileio import sha256_file
+from diageval.recording.cache import cache_key, ensure_bundle, read_truth
+from diageval.recording.truth import Verification
+
+
+class PreparedEvidence(BaseModel):
+    case_id: str
+    bundle_dir: Path
+    bundle_id: str
+    manifest_sha256: str
+    verification: Verification | None = Field(description="None for healthy and abstain cases")
+
+
+
+def prepare_evidence(loaded: LoadedCase, *, device: str = "auto", force: bool = False, verify: bool = True,
+                     cache_dir: Path | None = None) -> PreparedEvidence:
+    """Record (or reuse) the case's bundle; for a positive case also verify that its injection manifested.
+
+    Verification reuses a stored one unless ``force``; it records ``DEFAULT_REPEATS`` repeats of the case
+    and of its healthy twin (all cached). Raises ``RecordingError`` when a recording fails.
+    """
+    from diageval.bundle.model import MANIFEST_NAME, EvidenceBundle
+    from diageval.paths import bundle_cache_dir
+    from diageval.recording.record import resolve_device
+    from diageval.recording.verify import DEFAULT_REPEATS, verify_case
+
+    case = loaded.case
+    cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
+    resolved = resolve_device(device, case)
+    verification = None
+    verified_now = False
+    if verify and case.labels.expect == "diagnose":
+        truth = read_truth(cache, cache_key(case, resolved))
+        if truth is not None and truth.verification is not None and not force:
+            verification = truth.verification
+        else:  # records every repeat, repeat 0 (the bundle returned below) included
+            verification = verify_case(case, repeats=DEFAULT_REPEATS, device=resolved, cache_dir=cache, force=force)
+            verified_now = True
+    key, folder, _ = ensure_bundle(case, resolved, force=force and not verified_now, cache_dir=cache)
+    bundle = EvidenceBundle.open(folder)
+    return PreparedEvidence(
+        case_id=case.id, bundle_dir=folder, bundle_id=bundle.bundle_id,
+        manifest_sha256=sha256_file(folder / MANIFEST_NAME), verification=verification,
+    )
+
+
+def record_cases(case_ids: list[str], *, cases_dir: Path | None = None, device: str = "auto", force: bool = False,
+                 cache_dir: Path | None = None, progress=None) -> list[tuple[str, Path, bool]]:
+    """Record (or reuse) the bundles of the named cases: (case id, bundle folder, recorded now)."""
+    from diageval.cases.load import load_case_set
+    from diageval.recording.record import resolve_device
+
+    case_set = load_case_set(cases_dir)
+    out = []
+    chosen = case_set.select(case_ids)
+    for n, lc in enumerate(chosen, 1):
+        if progress:
+            progress(f"[{n}/{len(chosen)}] {lc.case.id}")
+        dev = resolve_device(device, lc.case)
+        _, folder, fresh = ensure_bundle(lc.case, dev, force=force, cache_dir=cache_dir)
+        out.append((lc.case.id, folder, fresh))
+    return out

@@ -1,0 +1,25 @@
+"""The workload registry: name -> WorkloadInfo. Importing this module never imports torch.
+
+A workload's ``impl`` is a ``build(params, ctx) -> TrainingSetup`` function (see
+:mod:`diageval.recording.workloads.base`), imported only inside a rank process at record time.
+"""
+
+from __future__ import annotations
+
+from diageval.recording.plugin import WorkloadInfo
+from diageval.recording.workloads.params import ConvParams, MlpParams
+
+WORKLOADS: dict[str, WorkloadInfo] = {
+    "mlp_ddp": WorkloadInfo(
+        name="mlp_ddp",
+        summary="A small MLP classifier trained with DistributedDataParallel on synthetic data",
+        params_model=MlpParams,
+        impl="diageval.recording.workloads.mlp:build",
+    ),
+    "convnet_allreduce": WorkloadInfo(
+        name="convnet_allreduce",
+        summary="A small conv net on synthetic images; gradients averaged with one flat all_reduce per step",
+        params_model=ConvParams,
+        impl="diageval.recording.workloads.convnet:build",
+    ),
+}

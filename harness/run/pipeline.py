@@ -1,0 +1,388 @@
+"""``diageval run``: prepare evidence for the selected cases, run a diagnoser on each, score, save.
+
+The pipeline, in two phases:
+
+1. **Evidence**, one case after another in this process: :func:`diageval.recording.prepare.prepare_evidence`
+   records (or finds cached) the bundle and its manifestation check. A recording that fails is a
+   ``harness_error``, a positive case whose injection did not manifest is ``invalid``; both are saved
+   at once and never blamed on the diagnoser. Evidence comes first, all of it, because a recording is a
+   timing measurement: a diagnoser busy on the same cores would distort it.
+2. **Diagnosis**, ``jobs`` cases at a time: each job slot owns an executor (a long-lived worker process
+   for in-process diagnosers, a fresh subprocess per case for ``cmd:``); a crash, a hang past the
+   timeout or an invalid output becomes that case's status and the run goes on. Each case is scored and
+   its line appended to ``results.jsonl`` the moment it ends.
+
+Ctrl-C (or SIGTERM) kills the diagnoses in flight, discards their unfinished cases, marks the run
+``interrupted`` and keeps every finished case; running the same command again resumes. The default run
+id is ``<diagnoser name>-<case-set hash[:8]>`` so that it does.
+
+Labels: only reference diagnosers get the corpus (``prepare``), with the map bundle_id -> case id built
+here from the prepared evidence; the bundle path given to any diagnoser must not contain the case id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TextIO
+
+from diageval.bundle.model import EvidenceBundle
+from diageval.cases.load import CaseSet, LoadedCase
+from diageval.fileio import atomic_write_text
+from diageval.run.attempt import Attempt, Executor
+from diageval.run.command import DEFAULT_TIMEOUT_S
+from diageval.run.grade import summarize_run
+from diageval.run.process_groups import LiveGroups
+from diageval.run.registry import ResolvedDiagnoser
+from diageval.run.store import RunDiagnoser, RunInfo, RunStore, SkippedCase, git_sha, now, run_env
+
+Device = Literal["auto", "cpu", "cuda"]
+EvidenceFn = Callable[..., Any]  # (LoadedCase, *, device) -> PreparedEvidence
+
+
+class RunError(Exception):
+    """The run cannot start or had to stop (bad options, a diagnoser that cannot start here)."""
+
+
+@dataclass
+class RunOutcome:
+    run_dir: Path
+    info: RunInfo
+    results: list[Any]  # CaseResult, every case in the folder
+    summary: Any  # diageval.scoring.summary.Summary
+    counts: dict[str, int]  # this invocation: prepared (evidence), diagnosed, resumed (already done), skipped
+
+
+@dataclass
+class _Ready:
+    """A case whose evidence is ready for the diagnoser."""
+
+    loaded: LoadedCase
+    bundle_dir: Path
+    bundle_id: str
+    bundle_sha256: str
+    measured_impact: float | None
+
+
+def default_run_id(diagnoser_name: str, case_set_hash: str) -> str:
+    return f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', diagnoser_name)}-{case_set_hash[:8]}"
+
+
+def run_diagnoser(
+    resolved: ResolvedDiagnoser,
+    case_set: CaseSet,
+    *,
+    cases_dir: Path,
+    case_ids: Iterable[str] = (),
+    tags: Iterable[str] = (),
+    out_dir: Path | None = None,
+    run_id: str | None = None,
+    jobs: int = 1,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    device: Device = "auto",
+    evidence_fn: EvidenceFn | None = None,
+    cuda_device_count: Callable[[], int] | None = None,
+    progress: TextIO | Literal["stderr"] | None = "stderr",
+) -> RunOutcome:
+    """Run ``resolved`` on the selected cases of ``case_set`` into ``<out_dir>/<run_id>`` (resuming it).
+
+    ``progress``: a stream for one line per case, ``"stderr"`` (whatever ``sys.stderr`` is when a line is
+    written) or None for silence.
+    """
+    from diageval.paths import default_runs_dir
+
+    if jobs < 1:
+        raise RunError(f"--jobs must be at least 1 (got {jobs})")
+    if timeout <= 0:
+        raise RunError(f"--timeout must be positive (got {timeout})")
+    try:
+        selected = case_set.select(case_ids, tags)
+    except KeyError as exc:
+        raise RunError(str(exc.args[0])) from None
+    if not selected:
+        raise RunError(f"no case matches (cases: {list(case_ids) or 'all'}, tags: {list(tags) or 'any'})")
+    runnable, skipped = _split_by_device(selected, device, cuda_device_count or _cuda_device_count)
+    store = RunStore(Path(out_dir or default_runs_dir()) / (run_id or default_run_id(resolved.name, case_set.hash)))
+    manifest = store.begin(
+        RunInfo(
+            run_id=store.root.name,
+            git_sha=git_sha(),
+            diagnoser=RunDiagnoser(
+                spec=resolved.spec, name=resolved.name, version=resolved.version, origin=resolved.origin,
+                reference=resolved.reference, self_test=resolved.self_test,
+            ),
+            case_set_hash=case_set.hash,
+            taxonomy_version=case_set.taxonomy.version,
+            cases_dir=str(Path(cases_dir).resolve()),
+            env=run_env(),
+            device=device,
+            timeout_s=timeout,
+            jobs=jobs,
+            started=now(),
+            skipped=skipped,
+        )
+    )
+    show = _Progress(progress)
+    for s in skipped:
+        show.line(f"skip {s.case_id}: {s.reason}")
+    done = store.drop_retryable()
+    todo = [lc for lc in runnable if lc.case.id not in done]
+    counts = {"resumed": len(runnable) - len(todo), "prepared": 0, "diagnosed": 0, "skipped": len(skipped)}
+    if counts["resumed"]:
+        show.line(f"resuming {store.root}: {counts['resumed']} case(s) already done, {len(todo)} to go")
+    pipeline = _Pipeline(resolved, case_set, store, timeout=timeout, jobs=jobs, show=show)
+    try:
+        ready = pipeline.prepare_all(todo, evidence_fn or _default_evidence_fn(), device)
+        counts["prepared"] = len(todo)
+        counts["diagnosed"] = pipeline.diagnose_all(ready)
+        results, summary = summarize_run(store, manifest)
+    except KeyboardInterrupt:
+        store.write_info(manifest.model_copy(update={"status": "interrupted", "finished": now()}))
+        show.line(f"interrupted: finished cases are kept in {store.root}; run the same command again to resume")
+        raise
+    except Exception as exc:
+        store.write_info(manifest.model_copy(update={"status": "failed", "finished": now(), "error": str(exc)}))
+        raise
+    manifest = manifest.model_copy(update={"status": "complete", "finished": now()})
+    store.write_info(manifest)
+    return RunOutcome(run_dir=store.root, info=manifest, results=results, summary=summary, counts=counts)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Treat SIGTERM (a CI job cancelled, ``kill``) like Ctrl-C while a run is going: stop cleanly."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# --- the two phases ---------------------------------------------------------------------------------
+
+
+class _Pipeline:
+    def __init__(self, resolved: ResolvedDiagnoser, case_set: CaseSet, store: RunStore, *, timeout: float, jobs: int, show: "_Progress"):
+        self.resolved = resolved
+        self.case_set = case_set
+        self.store = store
+        self.timeout = timeout
+        self.jobs = jobs
+        self.show = show
+        self._write_lock = threading.Lock()
+
+    def prepare_all(self, todo: list[LoadedCase], evidence_fn: EvidenceFn, device: Device) -> list[_Ready]:
+        ready: list[_Ready] = []
+        for i, loaded in enumerate(todo, 1):
+            start = time.perf_counter()
+            outcome = self._prepare(loaded, evidence_fn, device)
+            if isinstance(outcome, _Ready):
+                ready.append(outcome)
+                status = "ready"
+            else:
+                status = outcome["status"]
+                self._save(loaded, None, outcome)
+            self.show.step("evidence", i, len(todo), loaded.case.id, status, time.perf_counter() - start)
+        sharing: dict[str, list[str]] = {}
+        for r in ready:
+            sharing.setdefault(r.bundle_id, []).append(r.loaded.case.id)
+        for bundle_id, ids in sharing.items():
+            if len(ids) > 1:  # identical recording specs: one piece of evidence, judged against several labels
+                self.show.line(f"note: cases {', '.join(ids)} share bundle {bundle_id} (identical workload and faults)")
+        return ready
+
+    def _prepare(self, loaded: LoadedCase, evidence_fn: EvidenceFn, device: Device) -> "_Ready | dict[str, Any]":
+        case = loaded.case
+        try:
+            prepared = evidence_fn(loaded, device=device)
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:
+            return {"status": "harness_error", "error": f"recording failed: {type(exc).__name__}: {exc}"}
+        bundle_dir = Path(prepared.bundle_dir)
+        ids = {"bundle_id": prepared.bundle_id, "bundle_sha256": prepared.manifest_sha256}
+        try:
+            EvidenceBundle.open(bundle_dir)
+        except Exception as exc:
+            return {"status": "harness_error", "error": f"unreadable bundle: {exc}", **ids}
+        if re.search(rf"(?<![a-z0-9]){re.escape(case.id)}(?![a-z0-9])", str(bundle_dir.resolve()).lower()):
+            return {"status": "harness_error", "error": f"the bundle path {bundle_dir} reveals the case id", **ids}
+        verification = getattr(prepared, "verification", None)
+        impact = getattr(verification, "impact", None)
+        if case.labels.expect == "diagnose":
+            if verification is None:
+                return {"status": "invalid", "error": "no manifestation check was recorded for this positive case", **ids}
+            if not verification.manifested:
+                ratio = getattr(verification, "ratio", None)
+                detail = f": ratio {ratio:.3g} below min_ratio {case.manifest.min_ratio:g}" if ratio is not None and case.manifest else ""
+                return {"status": "invalid", "error": f"the injection did not manifest{detail}", "measured_impact": impact, **ids}
+        return _Ready(loaded, bundle_dir, prepared.bundle_id, prepared.manifest_sha256, impact)
+
+    def diagnose_all(self, ready: list[_Ready]) -> int:
+        """Diagnose ``ready`` with ``jobs`` slots; return how many cases finished."""
+        if not ready:
+            return 0
+        live = LiveGroups()
+        stop = threading.Event()
+        slots: queue.Queue[Executor] = queue.Queue()
+        executors = [self._executor(ready, live) for _ in range(min(self.jobs, len(ready)))]
+        for ex in executors:
+            slots.put(ex)
+        finished = 0
+        total = len(ready)
+
+        def task(item: _Ready) -> None:
+            nonlocal finished
+            if stop.is_set():
+                return
+            ex = slots.get()
+            try:
+                attempt = ex.attempt(item.bundle_dir, self.store.case_dir(item.loaded.case.id), self.timeout)
+            finally:
+                slots.put(ex)
+            if stop.is_set():  # interrupted mid-diagnosis: this case was not really run; leave it undone
+                return
+            fields = {
+                "status": attempt.status, "error": attempt.error, "seconds": attempt.seconds,
+                "bundle_id": item.bundle_id, "bundle_sha256": item.bundle_sha256, "measured_impact": item.measured_impact,
+            }
+            status = self._save(item.loaded, attempt, fields)
+            with self._write_lock:
+                finished += 1
+                n = finished
+            self.show.step("diagnose", n, total, item.loaded.case.id, status, attempt.seconds)
+
+        pool = ThreadPoolExecutor(max_workers=len(executors), thread_name_prefix="diagnose")
+        try:
+            futures = [pool.submit(task, item) for item in ready]
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            for f in done:
+                f.result()  # a WorkerStartError (diagnoser cannot start here) stops the run
+        except BaseException:
+            stop.set()
+            live.kill_all()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        finally:
+            pool.shutdown(wait=True)
+            for ex in executors:
+                ex.close()
+        return finished
+
+    def _executor(self, ready: list[_Ready], live: LiveGroups) -> Executor:
+        if self.resolved.kind == "command":
+            return _CommandExecutor(self.resolved.factory(), live)
+        from diageval.run.worker import WorkerExecutor
+
+        corpus_json = None
+        if self.resolved.needs_corpus:
+            from diageval.run.corpus import ReferenceCorpus
+
+            bundle_cases = {r.bundle_id: r.loaded.case.id for r in ready}
+            corpus_json = ReferenceCorpus.from_case_set(self.case_set, bundle_cases).model_dump_json()
+        return WorkerExecutor(self.resolved.spec, corpus_json=corpus_json, log_path=self.store.log_path, live=live)
+
+    def _save(self, loaded: LoadedCase, attempt: Attempt | None, fields: dict[str, Any]) -> str:
+        """Score one finished case and record it: diagnosis file first, then its results line."""
+        from diageval.scoring.verdicts import score_case
+
+        diagnosis = attempt.diagnosis if attempt is not None else None
+        result = score_case(loaded.case, diagnosis, taxonomy=self.case_set.taxonomy, **fields)
+        with self._write_lock:
+            if diagnosis is not None:
+                atomic_write_text(self.store.diagnosis_path(loaded.case.id), diagnosis.model_dump_json(indent=2) + "\n")
+            self.store.append_result(result)
+        return result.status
+
+
+class _CommandExecutor:
+    """A ``cmd:`` diagnoser: one subprocess per case (the program is the isolation)."""
+
+    def __init__(self, command: Any, live: LiveGroups):
+        self.command = command
+        self.live = live
+
+    def attempt(self, bundle_dir: Path, case_dir: Path, timeout: float) -> Attempt:
+        r = self.command.run(bundle_dir, case_dir, timeout, live=self.live)
+        return Attempt(status=r.status, diagnosis=r.diagnosis, error=r.error, seconds=r.seconds)
+
+    def close(self) -> None:
+        pass
+
+
+# --- helpers ----------------------------------------------------------------------------------------
+
+
+def _split_by_device(
+    selected: list[LoadedCase], device: Device, cuda_device_count: Callable[[], int]
+) -> tuple[list[LoadedCase], list[SkippedCase]]:
+    """Cases this machine can record on ``device``, and the rest with the reason (one CUDA device per rank)."""
+    needs = [lc for lc in selected if lc.case.requires.device == "cuda"]
+    if not needs and device != "cuda":
+        return selected, []
+    available = cuda_device_count()
+    if device == "cuda" and available == 0:
+        raise RunError("--device cuda, but torch sees no CUDA device here")
+    runnable, skipped = [], []
+    for lc in selected:
+        req = lc.case.requires
+        ranks = lc.case.workload.world_size
+        reason = None
+        if req.device == "cuda" and device == "cpu":
+            reason = "needs CUDA; --device cpu"
+        elif req.device == "cuda" and available < max(req.min_devices, ranks):
+            reason = f"needs {max(req.min_devices, ranks)} CUDA device(s); this machine has {available}"
+        elif device == "cuda" and available < ranks:
+            reason = f"--device cuda: its {ranks} ranks need {ranks} CUDA devices; this machine has {available}"
+        if reason:
+            skipped.append(SkippedCase(case_id=lc.case.id, reason=reason))
+        else:
+            runnable.append(lc)
+    return runnable, skipped
+
+
+def _cuda_device_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _default_evidence_fn() -> EvidenceFn:
+    from diageval.recording.prepare import prepare_evidence
+
+    return prepare_evidence
+
+
+class _Progress:
+    """One line per case: phase, counter, case id, status, seconds. Silent when the stream is None."""
+
+    def __init__(self, stream: TextIO | Literal["stderr"] | None):
+        self.stream = stream
+        self._lock = threading.Lock()
+
+    def line(self, text: str) -> None:
+        if self.stream is None:
+            return
+        with self._lock:
+            print(text, file=sys.stderr if self.stream == "stderr" else self.stream, flush=True)
+
+    def step(self, phase: str, i: int, total: int, case_id: str, status: str, seconds: float | None) -> None:
+        width = len(str(total))
+        secs = f"{seconds:7.2f} s" if seconds is not None else ""
+        self.line(f"{phase:>8} [{i:>{width}}/{total}] {case_id:<40} {status:<15} {secs}")

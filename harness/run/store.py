@@ -1,0 +1,295 @@
+"""The run folder ``runs/<run_id>/``: its manifest, its results, and the rules for resuming it.
+
+Layout::
+
+    run.json                 RunInfo: who ran what on which case set, and whether it finished
+    results.jsonl            one CaseResult a line, appended (and fsynced) as each case ends
+    cases/<id>/diagnosis.json  the diagnosis as returned (validated), when there is one
+    cases/<id>/stdout.txt, stderr.txt, output.json   what the diagnoser printed / wrote, when anything
+    diagnoser.log            what in-process diagnosers printed outside any case
+    summary.json             the metrics, written when the run completes (and by ``diageval score``)
+
+Decided here (the design is silent):
+
+* A folder holds one diagnoser (spec and version) on one case set (hash and taxonomy version). Running
+  again into the same folder resumes it; anything else is refused, so results are never mixed.
+* A case is done once its line is in ``results.jsonl``. On resume, ``harness_error`` lines (our fault,
+  often transient) are dropped and those cases retried; every other status stands.
+* ``summary.json`` is derived from ``results.jsonl``: written when the run completes (and when
+  ``diageval score`` re-scores it); a resumed run deletes it until it completes again, so a stale
+  summary never sits beside newer results.
+"""
+
+from __future__ import annotations
+
+import platform
+import socket
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from diageval import __version__
+from diageval.fileio import append_jsonl, atomic_write_text, read_jsonl, write_jsonl
+from diageval.paths import SOURCE_ROOT
+from diageval.scoring.results import CaseResult, Status
+from diageval.scoring.summary import Summary
+from diageval.validation import field_path
+
+RUN_SCHEMA_VERSION = 1
+RunStatus = Literal["running", "complete", "interrupted", "failed"]
+
+
+class RunDiagnoser(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    spec: str
+    name: str
+    version: str
+    origin: str
+    reference: bool
+    self_test: bool
+
+
+class RunEnv(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    python: str
+    torch: str | None
+    platform: str
+    host: str
+    cpus: int | None = None
+
+
+class SkippedCase(BaseModel):
+    case_id: str
+    reason: str
+
+
+class RunInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = RUN_SCHEMA_VERSION
+    run_id: str
+    diageval_version: str = __version__
+    git_sha: str | None = None
+    diagnoser: RunDiagnoser
+    case_set_hash: str
+    taxonomy_version: str
+    cases_dir: str = Field(description="Where the case files were read from (rescoring reads them again)")
+    env: RunEnv
+    device: str
+    timeout_s: float
+    jobs: int
+    status: RunStatus = "running"
+    started: datetime
+    finished: datetime | None = None
+    skipped: list[SkippedCase] = Field(default_factory=list, description="Selected cases this machine cannot run")
+    error: str | None = Field(None, description="Why a failed run stopped")
+
+
+class SavedOutcome(BaseModel):
+    """What re-scoring keeps of a result line, whatever scoring rules wrote it (older lines lack fields that
+    :class:`CaseResult` requires now; these few have been in every version)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    case_id: str
+    status: Status
+    measured_impact: float | None = None
+    seconds: float | None = None
+    error: str | None = None
+    bundle_id: str | None = None
+    bundle_sha256: str | None = None
+
+
+class RunFolderConflict(Exception):
+    """The folder holds a different run (another diagnoser, version or case set)."""
+
+
+class RunReadError(ValueError):
+    """A run folder that cannot be read as one: the message names the file, the line and the field."""
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    """A run folder read whole: its manifest and every result, typed."""
+
+    root: Path
+    info: RunInfo
+    results: list[CaseResult]
+
+
+class RunStore:
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    # paths
+    @property
+    def info_path(self) -> Path:
+        return self.root / "run.json"
+
+    @property
+    def results_path(self) -> Path:
+        return self.root / "results.jsonl"
+
+    @property
+    def summary_path(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "diagnoser.log"
+
+    def case_dir(self, case_id: str) -> Path:
+        return self.root / "cases" / case_id
+
+    def diagnosis_path(self, case_id: str) -> Path:
+        return self.case_dir(case_id) / "diagnosis.json"
+
+    # manifest
+    def read_info(self) -> RunInfo:
+        if not self.info_path.is_file():
+            raise FileNotFoundError(f"{self.root}: not a run folder (no run.json)")
+        try:
+            return RunInfo.model_validate_json(self.info_path.read_bytes())
+        except ValueError as exc:
+            raise ValueError(f"{self.info_path}: invalid run.json: {exc}") from exc
+
+    def write_info(self, manifest: RunInfo) -> None:
+        atomic_write_text(self.info_path, manifest.model_dump_json(indent=2) + "\n")
+
+    def begin(self, manifest: RunInfo) -> RunInfo:
+        """Start or resume the run: refuse a folder holding another run; keep the first start time."""
+        if self.info_path.is_file():
+            old = self.read_info()
+            mine = (manifest.diagnoser.spec, manifest.diagnoser.version, manifest.case_set_hash, manifest.taxonomy_version)
+            theirs = (old.diagnoser.spec, old.diagnoser.version, old.case_set_hash, old.taxonomy_version)
+            if mine != theirs:
+                raise RunFolderConflict(
+                    f"{self.root} holds a run of {old.diagnoser.spec!r} version {old.diagnoser.version} on case set "
+                    f"{old.case_set_hash[:12]} (taxonomy {old.taxonomy_version}); this run is {manifest.diagnoser.spec!r} "
+                    f"version {manifest.diagnoser.version} on {manifest.case_set_hash[:12]} (taxonomy "
+                    f"{manifest.taxonomy_version}). Results are never mixed: pick another --run-id or --out."
+                )
+            manifest = manifest.model_copy(update={"started": old.started})
+        self.summary_path.unlink(missing_ok=True)
+        self.write_info(manifest)
+        return manifest
+
+    # results: the one reader and writer of results.jsonl
+    def read_results(self) -> list[CaseResult]:
+        """Every result line, validated; :class:`RunReadError` names the file, line and field."""
+        if not self.results_path.is_file():
+            return []
+        try:
+            rows = list(read_jsonl(self.results_path))
+        except ValueError as exc:
+            raise RunReadError(str(exc)) from None
+        results = []
+        for line, row in enumerate(rows, 1):
+            try:
+                results.append(CaseResult.model_validate(row))
+            except ValidationError as err:
+                first = err.errors(include_url=False)[0]
+                where = field_path(first["loc"]) or "<top level>"
+                raise RunReadError(f"{self.results_path}: result {line}: {where}: {first['msg']}") from None
+        return results
+
+    def read_saved_outcomes(self) -> list[SavedOutcome]:
+        """Every result line as re-scoring reads it (:class:`SavedOutcome`), so that a run scored by older
+        rules can be re-scored; :class:`RunReadError` names the file, line and field."""
+        if not self.results_path.is_file():
+            return []
+        try:
+            rows = list(read_jsonl(self.results_path))
+        except ValueError as exc:
+            raise RunReadError(str(exc)) from None
+        out = []
+        for line, row in enumerate(rows, 1):
+            try:
+                out.append(SavedOutcome.model_validate(row))
+            except ValidationError as err:
+                first = err.errors(include_url=False)[0]
+                where = field_path(first["loc"]) or "<top level>"
+                raise RunReadError(f"{self.results_path}: result {line}: {where}: {first['msg']}") from None
+        return out
+
+    def append_result(self, result: CaseResult) -> None:
+        append_jsonl(self.results_path, result.model_dump(mode="json"))
+
+    def rewrite_results(self, results: list[CaseResult]) -> None:
+        write_jsonl(self.results_path, [r.model_dump(mode="json") for r in results])
+
+    def drop_retryable(self) -> set[str]:
+        """Drop ``harness_error`` lines (retried on resume); return the case ids that stay done."""
+        results = self.read_results()
+        keep = [r for r in results if r.status != "harness_error"]
+        if len(keep) != len(results):
+            self.rewrite_results(keep)
+        return {r.case_id for r in keep}
+
+    def read_summary(self) -> Summary:
+        """``summary.json``, validated; :class:`RunReadError` says how to rebuild a missing one."""
+        path = self.summary_path
+        if not path.is_file():
+            raise RunReadError(f"{self.root}: no summary.json (an unfinished run? `diageval score {self.root}` rebuilds it)")
+        try:
+            return Summary.model_validate_json(path.read_bytes())
+        except ValidationError as err:
+            problems = "; ".join(f"{field_path(e['loc']) or '<top level>'}: {e['msg']}"
+                                 for e in err.errors(include_url=False)[:5])
+            raise RunReadError(f"{path}: not a diageval summary: {problems}") from None
+
+    def load(self) -> LoadedRun:
+        """The manifest and every result; refuses a case that appears twice."""
+        try:
+            manifest = self.read_info()
+        except (FileNotFoundError, ValueError) as exc:
+            raise RunReadError(str(exc)) from None
+        results = self.read_results()
+        repeated = sorted(cid for cid, k in Counter(r.case_id for r in results).items() if k > 1)
+        if repeated:
+            raise RunReadError(f"{self.results_path}: case(s) more than once: {', '.join(repeated)}")
+        return LoadedRun(root=self.root, info=manifest, results=results)
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def run_env() -> RunEnv:
+    import os
+
+    try:
+        torch_version: str | None = version("torch")  # without importing torch
+    except PackageNotFoundError:
+        torch_version = None
+    return RunEnv(
+        python=sys.version.split()[0],
+        torch=torch_version,
+        platform=platform.platform(),
+        host=socket.gethostname(),
+        cpus=os.cpu_count(),
+    )
+
+
+def git_sha() -> str | None:
+    """The source tree's commit (with ``-dirty`` when it has uncommitted changes), if it is a git checkout."""
+    try:
+        sha = subprocess.run(
+            ["git", "-C", str(SOURCE_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(SOURCE_ROOT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=5,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{sha}-dirty" if dirty else sha or None

@@ -1,0 +1,29 @@
+"""What a person reads when ``diageval run`` ends: what ran, how cases ended, the main metrics."""
+
+from __future__ import annotations
+
+from diageval.reports.leaderboard import format_metric
+from diageval.run.pipeline import RunOutcome
+from diageval.scoring.metrics import BOARD, METRICS
+
+def format_run_outcome(outcome: RunOutcome) -> str:
+    """The headline a person reads when a run ends: what ran, how cases ended, the main metrics."""
+    s, m = outcome.summary, outcome.info
+    c = outcome.counts
+    statuses = ", ".join(f"{k} {v}" for k, v in s.counts.statuses.items())
+    lines = [
+        f"run {outcome.run_dir} ({m.status}): {m.diagnoser.name} {m.diagnoser.version} on case set "
+        f"{m.case_set_hash[:12]} (taxonomy {m.taxonomy_version})",
+        f"this invocation: {c['prepared']} prepared, {c['diagnosed']} diagnosed, {c['resumed']} already done, "
+        f"{c['skipped']} skipped",
+        f"{s.counts.cases} results, {s.counts.scored} scored: {statuses}",
+        "",
+    ]
+    width = max(len(METRICS[key].label) for key in BOARD)
+    for key in BOARD:  # the leaderboard's columns, from the metric table
+        lines.append(f"  {METRICS[key].label:<{width}}  {format_metric(getattr(s.metrics, key), METRICS[key].digits)}")
+    if m.diagnoser.self_test:
+        lines.append("\n(self-test: this diagnoser reads the labels; it checks the harness and is never ranked)")
+    lines.append(f"\nintervals: 95% (Jeffreys for proportions, BCa bootstrap over cases for the rest); full metrics "
+                 f"in {outcome.run_dir / 'summary.json'}")
+    return "\n".join(lines)
