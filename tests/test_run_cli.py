@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -63,7 +64,8 @@ def test_run_prints_the_headline_and_resumes(tmp_path, cases_dir, monkeypatch):
     args = ["run", "-d", "oracle", "--cases", str(cases_dir), "--out", str(tmp_path / "runs"), "--timeout", "30"]
     out = CliRunner().invoke(main, args)
     assert out.exit_code == 0, out.output
-    assert "(complete)" in out.output and "recall        1.00" in out.output
+    assert "(complete)" in out.output and re.search(r"^  recall +1\.00 ", out.output, re.M)
+    assert re.search(r"^  skill +1\.00 \[1\.00, 1\.00\] n=2$", out.output, re.M)  # the oracle: the headline's top
     assert "diagnose [2/2]" in out.stderr
     run_dirs = list((tmp_path / "runs").iterdir())
     assert len(run_dirs) == 1 and run_dirs[0].name.startswith("oracle-")
