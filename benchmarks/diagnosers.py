@@ -29,18 +29,9 @@ from diageval.diagnosers.base import DiagnoserUnavailable
 from diageval.paths import default_cases_dir
 from diageval.run.pipeline import RunError, run_diagnoser
 from diageval.run.registry import DiagnoserSpecError, resolve_diagnoser
+from diageval.scoring.metrics import BOARD, METRICS
 
-COLUMNS = [
-    ("skill", "skill"),
-    ("f1", "F1"),
-    ("precision", "precision"),
-    ("recall", "recall"),
-    ("misleading_rate", "misleading"),
-    ("false_alarm_rate", "false alarm"),
-    ("abstention_recall", "abstention R"),
-    ("localization_accuracy", "localisation"),
-    ("seconds_per_case", "s/case"),
-]
+COLUMNS = [(key, METRICS[key].label) for key in BOARD]  # the leaderboard's columns, from the metric table
 
 
 def _fmt(metric) -> str:
