@@ -17,10 +17,10 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from diageval.cases.model import Case
+from diageval.cases.strict_yaml import YamlProblem, read_yaml
 from diageval.cases.taxonomy import Taxonomy
 from diageval.fileio import sha256_text
 from diageval.validation import field_path
@@ -82,23 +82,18 @@ def _pydantic_problems(file: str, err: ValidationError, prefix: str = "") -> lis
 def parse_case_file(path: Path) -> tuple[Case | None, list[CaseProblem]]:
     """Read and model-validate one YAML file; no taxonomy or registry checks."""
     file = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        return None, [CaseProblem(file=file, field="", message=f"cannot read: {exc.strerror}")]
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        return None, [CaseProblem(file=file, field="", message=f"not valid YAML{where}: {problem}")]
+    try:  # bad UTF-8, bad YAML, a key given twice, nesting too deep: one problem naming the file
+        data = read_yaml(Path(path))
+    except YamlProblem as exc:
+        return None, [CaseProblem(file=file, field="", message=exc.message)]
     if not isinstance(data, dict):
         return None, [CaseProblem(file=file, field="", message=f"expected a mapping at the top, got {type(data).__name__}")]
     try:
         return Case.model_validate(data), []
     except ValidationError as err:
         return None, _pydantic_problems(file, err)
+    except RecursionError:
+        return None, [CaseProblem(file=file, field="", message="nested too deeply to read (a case is a few levels of plain data)")]
 
 
 def check_case(case: Case, file: str, taxonomy: Taxonomy) -> list[CaseProblem]:

@@ -6,7 +6,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from diageval.paths import default_taxonomy_path
@@ -74,7 +73,7 @@ def is_symptom_id(category: str) -> bool:
 
 
 def load_taxonomy(path: Path | None = None) -> Taxonomy:
+    from diageval.cases.strict_yaml import read_yaml
+
     path = Path(path) if path else default_taxonomy_path()
-    with open(path, encoding="utf-8") as fh:
-        data = yaml.safe_load(fh)
-    return Taxonomy.model_validate(data)
+    return Taxonomy.model_validate(read_yaml(path))  # a YamlProblem names the file
