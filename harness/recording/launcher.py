@@ -7,6 +7,9 @@ Decided here:
   second, and unlike a plain fork they are safe whatever the calling process did before (ran torch ops
   on several OpenMP threads, started threads of its own): the server itself never runs an op. The
   first recording in a process pays ~3 s to start the server.
+* A rank dies with its parent (``PR_SET_PDEATHSIG``): the forkserver exits when the harness does (even
+  on SIGKILL, it sees its pipe close), and the kernel then kills every rank, so a killed ``record`` or
+  ``run`` leaves no rank behind. DataLoader workers watch their rank and exit with it.
 * Each rank's stdout and stderr (file descriptors 1 and 2, so C++ output too) go to its log file.
 * ``run_ranks`` waits until every rank exits or ``timeout_s`` passes; then it kills what is left and
   raises :class:`RecordingError` naming the rank that hung (or the first that failed, with its log's tail).
@@ -35,8 +38,24 @@ def _context() -> multiprocessing.context.BaseContext:
     return ctx
 
 
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent exits (Linux; elsewhere a no-op)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
 def _rank_entry(target: Callable[..., Any], args: tuple, log_path: str) -> None:
-    """Child side: send fds 1 and 2 to the rank's log, then run ``target(*args)``."""
+    """Child side: die with the parent, send fds 1 and 2 to the rank's log, then run ``target(*args)``."""
+    die_with_parent()
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     sys.stdout.flush()
     sys.stderr.flush()

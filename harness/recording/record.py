@@ -15,10 +15,13 @@ from pathlib import Path
 
 from diageval.bundle.model import BundleManifest
 from diageval.cases.model import Case
+from diageval.fileio import owned_temp_dir, remove_stale_temp_dirs
 from diageval.recording.launcher import RecordingError, run_ranks
 from diageval.recording.plan import RankPlan
 
 DEFAULT_TIMEOUT_S = 180.0
+TMP_PREFIX = ".tmp-"  # the bundle being written, beside its final place in the cache
+SCRATCH_PREFIX = "diageval-rec-"  # the ranks' rendezvous store and step logs
 
 
 def resolve_device(requested: str, case: Case) -> str:
@@ -64,9 +67,11 @@ def record_case(case: Case, dest: Path, *, device: str = "auto", timeout_s: floa
             live.append((spec.name, params.model_dump()))
 
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp_dir = Path(tempfile.mkdtemp(prefix=".tmp-", dir=dest.parent))
-    scratch = Path(tempfile.mkdtemp(prefix="rec-"))
+    # a recording killed with SIGKILL leaves its temp folders; the next one removes those whose owner is dead
+    remove_stale_temp_dirs(dest.parent, TMP_PREFIX)
+    remove_stale_temp_dirs(Path(tempfile.gettempdir()), SCRATCH_PREFIX)
+    tmp_dir = owned_temp_dir(dest.parent, TMP_PREFIX)
+    scratch = owned_temp_dir(Path(tempfile.gettempdir()), SCRATCH_PREFIX)
     world = case.workload.world_size
     plans = [
         RankPlan(rank=r, world_size=world, steps=case.workload.steps, device=device, workload=case.workload.name,
