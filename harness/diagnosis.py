@@ -8,6 +8,7 @@ case labels.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -66,13 +67,53 @@ class DiagnosisParseError(ValueError):
     """Diagnosis JSON that is not JSON or does not match the schema; the message names source and field."""
 
 
-def parse_diagnosis_json(text: str, source: str) -> Diagnosis:
+@dataclass(frozen=True)
+class DiagnosisLimits:
+    """How big a diagnosis may be. A diagnosis is a claim list a person reads: 16 MiB and 1000 findings
+    are two to three orders of magnitude above what any built-in writes (the largest, ``rules`` on a
+    real trace, is a few kB with under 20 findings), and small enough that a run folder of 1000 cases
+    stays a size one can copy. ``diageval run --max-diagnosis-mib / --max-findings`` raise them."""
+
+    max_bytes: int = 16 << 20
+    max_findings: int = 1000
+
+
+DEFAULT_LIMITS = DiagnosisLimits()
+
+
+def read_capped(path: Path, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of ``path``: enough to tell that a file is over ``limit``."""
+    with open(path, "rb") as fh:
+        return fh.read(limit + 1)
+
+
+def parse_diagnosis_json(text: str | bytes, source: str, limits: DiagnosisLimits = DEFAULT_LIMITS) -> Diagnosis:
     """Parse and validate diagnosis JSON. The one reader for every diagnosis that arrives as text:
-    files a person hands to ``diageval score``, and what ``cmd:`` diagnosers write."""
+    files a person hands to ``diageval score``, and what ``cmd:`` and in-process diagnosers write.
+
+    Over ``limits`` (bytes, findings), not UTF-8, or nested too deeply for the parser: an error naming
+    ``source``, never a traceback or a huge file kept."""
+    size = len(text) if isinstance(text, bytes) else len(text.encode("utf-8", errors="surrogatepass"))
+    if size > limits.max_bytes:
+        raise DiagnosisParseError(
+            f"{source}: over the size limit of {limits.max_bytes / (1 << 20):g} MiB (--max-diagnosis-mib raises it)"
+        )
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DiagnosisParseError(f"{source}: not UTF-8 (byte {exc.start})") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise DiagnosisParseError(f"{source}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise DiagnosisParseError(f"{source}: JSON nested too deeply to read") from None
+    findings = data.get("findings") if isinstance(data, dict) else None
+    if isinstance(findings, list) and len(findings) > limits.max_findings:
+        raise DiagnosisParseError(
+            f"{source}: findings: {len(findings)} findings, over the limit of {limits.max_findings} (--max-findings raises it)"
+        )
     try:
         return Diagnosis.model_validate(data)
     except ValidationError as err:
