@@ -5,13 +5,18 @@
   cause's share of all labeled causes (ties go to the alphabetically first id). It reads nothing.
 * ``oracle`` reads the labels (bundle -> case through the run's ``bundle_cases``) and claims exactly them.
   A self-test of the harness and scoring: it must score perfectly, and it is never ranked.
-* ``leak``   greps the bundle's bytes (file names too, gzipped traces decompressed) for taxonomy ids,
-  the last segment of cause ids, fault names and case ids, and claims whatever those point to. On sound
-  bundles it finds nothing and scores like ``null``; if it scores better, bundles leak labels.
+* ``leak``   greps the bundle's bytes (file names too, gzipped traces decompressed) for public words:
+  taxonomy ids, the last segment of cause ids, registered fault names and their parameter names, and
+  claims what each points to (a fault's words point at the causes its registry entry says it injects).
+  It gets no labels and no case ids, so it scores exactly like ``null`` unless a bundle names what was
+  done to it: if it ever scores, bundles leak. (Before issue 8 it got the labeled corpus to grep case
+  ids too; a case id in a bundle without the labels points nowhere, and the harness's bundle test
+  already greps every byte for case ids.)
 
-All four are ``reference = True``; only reference diagnosers get ``prepare(corpus)`` (a
-:class:`~diageval.run.corpus.ReferenceCorpus`). One that needs the corpus and did not get it fails
-the case loudly rather than guessing.
+Which of them receive what is not theirs to say: the harness's own table (``diageval.run.handover``)
+hands ``prepare(corpus)`` (a :class:`~diageval.run.corpus.ReferenceCorpus`, the labels) to ``prior`` and
+``oracle`` only, and ``prepare(vocabulary)`` (a :class:`~diageval.run.corpus.PublicVocabulary`) to
+``leak``. One that needs its hand-over and did not get it fails the case loudly rather than guessing.
 """
 
 from __future__ import annotations
@@ -27,16 +32,12 @@ from diageval.diagnosis import Abstention, Diagnosis, Finding
 class NullDiagnoser:
     name = "null"
     version = "1"
-    reference = True
-    self_test = False
 
     def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:
         return Diagnosis()
 
 
 class _NeedsCorpus:
-    reference = True
-    self_test = False
     _corpus: Any = None  # a diageval.run.corpus.ReferenceCorpus, handed over by the harness
 
     def prepare(self, corpus: Any) -> None:
@@ -49,7 +50,7 @@ class _NeedsCorpus:
     @property
     def corpus(self) -> Any:
         if self._corpus is None:
-            raise RuntimeError(f"the {self.name} diagnoser needs the corpus: the harness calls prepare(corpus) first")  # type: ignore[attr-defined]
+            raise RuntimeError(f"the {self.name} diagnoser needs its hand-over: the harness calls prepare(...) first")  # type: ignore[attr-defined]
         return self._corpus
 
 
@@ -81,7 +82,6 @@ class PriorDiagnoser(_NeedsCorpus):
 class OracleDiagnoser(_NeedsCorpus):
     name = "oracle"
     version = "1"
-    self_test = True
 
     def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:
         case_id = self.corpus.bundle_cases.get(bundle.bundle_id)
@@ -101,7 +101,7 @@ class OracleDiagnoser(_NeedsCorpus):
 
 class LeakDiagnoser(_NeedsCorpus):
     name = "leak"
-    version = "1"
+    version = "2"
 
     CHUNK = 8 << 20
     # Bytes that continue an identifier: a term preceded or followed by one of these is part of a longer
@@ -110,7 +110,8 @@ class LeakDiagnoser(_NeedsCorpus):
 
     _terms: dict[bytes, tuple[list[str], list[str]]]  # term -> (cause ids it points to, symptom ids)
 
-    def _prepared(self, corpus: Any) -> None:
+    def _prepared(self, vocabulary: Any) -> None:
+        """``vocabulary``: a :class:`~diageval.run.corpus.PublicVocabulary` (taxonomy, faults)."""
         terms: dict[str, tuple[set[str], set[str]]] = {}
 
         def point(term: str, causes: set[str] = frozenset(), symptoms: set[str] = frozenset()) -> None:
@@ -118,15 +119,14 @@ class LeakDiagnoser(_NeedsCorpus):
             c.update(causes)
             s.update(symptoms)
 
-        for entry in corpus.taxonomy.entries:
+        for entry in vocabulary.taxonomy.entries:
             target = ({entry.id}, set()) if entry.kind == "cause" else (set(), {entry.id})
             point(entry.id, *target)
             if entry.kind == "cause":
                 point(entry.id.rsplit(".", 1)[-1], *target)
-        for fault in corpus.fault_names:
-            point(fault, {c.category for case in corpus.cases if fault in {f.name for f in case.faults} for c in case.labels.causes})
-        for case in corpus.cases:
-            point(case.id, {c.category for c in case.labels.causes}, set(case.labels.symptoms))
+        for fault in vocabulary.faults:
+            for word in [fault.name, *fault.params]:  # parameter names shared by faults point at all their causes
+                point(word, set(fault.injects))
         self._terms = {t.encode(): (sorted(c), sorted(s)) for t, (c, s) in terms.items() if len(t) >= 3}
 
     def find_terms(self, bundle: EvidenceBundle) -> dict[bytes, str]:

@@ -310,17 +310,23 @@ def diagnosers_group() -> None:
 @diagnosers_group.command("list")
 def diagnosers_list_cmd() -> None:
     """Every registered diagnoser: origin, reference/self-test, and why it cannot run here, if it cannot."""
-    from diageval.run.registry import list_diagnosers
+    from diageval.run.sandbox import choose_isolation, run_policy, run_roots
+    from diageval.run.worker import WorkerStartError, list_in_box
 
+    roots = run_roots(runs_dir=None, cases_dir=None)
+    try:  # listing constructs every diagnoser: in a box, like everything a diagnoser runs
+        listed = list_in_box(choose_isolation("auto", run_policy(roots)))
+    except WorkerStartError as err:
+        raise click.ClickException(str(err))
     rows = [
         {
-            "name": r.name,
-            "version": r.version or "",
-            "origin": r.origin,
-            "role": "self-test" if r.self_test else "reference" if r.reference else "",
-            "status": "available" if r.available else f"unavailable: {r.error}",
+            "name": r["name"],
+            "version": r["version"] or "",
+            "origin": r["origin"],
+            "role": "self-test" if r["self_test"] else "reference" if r["reference"] else "",
+            "status": f"unavailable: {r['error']}" if r["error"] else "available",
         }
-        for r in list_diagnosers()
+        for r in listed
     ]
     click.echo(_table(rows, ["name", "version", "origin", "role", "status"]))
     click.echo("\nAlso: --diagnoser package.module:ClassName, or --diagnoser 'cmd:PROGRAM {bundle} {out}'.")
@@ -330,6 +336,21 @@ DIAGNOSER_OPTION = click.option(
     "--diagnoser", "-d", "spec", required=True,
     help="A name from `diageval diagnosers list`, package.module:ClassName, or 'cmd:COMMAND {bundle} {out}'.",
 )
+NETWORK_OPTION = click.option("--allow-network", is_flag=True,
+                              help="Let the sandboxed diagnoser use the network (one that calls a model endpoint).")
+
+
+def _limits(max_diagnosis_mib: float, max_findings: int):
+    from diageval.diagnosis import DiagnosisLimits
+
+    return DiagnosisLimits(max_bytes=int(max_diagnosis_mib * (1 << 20)), max_findings=max_findings)
+
+
+def limit_options(f):
+    f = click.option("--max-findings", type=click.IntRange(min=1), default=1000, show_default=True,
+                     help="Findings a diagnosis may hold (more: invalid_output).")(f)
+    return click.option("--max-diagnosis-mib", type=click.FloatRange(min=0, min_open=True), default=16.0, show_default=True,
+                        help="Size a diagnosis may have (more: invalid_output).")(f)
 
 
 @main.command("diagnose")
@@ -339,15 +360,22 @@ DIAGNOSER_OPTION = click.option(
               help="Seconds a cmd: diagnoser may take.")
 @CASES_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON.")
-def diagnose_cmd(spec: str, bundle_dir: Path, timeout: float, cases_dir: Path | None, as_json: bool) -> None:
+@NETWORK_OPTION
+@limit_options
+def diagnose_cmd(spec: str, bundle_dir: Path, timeout: float, cases_dir: Path | None, as_json: bool, allow_network: bool,
+                 max_diagnosis_mib: float, max_findings: int) -> None:
     """Run one diagnoser on one bundle folder and print its findings (no scoring)."""
     from diageval.bundle.model import BundleError
-    from diageval.run.registry import DiagnoserSpecError, resolve_diagnoser
+    from diageval.run.private_bundle import BundleIntegrityError
+    from diageval.run.registry import DiagnoserSpecError
     from diageval.run.single import diagnose_bundle, format_diagnosis
+    from diageval.run.spec_paths import SpecPathError
+    from diageval.run.worker import WorkerStartError
 
     try:
-        attempt = diagnose_bundle(resolve_diagnoser(spec), bundle_dir, timeout=timeout, cases_dir=cases_dir)
-    except (DiagnoserSpecError, BundleError) as err:
+        attempt = diagnose_bundle(spec, bundle_dir, timeout=timeout, cases_dir=cases_dir, allow_network=allow_network,
+                                  limits=_limits(max_diagnosis_mib, max_findings))
+    except (DiagnoserSpecError, BundleError, BundleIntegrityError, SpecPathError, WorkerStartError) as err:
         raise click.ClickException(str(err))
     if attempt.diagnosis is None:
         raise click.ClickException(f"{attempt.status}: {attempt.error}")
@@ -367,30 +395,34 @@ def diagnose_cmd(spec: str, bundle_dir: Path, timeout: float, cases_dir: Path | 
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_TIMEOUT_S, show_default=True,
               help="Seconds the diagnoser may take per case.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@NETWORK_OPTION
+@limit_options
 def run_cmd(spec: str, cases_dir: Path | None, case_ids: tuple[str, ...], tags: tuple[str, ...], out_dir: Path | None,
-            run_id: str | None, jobs: int, timeout: float, device: str) -> None:
+            run_id: str | None, jobs: int, timeout: float, device: str, allow_network: bool, max_diagnosis_mib: float,
+            max_findings: int) -> None:
     """Run a diagnoser on the cases (recording evidence as needed), score it, and save runs/<run_id>/."""
     from diageval.cases.load import CaseLoadError, load_case_set
     from diageval.paths import default_cases_dir
     from diageval.reports.run_outcome import format_run_outcome
     from diageval.run.pipeline import RunError, run_diagnoser, sigterm_as_interrupt
-    from diageval.run.registry import DiagnoserSpecError, resolve_diagnoser
+    from diageval.run.registry import DiagnoserSpecError
+    from diageval.run.spec_paths import SpecPathError
     from diageval.run.store import RunFolderConflict
     from diageval.run.worker import WorkerStartError
 
     try:
-        resolved = resolve_diagnoser(spec)
         case_set = load_case_set(cases_dir)
         with sigterm_as_interrupt():
             outcome = run_diagnoser(
-                resolved, case_set, cases_dir=cases_dir or default_cases_dir(), case_ids=case_ids, tags=tags,
+                spec, case_set, cases_dir=cases_dir or default_cases_dir(), case_ids=case_ids, tags=tags,
                 out_dir=out_dir, run_id=run_id, jobs=jobs, timeout=timeout, device=device,  # type: ignore[arg-type]
+                allow_network=allow_network, limits=_limits(max_diagnosis_mib, max_findings),
             )
     except KeyboardInterrupt:
         sys.exit(130)
     except CaseLoadError as err:
         raise click.ClickException(f"the corpus has invalid cases (run `diageval cases validate`):\n{err}")
-    except (DiagnoserSpecError, RunError, RunFolderConflict, WorkerStartError) as err:
+    except (DiagnoserSpecError, RunError, RunFolderConflict, SpecPathError, WorkerStartError) as err:
         raise click.ClickException(str(err))
     click.echo(format_run_outcome(outcome))
 

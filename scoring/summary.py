@@ -61,6 +61,9 @@ class DiagnoserInfo(_Model):
     version: str | None = None
     reference: bool = Field(False, description="A baseline (null, prior, symptoms, leak) or self-test")
     self_test: bool = Field(False, description="Reads labels (the oracle): shown, never ranked")
+    isolation: Literal["bwrap", "none"] | None = Field(
+        None, description="bwrap: the diagnoser ran sandboxed; none: it could read every file the user can (run.json says why)"
+    )
 
 
 class Counts(_Model):

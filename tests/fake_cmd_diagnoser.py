@@ -2,7 +2,7 @@
 
 Acts on the first line of BUNDLE/logs/rank0.log like tests/fake_diagnosers.py: ``hang``, ``sleep <s>``,
 ``crash`` (exit 2), ``bad`` (invalid JSON), ``invalid`` (JSON that is not a diagnosis), else writes a
-claim. Notes each call in ``$FAKE_DIAGNOSER_CALLS`` like the in-process fake.
+claim. Notes each call (``<pid> <instruction>``) in ``$FAKE_DIAGNOSER_CALLS`` like the in-process fake.
 """
 
 import json
@@ -17,7 +17,7 @@ what = log.read_text().splitlines()[0].strip() if log.is_file() else ""
 print(f"reading {bundle.name}")
 if os.environ.get("FAKE_DIAGNOSER_CALLS"):
     with open(os.environ["FAKE_DIAGNOSER_CALLS"], "a") as fh:
-        fh.write(f"{os.getpid()} {json.loads((bundle / 'bundle.json').read_text())['bundle_id']}\n")
+        fh.write(f"{os.getpid()} {what.replace(' ', '_') or '-'}\n")
 if what.startswith("sleep "):
     time.sleep(float(what.split()[1]))
 if what == "hang":

@@ -3,7 +3,9 @@
 :class:`ScriptedDiagnoser` reads the first line of the bundle's ``logs/rank0.log`` as its instruction
 (the fakes write it there): ``hang``, ``crash``, ``exit``, ``bad``, ``print``, ``sleep <s>``, anything
 else -> claim ``compute.straggler_rank``. If ``$FAKE_DIAGNOSER_CALLS`` names a file, every call appends
-``<pid> <bundle_id>`` to it, so tests can count what ran where.
+``<pid> <instruction>`` to it, so tests can count what ran where (the harness shows a diagnoser random
+bundle ids, so the instruction is what names a case to the test). The file is outside any sandbox, so
+tests that count calls run with ``isolation="none"``.
 """
 
 from __future__ import annotations
@@ -22,11 +24,11 @@ def instruction(bundle: EvidenceBundle) -> str:
     return log.read_text().splitlines()[0].strip() if log.is_file() else ""
 
 
-def note_call(bundle_id: str) -> None:
+def note_call(what: str) -> None:
     path = os.environ.get("FAKE_DIAGNOSER_CALLS")
     if path:
         with open(path, "a") as fh:
-            fh.write(f"{os.getpid()} {bundle_id}\n")
+            fh.write(f"{os.getpid()} {what.replace(' ', '_') or '-'}\n")
 
 
 class ScriptedDiagnoser:
@@ -39,8 +41,8 @@ class ScriptedDiagnoser:
         note_call("PREPARE-CALLED")
 
     def diagnose(self, bundle: EvidenceBundle):
-        note_call(bundle.bundle_id)
         what = instruction(bundle)
+        note_call(what)
         if what == "hang":
             time.sleep(600)
         if what == "crash":

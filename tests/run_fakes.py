@@ -101,7 +101,7 @@ class FakeEvidence:
     def bundle_id(case_id: str) -> str:
         return hashlib.sha256(case_id.encode()).hexdigest()[:16]
 
-    def __call__(self, loaded: LoadedCase, *, device: str = "auto") -> FakePrepared:
+    def __call__(self, loaded: LoadedCase, *, device: str = "auto", force: bool = False) -> FakePrepared:
         case = loaded.case
         self.calls.append(case.id)
         if case.id in self.fail:

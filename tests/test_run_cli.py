@@ -54,8 +54,11 @@ def test_diagnose_prints_findings_or_a_clear_error(tmp_path, cases_dir):
     cmd = f"cmd:{sys.executable} {TESTS / 'fake_cmd_diagnoser.py'} {{bundle}} {{out}}"
     out = runner.invoke(main, ["diagnose", "-d", cmd, "--json", str(bundle)])
     assert out.exit_code == 0 and json.loads(out.stdout)["findings"][0]["category"] == "compute.straggler_rank"
-    (bundle / "logs" / "rank0.log").write_text("crash\n")
+    (bundle / "logs" / "rank0.log").write_text("crash\n")  # changed behind bundle.json's back: refused
     out = runner.invoke(main, ["diagnose", "-d", cmd, str(bundle)])
+    assert out.exit_code == 1 and "logs/rank0.log: size or sha256 differs from bundle.json" in out.output
+    write_bundle(tmp_path / "c", "0f3c", log_text="crash\n")
+    out = runner.invoke(main, ["diagnose", "-d", cmd, str(tmp_path / "c")])
     assert out.exit_code == 1 and "diagnoser_error: exited with status 2" in out.output
 
 

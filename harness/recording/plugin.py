@@ -46,3 +46,6 @@ class WorkloadInfo(PluginInfo):
 @dataclass(frozen=True)
 class FaultInfo(PluginInfo):
     check: FaultCheck = field(default=_no_check)
+    # The taxonomy causes this injector produces (none for a benign confounder or an evidence edit). Public,
+    # like the name: the ``leak`` baseline greps bundles for fault names and points them at these causes.
+    injects: tuple[str, ...] = ()

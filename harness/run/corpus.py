@@ -1,4 +1,7 @@
-"""The corpus view handed to reference diagnosers through ``prepare(corpus)``.
+"""What the harness hands to the few built-ins its own table names (:mod:`diageval.run.handover`).
+
+* :class:`ReferenceCorpus` (the labels) to ``prior`` and ``oracle``;
+* :class:`PublicVocabulary` (public words, no labels) to ``leak``.
 
 Decided here (the design says only that reference diagnosers get "the corpus"):
 
@@ -8,9 +11,9 @@ Decided here (the design says only that reference diagnosers get "the corpus"):
   thing whether a run covers one case or all of them, and a resumed run stays consistent;
 * ``bundle_cases`` maps the opaque ``bundle_id`` of every bundle the harness prepared for this run to its
   case id: the only way ``oracle`` can tell which case a bundle belongs to;
-* ``fault_names`` are the registered fault injectors plus any fault a case names, for ``leak`` to grep.
+* ``bundle_cases`` keys are the random ids of this run's private bundle copies, not the cached ids.
 
-The harness builds it only for diagnosers marked ``reference``; no other diagnoser ever receives it.
+No other diagnoser ever receives either, whatever it declares about itself.
 """
 
 from __future__ import annotations
@@ -26,21 +29,45 @@ if TYPE_CHECKING:
     from diageval.cases.load import CaseSet
 
 
+class FaultWords(BaseModel):
+    """A registered fault injector's public words: its name, its parameter names, the causes it injects."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    params: list[str]
+    injects: list[str]
+
+
+class PublicVocabulary(BaseModel):
+    """What ``leak`` greps bundles for: public words only, no case id and no label. Each word points at
+    the taxonomy ids it would reveal (a fault's name and parameter names at the causes it injects)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    taxonomy: Taxonomy
+    faults: list[FaultWords]
+
+    @classmethod
+    def build(cls, taxonomy: Taxonomy) -> "PublicVocabulary":
+        from diageval.recording.faults import FAULTS
+
+        faults = [FaultWords(name=name, params=sorted(info.params_model.model_fields), injects=list(info.injects))
+                  for name, info in sorted(FAULTS.items())]
+        return cls(taxonomy=taxonomy, faults=faults)
+
+
 class ReferenceCorpus(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     cases: list[Case]
     taxonomy: Taxonomy
     bundle_cases: dict[str, str] = Field(default_factory=dict, description="bundle_id -> case id, for this run's bundles")
-    fault_names: list[str] = Field(default_factory=list)
 
     @classmethod
     def from_case_set(cls, case_set: "CaseSet", bundle_cases: dict[str, str] | None = None) -> "ReferenceCorpus":
-        from diageval.recording.faults import FAULTS
-
         cases = [lc.case for lc in case_set.cases]
-        faults = set(FAULTS) | {f.name for c in cases for f in c.faults}
-        return cls(cases=cases, taxonomy=case_set.taxonomy, bundle_cases=dict(bundle_cases or {}), fault_names=sorted(faults))
+        return cls(cases=cases, taxonomy=case_set.taxonomy, bundle_cases=dict(bundle_cases or {}))
 
     def case(self, case_id: str) -> Case | None:
         for c in self.cases:

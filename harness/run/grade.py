@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from diageval.cases.load import CaseSet, load_case_set
-from diageval.diagnosis import DiagnosisParseError, parse_diagnosis_json, read_diagnosis_file
+from diageval.diagnosis import DiagnosisLimits, DiagnosisParseError, parse_diagnosis_json, read_capped, read_diagnosis_file
 from diageval.fileio import atomic_write_text
 from diageval.run.store import RunInfo, RunReadError, RunStore
 from diageval.scoring.results import ANSWERED_STATUSES, CaseResult
@@ -76,7 +76,8 @@ def rescore_run(run_dir: Path, *, case_set: CaseSet | None = None):
             if not path.is_file():
                 raise RescoreError(f"{path}: missing; the result says the diagnoser answered ({status})")
             try:
-                diagnosis = parse_diagnosis_json(path.read_text(encoding="utf-8"), str(path))
+                limits = DiagnosisLimits(max_bytes=manifest.max_diagnosis_bytes, max_findings=manifest.max_findings)
+                diagnosis = parse_diagnosis_json(read_capped(path, limits.max_bytes), str(path), limits)
             except DiagnosisParseError as exc:
                 raise RescoreError(str(exc)) from None
             status = "ok"  # scoring reads ok / abstained from the diagnosis
@@ -103,7 +104,8 @@ def summarize_run(store: RunStore, manifest: RunInfo) -> tuple[list[CaseResult],
     d = manifest.diagnoser
     summary = summarize(
         results,
-        diagnoser=DiagnoserInfo(spec=d.spec, name=d.name, version=d.version, reference=d.reference, self_test=d.self_test),
+        diagnoser=DiagnoserInfo(spec=d.spec, name=d.name, version=d.version, reference=d.reference, self_test=d.self_test,
+                                isolation=manifest.isolation),
         case_set_hash=manifest.case_set_hash,
         taxonomy_version=manifest.taxonomy_version,
     )

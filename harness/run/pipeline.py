@@ -8,23 +8,37 @@ The pipeline, in two phases:
    at once and never blamed on the diagnoser. Evidence comes first, all of it, because a recording is a
    timing measurement: a diagnoser busy on the same cores would distort it.
 2. **Diagnosis**, ``jobs`` cases at a time: each job slot owns an executor (a long-lived worker process
-   for in-process diagnosers, a fresh subprocess per case for ``cmd:``); a crash, a hang past the
-   timeout or an invalid output becomes that case's status and the run goes on. Each case is scored and
-   its line appended to ``results.jsonl`` the moment it ends.
+   for in-process diagnosers, a fresh process per case for ``cmd:``), each in a sandbox
+   (:mod:`diageval.run.sandbox`) that sees a private, checked copy of one bundle at a time and nothing of
+   the checkout, the cache, the cases or the runs; a crash, a hang past the timeout or an invalid output
+   becomes that case's status and the run goes on. Each case is scored and its line appended to
+   ``results.jsonl`` the moment it ends. A cached bundle whose files no longer match its ``bundle.json``
+   is a ``harness_error`` naming the file, and is recorded again once the diagnoses are over.
+
+Both phases take the cases in a seeded shuffle (the seed is in ``run.json``), and the bundle ids a
+diagnoser sees are drawn at random per run: neither the order of calls nor an id says which case it is.
+Only the harness writes the run folder, and it holds the folder's lock (``.lock``) while it does: a
+second ``diageval run`` into the same folder is refused with the pid that holds it.
 
 Ctrl-C (or SIGTERM) kills the diagnoses in flight, discards their unfinished cases, marks the run
 ``interrupted`` and keeps every finished case; running the same command again resumes. The default run
 id is ``<diagnoser name>-<case-set hash[:8]>`` so that it does.
 
-Labels: only reference diagnosers get the corpus (``prepare``), with the map bundle_id -> case id built
-here from the prepared evidence; the bundle path given to any diagnoser must not contain the case id.
+Size: ~460 lines, over the ~400 the project aims at: the run's two phases with their resume, interrupt
+and re-record bookkeeping read best in one place; everything with a job of its own (hosting, the sandbox,
+the case folders, the store, grading) is a module of its own.
+
+Labels: only the built-ins the harness itself lists (:mod:`diageval.run.handover`: ``prior`` and
+``oracle``) get the corpus, with the map from this run's random bundle ids to case ids.
 """
 
 from __future__ import annotations
 
 import contextlib
 import queue
+import random
 import re
+import secrets
 import signal
 import sys
 import threading
@@ -37,12 +51,15 @@ from typing import Any, Literal, TextIO
 
 from diageval.bundle.model import EvidenceBundle
 from diageval.cases.load import CaseSet, LoadedCase
+from diageval.diagnosis import DEFAULT_LIMITS, DiagnosisLimits
 from diageval.fileio import atomic_write_text
 from diageval.run.attempt import Attempt, Executor
 from diageval.run.command import DEFAULT_TIMEOUT_S
 from diageval.run.grade import summarize_run
+from diageval.run.hosting import HostedDiagnoser, host_diagnoser
+from diageval.run.private_bundle import BundleIntegrityError
 from diageval.run.process_groups import LiveGroups
-from diageval.run.registry import ResolvedDiagnoser
+from diageval.run.sandbox import remove_stale_boxes, run_roots
 from diageval.run.store import RunDiagnoser, RunInfo, RunStore, SkippedCase, git_sha, now, run_env
 
 Device = Literal["auto", "cpu", "cuda"]
@@ -77,11 +94,18 @@ def default_run_id(diagnoser_name: str, case_set_hash: str) -> str:
     return f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', diagnoser_name)}-{case_set_hash[:8]}"
 
 
+def diagnosis_order(case_ids: Iterable[str], seed: int) -> list[str]:
+    """The order a run with ``seed`` takes its cases in: a shuffle of the sorted ids."""
+    ids = sorted(case_ids)
+    random.Random(seed).shuffle(ids)
+    return ids
+
+
 def run_diagnoser(
-    resolved: ResolvedDiagnoser,
+    spec: str,
     case_set: CaseSet,
     *,
-    cases_dir: Path,
+    cases_dir: Path | None = None,
     case_ids: Iterable[str] = (),
     tags: Iterable[str] = (),
     out_dir: Path | None = None,
@@ -92,13 +116,20 @@ def run_diagnoser(
     evidence_fn: EvidenceFn | None = None,
     cuda_device_count: Callable[[], int] | None = None,
     progress: TextIO | Literal["stderr"] | None = "stderr",
+    isolation: Literal["auto", "none"] = "auto",
+    allow_network: bool = False,
+    limits: DiagnosisLimits = DEFAULT_LIMITS,
+    seed: int | None = None,
 ) -> RunOutcome:
-    """Run ``resolved`` on the selected cases of ``case_set`` into ``<out_dir>/<run_id>`` (resuming it).
+    """Run the diagnoser ``spec`` on the selected cases of ``case_set`` into ``<out_dir>/<run_id>``
+    (resuming it).
 
     ``progress``: a stream for one line per case, ``"stderr"`` (whatever ``sys.stderr`` is when a line is
-    written) or None for silence.
+    written) or None for silence. ``isolation``: ``auto`` runs the diagnoser in a sandbox when one can
+    start here (else the run says ``isolation: none`` and why); ``none`` turns it off. ``seed``: the
+    shuffle of the cases (default: drawn at random, or the resumed run's).
     """
-    from diageval.paths import default_runs_dir
+    from diageval.paths import default_cases_dir, default_runs_dir
 
     if jobs < 1:
         raise RunError(f"--jobs must be at least 1 (got {jobs})")
@@ -111,39 +142,73 @@ def run_diagnoser(
     if not selected:
         raise RunError(f"no case matches (cases: {list(case_ids) or 'all'}, tags: {list(tags) or 'any'})")
     runnable, skipped = _split_by_device(selected, device, cuda_device_count or _cuda_device_count)
-    store = RunStore(Path(out_dir or default_runs_dir()) / (run_id or default_run_id(resolved.name, case_set.hash)))
+    runs_root = Path(out_dir or default_runs_dir())
+    cases_dir = Path(cases_dir or default_cases_dir())
+    show = _Progress(progress)
+    for stale in remove_stale_boxes():
+        show.line(f"removed {stale}, left by a diageval process that was killed")
+    roots = run_roots(runs_dir=runs_root, cases_dir=cases_dir)
+    hosted = host_diagnoser(spec, roots=roots, isolation=isolation, allow_network=allow_network, limits=limits)
+    try:
+        store = RunStore(runs_root / (run_id or default_run_id(hosted.name, case_set.hash)))
+        with store.lock():
+            return _run_locked(hosted, case_set, store, show, runnable=runnable, skipped=skipped, cases_dir=cases_dir,
+                               jobs=jobs, timeout=timeout, device=device, evidence_fn=evidence_fn, seed=seed)
+    finally:
+        hosted.close()
+
+
+def _run_locked(hosted: HostedDiagnoser, case_set: CaseSet, store: RunStore, show: "_Progress", *,
+                runnable: list[LoadedCase], skipped: list[SkippedCase], cases_dir: Path, jobs: int, timeout: float,
+                device: Device, evidence_fn: EvidenceFn | None, seed: int | None) -> RunOutcome:
+    previous = store.read_info() if store.info_path.is_file() else None
+    if seed is None:
+        seed = previous.seed if previous is not None and previous.seed is not None else secrets.randbits(32)
+    if hosted.isolation.kind == "none":
+        show.line(f"isolation: none ({hosted.isolation.note}): the diagnoser can read every file this user can")
     manifest = store.begin(
         RunInfo(
             run_id=store.root.name,
             git_sha=git_sha(),
             diagnoser=RunDiagnoser(
-                spec=resolved.spec, name=resolved.name, version=resolved.version, origin=resolved.origin,
-                reference=resolved.reference, self_test=resolved.self_test,
+                spec=hosted.spec, name=hosted.name, version=hosted.version, origin=hosted.origin,
+                reference=hosted.reference, self_test=hosted.self_test,
             ),
             case_set_hash=case_set.hash,
             taxonomy_version=case_set.taxonomy.version,
-            cases_dir=str(Path(cases_dir).resolve()),
+            cases_dir=str(cases_dir.resolve()),
             env=run_env(),
             device=device,
             timeout_s=timeout,
             jobs=jobs,
+            isolation=hosted.isolation.kind,
+            isolation_note=hosted.isolation.note,
+            allow_network=hosted.isolation.policy.allow_network,
+            seed=seed,
+            max_diagnosis_bytes=hosted.limits.max_bytes,
+            max_findings=hosted.limits.max_findings,
             started=now(),
             skipped=skipped,
         )
     )
-    show = _Progress(progress)
     for s in skipped:
         show.line(f"skip {s.case_id}: {s.reason}")
+    torn = store.set_aside_torn_tail()
+    if torn:
+        show.line(torn)
     done = store.drop_retryable()
-    todo = [lc for lc in runnable if lc.case.id not in done]
+    order = {cid: i for i, cid in enumerate(diagnosis_order([lc.case.id for lc in runnable], seed))}
+    todo = sorted((lc for lc in runnable if lc.case.id not in done), key=lambda lc: order[lc.case.id])
     counts = {"resumed": len(runnable) - len(todo), "prepared": 0, "diagnosed": 0, "skipped": len(skipped)}
     if counts["resumed"]:
         show.line(f"resuming {store.root}: {counts['resumed']} case(s) already done, {len(todo)} to go")
-    pipeline = _Pipeline(resolved, case_set, store, timeout=timeout, jobs=jobs, show=show)
+    evidence_fn = evidence_fn or _default_evidence_fn()
+    pipeline = _Pipeline(hosted, case_set, store, timeout=timeout, jobs=jobs, show=show)
     try:
-        ready = pipeline.prepare_all(todo, evidence_fn or _default_evidence_fn(), device)
+        ready = pipeline.prepare_all(todo, evidence_fn, device)
         counts["prepared"] = len(todo)
         counts["diagnosed"] = pipeline.diagnose_all(ready)
+        pipeline.record_damaged_again(evidence_fn, device)
         results, summary = summarize_run(store, manifest)
     except KeyboardInterrupt:
         store.write_info(manifest.model_copy(update={"status": "interrupted", "finished": now()}))
@@ -178,14 +243,15 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 
 class _Pipeline:
-    def __init__(self, resolved: ResolvedDiagnoser, case_set: CaseSet, store: RunStore, *, timeout: float, jobs: int, show: "_Progress"):
-        self.resolved = resolved
+    def __init__(self, hosted: HostedDiagnoser, case_set: CaseSet, store: RunStore, *, timeout: float, jobs: int, show: "_Progress"):
+        self.hosted = hosted
         self.case_set = case_set
         self.store = store
         self.timeout = timeout
         self.jobs = jobs
         self.show = show
         self._write_lock = threading.Lock()
+        self.damaged: list[LoadedCase] = []  # cached bundles that failed their checksums: recorded again
 
     def prepare_all(self, todo: list[LoadedCase], evidence_fn: EvidenceFn, device: Device) -> list[_Ready]:
         ready: list[_Ready] = []
@@ -240,8 +306,17 @@ class _Pipeline:
             return 0
         live = LiveGroups()
         stop = threading.Event()
+        shown_ids = {r.loaded.case.id: secrets.token_hex(16) for r in ready}  # random per run
+        handover = self._handover({shown_ids[r.loaded.case.id]: r.loaded.case.id for r in ready})
         slots: queue.Queue[Executor] = queue.Queue()
-        executors = [self._executor(ready, live) for _ in range(min(self.jobs, len(ready)))]
+        executors: list[Executor] = []
+        try:
+            for _ in range(min(self.jobs, len(ready))):
+                executors.append(self.hosted.executor(live=live, log_path=self.store.log_path, handover=handover))
+        except BaseException:
+            for ex in executors:
+                ex.close()
+            raise
         for ex in executors:
             slots.put(ex)
         finished = 0
@@ -252,21 +327,26 @@ class _Pipeline:
             if stop.is_set():
                 return
             ex = slots.get()
+            ids = {"bundle_id": item.bundle_id, "bundle_sha256": item.bundle_sha256, "measured_impact": item.measured_impact}
             try:
-                attempt = ex.attempt(item.bundle_dir, self.store.case_dir(item.loaded.case.id), self.timeout)
+                attempt: Attempt | None = ex.attempt(item.bundle_dir, self.store.case_dir(item.loaded.case.id), self.timeout,
+                                                     bundle_id=shown_ids[item.loaded.case.id])
+            except BundleIntegrityError as exc:
+                attempt = None
+                with self._write_lock:
+                    self.damaged.append(item.loaded)
+                fields = {"status": "harness_error", "error": f"{exc}; the cache entry is recorded again after the diagnoses", **ids}
             finally:
                 slots.put(ex)
             if stop.is_set():  # interrupted mid-diagnosis: this case was not really run; leave it undone
                 return
-            fields = {
-                "status": attempt.status, "error": attempt.error, "seconds": attempt.seconds,
-                "bundle_id": item.bundle_id, "bundle_sha256": item.bundle_sha256, "measured_impact": item.measured_impact,
-            }
+            if attempt is not None:
+                fields = {"status": attempt.status, "error": attempt.error, "seconds": attempt.seconds, **ids}
             status = self._save(item.loaded, attempt, fields)
             with self._write_lock:
                 finished += 1
                 n = finished
-            self.show.step("diagnose", n, total, item.loaded.case.id, status, attempt.seconds)
+            self.show.step("diagnose", n, total, item.loaded.case.id, status, attempt.seconds if attempt else None)
 
         pool = ThreadPoolExecutor(max_workers=len(executors), thread_name_prefix="diagnose")
         try:
@@ -285,18 +365,34 @@ class _Pipeline:
                 ex.close()
         return finished
 
-    def _executor(self, ready: list[_Ready], live: LiveGroups) -> Executor:
-        if self.resolved.kind == "command":
-            return _CommandExecutor(self.resolved.factory(), live)
-        from diageval.run.worker import WorkerExecutor
-
-        corpus_json = None
-        if self.resolved.needs_corpus:
+    def _handover(self, bundle_cases: dict[str, str]) -> dict[str, Any] | None:
+        """What the harness's own table lets this diagnoser receive (nothing for all but three built-ins)."""
+        kind = self.hosted.role.handover
+        if kind == "corpus":
             from diageval.run.corpus import ReferenceCorpus
 
-            bundle_cases = {r.bundle_id: r.loaded.case.id for r in ready}
-            corpus_json = ReferenceCorpus.from_case_set(self.case_set, bundle_cases).model_dump_json()
-        return WorkerExecutor(self.resolved.spec, corpus_json=corpus_json, log_path=self.store.log_path, live=live)
+            data = ReferenceCorpus.from_case_set(self.case_set, bundle_cases).model_dump(mode="json")
+        elif kind == "vocabulary":
+            from diageval.run.corpus import PublicVocabulary
+
+            data = PublicVocabulary.build(self.case_set.taxonomy).model_dump(mode="json")
+        else:
+            return None
+        return {"kind": kind, "data": data}
+
+    def record_damaged_again(self, evidence_fn: EvidenceFn, device: Device) -> None:
+        """Record again (after the diagnoses: a recording is a timing measurement) every cached bundle
+        that failed its checksums; those cases stay ``harness_error`` and are retried on resume."""
+        for loaded in self.damaged:
+            start = time.perf_counter()
+            try:
+                evidence_fn(loaded, device=device, force=True)
+                status = "recorded again"
+            except KeyboardInterrupt:
+                raise
+            except Exception as exc:
+                status = f"recording failed: {type(exc).__name__}: {exc}"
+            self.show.step("re-record", 1, 1, loaded.case.id, status, time.perf_counter() - start)
 
     def _save(self, loaded: LoadedCase, attempt: Attempt | None, fields: dict[str, Any]) -> str:
         """Score one finished case and record it: diagnosis file first, then its results line."""
@@ -309,21 +405,6 @@ class _Pipeline:
                 atomic_write_text(self.store.diagnosis_path(loaded.case.id), diagnosis.model_dump_json(indent=2) + "\n")
             self.store.append_result(result)
         return result.status
-
-
-class _CommandExecutor:
-    """A ``cmd:`` diagnoser: one subprocess per case (the program is the isolation)."""
-
-    def __init__(self, command: Any, live: LiveGroups):
-        self.command = command
-        self.live = live
-
-    def attempt(self, bundle_dir: Path, case_dir: Path, timeout: float) -> Attempt:
-        r = self.command.run(bundle_dir, case_dir, timeout, live=self.live)
-        return Attempt(status=r.status, diagnosis=r.diagnosis, error=r.error, seconds=r.seconds)
-
-    def close(self) -> None:
-        pass
 
 
 # --- helpers ----------------------------------------------------------------------------------------

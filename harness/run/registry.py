@@ -38,6 +38,8 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import PurePath
 from typing import Any, Literal
 
+from diageval.run.handover import builtin_role
+
 ENTRY_POINT_GROUP = "diageval.diagnosers"
 CMD_PREFIX = "cmd:"
 _IMPORT_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -64,11 +66,6 @@ class ResolvedDiagnoser:
     kind: Literal["in_process", "command"]
     factory: Callable[[], Any] = field(repr=False, compare=False)
 
-    @property
-    def needs_corpus(self) -> bool:
-        """Only reference diagnosers are ever handed the corpus (and with it, the labels)."""
-        return self.reference
-
 
 @dataclass(frozen=True)
 class DiagnoserListing:
@@ -92,7 +89,7 @@ def resolve_diagnoser(spec: str) -> ResolvedDiagnoser:
     if not spec:
         raise DiagnoserSpecError("empty diagnoser spec; expected a name (see `diageval diagnosers list`), module:attr or cmd:COMMAND")
     if spec.startswith(CMD_PREFIX):
-        return _resolve_command(spec)
+        return resolve_command(spec)
     if ":" in spec:
         return _resolve_import(spec)
     return _resolve_entry_point(spec)
@@ -143,7 +140,7 @@ def list_diagnosers() -> list[DiagnoserListing]:
 # --- the three spec forms --------------------------------------------------------------------------
 
 
-def _resolve_command(spec: str) -> ResolvedDiagnoser:
+def resolve_command(spec: str) -> ResolvedDiagnoser:
     from diageval.run.command import CommandDiagnoser
 
     command = spec[len(CMD_PREFIX):].strip()
@@ -228,13 +225,14 @@ def _from_object(obj: Any, *, spec: str, origin: str, fallback_name: str) -> Res
     version = getattr(obj, "version", None)
     if not isinstance(name, str) or not isinstance(version, str) or not version:
         raise DiagnoserSpecError(f"{spec!r}: a diagnoser needs string attributes name and version (got name={name!r}, version={version!r})")
+    role = builtin_role(spec, diagnoser_entry_points().get(spec, []))  # the harness's own table, never the diagnoser's say
     return ResolvedDiagnoser(
         name=name,
         spec=spec,
         version=version,
         origin=origin,
-        reference=bool(getattr(obj, "reference", False)),
-        self_test=bool(getattr(obj, "self_test", False)),
+        reference=role.reference,
+        self_test=role.self_test,
         kind="in_process",
         factory=factory,
     )

@@ -1,47 +1,70 @@
 """``diageval diagnose``: run one diagnoser on one bundle folder and show what it claims. No scoring.
 
-Meant for people developing a diagnoser, so decided here: an in-process diagnoser runs right in this
-process (a crash shows its full traceback; no timeout), a ``cmd:`` diagnoser runs exactly as in a run
-(timeout, output validated) with its stdout and stderr passed through afterwards. Reference diagnosers
-get the corpus of ``--cases``; no bundle is mapped to a case here, so ``oracle`` abstains.
+Meant for people developing a diagnoser, and run exactly as in a run (decided here): in a sandbox, on a
+private checked copy of the bundle, with the timeout and the output limits; what the diagnoser printed
+(an in-process diagnoser's traceback included) is passed through afterwards. ``prior`` and ``oracle`` get
+the corpus of ``--cases`` and ``leak`` its public words; no bundle is mapped to a case here, so
+``oracle`` abstains.
 """
 
 from __future__ import annotations
 
+import secrets
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any, Literal
 
 from diageval.bundle.model import EvidenceBundle
-from diageval.diagnosis import Diagnosis
+from diageval.diagnosis import DEFAULT_LIMITS, Diagnosis, DiagnosisLimits
 from diageval.run.attempt import Attempt
-from diageval.run.registry import ResolvedDiagnoser
+from diageval.run.case_box import STDERR_NAME, STDOUT_NAME
+from diageval.run.hosting import host_diagnoser
+from diageval.run.process_groups import LiveGroups
+from diageval.run.sandbox import remove_stale_boxes, run_roots
 
 
-def diagnose_bundle(resolved: ResolvedDiagnoser, bundle_dir: Path, *, timeout: float, cases_dir: Path | None = None) -> Attempt:
+def diagnose_bundle(spec: str, bundle_dir: Path, *, timeout: float, cases_dir: Path | None = None,
+                    allow_network: bool = False, limits: DiagnosisLimits = DEFAULT_LIMITS,
+                    isolation: Literal["auto", "none"] = "auto") -> Attempt:
+    """Raises ``BundleError`` (not a bundle), ``BundleIntegrityError`` (files differ from bundle.json),
+    ``DiagnoserSpecError``, ``SpecPathError`` or ``WorkerStartError`` before the diagnosis."""
+    from diageval.paths import default_cases_dir
+
     bundle = EvidenceBundle.open(Path(bundle_dir))  # a clear BundleError before anything runs
-    if resolved.kind == "command":
-        with tempfile.TemporaryDirectory(prefix="diageval-diagnose-") as tmp:
-            r = resolved.factory().run(bundle.root, Path(tmp), timeout)
-            for name, stream in (("stdout.txt", sys.stderr), ("stderr.txt", sys.stderr)):
-                text = (Path(tmp) / name).read_text(encoding="utf-8", errors="replace")
-                if text:
-                    stream.write(text if text.endswith("\n") else text + "\n")
-        return Attempt(status=r.status, diagnosis=r.diagnosis, error=r.error, seconds=r.seconds)
+    remove_stale_boxes()
+    roots = run_roots(runs_dir=None, cases_dir=cases_dir or default_cases_dir())
+    hosted = host_diagnoser(spec, roots=roots, isolation=isolation, allow_network=allow_network, limits=limits)
+    try:
+        ex = hosted.executor(live=LiveGroups(), log_path=None, handover=_handover(hosted.role.handover, cases_dir))
+        try:
+            with tempfile.TemporaryDirectory(prefix="diageval-diagnose-") as tmp:
+                attempt = ex.attempt(bundle.root, Path(tmp), timeout, bundle_id=secrets.token_hex(16))
+                for name in (STDOUT_NAME, STDERR_NAME):
+                    path = Path(tmp) / name
+                    text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+                    if text:
+                        sys.stderr.write(text if text.endswith("\n") else text + "\n")
+        finally:
+            ex.close()
+    finally:
+        hosted.close()
+    return attempt
 
-    import time
 
-    diagnoser = resolved.factory()
-    if resolved.needs_corpus and hasattr(diagnoser, "prepare"):
+def _handover(kind: str | None, cases_dir: Path | None) -> dict[str, Any] | None:
+    if kind == "corpus":
         from diageval.cases.load import load_case_set
         from diageval.run.corpus import ReferenceCorpus
 
-        diagnoser.prepare(ReferenceCorpus.from_case_set(load_case_set(cases_dir)))
-    start = time.perf_counter()
-    result = diagnoser.diagnose(bundle)
-    seconds = time.perf_counter() - start
-    payload = result.model_dump(mode="json") if isinstance(result, Diagnosis) else result
-    return Attempt(status="ok", diagnosis=Diagnosis.model_validate(payload), seconds=seconds)
+        return {"kind": kind, "data": ReferenceCorpus.from_case_set(load_case_set(cases_dir)).model_dump(mode="json")}
+    if kind == "vocabulary":
+        from diageval.cases.taxonomy import load_taxonomy
+        from diageval.paths import default_taxonomy_path
+        from diageval.run.corpus import PublicVocabulary
+
+        return {"kind": kind, "data": PublicVocabulary.build(load_taxonomy(default_taxonomy_path(cases_dir))).model_dump(mode="json")}
+    return None
 
 
 def format_diagnosis(diagnosis: Diagnosis) -> str:

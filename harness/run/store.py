@@ -18,10 +18,19 @@ Decided here (the design is silent):
 * ``summary.json`` is derived from ``results.jsonl``: written when the run completes (and when
   ``diageval score`` re-scores it); a resumed run deletes it until it completes again, so a stale
   summary never sits beside newer results.
+* Only the harness writes the folder, and only one harness at a time: ``diageval run`` holds an
+  exclusive ``flock`` on ``.lock`` (which names its pid) while it writes; a second one exits with
+  "locked by pid N". The kernel drops the lock when its holder dies, even by SIGKILL.
+* A torn last line of ``results.jsonl`` (a writer killed mid-line) is never silently dropped: readers
+  name it, and a resumed run moves it to ``results.jsonl.torn-<n>`` (kept for inspection) and says so;
+  that case is then run again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import platform
 import socket
 import subprocess
@@ -30,12 +39,14 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from diageval import __version__
+from diageval.diagnosis import DEFAULT_LIMITS
 from diageval.fileio import append_jsonl, atomic_write_text, read_jsonl, write_jsonl
 from diageval.paths import SOURCE_ROOT
 from diageval.scoring.results import CaseResult, Status
@@ -87,6 +98,14 @@ class RunInfo(BaseModel):
     device: str
     timeout_s: float
     jobs: int
+    isolation: Literal["bwrap", "none"] = Field(
+        "none", description="bwrap: every diagnoser process ran in a bubblewrap sandbox; none: no sandbox could start (or it was turned off)"
+    )
+    isolation_note: str | None = Field(None, description="Why isolation is none")
+    allow_network: bool = Field(False, description="Whether the sandbox let the diagnoser use the network")
+    seed: int | None = Field(None, description="Seed of the shuffled case order")
+    max_diagnosis_bytes: int = DEFAULT_LIMITS.max_bytes
+    max_findings: int = DEFAULT_LIMITS.max_findings
     status: RunStatus = "running"
     started: datetime
     finished: datetime | None = None
@@ -111,6 +130,10 @@ class SavedOutcome(BaseModel):
 
 class RunFolderConflict(Exception):
     """The folder holds a different run (another diagnoser, version or case set)."""
+
+
+class RunFolderLocked(RunFolderConflict):
+    """Another process is writing the run folder."""
 
 
 class RunReadError(ValueError):
@@ -152,6 +175,45 @@ class RunStore:
 
     def diagnosis_path(self, case_id: str) -> Path:
         return self.case_dir(case_id) / "diagnosis.json"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / ".lock"
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the folder's exclusive lock, or raise :class:`RunFolderLocked` naming the holder's pid."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                raise RunFolderLocked(f"{self.root} is locked by pid {holder}: another `diageval run` is writing it") from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            yield
+        finally:
+            os.close(fd)
+
+    def set_aside_torn_tail(self) -> str | None:
+        """Move a torn last line of ``results.jsonl`` to ``results.jsonl.torn-<n>``; say what was done."""
+        path = self.results_path
+        if not path.is_file():
+            return None
+        data = path.read_bytes()
+        if not data or data.endswith(b"\n"):
+            return None
+        cut = data.rfind(b"\n") + 1
+        n = 1
+        while path.with_name(f"{path.name}.torn-{n}").exists():
+            n += 1
+        kept = path.with_name(f"{path.name}.torn-{n}")
+        atomic_write_text(kept, data[cut:].decode("utf-8", errors="replace") + "\n")
+        atomic_write_text(path, data[:cut].decode("utf-8", errors="replace"))
+        line = data[:cut].count(b"\n") + 1
+        return f"{path}: line {line} was torn (a writer killed mid-line); kept in {kept.name}, its case runs again"
 
     # manifest
     def read_info(self) -> RunInfo:

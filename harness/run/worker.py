@@ -1,40 +1,52 @@
-"""A long-lived worker process that hosts one in-process diagnoser, and the harness's handle on it.
+"""The harness's handle on a long-lived worker process, inside a box, that hosts one in-process diagnoser
+(the worker's side is :mod:`diageval.run.worker_process`).
 
-Why a separate process: a diagnoser is code we do not control. In a worker it can hang (killed at the
-per-case timeout and replaced), crash the interpreter (the case gets ``diagnoser_error``), or print
-freely (captured per case), and the run goes on. Why long-lived: constructing a diagnoser and importing
-its dependencies (pandas, torch, HTA) takes seconds; one worker per job slot pays that once, so the
-per-case cost is one round trip over a pipe (see ``benchmarks/run_overhead.py``).
+Why a separate process: a diagnoser is code we do not control. The harness never imports it: the worker
+resolves the spec (``module:attr`` or an entry point) inside the box and reports name and version back,
+so import-time code runs where it can reach nothing of the harness. In the worker a diagnoser can hang
+(killed at the per-case timeout and replaced), crash the interpreter (``diagnoser_error``), or print
+freely (captured per case), and the run goes on. Why long-lived: importing a diagnoser's dependencies
+(pandas, torch, HTA) takes seconds; one worker per job slot pays that once, so the per-case cost is one
+private bundle copy and one round trip over a pipe (see ``benchmarks/run_overhead.py``).
 
 Protocol: JSON lines. The harness writes requests to the worker's stdin; the worker answers each on its
-original stdout, which it keeps for the protocol alone: the diagnoser's own prints go to the case's
-``stdout.txt``/``stderr.txt`` while it diagnoses, and to the run's ``diagnoser.log`` otherwise.
+original stdout, which it keeps for the protocol alone (fd 1 is pointed at its stderr, the box's
+``worker.log``, copied to the run's ``diagnoser.log`` when the worker ends).
 
-* ``{"op": "init", "spec": ..., "corpus": {...} | null}`` -> ``{"ok": true, "name": ..., "version": ...}``
-  or ``{"ok": false, "error": ...}``. The corpus is sent only for reference diagnosers, which alone get
-  ``prepare(corpus)``.
-* ``{"op": "diagnose", "bundle": ..., "stdout": ..., "stderr": ...}`` -> an :class:`Attempt` as JSON.
+* ``{"op": "init", "spec": ...}`` -> ``{"ok": true, "name": ..., "version": ..., "origin": ...}`` or
+  ``{"ok": false, "error": ...}``: the spec is resolved and the diagnoser constructed here, in the box.
+* ``{"op": "prepare", "handover": {"kind": "corpus"|"vocabulary", "data": {...}}}`` -> ``{"ok": true}``:
+  ``diagnoser.prepare(...)``. Which built-ins get a hand-over is the harness's own decision
+  (:mod:`diageval.run.handover`); the harness sends it after init, so no diagnoser code has run with it
+  in reach unless the harness's table says so.
+* ``{"op": "diagnose", "bundle": ..., "dir": ...}``: with ``dir`` as working directory and fds 1 and 2 on
+  ``dir/stdout.txt`` and ``dir/stderr.txt``, diagnose, write the diagnosis to ``dir/output.json`` and
+  answer ``{"status": ..., "error": ..., "seconds": ...}``. The harness reads ``output.json`` through the
+  one diagnosis reader, with its limits: nothing the worker says is trusted beyond its status.
+* ``{"op": "list"}`` -> ``{"ok": true, "rows": [...]}``: ``diageval diagnosers list``, built inside the box.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import select
 import subprocess
 import sys
 import time
-import traceback
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from diageval.diagnosis import DEFAULT_LIMITS, DiagnosisLimits
 from diageval.run.attempt import Attempt
+from diageval.run.case_box import close_case, open_case, read_output
 from diageval.run.process_groups import LiveGroups, kill_group, spawn_group
-from diageval.validation import field_path
+from diageval.run.sandbox import Box, Isolation
 
-WORKER_MODULE = "diageval.run.worker"
+WORKER_MODULE = "diageval.run.worker_process"  # the worker's side of the protocol
+REPLY_CAP = 1 << 20  # a status line; a diagnosis travels in output.json, never in a reply
+LOG_NAME = "worker.log"
+LOG_CAP = 16 << 20
 
 
 class WorkerStartError(Exception):
@@ -45,85 +57,148 @@ class WorkerStartError(Exception):
 
 
 class WorkerExecutor:
-    """Runs diagnoses in one worker process, started on first use and replaced after a timeout or crash."""
+    """Runs diagnoses in one worker process in its own box, started on first use and replaced after a
+    timeout or crash."""
 
     def __init__(
         self,
         spec: str,
         *,
-        corpus_json: str | None,
-        log_path: Path,
+        isolation: Isolation,
+        log_path: Path | None = None,
         live: LiveGroups | None = None,
+        limits: DiagnosisLimits = DEFAULT_LIMITS,
+        python_path: tuple[str, ...] = (),
         init_timeout: float = 120.0,
     ):
         self.spec = spec
-        self.corpus_json = corpus_json
-        self.log_path = Path(log_path)
+        self.isolation = isolation
+        self.handover: dict[str, Any] | None = None
+        self.log_path = Path(log_path) if log_path else None
         self.live = live or LiveGroups()
+        self.limits = limits
+        self.python_path = python_path
         self.init_timeout = init_timeout
         self.starts = 0
-        self._proc = None
+        self.identity: dict[str, Any] | None = None
+        self._box: Box | None = None
+        self._proc: subprocess.Popen | None = None
         self._buffer = bytearray()
 
-    def attempt(self, bundle_dir: Path, case_dir: Path, timeout: float) -> Attempt:
+    def describe(self) -> dict[str, Any]:
+        """Start the worker (if needed) and return what it reported: name, version, origin."""
         if self._proc is None:
             self._start()
-        case_dir = Path(case_dir)
-        case_dir.mkdir(parents=True, exist_ok=True)
-        stdout_path, stderr_path = case_dir / "stdout.txt", case_dir / "stderr.txt"
-        request = {"op": "diagnose", "bundle": str(bundle_dir), "stdout": str(stdout_path), "stderr": str(stderr_path)}
-        start = time.perf_counter()
-        reply, problem = self._ask(request, timeout)
-        elapsed = time.perf_counter() - start
-        for p in (stdout_path, stderr_path):  # keep only what the diagnoser actually printed
-            if p.is_file() and p.stat().st_size == 0:
-                p.unlink()
-        if reply is not None:
-            return Attempt.model_validate(reply)
-        if problem == "timeout":
-            return Attempt(status="timeout", error=f"no result after {timeout:g} s; worker killed", seconds=elapsed)
-        return Attempt(status="diagnoser_error", error=problem, seconds=elapsed)
+        assert self.identity is not None
+        return self.identity
+
+    def adopt(self, live: LiveGroups, log_path: Path | None) -> None:
+        """Belong to a run: its live process groups (so that Ctrl-C kills this worker too) and its log."""
+        if self._proc is not None:
+            self.live.discard(self._proc)
+            live.add(self._proc)
+        self.live, self.log_path = live, Path(log_path) if log_path else None
+
+    def prepare(self, handover: dict[str, Any]) -> None:
+        """Hand ``handover`` to the diagnoser now, and again to every worker that replaces this one."""
+        self.handover = handover
+        if self._proc is None:
+            self._start()
+        else:
+            self._prepare()
+
+    def attempt(self, bundle_dir: Path, case_dir: Path | None, timeout: float, *, bundle_id: str) -> Attempt:
+        """Diagnose the bundle (a private copy; raises ``BundleIntegrityError`` before anything runs)."""
+        if self._proc is None:
+            self._start()
+        assert self._box is not None
+        folders = open_case(self._box, bundle_dir, bundle_id)
+        try:
+            request = {"op": "diagnose", "bundle": str(folders.bundle), "dir": str(folders.out_dir)}
+            start = time.perf_counter()
+            reply, problem = self._ask(request, timeout)
+            elapsed = time.perf_counter() - start
+            return self._attempt_from(reply, problem, folders, timeout, elapsed)
+        finally:
+            close_case(folders, case_dir)
 
     def close(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        try:
-            proc.stdin.close()  # the worker's loop ends at EOF
-            proc.wait(timeout=5)
-        except Exception:
-            pass
-        finally:
-            if proc.poll() is None:
-                kill_group(proc)
-            self.live.discard(proc)
-            proc.stdout.close()
+        if proc is not None:
+            try:
+                proc.stdin.close()  # the worker's loop ends at EOF
+                proc.wait(timeout=5)
+            except Exception:
+                pass
+            finally:
+                if proc.poll() is None:
+                    kill_group(proc)
+                self.live.discard(proc)
+                proc.stdout.close()
+        self._keep_log()
+        if self._box is not None:
+            self._box.remove()
+            self._box = None
+
+    # internals
+
+    def _attempt_from(self, reply: dict[str, Any] | None, problem: str | None, folders: Any, timeout: float, elapsed: float) -> Attempt:
+        if reply is None:
+            if problem == "timeout":
+                return Attempt(status="timeout", error=f"no result after {timeout:g} s; worker killed", seconds=elapsed)
+            return Attempt(status="diagnoser_error", error=problem, seconds=elapsed)
+        status = reply.get("status")
+        seconds = reply.get("seconds") if isinstance(reply.get("seconds"), (int, float)) else elapsed
+        seconds = min(float(seconds), elapsed)  # the worker's own clock, never more than the harness saw
+        error = str(reply.get("error"))[:2000] if reply.get("error") is not None else None
+        if status in ("diagnoser_error", "invalid_output"):
+            return Attempt(status=status, error=error or status, seconds=seconds)
+        if status != "ok":
+            return Attempt(status="diagnoser_error", error=f"the worker answered an unknown status {status!r}", seconds=seconds)
+        diagnosis, why = read_output(folders, "the diagnosis", self.limits)
+        if diagnosis is None:
+            return Attempt(status="invalid_output", error=why, seconds=seconds)
+        return Attempt(status="ok", diagnosis=diagnosis, seconds=seconds)
 
     def _start(self) -> None:
-        env = dict(os.environ)
-        # The worker imports exactly what this process can: module:attr specs resolve the same way.
-        paths = [p for p in sys.path if p] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            proc = spawn_group([sys.executable, "-m", WORKER_MODULE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env)
+        from diageval.run.registry import DiagnoserSpecError
+
+        self._box = self._box or self.isolation.new_box()
+        env_paths = [p for p in self.python_path if p]
+        argv, env, cwd = self._box.command([sys.executable, "-m", WORKER_MODULE], self._box.host_out)
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(env_paths + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]))
+        with open(self._box.host / LOG_NAME, "ab") as log:
+            proc = spawn_group(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, cwd=cwd)
         self._proc, self._buffer = proc, bytearray()
         self.live.add(proc)
         self.starts += 1
-        corpus = json.loads(self.corpus_json) if self.corpus_json is not None else None
-        reply, problem = self._ask({"op": "init", "spec": self.spec, "corpus": corpus}, self.init_timeout)
+        reply, problem = self._ask({"op": "init", "spec": self.spec}, self.init_timeout)
         if reply is None or not reply.get("ok"):
-            why = reply.get("error") if reply else problem
+            why = str(reply.get("error")) if reply else problem
+            log_tail = self._log_tail()
             self.close()
-            raise WorkerStartError(f"diagnoser {self.spec!r} could not start: {why} (worker log: {self.log_path})")
+            if reply is not None and reply.get("spec_error"):
+                raise DiagnoserSpecError(why)
+            raise WorkerStartError(f"diagnoser {self.spec!r} could not start: {why}" + (f"\n{log_tail}" if log_tail else ""))
+        self.identity = {k: str(reply.get(k, ""))[:200] for k in ("name", "version", "origin")}
+        if self.handover is not None:
+            self._prepare()
+
+    def _prepare(self) -> None:
+        reply, problem = self._ask({"op": "prepare", "handover": self.handover}, self.init_timeout)
+        if reply is None or not reply.get("ok"):
+            why = str(reply.get("error")) if reply else problem
+            self.close()
+            raise WorkerStartError(f"diagnoser {self.spec!r} could not take its {self.handover['kind']}: {why}")
 
     def _ask(self, request: dict[str, Any], timeout: float) -> tuple[dict[str, Any] | None, str | None]:
         """Send one request and wait for its reply line: (reply, None) or (None, what went wrong).
 
-        On a timeout or a dead worker the worker is gone afterwards; the next attempt starts a new one.
+        On a timeout, a dead worker or a garbled or oversized reply the worker is gone afterwards; the
+        next attempt starts a new one.
         """
         proc = self._proc
-        assert proc is not None
+        assert proc is not None and proc.stdin is not None and proc.stdout is not None
         try:
             proc.stdin.write((json.dumps(request) + "\n").encode())
             proc.stdin.flush()
@@ -134,10 +209,11 @@ class WorkerExecutor:
         while b"\n" not in self._buffer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                kill_group(proc)
-                self.live.discard(proc)
-                self._proc = None
+                self._kill()
                 return None, "timeout"
+            if len(self._buffer) > REPLY_CAP:
+                self._kill()
+                return None, f"the worker's reply is over {REPLY_CAP >> 20} MiB; worker killed"
             ready, _, _ = select.select([fd], [], [], remaining)
             if ready:
                 chunk = os.read(fd, 1 << 16)
@@ -147,11 +223,19 @@ class WorkerExecutor:
         line, _, rest = bytes(self._buffer).partition(b"\n")
         self._buffer = bytearray(rest)
         try:
-            return json.loads(line), None
-        except json.JSONDecodeError:
-            kill_group(proc)
-            self._proc = None
+            reply = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            reply = None
+        if not isinstance(reply, dict):
+            self._kill()
             return None, f"the worker's reply is garbled: {line[:120]!r}"
+        return reply, None
+
+    def _kill(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            kill_group(proc)
+            self.live.discard(proc)
 
     def _died(self) -> str:
         proc, self._proc = self._proc, None
@@ -160,104 +244,47 @@ class WorkerExecutor:
         self.live.discard(proc)
         code = proc.returncode
         how = f"killed by signal {-code}" if code is not None and code < 0 else f"exited with status {code}"
-        return f"the diagnoser's worker process died ({how}); see {self.log_path}"
+        return f"the diagnoser's worker process died ({how})" + (f"; see {self.log_path}" if self.log_path else "")
 
-
-# --- the worker's side -----------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _captured(stdout_path: str, stderr_path: str) -> Iterator[None]:
-    """Point fds 1 and 2 (and so print, logging and C libraries) at the case's files for a while."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
-        os.dup2(out.fileno(), 1)
-        os.dup2(err.fileno(), 2)
+    def _log_tail(self, lines: int = 8) -> str:
+        if self._box is None:
+            return ""
         try:
-            yield
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
+            text = (self._box.host / LOG_NAME).read_bytes()[-8000:].decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.strip().splitlines()[-lines:])
+
+    def _keep_log(self) -> None:
+        """Append what the worker printed outside any case (capped) to the run's diagnoser.log."""
+        if self._box is None or self.log_path is None:
+            return
+        src = self._box.host / LOG_NAME
+        try:
+            size = src.stat().st_size
+        except OSError:
+            return
+        if size == 0:
+            return
+        with open(src, "rb") as fh:
+            data = fh.read(LOG_CAP)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            out.write(data + (f"\n[diageval: cut at {LOG_CAP >> 20} MiB]\n".encode() if size > LOG_CAP else b""))
+        src.write_bytes(b"")
 
 
-def _init(request: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    from diageval.run.registry import resolve_diagnoser
-
-    resolved = resolve_diagnoser(request["spec"])
-    diagnoser = resolved.factory()
-    if request.get("corpus") is not None:
-        if not resolved.reference:
-            raise RuntimeError("refusing to hand the corpus (labels) to a diagnoser not marked reference")
-        from diageval.run.corpus import ReferenceCorpus
-
-        prepare = getattr(diagnoser, "prepare", None)
-        if prepare is not None:
-            prepare(ReferenceCorpus.model_validate(request["corpus"]))
-    return diagnoser, {"ok": True, "name": resolved.name, "version": resolved.version}
-
-
-def _diagnose(diagnoser: Any, request: dict[str, Any]) -> dict[str, Any]:
-    from pydantic import ValidationError
-
-    from diageval.bundle.model import EvidenceBundle
-    from diageval.diagnosers.base import DiagnoserFailed
-    from diageval.diagnosis import Diagnosis
-
-    start = time.perf_counter()
+def list_in_box(isolation: Isolation, timeout: float = 300.0) -> list[dict[str, Any]]:
+    """``diageval diagnosers list``, built by a worker inside a box (listing constructs each diagnoser)."""
+    ex = WorkerExecutor("", isolation=isolation)
+    box = ex._box = isolation.new_box()
     try:
-        with _captured(request["stdout"], request["stderr"]):
-            try:
-                result = diagnoser.diagnose(EvidenceBundle.open(Path(request["bundle"])))
-            except BaseException:
-                traceback.print_exc()  # into the case's stderr.txt
-                raise
-    except DiagnoserFailed as exc:
-        return _attempt("diagnoser_error", start, error=f"{exc.status}: {exc}")
-    except Exception as exc:
-        return _attempt("diagnoser_error", start, error=f"{type(exc).__name__}: {exc}")
-    seconds = time.perf_counter() - start
-    try:
-        payload = result.model_dump(mode="json") if isinstance(result, Diagnosis) else result
-        diagnosis = Diagnosis.model_validate(payload)
-    except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = field_path(first["loc"]) or "<top level>"
-        return _attempt("invalid_output", start, seconds, error=f"not a valid Diagnosis: {where}: {first['msg']}")
-    return Attempt(status="ok", diagnosis=diagnosis, seconds=seconds).model_dump(mode="json")
-
-
-def _attempt(status: str, start: float, seconds: float | None = None, *, error: str) -> dict[str, Any]:
-    return {"status": status, "error": error, "seconds": seconds if seconds is not None else time.perf_counter() - start}
-
-
-def main() -> None:
-    proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
-    os.dup2(2, 1)  # stray prints between cases go to the run's log, never into the protocol
-    diagnoser = None
-    for line in sys.stdin:
-        request = json.loads(line)
-        if request["op"] == "init":
-            try:
-                diagnoser, reply = _init(request)
-            except Exception as exc:
-                traceback.print_exc()
-                reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-        elif request["op"] == "diagnose":
-            if diagnoser is None:
-                reply = {"status": "diagnoser_error", "error": "worker not initialised", "seconds": 0.0}
-            else:
-                reply = _diagnose(diagnoser, request)
-        else:
-            reply = {"ok": False, "error": f"unknown op {request['op']!r}"}
-        proto.write(json.dumps(reply) + "\n")
-        proto.flush()
-
-
-if __name__ == "__main__":
-    main()
+        argv, env, cwd = box.command([sys.executable, "-m", WORKER_MODULE], box.host_out)
+        proc = spawn_group(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
+        ex._proc = proc
+        reply, problem = ex._ask({"op": "list"}, timeout)
+        if reply is None or not reply.get("ok"):
+            raise WorkerStartError(f"listing the diagnosers failed: {reply.get('error') if reply else problem}")
+        return list(reply["rows"])
+    finally:
+        ex.close()

@@ -1,0 +1,333 @@
+"""The box a diagnoser runs in: its own PID, mount, IPC and network namespaces, built by bubblewrap.
+
+What a diagnoser sees (decided here, after the design's Diagnosers section):
+
+* an empty root (a tmpfs) onto which the system (``/usr``, ``/etc``, the ``/bin``-style links, ``/sys``),
+  the Python installations in use (``sys.prefix``, ``sys.base_prefix``, every ``sys.path`` entry and
+  every ``$PATH`` folder) and the package's own source folders are bound **read-only**; a fresh
+  ``/proc`` that shows only the box's processes, a minimal ``/dev`` and an empty ``/tmp``;
+* ``/box/in`` (read-only): the private copy of the bundle under a random name, and ``/box/out``
+  (writable): one folder per case, with a random name, for ``{out}``, stdout and stderr; that folder is
+  the working directory;
+* nothing under a *hidden* root, whatever else asks for it: the checkout, ``$DIAGEVAL_HOME`` (the bundle
+  cache and its truth files), the run folders and the cases folder.
+  A path asked for that lies inside a hidden root is bound only when it is one of the explicitly
+  *visible* paths (the package's source folders ``harness/``, ``diagnosers/``, ``scoring/``,
+  ``reports/``, which an editable install imports from, and a diagnoser's own module);
+* no network unless the run says ``--allow-network`` (a diagnoser that calls a model endpoint);
+* no capabilities, a new session (no terminal injection), and ``--die-with-parent``: when the harness
+  dies, even by SIGKILL, the box's PID 1 gets SIGKILL from the kernel and with it every process inside.
+
+The allowlist (an empty root plus named binds) rather than the whole file system minus a denylist:
+another checkout of diageval or an old cache elsewhere on the machine holds the same bundles with their
+truth files, and a denylist cannot know of it.
+
+Where bubblewrap is missing or cannot start (no user namespaces), :func:`probe` says why and the run
+goes on without isolation (``isolation: none`` in ``run.json``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from diageval.fileio import owned_temp_dir, remove_stale_temp_dirs
+
+BOX_ROOT = Path("/box")
+BOX_IN = BOX_ROOT / "in"
+BOX_OUT = BOX_ROOT / "out"
+HOST_PREFIX = "diageval-box-"
+SYSTEM_DIRS = ("/usr", "/etc")
+SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+ENV_DROP_PREFIX = "DIAGEVAL_"
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """What a box hides, what it shows read-only on top of the system, and whether the network is on."""
+
+    hidden: tuple[Path, ...]
+    visible: tuple[Path, ...] = ()
+    allow_network: bool = False
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+
+class Box:
+    """The host folder behind one box: ``in/`` (bound read-only) and ``out/`` (bound writable), and how
+    to start a process in it.
+
+    With ``policy`` None there is no sandbox (``isolation: none``): the same folders, the host's paths,
+    the scrubbed environment, and nothing else hidden. The folder is an
+    :func:`~diageval.fileio.owned_temp_dir`: a later start removes it if its harness died without
+    cleaning up (SIGKILL), see :func:`remove_stale_boxes`.
+    """
+
+    def __init__(self, policy: SandboxPolicy | None, parent: Path | None = None, *, env_policy: SandboxPolicy | None = None):
+        self.policy = policy
+        self.env_policy = policy or env_policy or SandboxPolicy(hidden=())
+        self.host = owned_temp_dir(Path(parent or tempfile.gettempdir()), HOST_PREFIX)
+        self.host_in = self.host / "in"
+        self.host_out = self.host / "out"
+        self.host_in.mkdir()
+        self.host_out.mkdir()
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.policy is not None
+
+    def inner(self, host_path: Path) -> Path:
+        """Where the box's process sees ``host_path`` (a path under ``in/`` or ``out/``)."""
+        if not self.sandboxed:
+            return Path(host_path)
+        rel_in = _relative(host_path, self.host_in)
+        if rel_in is not None:
+            return BOX_IN / rel_in
+        rel_out = _relative(host_path, self.host_out)
+        if rel_out is None:
+            raise ValueError(f"{host_path} is not inside the box {self.host}")
+        return BOX_OUT / rel_out
+
+    def command(self, argv: list[str], cwd_host: Path) -> tuple[list[str], dict[str, str], Path | None]:
+        """(argv, env, cwd for Popen) that run ``argv`` in this box with ``cwd_host`` as working directory."""
+        if self.sandboxed:
+            assert self.policy is not None
+            inner_cwd = self.inner(cwd_host)
+            return wrap(argv, self, self.policy, cwd=inner_cwd), scrubbed_env(os.environ, self.policy, home=inner_cwd), None
+        return list(argv), scrubbed_env(os.environ, self.env_policy, home=Path(cwd_host)), Path(cwd_host)
+
+    def remove(self) -> None:
+        for d, _, _ in os.walk(self.host):  # private bundle copies are read-only folders
+            try:
+                os.chmod(d, 0o755)
+            except OSError:
+                pass
+        shutil.rmtree(self.host, ignore_errors=True)
+
+
+def _relative(p: Path, root: Path) -> Path | None:
+    try:
+        return Path(p).relative_to(root)
+    except ValueError:
+        return None
+
+
+def remove_stale_boxes(parent: Path | None = None) -> list[Path]:
+    """Remove the host folders of boxes whose harness process is gone; return what was removed."""
+    return remove_stale_temp_dirs(Path(parent or tempfile.gettempdir()), HOST_PREFIX)
+
+
+def find_bwrap() -> str | None:
+    return shutil.which("bwrap")
+
+
+@functools.lru_cache(maxsize=1)
+def probe() -> str | None:
+    """None when a box can start here; otherwise why not (one line). Tried once per process."""
+    bwrap = find_bwrap()
+    if bwrap is None:
+        return "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    policy = SandboxPolicy(hidden=())
+    box = Box(policy)
+    try:
+        argv, env, _ = box.command(["/bin/sh", "-c", "exit 0"], box.host_out)
+        r = subprocess.run(argv, capture_output=True, timeout=30, env=env)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"bwrap cannot start: {exc}"
+    finally:
+        box.remove()
+    if r.returncode != 0:
+        why = r.stderr.decode(errors="replace").strip().splitlines()
+        return f"bwrap cannot start here: {why[-1] if why else f'exit status {r.returncode}'}"
+    return None
+
+
+def wrap(argv: list[str], box: Box, policy: SandboxPolicy, *, cwd: Path = BOX_OUT) -> list[str]:
+    """The bwrap command line that runs ``argv`` inside ``box`` under ``policy``."""
+    bwrap = find_bwrap() or "bwrap"
+    args = [
+        bwrap,
+        "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+        "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+        "--hostname", "box",
+    ]
+    if not policy.allow_network:
+        args.append("--unshare-net")
+    for d in SYSTEM_DIRS:
+        if Path(d).is_dir():
+            args += ["--ro-bind", d, d]
+    for link in SYSTEM_LINKS:
+        p = Path(link)
+        if p.is_symlink():
+            args += ["--symlink", os.readlink(p), link]
+        elif p.is_dir():
+            args += ["--ro-bind", link, link]
+    args += ["--ro-bind-try", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for path in readable_paths(policy):
+        args += ["--ro-bind-try", str(path), str(path)]
+    args += ["--ro-bind", str(box.host_in), str(BOX_IN), "--bind", str(box.host_out), str(BOX_OUT)]
+    args += ["--chdir", str(cwd), "--"]
+    return args + list(argv)
+
+
+def readable_paths(policy: SandboxPolicy) -> list[Path]:
+    """Every path bound read-only besides the system: Python, ``$PATH``, the explicitly visible paths.
+
+    Never a path that holds a hidden root (binding it would show the root). A Python or ``$PATH``
+    folder inside a hidden root is left out too, unless it belongs to the running Python installation
+    (a virtual environment inside the checkout); an explicitly visible path inside a hidden root (the
+    package's source folders) is bound.
+    """
+    hidden = [_real(h) for h in policy.hidden]
+    homes = [_real(Path(p)) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
+    wanted: list[Path] = []
+    for p in _python_paths() + [Path(d) for d in os.environ.get("PATH", "").split(os.pathsep) if d]:
+        rp = _real(p)
+        if not rp.exists() or any(_is_within(h, rp) for h in hidden):
+            continue
+        if any(_is_within(rp, h) for h in hidden) and not any(_is_within(rp, home) for home in homes):
+            continue
+        wanted.append(rp)
+    for p in policy.visible:
+        rp = _real(p)
+        if rp.exists() and not any(_is_within(h, rp) for h in hidden):
+            wanted.append(rp)
+    out: list[Path] = []
+    for p in sorted(set(wanted), key=lambda q: (len(q.parts), str(q))):
+        if any(_is_within(p, Path(d)) for d in SYSTEM_DIRS) or any(_is_within(p, q) for q in out):
+            continue  # bound already, with the system or an enclosing folder
+        out.append(p)
+    return out
+
+
+def _python_paths() -> list[Path]:
+    """The interpreter's folders and ``sys.path``, without the current directory (``''``): a diagnoser's
+    own module is made visible explicitly (``SandboxPolicy.visible``)."""
+    cwd = os.getcwd()
+    paths = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), Path(sys.executable).parent]
+    return paths + [Path(p) for p in sys.path if p and p != cwd]
+
+
+def _real(p: Path) -> Path:
+    return Path(os.path.realpath(p))
+
+
+def _is_within(p: Path, root: Path) -> bool:
+    return p == root or root in p.parents
+
+
+def scrubbed_env(environ: Mapping[str, str], policy: SandboxPolicy, *, home: Path = BOX_OUT) -> dict[str, str]:
+    """The diagnoser's environment: no ``DIAGEVAL_*`` and nothing whose value names a hidden root.
+
+    ``HOME``, ``PWD`` and ``TMPDIR`` point into the box; ``policy.extra_env`` is added last.
+    """
+    hidden = [str(_real(h)) for h in policy.hidden] + [str(h) for h in policy.hidden]
+    env = {}
+    names_hidden = lambda text: any(h in text for h in hidden if h and h != "/")  # noqa: E731
+    for key, value in environ.items():
+        if key.startswith(ENV_DROP_PREFIX) or key in ("PWD", "OLDPWD"):
+            continue
+        if names_hidden(value) and os.pathsep in value:  # PATH-like: keep the entries that name nothing hidden
+            value = os.pathsep.join(v for v in value.split(os.pathsep) if v and not names_hidden(v))
+        if value and not names_hidden(value):
+            env[key] = value
+    env.update({"HOME": str(home), "PWD": str(home), "TMPDIR": "/tmp"})
+    env.update(policy.extra_env)
+    return env
+
+
+def hidden_roots(*paths: Path | None) -> tuple[Path, ...]:
+    """The given paths that exist, resolved, without duplicates (the order kept)."""
+    out: list[Path] = []
+    for p in paths:
+        if p is None:
+            continue
+        rp = _real(Path(p))
+        if rp not in out and str(rp) != "/":
+            out.append(rp)
+    return tuple(out)
+
+
+def visible_sources(package_dirs: Iterable[Path]) -> tuple[Path, ...]:
+    return tuple(_real(Path(p)) for p in package_dirs if Path(p).is_dir())
+
+
+IsolationKind = Literal["bwrap", "none"]
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """What a run's diagnoser processes get: a bubblewrap box under ``policy``, or ``none`` (``note`` says
+    why). Under ``none`` the environment is still scrubbed by ``policy`` and output still goes through
+    the box folders, but every file the harness's user can read is readable."""
+
+    kind: IsolationKind
+    policy: SandboxPolicy
+    note: str | None = None
+
+    def new_box(self) -> Box:
+        return Box(self.policy if self.kind == "bwrap" else None, env_policy=self.policy)
+
+
+def choose_isolation(requested: Literal["auto", "none"], policy: SandboxPolicy) -> Isolation:
+    """``auto``: a bubblewrap box when one can start here, else ``none`` with the reason."""
+    if requested == "none":
+        return Isolation("none", policy, "turned off for this run")
+    why = probe()
+    return Isolation("none", policy, why) if why else Isolation("bwrap", policy)
+
+
+def package_source_dirs() -> tuple[Path, ...]:
+    """The folders the ``diageval`` package imports from (an editable install points into the checkout)."""
+    import diageval
+    import diageval.diagnosers
+    import diageval.reports
+    import diageval.scoring
+
+    return visible_sources(Path(m.__file__).parent for m in (diageval, diageval.diagnosers, diageval.scoring, diageval.reports))
+
+
+@dataclass(frozen=True)
+class HiddenRoots:
+    """The roots a run hides. ``secret`` ones (the cache, the runs, the cases) show nothing inside, ever;
+    inside the ``checkout`` only the package's source folders and single files a diagnoser spec names
+    (its program or script) are shown."""
+
+    checkout: Path | None
+    secret: tuple[Path, ...]
+
+    @property
+    def all(self) -> tuple[Path, ...]:
+        return hidden_roots(self.checkout, *self.secret)
+
+    def may_show(self, path: Path) -> Path | None:
+        """What to bind so that ``path`` (a file or folder a diagnoser spec needs) is visible: the path,
+        its folder (for a file outside every root, so that its siblings import), or None: refused."""
+        p = _real(Path(path))
+        if any(_is_within(p, h) or _is_within(h, p) for h in self.secret):
+            return None
+        if self.checkout is not None and (_is_within(self.checkout, p) or _is_within(p, self.checkout)):
+            return p if p.is_file() and p != self.checkout else None
+        if p.is_file() and not any(_is_within(h, p.parent) for h in self.all):
+            return p.parent
+        return p if not any(_is_within(h, p) for h in self.all) else None
+
+
+def run_roots(*, runs_dir: Path | None, cases_dir: Path | None) -> HiddenRoots:
+    """The checkout (when the package runs from one), ``$DIAGEVAL_HOME``, the run folders, the cases."""
+    from diageval.paths import SOURCE_ROOT, home_dir
+
+    checkout = SOURCE_ROOT if (SOURCE_ROOT / "pyproject.toml").is_file() or (SOURCE_ROOT / "cases").is_dir() else None
+    return HiddenRoots(checkout=_real(checkout) if checkout else None, secret=hidden_roots(home_dir(), runs_dir, cases_dir))
+
+
+def run_policy(roots: HiddenRoots, *, allow_network: bool = False, visible: Iterable[Path] = ()) -> SandboxPolicy:
+    """The policy of a run: hide ``roots``; show the package's source folders and ``visible`` read-only."""
+    return SandboxPolicy(hidden=roots.all, visible=package_source_dirs() + tuple(visible), allow_network=allow_network)

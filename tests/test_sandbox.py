@@ -1,0 +1,200 @@
+"""The box a diagnoser runs in, and the private bundle copy it gets (issue 8: sandbox and integrity)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from diageval.fileio import owned_temp_dir, remove_stale_temp_dirs
+from diageval.run.case_box import close_case, open_case, read_output
+from diageval.run.private_bundle import BundleIntegrityError, private_copy, remove_copy
+from diageval.run.sandbox import BOX_IN, Box, HiddenRoots, SandboxPolicy, probe, readable_paths, scrubbed_env
+from diageval.run.spec_paths import SpecPathError, spec_paths
+from run_fakes import write_bundle
+
+needs_bwrap = pytest.mark.skipif(probe() is not None, reason=f"no sandbox here: {probe()}")
+
+
+def _run_in_box(box: Box, script: str, cwd: Path) -> subprocess.CompletedProcess:
+    argv, env, popen_cwd = box.command([sys.executable, "-c", script], cwd)
+    return subprocess.run(argv, env=env, cwd=popen_cwd, capture_output=True, text=True, timeout=60)
+
+
+@needs_bwrap
+def test_a_box_shows_python_and_its_folders_and_hides_the_roots(tmp_path):
+    secret = tmp_path / "secret"
+    (secret / "cases").mkdir(parents=True)
+    (secret / "cases" / "labels.yaml").write_text("labels: yes\n")
+    box = Box(SandboxPolicy(hidden=(secret,)))
+    try:
+        (box.host_in / "b").mkdir()
+        (box.host_in / "b" / "f.txt").write_text("evidence")
+        (box.host_out / "c").mkdir()
+        script = (
+            "import os, json, sys\n"
+            f"print(json.dumps({{'secret': os.path.exists({str(secret)!r}), 'tmp': os.listdir('/tmp'),"
+            "'cwd': os.getcwd(), 'evidence': open('/box/in/b/f.txt').read(), 'pid': os.getpid(),"
+            "'procs': sorted(p for p in os.listdir('/proc') if p.isdigit()), 'env': sorted(os.environ)}))\n"
+            "try:\n    open('/box/in/b/f.txt', 'w')\nexcept OSError as e:\n    print('ro', e.errno)\n"
+            "open('out.json', 'w').write('{}')\n"
+        )
+        r = _run_in_box(box, script, box.host_out / "c")
+        assert r.returncode == 0, r.stderr
+        seen = json.loads(r.stdout.splitlines()[0])
+        assert seen["secret"] is False
+        assert not [n for n in seen["tmp"] if n.startswith(("diageval-box-", "pytest-"))]  # only what Python needs
+        assert seen["cwd"] == "/box/out/c" and seen["evidence"] == "evidence"
+        assert len(seen["procs"]) <= 3  # bwrap's init, python (and nothing of the host)
+        assert r.stdout.splitlines()[1].startswith("ro ")
+        assert (box.host_out / "c" / "out.json").read_text() == "{}"
+        assert not any(k.startswith("DIAGEVAL_") for k in seen["env"])
+    finally:
+        box.remove()
+    assert not box.host.exists()
+
+
+@needs_bwrap
+def test_a_box_has_no_network_unless_asked(tmp_path):
+    script = "import socket\ns = socket.socket()\ntry:\n    s.connect(('10.255.255.1', 9))\nexcept OSError as e:\n    print(e.errno)\n"
+    box = Box(SandboxPolicy(hidden=()))
+    try:
+        r = _run_in_box(box, script, box.host_out)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == str(__import__("errno").ENETUNREACH)
+    finally:
+        box.remove()
+
+
+def test_python_folders_inside_a_hidden_root_are_left_out_unless_they_hold_python(tmp_path, monkeypatch):
+    hidden = tmp_path / "checkout"
+    (hidden / "tests").mkdir(parents=True)
+    (hidden / "harness").mkdir()
+    monkeypatch.setattr(sys, "path", sys.path + [str(hidden / "tests"), str(hidden), str(tmp_path)])
+    paths = readable_paths(SandboxPolicy(hidden=(hidden,), visible=(hidden / "harness",)))
+    assert hidden / "harness" in paths
+    assert not any(p == hidden or hidden / "tests" == p or p == tmp_path for p in paths)
+
+
+def test_the_environment_loses_diageval_variables_and_hidden_paths(tmp_path):
+    hidden = tmp_path / "home"
+    env = scrubbed_env(
+        {"DIAGEVAL_HOME": "x", "A": str(hidden / "bundles"), "PATH": f"/usr/bin:{hidden}/bin", "B": "keep", "PWD": "/w"},
+        SandboxPolicy(hidden=(hidden,)), home=Path("/box/out/c"),
+    )
+    assert env["PATH"] == "/usr/bin" and env["B"] == "keep" and env["HOME"] == env["PWD"] == "/box/out/c"
+    assert "DIAGEVAL_HOME" not in env and "A" not in env
+
+
+def test_stale_temp_folders_of_dead_owners_are_removed(tmp_path):
+    mine = owned_temp_dir(tmp_path, "x-")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f"x-{dead.pid}-abc"
+    stale.mkdir()
+    assert remove_stale_temp_dirs(tmp_path, "x-") == [stale]
+    assert mine.exists() and not stale.exists()
+
+
+# --- the private copy ------------------------------------------------------------------------------
+
+
+def test_the_private_copy_has_a_new_id_read_only_files_and_only_listed_files(tmp_path):
+    src = write_bundle(tmp_path / "cache" / "0123abcd", "original-id")
+    (src / "planted.txt").write_text("not in bundle.json")
+    dest = private_copy(src, tmp_path / "copy", "random-id")
+    manifest = json.loads((dest / "bundle.json").read_text())
+    assert manifest["bundle_id"] == "random-id"
+    assert not (dest / "planted.txt").exists()
+    assert (dest / "rank0" / "trace.json.gz").read_bytes() == (src / "rank0" / "trace.json.gz").read_bytes()
+    assert not os.access(dest / "steps.jsonl", os.W_OK) or os.geteuid() == 0
+    assert oct((dest / "steps.jsonl").stat().st_mode & 0o777) == "0o444"
+    remove_copy(dest)
+    assert not dest.exists()
+
+
+def test_a_changed_file_is_named_and_nothing_is_copied(tmp_path):
+    src = write_bundle(tmp_path / "b", "id")
+    with open(src / "steps.jsonl", "a") as fh:
+        fh.write('{"rank": 0, "step": 9, "t_start": 0, "t_end": 1}\n')
+    with pytest.raises(BundleIntegrityError, match=r"steps\.jsonl: size or sha256 differs"):
+        private_copy(src, tmp_path / "copy", "x")
+    assert not (tmp_path / "copy").exists()
+
+
+def test_a_symlink_in_a_bundle_is_refused(tmp_path):
+    src = write_bundle(tmp_path / "b", "id")
+    outside = tmp_path / "labels.txt"
+    outside.write_text("the answer")
+    (src / "logs" / "rank0.log").unlink()
+    (src / "logs" / "rank0.log").symlink_to(outside)
+    with pytest.raises(BundleIntegrityError, match=r"logs/rank0\.log is a symlink"):
+        private_copy(src, tmp_path / "copy", "x")
+
+
+def test_output_links_and_fifos_are_not_followed_back(tmp_path):
+    src = write_bundle(tmp_path / "b", "id")
+    box = Box(None)
+    try:
+        folders = open_case(box, src, "id")
+        secret = tmp_path / "secret.txt"
+        secret.write_text("host file")
+        (folders.out_host / "stdout.txt").symlink_to(secret)
+        os.mkfifo(folders.out_host / "output.json")
+        diagnosis, why = read_output(folders, "{out}")
+        assert diagnosis is None and "not a plain file" in why
+        close_case(folders, tmp_path / "case")
+        assert not (tmp_path / "case" / "stdout.txt").exists()
+        assert not folders.bundle_host.exists() and not folders.out_host.exists()
+    finally:
+        box.remove()
+
+
+def test_box_paths_inside_and_out(tmp_path):
+    box = Box(SandboxPolicy(hidden=()))
+    try:
+        assert box.inner(box.host_in / "abc") == BOX_IN / "abc"
+        with pytest.raises(ValueError):
+            box.inner(tmp_path)
+    finally:
+        box.remove()
+
+
+# --- what a spec may see ---------------------------------------------------------------------------
+
+
+def test_spec_paths_show_a_program_outside_and_refuse_one_in_the_cases(tmp_path):
+    checkout, cases, elsewhere = tmp_path / "checkout", tmp_path / "cases", tmp_path / "tools"
+    for d in (checkout / "tests", cases, elsewhere):
+        d.mkdir(parents=True)
+    (elsewhere / "diag.py").write_text("")
+    (checkout / "tests" / "fake.py").write_text("")
+    (cases / "cheat.py").write_text("")
+    roots = HiddenRoots(checkout=checkout, secret=(cases,))
+    got = spec_paths("cmd:python tools/diag.py {bundle} {out}", roots, cwd=tmp_path)
+    assert got.visible == (elsewhere,) and str(elsewhere / "diag.py") in got.spec
+    got = spec_paths(f"cmd:python {checkout}/tests/fake.py {{bundle}}", roots, cwd=tmp_path)
+    assert got.visible == (checkout / "tests" / "fake.py",)  # the named file only, not tests/
+    with pytest.raises(SpecPathError, match="cheat.py"):
+        spec_paths(f"cmd:python {cases}/cheat.py {{bundle}}", roots, cwd=tmp_path)
+    with pytest.raises(SpecPathError):
+        spec_paths(f"cmd:cat {cases}", roots, cwd=tmp_path)
+
+
+def test_spec_paths_of_a_module_in_the_checkout_are_refused(tmp_path, monkeypatch):
+    checkout = tmp_path / "checkout"
+    (checkout / "mypkg").mkdir(parents=True)
+    (checkout / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "mydiag.py").write_text("")
+    monkeypatch.syspath_prepend(str(checkout))
+    monkeypatch.syspath_prepend(str(tmp_path / "mine"))
+    roots = HiddenRoots(checkout=checkout, secret=())
+    with pytest.raises(SpecPathError, match="mypkg"):
+        spec_paths("mypkg.sub:Diag", roots)
+    got = spec_paths("mydiag:Diag", roots)
+    assert got.visible == (tmp_path / "mine",) and got.python_path == (str(tmp_path / "mine"),)
