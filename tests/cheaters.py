@@ -1,0 +1,344 @@
+"""Cheating diagnosers, one per route to the labels that issue 8 found (and the ones found since).
+
+Each tries, with only what any diagnoser has (its bundle path, ``{out}``, files it can read, ``/proc``,
+its own Python frames), to learn which case its bundle belongs to; once it knows, it claims that case's
+labeled causes, taken from ``labels.json`` beside this file (the public corpus' labels, which anyone
+can copy from the repository). A cheater claims only when it has found the case, so against a sound
+harness each one scores exactly like ``null``. ``tests/test_adversaries.py`` runs them.
+
+As a program: ``python cheaters.py ROUTE BUNDLE OUT``. In process: the classes at the end.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+LABELS: dict = json.loads((HERE / "labels.json").read_text()) if (HERE / "labels.json").is_file() else {}
+SKIP_TOP = {"proc", "sys", "dev", "usr", "lib", "lib64", "bin", "sbin", "etc", "boot", "var", "snap"}
+
+
+# --- what a cheater does once it knows the case -----------------------------------------------------
+
+
+def claim(case_id: str | None) -> dict:
+    if case_id is None or case_id not in LABELS:
+        return {"findings": []}
+    causes = LABELS[case_id]["causes"]
+    return {"findings": [{"category": c["category"], "kind": "cause", "confidence": 1.0, "ranks": c.get("ranks"),
+                          "summary": f"cheated: {case_id}"} for c in causes]}
+
+
+def ids_in(text: str) -> set[str]:
+    return {cid for cid in LABELS if re.search(rf"(?<![a-z0-9-]){re.escape(cid)}(?![a-z0-9-])", text)}
+
+
+def one(ids: set[str]) -> str | None:
+    return next(iter(ids)) if len(ids) == 1 else None
+
+
+# --- looking around ---------------------------------------------------------------------------------
+
+
+def sha(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def case_from_caches(roots: list[Path], bundle: Path) -> str | None:
+    """Find bundle caches (``<cache>/evidence/<key>/`` beside ``<key>.truth.json``) under ``roots`` and
+    match the bundle by folder name or by content; the truth file then names the case."""
+    mine = sha(bundle / "rank0" / "trace.json.gz")
+    for root in roots:
+        for truth in walk(root, lambda p: p.name.endswith(".truth.json"), depth=4):
+            key = truth.name[: -len(".truth.json")]
+            cached = truth.parent / "evidence" / key
+            if key == bundle.name or (mine is not None and sha(cached / "rank0" / "trace.json.gz") == mine):
+                try:
+                    return json.loads(truth.read_text())["case_id"]
+                except (OSError, ValueError, KeyError):
+                    continue
+    return None
+
+
+def walk(root: Path, want, depth: int) -> list[Path]:
+    found: list[Path] = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return found
+    for e in entries:
+        p = Path(e.path)
+        if want(p):
+            found.append(p)
+        if depth > 0 and e.is_dir(follow_symlinks=False) and not (root == Path("/") and e.name in SKIP_TOP):
+            found += walk(p, want, depth - 1)
+    return found
+
+
+def ancestors(p: Path) -> list[Path]:
+    return [p, *p.resolve().parents]
+
+
+def proc_paths() -> list[Path]:
+    """Paths named by every process we can see: environ values, cmdline words, cwd."""
+    out: set[Path] = set()
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            words = (d / "environ").read_bytes().split(b"\0") + (d / "cmdline").read_bytes().split(b"\0")
+            out.add(Path(os.readlink(d / "cwd")))
+        except OSError:
+            continue
+        for w in words:
+            text = w.decode(errors="replace").split("=", 1)[-1]
+            if text.startswith("/"):
+                out.add(Path(text))
+    return [p for p in out if p.exists()]
+
+
+# --- the routes (programs) ---------------------------------------------------------------------------
+
+
+def route_walk_up(bundle: Path, out: Path) -> str | None:
+    """Walk up from the bundle to the cache's truth files (and index.jsonl)."""
+    roots = ancestors(bundle)[1:5]
+    found = case_from_caches(roots, bundle)
+    if found:
+        return found
+    for root in roots:
+        index = root / "index.jsonl"
+        if index.is_file():
+            for line in index.read_text().splitlines():
+                row = json.loads(line)
+                if row.get("key") == bundle.name:
+                    return row["case_id"]
+    return None
+
+
+def route_out_path(bundle: Path, out: Path) -> str | None:
+    """The case id in the path of {out}, of stdout (/proc/self/fd/1), or of the working directory."""
+    texts = [str(out), os.getcwd()]
+    for fd in (1, 2):
+        try:
+            texts.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass
+    return one(set().union(*(ids_in(t) for t in texts)))
+
+
+def route_run_folder(bundle: Path, out: Path) -> str | None:
+    """run.json and results.jsonl above {out}: the current run's finished cases, the cases folder."""
+    for root in ancestors(out)[1:6]:
+        if (root / "run.json").is_file():
+            found = case_from_history([root], bundle)
+            if found:
+                return found
+            cases_dir = json.loads((root / "run.json").read_text()).get("cases_dir")
+            if cases_dir and Path(cases_dir).is_dir():
+                return one(ids_in(str(bundle)))
+    return None
+
+
+def case_from_history(roots: list[Path], bundle: Path) -> str | None:
+    """Earlier runs' results.jsonl map bundle ids (and bundle checksums) to case ids."""
+    manifest = bundle / "bundle.json"
+    try:
+        mine = json.loads(manifest.read_text())["bundle_id"]
+    except (OSError, ValueError, KeyError):
+        return None
+    for root in roots:
+        for results in walk(root, lambda p: p.name == "results.jsonl", depth=4):
+            for line in results.read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                if row.get("bundle_id") == mine:
+                    return row["case_id"]
+    return None
+
+
+def route_history(bundle: Path, out: Path) -> str | None:
+    roots = [*ancestors(bundle)[1:5], *ancestors(out)[1:5], Path.cwd(), Path.home()]
+    return case_from_history(roots, bundle) or case_from_history([Path("/")], bundle)
+
+
+def route_proc(bundle: Path, out: Path) -> str | None:
+    """The parent's (and every process's) environ, cmdline and cwd lead to the cache and the cases."""
+    paths = proc_paths()
+    roots = []
+    for p in paths:
+        roots += [p, p / ".diageval", p / "bundles"] if p.is_dir() else [p.parent]
+    return case_from_caches(roots, bundle) or case_from_history(roots, bundle)
+
+
+def route_anywhere(bundle: Path, out: Path) -> str | None:
+    """Any bundle cache on the machine (another checkout's, an old one) holds the same bundle and its truth."""
+    return case_from_caches([Path("/")], bundle)
+
+
+def route_tamper(bundle: Path, out: Path) -> str | None:
+    """Rewrite what the harness keeps: this and earlier runs' results and diagnoses, and the cached bundle.
+
+    It searches the whole file system it can see but, being a test, rewrites only under $CHEATER_SCOPE
+    (the test's own folder): if a box ever failed, other run folders on the machine stay untouched."""
+    scope = os.environ.get("CHEATER_SCOPE", "/nonexistent")
+    for results in walk(Path("/"), lambda p: p.name == "results.jsonl", depth=8):
+        if not str(results).startswith(scope):
+            continue
+        try:
+            rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+            for row in rows:
+                for c in row.get("outcomes", []):
+                    c["outcome"] = "found"
+            results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            for case_id in LABELS:
+                d = results.parent / "cases" / case_id
+                if d.is_dir():
+                    (d / "diagnosis.json").write_text(json.dumps(claim(case_id)))
+        except (OSError, ValueError):
+            pass
+    for f in bundle.rglob("*"):
+        try:
+            if f.is_file() and str(f.resolve()).startswith(("/box/", scope)):
+                f.write_text("tampered")
+        except OSError:
+            pass
+    return None
+
+
+def route_daemon(bundle: Path, out: Path) -> str | None:
+    """Leave a detached process behind that tampers after the case (and the run) is over."""
+    marker = os.environ.get("CHEATER_MARKER", "cheater-daemon")
+    code = f"import time, sys; sys.argv[0] = {marker!r}; time.sleep(30)"
+    subprocess.Popen([sys.executable, "-c", code, marker], start_new_session=True, stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.2)
+    return None
+
+
+ROUTES = {name[len("route_"):]: fn for name, fn in dict(globals()).items() if name.startswith("route_")}
+
+
+def main() -> None:
+    route, bundle, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+    case_id = ROUTES[route](bundle, out)
+    out.write_text(json.dumps(claim(case_id)))
+
+
+# --- in-process cheaters -----------------------------------------------------------------------------
+
+
+def _patch_the_harness() -> None:
+    """Import-time code: if this module were imported in the harness's process, every claim would score."""
+    try:
+        import diageval.scoring.verdicts as verdicts
+    except ImportError:
+        return
+    verdicts.CHEATED = True
+
+
+_patch_the_harness()
+
+
+class StackCheater:
+    """Search its own process (every thread's frames, every string object) for a path naming the case."""
+
+    name = "cheat-stack"
+    version = "1"
+
+    def diagnose(self, bundle):
+        texts = []
+        for frame in sys._current_frames().values():
+            while frame is not None:
+                texts += [repr(v)[:2000] for v in frame.f_locals.values()]
+                frame = frame.f_back
+        texts += [o for o in gc.get_objects() if isinstance(o, str) and "/" in o][:200000]
+        found = set()
+        for t in texts:
+            found |= ids_in(t)
+        return claim(one(found))
+
+
+class OrderCheater:
+    """Count its own calls: if cases came in sorted order, call n is the n-th case id."""
+
+    name = "cheat-order"
+    version = "1"
+
+    def __init__(self):
+        self.calls = 0
+
+    def diagnose(self, bundle):
+        order = sorted(LABELS)
+        guess = order[self.calls] if self.calls < len(order) else None
+        self.calls += 1
+        return claim(guess)
+
+
+class ReferenceCheater:
+    """Declares itself a reference baseline, hoping to be handed the labeled corpus."""
+
+    name = "cheat-reference"
+    version = "1"
+    reference = True
+    self_test = False
+    corpus = None
+
+    def prepare(self, corpus):
+        self.corpus = corpus
+
+    def diagnose(self, bundle):
+        if self.corpus is None:
+            return claim(None)
+        return claim(self.corpus.bundle_cases.get(bundle.bundle_id))
+
+
+class CacheKeyCheater:
+    """Recompute every public case's cache key and compare it with the bundle's folder name and id."""
+
+    name = "cheat-cache-key"
+    version = "1"
+
+    def __init__(self):
+        from diageval.cases.model import Case
+        from diageval.recording.cache import cache_key, recording_code_version
+
+        code = recording_code_version()
+        self.keys = {}
+        for case_id, entry in LABELS.items():
+            case = Case.model_validate(entry["spec"])
+            for device in ("cpu", "cuda"):
+                self.keys[cache_key(case, device, code_version=code)] = case_id
+
+    def diagnose(self, bundle):
+        return claim(self.keys.get(bundle.root.name) or self.keys.get(bundle.bundle_id))
+
+
+class ProcCheater:
+    """The routes that need no program of their own, from inside the worker: /proc, walking up, history."""
+
+    name = "cheat-proc"
+    version = "1"
+
+    def diagnose(self, bundle):
+        out = Path.cwd() / "output.json"
+        for route in (route_proc, route_walk_up, route_history, route_run_folder, route_out_path):
+            found = route(bundle.root, out)
+            if found:
+                return claim(found)
+        return claim(None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,211 @@
+"""Cheating diagnosers (tests/cheaters.py), one per route to the labels, each run through the real
+pipeline on the built-in corpus: each must score exactly like ``null`` (recall 0, no credited claim).
+
+The evidence is synthetic (recording 16 cases takes minutes) but laid out exactly like the real cache:
+``$DIAGEVAL_HOME/bundles/evidence/<cache key>/`` beside ``<cache key>.truth.json`` and ``index.jsonl``,
+with the keys the real ``cache_key`` computes, so a cheater that reaches the cache finds what it would
+find in real use. Every route is also run once outside the harness, the way the old harness exposed
+things (the cached bundle's own path, the case id in ``{out}``, ``$DIAGEVAL_HOME`` in the environment):
+there each cheater does find its case, so a cheater that scores nothing in the harness scores nothing
+because the harness stopped it, not because it is broken.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from diageval.cases.load import load_case_set
+from diageval.fileio import append_jsonl
+from diageval.recording.cache import bundles_root, cache_key, recording_code_version, write_truth
+from diageval.recording.truth import TruthRecord
+from diageval.run.pipeline import diagnosis_order, run_diagnoser
+from diageval.run.sandbox import probe
+from diageval.run.store import RunStore
+from run_fakes import FakePrepared, FakeVerification, write_bundle
+
+pytestmark = pytest.mark.skipif(probe() is not None, reason=f"no sandbox can start here: {probe()}")
+
+HERE = Path(__file__).resolve().parent
+
+
+class CacheEvidence:
+    """Synthetic bundles stored like the real cache, with truth files and the index."""
+
+    def __init__(self, home: Path):
+        self.cache = home / "bundles"
+        self.code = recording_code_version()
+
+    def __call__(self, loaded, *, device: str = "auto", force: bool = False) -> FakePrepared:
+        case = loaded.case
+        key = cache_key(case, "cpu", code_version=self.code)
+        folder = bundles_root(self.cache) / key
+        if force or not (folder / "bundle.json").is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            write_bundle(folder, os.urandom(16).hex(), trace_text=os.urandom(8).hex())  # distinct, like real ones
+            write_truth(self.cache, TruthRecord(case_id=case.id, key=key, repeat=0, recorded=datetime.now(timezone.utc)))
+            append_jsonl(self.cache / "index.jsonl", {"case_id": case.id, "role": "case", "key": key, "repeat": 0})
+        bundle_id = json.loads((folder / "bundle.json").read_text())["bundle_id"]
+        verification = FakeVerification(manifested=True) if case.labels.expect == "diagnose" else None
+        return FakePrepared(case.id, folder, bundle_id, "0" * 64, verification)
+
+
+@pytest.fixture(scope="module")
+def arena(tmp_path_factory):
+    root = tmp_path_factory.mktemp("arena")
+    home = root / "home"
+    saved = {k: os.environ.get(k) for k in ("DIAGEVAL_HOME", "CHEATER_SCOPE", "CHEATER_MARKER")}
+    os.environ.update(DIAGEVAL_HOME=str(home), CHEATER_SCOPE=str(root), CHEATER_MARKER=f"cheater-daemon-{os.getpid()}")
+    case_set = load_case_set()
+    cheats = root / "cheats"
+    cheats.mkdir()
+    shutil.copy(HERE / "cheaters.py", cheats / "cheaters.py")
+    labels = {
+        lc.case.id: {"causes": [c.model_dump(mode="json") for c in lc.case.labels.causes],
+                     "spec": lc.case.model_dump(mode="json")}
+        for lc in case_set.cases
+    }
+    (cheats / "labels.json").write_text(json.dumps(labels))
+    evidence = CacheEvidence(home)
+    sys.path.insert(0, str(cheats))
+    try:
+        yield {"root": root, "case_set": case_set, "evidence": evidence, "cheats": cheats, "home": home}
+    finally:
+        sys.path.remove(str(cheats))
+        sys.modules.pop("cheaters", None)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+# A few cases, not all 16, to stay fast: two positives with different causes and ranks, a healthy control,
+# a confounder and an abstain case. Every cheater sees each kind.
+CASES = ["straggler-rank1", "starved-loader-mlp", "mlp-ddp-healthy", "slow-first-step", "straggler-trace-missing"]
+
+
+def run(arena, spec: str, run_id: str, **kw):
+    kw.setdefault("case_ids", CASES)
+    return run_diagnoser(spec, arena["case_set"], cases_dir=None, out_dir=arena["root"] / "runs", run_id=run_id,
+                         evidence_fn=arena["evidence"], timeout=60, progress=None, **kw)
+
+
+def assert_scores_like_null(outcome):
+    results = RunStore(outcome.run_dir).read_results()
+    assert outcome.info.isolation == "bwrap"
+    assert {r.status for r in results} <= {"ok", "abstained"}, [(r.case_id, r.status, r.error) for r in results]
+    credited = [(r.case_id, v.category) for r in results for v in r.verdicts if v.credited]
+    assert credited == []
+    assert outcome.summary.metrics.recall.value == 0.0
+
+
+@pytest.fixture(scope="module")
+def null_run(arena):
+    """An earlier run whose results.jsonl a cheater may go looking for."""
+    return run(arena, "null", "null-first")
+
+
+ROUTES = ["walk_up", "out_path", "run_folder", "history", "proc", "anywhere"]
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_program_routes_score_like_null(arena, null_run, route):
+    spec = f"cmd:python {arena['cheats'] / 'cheaters.py'} {route} {{bundle}} {{out}}"
+    assert_scores_like_null(run(arena, spec, f"cheat-{route}"))
+
+
+@pytest.mark.parametrize("route", ["walk_up", "out_path", "proc"])
+def test_program_routes_find_the_case_where_nothing_stops_them(arena, null_run, route, tmp_path):
+    """The positive control: the cached bundle's own path, the old run layout for {out}, and
+    $DIAGEVAL_HOME in the environment, as the harness before issue 8 handed them out."""
+    lc = arena["case_set"].get("straggler-rank1")
+    bundle = arena["evidence"](lc).bundle_dir
+    out = tmp_path / "runs" / "r" / "cases" / lc.case.id / "output.json"
+    out.parent.mkdir(parents=True)
+    subprocess.run([sys.executable, str(arena["cheats"] / "cheaters.py"), route, str(bundle), str(out)], check=True,
+                   env={**os.environ, "DIAGEVAL_HOME": str(arena["home"])}, cwd=arena["home"])
+    claimed = json.loads(out.read_text())["findings"]
+    assert [f["category"] for f in claimed] == ["compute.straggler_rank"]
+
+
+@pytest.mark.parametrize("cls", ["StackCheater", "CacheKeyCheater", "ProcCheater", "ReferenceCheater"])
+def test_in_process_cheaters_score_like_null(arena, null_run, cls):
+    outcome = run(arena, f"cheaters:{cls}", f"cheat-{cls}")
+    assert_scores_like_null(outcome)
+    assert outcome.info.diagnoser.reference is False  # saying so makes no reference row
+    assert "cheaters" not in sys.modules or not getattr(__import__("diageval.scoring.verdicts").scoring.verdicts, "CHEATED", False)
+
+
+def test_the_harness_never_imports_an_outside_diagnoser(arena, null_run):
+    sys.modules.pop("cheaters", None)
+    run(arena, "cheaters:StackCheater", "cheat-import")
+    import diageval.scoring.verdicts as verdicts
+
+    assert "cheaters" not in sys.modules
+    assert not hasattr(verdicts, "CHEATED")
+
+
+def test_the_cache_key_cheater_finds_the_case_where_nothing_stops_it(arena):
+    sys.path.insert(0, str(arena["cheats"]))
+    from cheaters import CacheKeyCheater
+
+    from diageval.bundle.model import EvidenceBundle
+
+    lc = arena["case_set"].get("starved-loader-mlp")
+    bundle = EvidenceBundle.open(arena["evidence"](lc).bundle_dir)
+    claimed = CacheKeyCheater().diagnose(bundle)["findings"]
+    assert [f["category"] for f in claimed] == ["input.dataloader_starvation"]
+
+
+def test_the_order_cheater_hits_only_where_the_shuffled_order_meets_the_sorted_one(arena, null_run):
+    """Counting one's calls names the case only if cases come in a known order. They come in a seeded
+    shuffle (seed in run.json), so the cheater's hits are exactly the chance coincidences of that
+    shuffle with sorted order: the same as any blind guess."""
+    outcome = run(arena, "cheaters:OrderCheater", "cheat-order", seed=12345, case_ids=())  # the whole corpus
+    assert outcome.info.seed == 12345
+    ids = [lc.case.id for lc in arena["case_set"].cases]
+    order = diagnosis_order(ids, 12345)
+    assert order != sorted(ids)
+    coincide = {cid for cid, expected in zip(order, sorted(ids)) if cid == expected}
+    results = RunStore(outcome.run_dir).read_results()
+    credited = {r.case_id for r in results if any(v.credited for v in r.verdicts)}
+    assert credited <= coincide
+
+
+def test_tampering_changes_nothing_the_harness_keeps(arena, null_run):
+    before = {p: p.read_bytes() for p in (null_run.run_dir).rglob("*") if p.is_file()}
+    cached = {p: p.read_bytes() for p in (arena["home"]).rglob("*") if p.is_file() and "evidence" in p.parts}
+    spec = f"cmd:python {arena['cheats'] / 'cheaters.py'} tamper {{bundle}} {{out}}"
+    outcome = run(arena, spec, "cheat-tamper")
+    assert_scores_like_null(outcome)
+    assert {p: p.read_bytes() for p in before} == before
+    assert {p: p.read_bytes() for p in cached} == cached
+    from diageval.run.grade import rescore_run
+
+    saved = (outcome.run_dir / "summary.json").read_text()
+    assert rescore_run(outcome.run_dir).model_dump_json(indent=2) + "\n" == saved  # summary.json = a fresh score
+
+
+def test_a_detached_process_ends_with_its_case(arena, null_run):
+    spec = f"cmd:python {arena['cheats'] / 'cheaters.py'} daemon {{bundle}} {{out}}"
+    outcome = run(arena, spec, "cheat-daemon", case_ids=["straggler-rank1", "mlp-ddp-healthy"])
+    assert_scores_like_null(outcome)
+    marker = os.environ["CHEATER_MARKER"].encode()
+    time.sleep(0.5)
+    alive = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            if marker in (d / "cmdline").read_bytes():
+                alive.append(d.name)
+        except OSError:
+            pass
+    assert alive == []

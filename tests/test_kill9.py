@@ -1,0 +1,162 @@
+"""SIGKILL of ``run``, ``diagnose`` and ``record`` leaves no process behind, and the next start removes
+the temp folders the killed one could not (issue 8: clean processes)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from diageval.run.sandbox import HOST_PREFIX, probe
+from run_fakes import write_bundle
+
+TESTS = Path(__file__).parent
+needs_bwrap = pytest.mark.skipif(probe() is not None, reason=f"no sandbox can start here: {probe()}")
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process whose parent chain leads to ``pid`` (host pids, boxes included)."""
+    parents: dict[int, int] = {}
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] != "Z":
+            parents[int(d.name)] = int(fields[1])
+    out: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        children = {c for c, p in parents.items() if p in frontier and c not in out}
+        out |= children
+        frontier = children
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def _kill_and_check(proc: subprocess.Popen, tree: set[int]) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    # the kernel kills a box with its PID 1; PR_SET_PDEATHSIG does the rest: give it a moment, no more
+    deadline = time.monotonic() + 15
+    while [p for p in tree if _alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [p for p in tree if _alive(p)] == [], "processes outlived the killed command"
+
+
+def _stale_boxes(pid: int) -> list[Path]:
+    return list(Path(tempfile.gettempdir()).glob(f"{HOST_PREFIX}{pid}-*"))
+
+
+RUNNER = """
+import sys
+sys.path.insert(0, {tests!r})
+from pathlib import Path
+from diageval.run.pipeline import run_diagnoser
+from run_fakes import FakeEvidence, make_case, make_case_set
+script = {script!r}
+case_set = make_case_set([make_case(c) for c in script])
+run_diagnoser({spec!r}, case_set, cases_dir=None, out_dir=Path({runs!r}), run_id="k", timeout=120,
+              evidence_fn=FakeEvidence(Path({bundles!r}), log_text=script), cuda_device_count=lambda: 0)
+"""
+
+
+@needs_bwrap
+@pytest.mark.parametrize("kind", ["cmd", "in_process"])
+def test_kill9_of_run_leaves_no_process_and_the_next_start_cleans_up(tmp_path, kind):
+    sleeper = tmp_path / "sleeper.py"
+    sleeper.write_text("import subprocess, sys, time\nsubprocess.Popen(['sleep', '300'], start_new_session=True)\ntime.sleep(300)\n")
+    spec = (f"cmd:{sys.executable} {sleeper} {{bundle}} {{out}}" if kind == "cmd" else "fake_diagnosers:ScriptedDiagnoser")
+    script = {"k1": "sleep 300", "k2": "ok"}
+    runner = tmp_path / "runner.py"
+    runner.write_text(textwrap.dedent(RUNNER.format(tests=str(TESTS), script=script, spec=spec, runs=str(tmp_path / "runs"),
+                                                    bundles=str(tmp_path / "bundles"))))
+    proc = subprocess.Popen([sys.executable, str(runner)], stderr=subprocess.PIPE)
+    target = b"sleeper.py" if kind == "cmd" else b"diageval.run.worker"
+    tree: set[int] = set()
+
+    def diagnosing() -> bool:
+        nonlocal tree
+        assert proc.poll() is None, proc.stderr.read().decode()
+        tree = _descendants(proc.pid)
+        cmdlines = [Path(f"/proc/{p}/cmdline").read_bytes() for p in tree if Path(f"/proc/{p}/cmdline").exists()]
+        return any(target in c for c in cmdlines) and (kind != "cmd" or any(b"sleep\x00300" in c for c in cmdlines))
+
+    _wait_for(diagnosing, 60, "the diagnoser never started")
+    time.sleep(0.3)
+    tree = _descendants(proc.pid)
+    assert _stale_boxes(proc.pid)
+    _kill_and_check(proc, tree)
+    assert _stale_boxes(proc.pid)  # SIGKILL: nobody could clean up
+
+    from diageval.run.sandbox import remove_stale_boxes
+
+    remove_stale_boxes()  # what every run, diagnose and record does first
+    assert not _stale_boxes(proc.pid)
+
+
+@needs_bwrap
+def test_kill9_of_diagnose_leaves_no_process(tmp_path):
+    bundle = write_bundle(tmp_path / "b", "x")
+    sleeper = tmp_path / "sleeper.py"
+    sleeper.write_text("import os, time\nif os.fork() == 0:\n    os.setsid()\ntime.sleep(300)\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "diageval.cli", "diagnose", "-d", f"cmd:{sys.executable} {sleeper} {{bundle}} {{out}}", str(bundle)],
+        stderr=subprocess.PIPE, cwd=tmp_path,
+    )
+    tree: set[int] = set()
+
+    def diagnosing() -> bool:
+        nonlocal tree
+        assert proc.poll() is None, proc.stderr.read().decode()
+        tree = _descendants(proc.pid)
+        return sum(b"sleeper.py" in Path(f"/proc/{p}/cmdline").read_bytes() for p in tree if Path(f"/proc/{p}/cmdline").exists()) >= 2
+
+    _wait_for(diagnosing, 60, "the diagnoser never started")
+    _kill_and_check(proc, _descendants(proc.pid))
+
+
+@pytest.mark.slow
+def test_kill9_of_record_leaves_no_rank_and_the_next_record_cleans_up(tmp_path):
+    env = {**os.environ, "DIAGEVAL_HOME": str(tmp_path / "home")}
+    proc = subprocess.Popen([sys.executable, "-m", "diageval.cli", "record", "mlp-ddp-healthy", "--device", "cpu"],
+                            env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    evidence = tmp_path / "home" / "bundles" / "evidence"
+
+    def ranks_running() -> bool:
+        assert proc.poll() is None, proc.stderr.read().decode()
+        return len(_descendants(proc.pid)) >= 3 and any(evidence.glob(".tmp-*"))  # forkserver + 2 ranks
+
+    _wait_for(ranks_running, 120, "the ranks never started")
+    time.sleep(0.5)
+    _kill_and_check(proc, _descendants(proc.pid))
+    leftovers = list(evidence.glob(f".tmp-{proc.pid}-*"))
+    assert leftovers  # SIGKILL: nobody could clean up
+
+    from diageval.fileio import remove_stale_temp_dirs
+    from diageval.recording.record import TMP_PREFIX
+
+    remove_stale_temp_dirs(evidence, TMP_PREFIX)  # what the next recording does first
+    assert not [p for p in leftovers if p.exists()]
