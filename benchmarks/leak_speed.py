@@ -1,7 +1,7 @@
 """How fast the ``leak`` reference diagnoser greps a bundle: MB of (decompressed) bundle bytes per second.
 
 Builds a bundle whose one trace holds ~N MB of raw Chrome-trace JSON (aten ops, gzipped at level 1 as
-the recorder writes them), prepares ``leak`` with the built-in corpus and times ``diagnose``.
+the recorder writes them), prepares ``leak`` with the public vocabulary (as a run hands it) and times ``diagnose``.
 
 Usage: python benchmarks/leak_speed.py [MB]
 """
@@ -20,15 +20,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from run_fakes import write_bundle  # noqa: E402
 
 from diageval.bundle.model import EvidenceBundle  # noqa: E402
-from diageval.cases.load import load_case_set  # noqa: E402
+from diageval.cases.taxonomy import load_taxonomy  # noqa: E402
 from diageval.diagnosers.reference import LeakDiagnoser  # noqa: E402
-from diageval.run.corpus import ReferenceCorpus  # noqa: E402
+from diageval.run.corpus import PublicVocabulary  # noqa: E402
 
 
 def main() -> None:
     mb = float(sys.argv[1]) if len(sys.argv) > 1 else 30
     leak = LeakDiagnoser()
-    leak.prepare(ReferenceCorpus.from_case_set(load_case_set()))
+    leak.prepare(PublicVocabulary.build(load_taxonomy()))
     with tempfile.TemporaryDirectory(prefix="diageval-leak-") as tmp:
         root = write_bundle(Path(tmp) / "b", "bench")
         event = {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1, "ts": 1.0, "dur": 3.5,

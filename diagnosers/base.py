@@ -3,11 +3,10 @@
 A diagnoser is a class with ``name``, ``version`` and ``diagnose(bundle) -> Diagnosis``. It is
 constructed with no arguments and sees only the evidence bundle, never the case or its labels.
 
-Reference diagnosers (``null``, ``prior``, ``oracle``, ``leak``, ``symptoms``) set ``reference = True``;
-the few that must see the corpus to do their job (``prior`` needs label frequencies, ``oracle`` the
-labels themselves, ``leak`` the ids to grep for) also implement ``prepare(corpus)``, which the harness
-calls only for diagnosers that are marked ``reference``. ``self_test = True`` (the oracle) keeps a
-diagnoser off the ranking.
+Which diagnosers are reference baselines (``null``, ``prior``, ``oracle``, ``leak``, ``symptoms``), which
+one is a self-test kept off the ranking (``oracle``), and which receive anything through ``prepare``
+(``prior`` and ``oracle`` the labeled corpus, ``leak`` public words) is the harness's own table
+(``diageval.run.handover``), never an attribute a diagnoser sets.
 """
 
 from __future__ import annotations

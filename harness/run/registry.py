@@ -10,9 +10,14 @@ Three spec forms, tried in this order:
   same way third-party packages register theirs. Only the requested entry point is loaded, so a plugin
   whose optional dependency is missing never breaks resolution of the others.
 
-Resolution loads the class but does not construct it: construction may be costly or raise
-:class:`~diageval.diagnosers.base.DiagnoserUnavailable`, and the harness constructs diagnosers inside its
-worker processes. :func:`list_diagnosers` does construct each one, to report which ones can run here.
+Where it runs: :func:`resolve_diagnoser` and :func:`list_diagnosers` import diagnoser code, so the
+harness calls them only inside a sandboxed worker (:mod:`diageval.run.hosting`,
+:mod:`diageval.run.worker_process`); in its own process it uses only :func:`resolve_command` (a ``cmd:``
+spec is plain text) and :func:`diagnoser_entry_points` (metadata, nothing loaded). Resolution loads the
+class but does not construct it: construction may be costly or raise
+:class:`~diageval.diagnosers.base.DiagnoserUnavailable`. :func:`list_diagnosers` does construct each
+one, to report which ones can run here. ``reference`` and ``self_test`` come from the harness's own
+table (:mod:`diageval.run.handover`), never from the diagnoser's attributes.
 
 Decided here (the design is silent):
 

@@ -170,8 +170,11 @@ def wrap(argv: list[str], box: Box, policy: SandboxPolicy, *, cwd: Path = BOX_OU
         elif p.is_dir():
             args += ["--ro-bind", link, link]
     args += ["--ro-bind-try", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-    for path in readable_paths(policy):
+    bound = readable_paths(policy)
+    for path in bound:
         args += ["--ro-bind-try", str(path), str(path)]
+    for target, link in _links_to(bound, policy):  # a $PATH or sys.path entry that is a symlink keeps its name
+        args += ["--symlink", str(target), str(link)]
     args += ["--ro-bind", str(box.host_in), str(BOX_IN), "--bind", str(box.host_out), str(BOX_OUT)]
     args += ["--chdir", str(cwd), "--"]
     return args + list(argv)
@@ -204,6 +207,22 @@ def readable_paths(policy: SandboxPolicy) -> list[Path]:
         if any(_is_within(p, Path(d)) for d in SYSTEM_DIRS) or any(_is_within(p, q) for q in out):
             continue  # bound already, with the system or an enclosing folder
         out.append(p)
+    return out
+
+
+def _links_to(bound: list[Path], policy: SandboxPolicy) -> list[tuple[Path, Path]]:
+    """(real path, path as named) for named Python and ``$PATH`` folders that resolve into ``bound`` under
+    another name, and whose name is not itself inside a bound or hidden folder."""
+    hidden = [_real(h) for h in policy.hidden]
+    out = []
+    for p in _python_paths() + [Path(d) for d in os.environ.get("PATH", "").split(os.pathsep) if d]:
+        p = Path(os.path.abspath(p))
+        real = _real(p)
+        if p == real or real not in bound or any(_is_within(p, q) for q in bound) or any(_is_within(p, h) for h in hidden):
+            continue
+        if any(_is_within(p, Path(d)) for d in SYSTEM_DIRS + SYSTEM_LINKS) or (real, p) in out:
+            continue
+        out.append((real, p))
     return out
 
 
