@@ -198,3 +198,24 @@ def test_spec_paths_of_a_module_in_the_checkout_are_refused(tmp_path, monkeypatc
         spec_paths("mypkg.sub:Diag", roots)
     got = spec_paths("mydiag:Diag", roots)
     assert got.visible == (tmp_path / "mine",) and got.python_path == (str(tmp_path / "mine"),)
+
+
+@needs_bwrap
+def test_a_hidden_root_inside_a_bound_folder_is_masked(tmp_path):
+    """A wheel ships the labeled corpus inside site-packages, which the box binds: it is covered."""
+    from diageval.run.sandbox import masked_paths, wrap
+
+    site = tmp_path / "site"
+    (site / "corpus").mkdir(parents=True)
+    (site / "corpus" / "labels.yaml").write_text("causes: [compute.straggler_rank]\n")
+    policy = SandboxPolicy(hidden=(site / "corpus",))
+    assert masked_paths(policy, [site]) == [site / "corpus"]
+    box = Box(policy)
+    try:
+        argv = wrap(["/bin/sh", "-c", f"ls -A {site}/corpus | wc -l"], box, policy)
+        i = argv.index("--")
+        argv[i:i] = ["--ro-bind", str(site), str(site), "--tmpfs", str(site / "corpus")]  # what wrap does for Python
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0 and r.stdout.strip() == "0", r.stderr
+    finally:
+        box.remove()

@@ -175,6 +175,8 @@ def wrap(argv: list[str], box: Box, policy: SandboxPolicy, *, cwd: Path = BOX_OU
         args += ["--ro-bind-try", str(path), str(path)]
     for target, link in _links_to(bound, policy):  # a $PATH or sys.path entry that is a symlink keeps its name
         args += ["--symlink", str(target), str(link)]
+    for hidden in masked_paths(policy, bound):  # e.g. the corpus a wheel ships inside site-packages
+        args += ["--tmpfs", str(hidden)] if hidden.is_dir() else ["--ro-bind", "/dev/null", str(hidden)]
     args += ["--ro-bind", str(box.host_in), str(BOX_IN), "--bind", str(box.host_out), str(BOX_OUT)]
     args += ["--chdir", str(cwd), "--"]
     return args + list(argv)
@@ -188,12 +190,13 @@ def readable_paths(policy: SandboxPolicy) -> list[Path]:
     (a virtual environment inside the checkout); an explicitly visible path inside a hidden root (the
     package's source folders) is bound.
     """
-    hidden = [_real(h) for h in policy.hidden]
     homes = [_real(Path(p)) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
+    hidden = [_real(h) for h in policy.hidden]
+    exposing = [h for h in hidden if not any(_is_within(h, home) for home in homes)]  # inside Python: masked instead
     wanted: list[Path] = []
     for p in _python_paths() + [Path(d) for d in os.environ.get("PATH", "").split(os.pathsep) if d]:
         rp = _real(p)
-        if not rp.exists() or any(_is_within(h, rp) for h in hidden):
+        if not rp.exists() or any(_is_within(h, rp) for h in exposing):
             continue
         if any(_is_within(rp, h) for h in hidden) and not any(_is_within(rp, home) for home in homes):
             continue
@@ -208,6 +211,12 @@ def readable_paths(policy: SandboxPolicy) -> list[Path]:
             continue  # bound already, with the system or an enclosing folder
         out.append(p)
     return out
+
+
+def masked_paths(policy: SandboxPolicy, bound: list[Path]) -> list[Path]:
+    """Hidden roots that lie inside a bound folder (only inside the Python installation: a wheel ships the
+    labeled corpus as ``site-packages/diageval/corpus``): each is covered with an empty tmpfs."""
+    return [h for h in (_real(p) for p in policy.hidden) if h.exists() and any(_is_within(h, b) and h != b for b in bound)]
 
 
 def _links_to(bound: list[Path], policy: SandboxPolicy) -> list[tuple[Path, Path]]:
@@ -340,11 +349,13 @@ class HiddenRoots:
 
 
 def run_roots(*, runs_dir: Path | None, cases_dir: Path | None) -> HiddenRoots:
-    """The checkout (when the package runs from one), ``$DIAGEVAL_HOME``, the run folders, the cases."""
-    from diageval.paths import SOURCE_ROOT, home_dir
+    """The checkout (when the package runs from one), ``$DIAGEVAL_HOME``, the run folders, the cases and
+    the corpus shipped with the package (in a checkout, its ``cases/``; in a wheel, inside site-packages)."""
+    from diageval.paths import SOURCE_ROOT, builtin_cases_dir, home_dir
 
     checkout = SOURCE_ROOT if (SOURCE_ROOT / "pyproject.toml").is_file() or (SOURCE_ROOT / "cases").is_dir() else None
-    return HiddenRoots(checkout=_real(checkout) if checkout else None, secret=hidden_roots(home_dir(), runs_dir, cases_dir))
+    secret = hidden_roots(home_dir(), runs_dir, cases_dir, builtin_cases_dir())
+    return HiddenRoots(checkout=_real(checkout) if checkout else None, secret=secret)
 
 
 def run_policy(roots: HiddenRoots, *, allow_network: bool = False, visible: Iterable[Path] = ()) -> SandboxPolicy:
