@@ -109,6 +109,8 @@ def parse_diagnosis_json(text: str | bytes, source: str, limits: DiagnosisLimits
         raise DiagnosisParseError(f"{source}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
     except RecursionError:
         raise DiagnosisParseError(f"{source}: JSON nested too deeply to read") from None
+    except MemoryError:
+        raise DiagnosisParseError(f"{source}: too large to read in memory") from None
     findings = data.get("findings") if isinstance(data, dict) else None
     if isinstance(findings, list) and len(findings) > limits.max_findings:
         raise DiagnosisParseError(

@@ -209,3 +209,4 @@ def test_a_detached_process_ends_with_its_case(arena, null_run):
         except OSError:
             pass
     assert alive == []
+

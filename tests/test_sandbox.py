@@ -219,3 +219,21 @@ def test_a_hidden_root_inside_a_bound_folder_is_masked(tmp_path):
         assert r.returncode == 0 and r.stdout.strip() == "0", r.stderr
     finally:
         box.remove()
+
+
+def test_only_prior_and_oracle_get_labels_and_only_by_the_harness_s_table():
+    from importlib.metadata import EntryPoint
+
+    from diageval.run.handover import BUILTIN_ROLES, NO_ROLE, builtin_role
+    from diageval.run.registry import diagnoser_entry_points
+
+    registered = diagnoser_entry_points()
+    labeled = {name for name in registered if builtin_role(name, registered[name]).handover == "corpus"}
+    assert labeled == {"prior", "oracle"}
+    assert {n for n in registered if builtin_role(n, registered[n]).self_test} == {"oracle"}
+    assert builtin_role("cheaters:ReferenceCheater", []) is NO_ROLE  # an import string: no role, whatever it says
+    # a plugin's entry point called "oracle", or the built-in's name pointing elsewhere: no role either
+    impostor = EntryPoint("oracle", "cheaters:ReferenceCheater", "diageval.diagnosers")
+    assert builtin_role("oracle", [impostor]) is NO_ROLE
+    assert builtin_role("oracle", [*registered["oracle"], impostor]) is NO_ROLE
+    assert set(BUILTIN_ROLES) <= set(registered)

@@ -1,8 +1,8 @@
 """The one YAML reader for case files and the taxonomy: plain data, and strict about it.
 
 ``yaml.safe_load`` lets the last of two equal keys win silently (a second ``labels:`` once turned a
-positive case healthy), ends in a traceback on invalid UTF-8, and in a ``RecursionError`` on deeply
-nested input. Here each of those is a :class:`YamlProblem` naming the file, the line where it can, and
+positive case healthy), ends in a traceback on invalid UTF-8, in a ``RecursionError`` on deeply nested
+input and in a ``MemoryError`` on aliases that expand exponentially. Here each of those is a :class:`YamlProblem` naming the file, the line where it can, and
 what was expected.
 """
 
@@ -66,6 +66,8 @@ def parse_yaml(data: bytes, file: str) -> Any:
         raise YamlProblem(file, f"not valid YAML{where}: {problem}") from None
     except RecursionError:
         raise YamlProblem(file, "nested too deeply to read (a case is a few levels of plain data)") from None
+    except MemoryError:  # e.g. aliases that expand exponentially
+        raise YamlProblem(file, "too large to read in memory (a case is a few lines of plain data)") from None
 
 
 def read_yaml(path: Path) -> Any:
