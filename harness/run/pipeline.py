@@ -164,8 +164,11 @@ def _run_locked(hosted: HostedDiagnoser, case_set: CaseSet, store: RunStore, sho
     previous = store.read_info() if store.info_path.is_file() else None
     if seed is None:
         seed = previous.seed if previous is not None and previous.seed is not None else secrets.randbits(32)
+    isolation, note = hosted.isolation.kind, hosted.isolation.note
+    if previous is not None and previous.isolation == "none" and isolation != "none":  # a run is as isolated as its weakest part
+        isolation, note = "none", f"an earlier part of this run had no sandbox ({previous.isolation_note})"
     if hosted.isolation.kind == "none":
-        show.line(f"isolation: none ({hosted.isolation.note}): the diagnoser can read every file this user can")
+        show.line(f"isolation: none ({note}): the diagnoser can read every file this user can")
     manifest = store.begin(
         RunInfo(
             run_id=store.root.name,
@@ -181,8 +184,8 @@ def _run_locked(hosted: HostedDiagnoser, case_set: CaseSet, store: RunStore, sho
             device=device,
             timeout_s=timeout,
             jobs=jobs,
-            isolation=hosted.isolation.kind,
-            isolation_note=hosted.isolation.note,
+            isolation=isolation,
+            isolation_note=note,
             allow_network=hosted.isolation.policy.allow_network,
             seed=seed,
             max_diagnosis_bytes=hosted.limits.max_bytes,
