@@ -78,6 +78,7 @@ class Box:
         self.host_out = self.host / "out"
         self.host_in.mkdir()
         self.host_out.mkdir()
+        self._mounts: tuple[SandboxPolicy, tuple[str, ...]] | None = None  # see _mounts()
 
     @property
     def sandboxed(self) -> bool:
@@ -151,6 +152,15 @@ def probe() -> str | None:
 
 def wrap(argv: list[str], box: Box, policy: SandboxPolicy, *, cwd: Path = BOX_OUT) -> list[str]:
     """The bwrap command line that runs ``argv`` inside ``box`` under ``policy``."""
+    return _mounts(box, policy) + ["--chdir", str(cwd), "--", *argv]
+
+
+def _mounts(box: Box, policy: SandboxPolicy) -> list[str]:
+    """Everything before ``--chdir``: the same for every process a box starts, so worked out once per box
+    (a ``cmd:`` diagnoser starts one per case)."""
+    cached = box._mounts
+    if cached is not None and cached[0] == policy:
+        return list(cached[1])
     bwrap = find_bwrap() or "bwrap"
     args = [
         bwrap,
@@ -178,8 +188,8 @@ def wrap(argv: list[str], box: Box, policy: SandboxPolicy, *, cwd: Path = BOX_OU
     for hidden in masked_paths(policy, bound):  # e.g. the corpus a wheel ships inside site-packages
         args += ["--tmpfs", str(hidden)] if hidden.is_dir() else ["--ro-bind", "/dev/null", str(hidden)]
     args += ["--ro-bind", str(box.host_in), str(BOX_IN), "--bind", str(box.host_out), str(BOX_OUT)]
-    args += ["--chdir", str(cwd), "--"]
-    return args + list(argv)
+    box._mounts = (policy, tuple(args))
+    return args
 
 
 def readable_paths(policy: SandboxPolicy) -> list[Path]:
