@@ -78,7 +78,8 @@ def rank_key(s: Summary) -> tuple:
 
 def marks(d: DiagnoserInfo) -> list[str]:
     """What a reader must see next to a diagnoser's name."""
-    return [mark for mark, on in (("self-test", d.self_test), ("reference", d.reference)) if on]
+    return [mark for mark, on in (("self-test", d.self_test), ("reference", d.reference),
+                                  ("no sandbox: isolation none", d.isolation == "none")) if on]
 
 
 def _row(s: Summary, rank: str) -> dict:

@@ -76,6 +76,14 @@ def test_equal_skill_broken_by_rank_credit_then_name():
     assert [r.split(" | ")[1] for r in rows] == ["**another 1**", "**exact 1**", "**every 1**"]
 
 
+def test_a_run_without_sandbox_is_marked():
+    boxed = run_summary("boxed", GOOD)
+    open_ = run_summary("open", GOOD)
+    open_ = open_.model_copy(update={"diagnoser": open_.diagnoser.model_copy(update={"isolation": "none"})})
+    rows = table_rows(render_leaderboard([boxed, open_]))
+    assert [r.split(" | ")[1] for r in rows] == ["**boxed 1**", "open 1 *(no sandbox: isolation none)*"]
+
+
 def test_format_metric():
     assert format_metric(MetricValue(value=0.5, ci=(0.25, 0.75), n=4)) == "0.50 [0.25, 0.75] n=4"
     assert format_metric(MetricValue(value=None, ci=None, n=0)) == "– n=0"
