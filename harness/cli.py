@@ -233,14 +233,31 @@ def score_cmd(run_dir: Path | None, case_id: str | None, diagnosis_path: Path | 
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the markdown here.")
-def report_cmd(run_dirs: tuple[Path, ...], output: Path | None) -> None:
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write one self-contained HTML page here: plots, per-case drill-down, and the comparison "
+                   "when two runs are given.")
+def report_cmd(run_dirs: tuple[Path, ...], output: Path | None, html_path: Path | None) -> None:
     """Leaderboard (markdown) of runs made on the same case set; appended to $GITHUB_STEP_SUMMARY if set."""
     from diageval.reports.report import ReportError, report_runs
 
     try:
         click.echo(report_runs(list(run_dirs), output=output), nl=False)
+        if html_path is not None:
+            _write_html_report(list(run_dirs), html_path)
     except ReportError as err:
         raise click.ClickException(str(err))
+
+
+def _write_html_report(run_dirs: list[Path], html_path: Path) -> None:
+    from diageval.manifestations import cached_manifestations
+    from diageval.reports.html import write_html_report
+    from diageval.reports.html_data import gather
+
+    inputs = gather(run_dirs)
+    if inputs.case_set is not None:
+        inputs.manifestations = cached_manifestations(inputs.case_set, inputs.runs[0].manifest.device)
+    write_html_report(inputs, html_path)
+    click.echo(f"wrote {html_path}", err=True)
 
 
 # --- recording and verification ------------------------------------------------------------------
@@ -257,12 +274,14 @@ def record_cmd(case_ids: tuple[str, ...], cases_dir: Path | None, out_dir: Path 
     """Record cases live into evidence bundles (cached); print each bundle folder."""
     from diageval.cases.load import CaseLoadError
     from diageval.recording.launcher import RecordingError
+    from diageval.progress import Progress
     from diageval.recording.prepare import record_cases
-    from diageval.recording.verify import stderr_progress
 
     try:
-        for case_id, folder, fresh in record_cases(list(case_ids), cases_dir=cases_dir, device=device, force=force,
-                                                   cache_dir=out_dir, progress=stderr_progress):
+        with Progress("stderr") as progress:
+            recorded = record_cases(list(case_ids), cases_dir=cases_dir, device=device, force=force,
+                                    cache_dir=out_dir, progress=progress)
+        for case_id, folder, fresh in recorded:
             click.echo(f"{case_id}\t{folder}" + ("" if fresh else "\t(cached)"))
     except (CaseLoadError, KeyError, RecordingError) as err:
         raise click.ClickException(str(err).strip("'\""))
@@ -281,11 +300,13 @@ def verify_cmd(case_ids: tuple[str, ...], cases_dir: Path | None, repeats: int, 
     """Check that positive cases manifest against their healthy twins (no ids = all). Exit 1 if any did not."""
     from diageval.cases.load import CaseLoadError
     from diageval.recording.launcher import RecordingError
-    from diageval.recording.verify import VERIFY_COLUMNS, stderr_progress, verification_row, verify_cases
+    from diageval.progress import Progress
+    from diageval.recording.verify import VERIFY_COLUMNS, verification_row, verify_cases
 
     try:
-        results = verify_cases(list(case_ids), cases_dir=cases_dir, repeats=repeats, device=device, force=force,
-                               progress=stderr_progress)
+        with Progress("stderr") as progress:
+            results = verify_cases(list(case_ids), cases_dir=cases_dir, repeats=repeats, device=device, force=force,
+                                   progress=progress)
     except (CaseLoadError, KeyError, RecordingError) as err:
         raise click.ClickException(str(err).strip("'\""))
     if as_json:

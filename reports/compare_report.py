@@ -92,8 +92,9 @@ def _dropped_text(dropped: list[DroppedCase]) -> str:
     return ", ".join(shown) + more
 
 
-def render_comparison(c: Comparison) -> str:
-    """The markdown a person reads: the run pair, what was dropped, the metric table, the headline verdicts."""
+def comparison_rows(c: Comparison) -> list[dict[str, str]]:
+    """One row of cells per metric (label with its better-direction arrow, A, B, B − A, P(B better), n):
+    the table of the markdown comparison and of the HTML report's compare section."""
     rows = []
     for metric, m in c.metrics.items():
         d = _digits(metric)
@@ -106,6 +107,12 @@ def render_comparison(c: Comparison) -> str:
             "p": _p_better(m),
             "n": _n(m),
         })
+    return rows
+
+
+def render_comparison(c: Comparison) -> str:
+    """The markdown a person reads: the run pair, what was dropped, the metric table, the headline verdicts."""
+    rows = comparison_rows(c)
     notes = [f"run {side} is marked {s.status}: its results may be incomplete."
              for side, s in (("A", c.a), ("B", c.b)) if s.status != "complete"]
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 
 from diageval.cases.load import LoadedCase
 from diageval.fileio import sha256_file
+from diageval.progress import Progress
 from diageval.recording.cache import cache_key, ensure_bundle, read_truth
 from diageval.recording.truth import Verification
 
@@ -56,7 +57,7 @@ def prepare_evidence(loaded: LoadedCase, *, device: str = "auto", force: bool = 
 
 
 def record_cases(case_ids: list[str], *, cases_dir: Path | None = None, device: str = "auto", force: bool = False,
-                 cache_dir: Path | None = None, progress=None) -> list[tuple[str, Path, bool]]:
+                 cache_dir: Path | None = None, progress: Progress | None = None) -> list[tuple[str, Path, bool]]:
     """Record (or reuse) the bundles of the named cases: (case id, bundle folder, recorded now)."""
     from diageval.cases.load import load_case_set
     from diageval.recording.record import resolve_device
@@ -66,8 +67,10 @@ def record_cases(case_ids: list[str], *, cases_dir: Path | None = None, device: 
     chosen = case_set.select(case_ids)
     for n, lc in enumerate(chosen, 1):
         if progress:
-            progress(f"[{n}/{len(chosen)}] {lc.case.id}")
+            progress.started("record", n, len(chosen), lc.case.id)
         dev = resolve_device(device, lc.case)
         _, folder, fresh = ensure_bundle(lc.case, dev, force=force, cache_dir=cache_dir)
+        if progress:
+            progress.advance("record")
         out.append((lc.case.id, folder, fresh))
     return out

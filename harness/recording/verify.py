@@ -15,13 +15,13 @@ injected one (the effect is not an accident of one noisy recording).
 from __future__ import annotations
 
 import statistics
-import sys
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
 from diageval.bundle.model import EvidenceBundle, StepRecord
 from diageval.cases.model import Case
+from diageval.progress import Progress
 from diageval.recording.cache import ensure_bundle, read_truth, write_truth
 from diageval.recording.truth import TruthRecord, Verification
 
@@ -114,10 +114,6 @@ def _now():
     return datetime.now(timezone.utc)
 
 
-def stderr_progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 VERIFY_COLUMNS = ["case", "metric", "healthy", "injected", "ratio", "noise", "min_ratio", "manifested"]
 
 
@@ -131,7 +127,7 @@ def verification_row(case_id: str, v: Verification) -> dict[str, str]:
 
 def verify_cases(case_ids: list[str], *, cases_dir: Path | None = None, repeats: int = DEFAULT_REPEATS,
                  device: str = "auto", cache_dir: Path | None = None, force: bool = False,
-                 progress: Callable[[str], None] | None = stderr_progress) -> list[tuple[str, Verification]]:
+                 progress: Progress | None = None) -> list[tuple[str, Verification]]:
     """Verify the named positive cases (all positive cases when ``case_ids`` is empty).
 
     Named cases that are not positive (healthy controls, confounders, abstain cases) are skipped with a
@@ -147,11 +143,15 @@ def verify_cases(case_ids: list[str], *, cases_dir: Path | None = None, repeats:
         case = lc.case
         if case.labels.expect != "diagnose":
             if case_ids and progress:
-                progress(f"{case.id}: expect {case.labels.expect}, nothing to verify")
+                progress.line(f"{case.id}: expect {case.labels.expect}, nothing to verify")
+            if progress:
+                progress.advance("verify")
             continue
         if progress:
-            progress(f"[{n}/{len(chosen)}] verifying {case.id}")
+            progress.started("verify", n, len(chosen), f"verifying {case.id}")
         dev = resolve_device(device, case)
         results.append((case.id, verify_case(case, repeats=repeats, device=dev, cache_dir=cache_dir, force=force,
                                              progress=progress)))
+        if progress:
+            progress.advance("verify")
     return results

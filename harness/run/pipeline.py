@@ -40,7 +40,6 @@ import random
 import re
 import secrets
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -53,6 +52,7 @@ from diageval.bundle.model import EvidenceBundle
 from diageval.cases.load import CaseSet, LoadedCase
 from diageval.diagnosis import DEFAULT_LIMITS, DiagnosisLimits
 from diageval.fileio import atomic_write_text
+from diageval.progress import Progress
 from diageval.run.attempt import Attempt, Executor
 from diageval.run.command import DEFAULT_TIMEOUT_S
 from diageval.run.grade import summarize_run
@@ -124,8 +124,8 @@ def run_diagnoser(
     """Run the diagnoser ``spec`` on the selected cases of ``case_set`` into ``<out_dir>/<run_id>``
     (resuming it).
 
-    ``progress``: a stream for one line per case, ``"stderr"`` (whatever ``sys.stderr`` is when a line is
-    written) or None for silence. ``isolation``: ``auto`` runs the diagnoser in a sandbox when one can
+    ``progress``: a stream (a live bar on a terminal, one line per case otherwise; :mod:`diageval.progress`),
+    ``"stderr"`` (whatever ``sys.stderr`` is when a line is written) or None for silence. ``isolation``: ``auto`` runs the diagnoser in a sandbox when one can
     start here (else the run says ``isolation: none`` and why); ``none`` turns it off. ``seed``: the
     shuffle of the cases (default: drawn at random, or the resumed run's).
     """
@@ -144,7 +144,7 @@ def run_diagnoser(
     runnable, skipped = _split_by_device(selected, device, cuda_device_count or _cuda_device_count)
     runs_root = Path(out_dir or default_runs_dir())
     cases_dir = Path(cases_dir or default_cases_dir())
-    show = _Progress(progress)
+    show = Progress(progress)
     for stale in remove_stale_boxes():
         show.line(f"removed {stale}, left by a diageval process that was killed")
     roots = run_roots(runs_dir=runs_root, cases_dir=cases_dir)
@@ -156,9 +156,10 @@ def run_diagnoser(
                                jobs=jobs, timeout=timeout, device=device, evidence_fn=evidence_fn, seed=seed)
     finally:
         hosted.close()
+        show.close()
 
 
-def _run_locked(hosted: HostedDiagnoser, case_set: CaseSet, store: RunStore, show: "_Progress", *,
+def _run_locked(hosted: HostedDiagnoser, case_set: CaseSet, store: RunStore, show: Progress, *,
                 runnable: list[LoadedCase], skipped: list[SkippedCase], cases_dir: Path, jobs: int, timeout: float,
                 device: Device, evidence_fn: EvidenceFn | None, seed: int | None) -> RunOutcome:
     previous = store.read_info() if store.info_path.is_file() else None
@@ -246,7 +247,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 
 class _Pipeline:
-    def __init__(self, hosted: HostedDiagnoser, case_set: CaseSet, store: RunStore, *, timeout: float, jobs: int, show: "_Progress"):
+    def __init__(self, hosted: HostedDiagnoser, case_set: CaseSet, store: RunStore, *, timeout: float, jobs: int, show: Progress):
         self.hosted = hosted
         self.case_set = case_set
         self.store = store
@@ -451,22 +452,3 @@ def _default_evidence_fn() -> EvidenceFn:
     from diageval.recording.prepare import prepare_evidence
 
     return prepare_evidence
-
-
-class _Progress:
-    """One line per case: phase, counter, case id, status, seconds. Silent when the stream is None."""
-
-    def __init__(self, stream: TextIO | Literal["stderr"] | None):
-        self.stream = stream
-        self._lock = threading.Lock()
-
-    def line(self, text: str) -> None:
-        if self.stream is None:
-            return
-        with self._lock:
-            print(text, file=sys.stderr if self.stream == "stderr" else self.stream, flush=True)
-
-    def step(self, phase: str, i: int, total: int, case_id: str, status: str, seconds: float | None) -> None:
-        width = len(str(total))
-        secs = f"{seconds:7.2f} s" if seconds is not None else ""
-        self.line(f"{phase:>8} [{i:>{width}}/{total}] {case_id:<40} {status:<15} {secs}")

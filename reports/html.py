@@ -1,0 +1,313 @@
+"""``diageval report RUN_DIR... --html FILE``: one self-contained HTML page over runs on one case set.
+
+Sections: the leaderboard (sortable), recall and misleading rate per cause x diagnoser, detection curves,
+reliability diagrams, confusion matrices, every case with every diagnoser's claims (filterable by
+verdict and diagnoser), and the paired comparison when exactly two runs are given.
+
+Self-contained: the CSS, the few lines of JavaScript (sorting and filtering only) and the SVG pictures
+are inlined; the page fetches nothing (no font, script, image or style from anywhere). Without
+JavaScript every table and picture is still there; only sorting and filtering need it.
+
+Decided here (the design is silent):
+
+* The leaderboard's columns are every metric of the summary, in its order, labelled and directed as
+  ``diageval compare`` labels and directs them; the headline metrics (:data:`HEADLINE_METRICS`) are
+  marked. A cell reads ``value [lo, hi]`` with ``n`` under it; undefined reads ``–``.
+* Numbers use the markdown leaderboard's digits: two decimals for rates, three significant digits for
+  seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import jinja2
+
+from diageval import __version__
+from diageval.reports import plots
+from diageval.reports.html_data import (
+    ABSTAIN_ROW,
+    HEALTHY_ROW,
+    ReportInputs,
+    ReportRun,
+    case_groups,
+    misleading_rate,
+)
+from diageval.scoring.metrics import MetricValue
+from diageval.scoring.results import MISLEADING_VERDICTS
+from diageval.scoring.summary import Metrics
+from diageval.taxonomy import is_symptom_id
+
+TEMPLATES = Path(__file__).parent / "templates"
+VERDICTS = ("correct", "mislocated", "symptom_as_cause", "wrong_cause", "false_alarm", "duplicate")
+NO_CLAIM = "no_claim"
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    label: str
+    better: str  # "higher" | "lower"
+    digits: str
+    headline: bool
+
+
+def metric_columns() -> list[Column]:
+    """The leaderboard's metric columns, derived from the summary's metric set (see the module docstring)."""
+    from diageval.reports.compare_report import LABELS
+    from diageval.scoring.compare import BETTER, HEADLINE_METRICS
+
+    return [Column(key, LABELS.get(key, key), BETTER[key], ".3g" if key == "seconds_per_case" else ".2f",
+                   key in HEADLINE_METRICS)
+            for key in Metrics.model_fields]
+
+
+def _num(v: float | None, digits: str = ".2f") -> str:
+    return "–" if v is None else format(v, digits)
+
+
+def _cell(m: MetricValue, digits: str = ".2f") -> dict:
+    ci = f"[{format(m.ci[0], digits)}, {format(m.ci[1], digits)}]" if m.ci is not None and m.value is not None else ""
+    return {"text": _num(m.value, digits), "ci": ci, "n": m.n, "sort": "" if m.value is None else repr(m.value)}
+
+
+def _roles(run: ReportRun) -> list[str]:
+    d = run.summary.diagnoser
+    return [r for r, on in (("self-test", d.self_test), ("reference", d.reference and not d.self_test)) if on]
+
+
+def leaderboard(inputs: ReportInputs, columns: list[Column]) -> list[dict]:
+    rows, rank = [], 0
+    for run in inputs.runs:
+        s = run.summary
+        ranked = not s.diagnoser.self_test
+        rank += ranked
+        rows.append({
+            "rank": rank if ranked else None,
+            "name": s.diagnoser.name,
+            "version": s.diagnoser.version or "",
+            "roles": _roles(run),
+            "scored": s.counts.scored,
+            "statuses": ", ".join(f"{k} {v}" for k, v in s.counts.statuses.items()),
+            "cells": [_cell(getattr(s.metrics, c.key), c.digits) for c in columns],
+        })
+    return rows
+
+
+def heatmap(inputs: ReportInputs) -> list[dict]:
+    """Rows: each labeled cause, then healthy controls and abstain cases; per diagnoser recall and misleading rate."""
+    rows = []
+    for group, case_ids in case_groups(inputs.runs).items():
+        cells = []
+        for run in inputs.runs:
+            cat = run.summary.by_category.get(group)
+            recall = _cell(cat.recall) if cat is not None else None
+            if recall is not None:
+                recall["bg"], recall["fg"] = plots.heat_colour(cat.recall.value)
+            mis = _cell(misleading_rate(run, case_ids))
+            mis["bg"], mis["fg"] = plots.heat_colour(None if mis["text"] == "–" else float(mis["sort"]), reverse=True)
+            cells.append({"recall": recall, "misleading": mis})
+        rows.append({"group": group, "cases": len(case_ids), "cause": group not in (HEALTHY_ROW, ABSTAIN_ROW),
+                     "cells": cells})
+    return rows
+
+
+def detection_svg(inputs: ReportInputs) -> tuple[str, int]:
+    """The detection-curve figure and how many labeled causes had no measured impact (left out)."""
+    by_cause: dict[str, dict[str, list[plots.DetectionPoint]]] = {}
+    unmeasured = 0
+    for i, run in enumerate(inputs.runs):
+        for r in sorted(run.results.values(), key=lambda r: r.case_id):
+            if not r.scored:
+                continue
+            for o in r.outcomes:
+                if r.measured_impact is None:
+                    unmeasured += i == 0
+                    continue
+                by_cause.setdefault(o.category, {}).setdefault(run.name, []).append(
+                    plots.DetectionPoint(r.measured_impact, o.outcome == "found"))
+    if not by_cause:
+        return "", unmeasured
+    return plots.detection_curves(dict(sorted(by_cause.items())), [r.name for r in inputs.runs]), unmeasured
+
+
+def reliability_svg(inputs: ReportInputs) -> str:
+    claims = {
+        run.name: [plots.ClaimPoint(v.confidence, v.credited)
+                   for r in run.results.values() if r.scored for v in r.verdicts if v.verdict != "duplicate"]
+        for run in inputs.runs
+    }
+    return plots.reliability_diagrams(claims)
+
+
+def confusion(run: ReportRun) -> dict:
+    c = run.summary.confusion
+    largest = max((x for row in c.matrix for x in row), default=0)
+    rows = []
+    for label, counts in zip(c.labels, c.matrix):
+        cells = []
+        for col, x in zip(c.labels, counts):
+            bg, fg = plots.count_colour(x, largest)
+            cells.append({"n": x, "bg": bg, "fg": fg, "diagonal": col == label, "symptom": is_symptom_id(col)})
+        rows.append({"label": label, "symptom": is_symptom_id(label), "cells": cells, "total": sum(counts)})
+    symptom_cases = sum(x for row in c.matrix for col, x in zip(c.labels, row) if is_symptom_id(col))
+    return {"name": run.name, "labels": [{"id": l, "symptom": is_symptom_id(l)} for l in c.labels], "rows": rows,
+            "symptom_cases": symptom_cases, "cases": sum(sum(r) for r in c.matrix)}
+
+
+def _ranks(ranks: list[int] | None) -> str:
+    return "all" if ranks is None else ",".join(map(str, ranks))
+
+
+def _seconds(s: float | None) -> str:
+    return "–" if s is None else format(s, ".3g")
+
+
+def cases(inputs: ReportInputs) -> list[dict]:
+    """Every case of the runs, in case-id order, with every diagnoser's outcome and claims."""
+    ids = sorted({cid for run in inputs.runs for cid in run.results})
+    out = []
+    for cid in ids:
+        loaded = None
+        if inputs.case_set is not None:
+            try:
+                loaded = inputs.case_set.get(cid).case
+            except KeyError:
+                loaded = None
+        first = next(run.results[cid] for run in inputs.runs if cid in run.results)
+        impacts = {run.name: run.results[cid].measured_impact for run in inputs.runs if cid in run.results}
+        measured = next((v for v in impacts.values() if v is not None), None)
+        notes = []
+        disagree = sorted(n for n, v in impacts.items() if v is not None and measured is not None and abs(v - measured) > 1e-9)
+        if disagree:
+            notes.append(f"measured impact differs in run(s) of {', '.join(disagree)}")
+        labels = ([{"category": c.category, "ranks": _ranks(c.ranks), "steps": f"[{c.steps[0]}, {c.steps[1]})" if c.steps else "all"}
+                   for c in loaded.labels.causes] if loaded is not None else
+                  [{"category": o.category, "ranks": _ranks(o.ranks), "steps": "?"} for o in first.outcomes])
+        outcomes, claims = [], []
+        for run in inputs.runs:
+            r = run.results.get(cid)
+            if r is None:
+                outcomes.append({"name": run.name, "status": "no result", "found": [], "scored": False})
+                continue
+            outcomes.append({
+                "name": run.name, "status": r.status, "scored": r.scored, "seconds": _seconds(r.seconds),
+                "found": [{"category": o.category, "found": o.outcome == "found", "localized": o.localized} for o in r.outcomes],
+            })
+            diagnosis = run.diagnoses.get(cid)
+            claims.extend(_claim_rows(run, r, diagnosis))
+        m = inputs.manifestations.get(cid)
+        out.append({
+            "id": cid,
+            "title": loaded.title if loaded is not None else "",
+            "expect": first.expect,
+            "difficulty": first.difficulty,
+            "tags": first.tags,
+            "labels": labels,
+            "symptoms": loaded.labels.symptoms if loaded is not None else [],
+            "measured_impact": _num(measured),
+            "manifestation": m,
+            "notes": notes,
+            "outcomes": outcomes,
+            "claims": claims,
+            "verdicts": sorted({c["verdict"] for c in claims}),
+        })
+    return out
+
+
+def _claim_rows(run: ReportRun, r, diagnosis) -> list[dict]:
+    base = {"name": run.name, "status": r.status, "seconds": _seconds(r.seconds)}
+    if not r.verdicts:
+        if r.abstained:
+            why = f"abstained: {r.abstain_reason}"
+        elif r.error:
+            why = r.error
+        elif not r.scored:
+            why = "not scored"
+        else:
+            why = "claimed no cause"
+        symptoms = [f"observed {s}" for s in r.observed_symptoms]
+        return [{**base, "verdict": NO_CLAIM, "misleading": False, "category": "", "confidence": "", "ranks": "",
+                 "reason": why, "summary": "", "evidence": symptoms, "symptom": False}]
+    rows = []
+    for v in r.verdicts:
+        finding = diagnosis.findings[v.index] if diagnosis is not None and v.index < len(diagnosis.findings) else None
+        rows.append({
+            **base,
+            "verdict": v.verdict,
+            "misleading": v.verdict in MISLEADING_VERDICTS,
+            "category": v.category,
+            "symptom": is_symptom_id(v.category),
+            "confidence": f"{v.confidence:.2f}",
+            "ranks": _ranks(v.ranks),
+            "reason": v.reason,
+            "summary": finding.summary if finding is not None else "",
+            "evidence": list(finding.evidence) if finding is not None else [],
+        })
+    return rows
+
+
+def compare_section(inputs: ReportInputs) -> dict | None:
+    """The paired comparison of the two runs (B = the second run given), or its refusal; None unless two runs."""
+    if len(inputs.runs) != 2:
+        return None
+    from diageval.reports.compare_report import comparison_rows, headline_verdict
+    from diageval.scoring.compare import HEADLINE_METRICS, CompareError, compare_runs
+
+    a, b = inputs.given[0], inputs.given[1]
+    try:
+        c = compare_runs(a.root, b.root, common_cases=True)
+    except CompareError as err:
+        return {"error": str(err)}
+    return {
+        "a": c.a, "b": c.b, "cases": c.cases, "resamples": c.bootstrap.resamples, "seed": c.bootstrap.seed,
+        "dropped": [f"{d.case_id} (A {d.status_a or 'no result'}, B {d.status_b or 'no result'})" for d in c.dropped],
+        "rows": comparison_rows(c),
+        "verdicts": [headline_verdict(k, c.metrics[k], c.cases) for k in HEADLINE_METRICS if k in c.metrics],
+        "error": None,
+    }
+
+
+def render_html(inputs: ReportInputs, *, generated: datetime | None = None) -> str:
+    """The page (see the module docstring)."""
+    columns = metric_columns()
+    detection, unmeasured = detection_svg(inputs)
+    first = inputs.runs[0].summary
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
+                             autoescape=True, trim_blocks=True, lstrip_blocks=True)
+    return env.get_template("report.html.j2").render(
+        version=__version__,
+        generated=(generated or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC"),
+        cases_total=first.counts.cases,
+        invalid=first.counts.invalid,
+        case_set=first.case_set_hash[:12],
+        taxonomy_version=first.taxonomy_version,
+        resamples=sorted({r.summary.bootstrap.resamples for r in inputs.runs}),
+        runs=[{"name": r.name, "root": str(r.root), "status": r.manifest.status, "roles": _roles(r), "problems": r.problems}
+              for r in inputs.runs],
+        case_note=inputs.case_note,
+        columns=columns,
+        leaderboard=leaderboard(inputs, columns),
+        heatmap=heatmap(inputs),
+        diagnosers=[r.name for r in inputs.runs],
+        detection_svg=detection,
+        unmeasured=unmeasured,
+        reliability_svg=reliability_svg(inputs),
+        confusions=[confusion(r) for r in inputs.runs],
+        cases=cases(inputs),
+        verdicts=VERDICTS,
+        no_claim=NO_CLAIM,
+        compare=compare_section(inputs),
+    )
+
+
+def write_html_report(inputs: ReportInputs, output: Path) -> str:
+    """Render the page of ``inputs`` (:func:`~diageval.reports.html_data.gather`) and write it to ``output``
+    atomically; returns the HTML."""
+    from diageval.fileio import atomic_write_text
+
+    html = render_html(inputs)
+    atomic_write_text(output, html)
+    return html

@@ -1,0 +1,155 @@
+"""What the HTML report shows, gathered from run folders through the project's typed readers.
+
+Each run folder is read as :class:`ReportRun`: its manifest and results (:func:`diageval.scoring.compare.load_run`),
+its ``summary.json`` (:func:`diageval.reports.report.load_summary`) and every saved diagnosis (the one
+diagnosis reader). The case files the runs were made from give titles and labels (ranks, steps,
+symptoms); the manifestation check (ratio, noise) comes from the caller, since it lives in the bundle
+cache and reports read nothing from recording.
+
+Decided here (the design is silent):
+
+* The runs must be comparable exactly as for the markdown leaderboard
+  (:func:`~diageval.reports.leaderboard.check_comparable`), and are listed in its order.
+* A case's measured impact is the first run's that has one (every run of one case set reads it from the
+  same verification); a run that disagrees is named in the case's notes.
+* When the case files at ``run.json``'s ``cases_dir`` are missing or changed since (another case-set
+  hash), the page still renders from the results alone (labeled causes and their ranks), and says so.
+* The per-cause misleading rate is computed over the cases labeled with that cause (and, as rows of
+  their own, over healthy controls and abstain cases): misleading claims / claims, with the same
+  bootstrap as every other metric (:func:`diageval.scoring.metrics.compute_metrics`, 1000 resamples,
+  seed 0), so each cell has its n and interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from diageval.case import CaseLoadError, CaseSet, load_case_set
+from diageval.diagnosis import Diagnosis, DiagnosisParseError
+from diageval.reports.leaderboard import _rank_key, check_comparable
+from diageval.reports.report import ReportError, load_summary
+from diageval.run_store import RunManifest
+from diageval.scoring.compare import CompareError, load_run
+from diageval.scoring.diagnosis_file import load_diagnosis_file
+from diageval.scoring.metrics import METRICS, MetricValue, compute_metrics
+from diageval.scoring.results import ANSWERED_STATUSES, CaseResult
+from diageval.scoring.summary import Summary
+from diageval.scoring.tallies import tally_table
+
+HEALTHY_ROW = "healthy controls"
+ABSTAIN_ROW = "abstain cases"
+
+
+@dataclass(frozen=True)
+class Manifestation:
+    """A positive case's manifestation check, as the bundle cache holds it."""
+
+    metric: str
+    ratio: float
+    min_ratio: float
+    noise: float
+    repeats: int
+
+
+@dataclass
+class ReportRun:
+    root: Path
+    manifest: RunManifest
+    summary: Summary
+    results: dict[str, CaseResult]  # case id -> result
+    diagnoses: dict[str, Diagnosis]  # case id -> saved diagnosis (answered cases only)
+    problems: list[str] = field(default_factory=list)  # diagnoses that could not be read
+
+    @property
+    def name(self) -> str:
+        return self.summary.diagnoser.name
+
+
+@dataclass
+class ReportInputs:
+    runs: list[ReportRun]  # in leaderboard order: ranked, then self-tests
+    given: list[ReportRun]  # in the order the run folders were given (compare: A, then B)
+    case_set: CaseSet | None  # the case files, when they still match the runs
+    case_note: str | None  # why the case files are not used, when they are not
+    manifestations: Mapping[str, Manifestation]
+
+
+def read_run(run_dir: Path) -> ReportRun:
+    """One run folder through the typed readers; :class:`ReportError` names the file and field."""
+    try:
+        loaded = load_run(run_dir)
+    except CompareError as err:
+        raise ReportError(str(err)) from None
+    summary = load_summary(run_dir)
+    from diageval.run_store import RunStore
+
+    store = RunStore(loaded.root)
+    diagnoses, problems = {}, []
+    for r in loaded.results:
+        if r.status not in ANSWERED_STATUSES:
+            continue
+        try:
+            diagnoses[r.case_id] = load_diagnosis_file(store.diagnosis_path(r.case_id))
+        except DiagnosisParseError as err:
+            problems.append(str(err))
+    return ReportRun(root=loaded.root, manifest=loaded.manifest, summary=summary,
+                     results={r.case_id: r for r in loaded.results}, diagnoses=diagnoses, problems=problems)
+
+
+def order_runs(runs: list[ReportRun]) -> list[ReportRun]:
+    """The markdown leaderboard's order: ranked runs by its rank key, then self-tests by name."""
+    ranked = sorted((r for r in runs if not r.summary.diagnoser.self_test), key=lambda r: _rank_key(r.summary))
+    unranked = sorted((r for r in runs if r.summary.diagnoser.self_test), key=lambda r: r.name)
+    return ranked + unranked
+
+
+def gather(run_dirs: list[Path], manifestations: Mapping[str, Manifestation] | None = None) -> ReportInputs:
+    """Read the runs, check they share a case set, and find their case files."""
+    runs = [read_run(Path(d)) for d in run_dirs]
+    try:
+        check_comparable([r.summary for r in runs])
+    except ValueError as err:
+        raise ReportError(f"{err} (runs: {', '.join(map(str, run_dirs))})") from None
+    given, runs = runs, order_runs(runs)
+    first = runs[0].manifest
+    case_set, note = None, None
+    try:
+        case_set = load_case_set(Path(first.cases_dir))
+    except (CaseLoadError, OSError, ValueError) as err:
+        note = f"the case files at {first.cases_dir} cannot be read ({str(err).splitlines()[0]}): titles and symptoms are not shown"
+    if case_set is not None and case_set.hash != first.case_set_hash:
+        note = (f"the case files at {first.cases_dir} changed since these runs (case-set hash {case_set.hash[:12]} "
+                f"now, {first.case_set_hash[:12]} then): titles and symptoms are not shown")
+        case_set = None
+    return ReportInputs(runs=runs, given=given, case_set=case_set, case_note=note, manifestations=dict(manifestations or {}))
+
+
+def case_groups(runs: list[ReportRun]) -> dict[str, list[str]]:
+    """Rows of the per-cause heatmap: each labeled cause -> the case ids labeling it; then healthy
+    controls and abstain cases. Built from the first run's scored results (all runs share the labels)."""
+    groups: dict[str, list[str]] = {}
+    healthy, abstain = [], []
+    for r in sorted(runs[0].results.values(), key=lambda r: r.case_id):
+        if not r.scored:
+            continue
+        for c in dict.fromkeys(r.categories):
+            groups.setdefault(c, []).append(r.case_id)
+        if r.expect == "healthy":
+            healthy.append(r.case_id)
+        elif r.expect == "abstain":
+            abstain.append(r.case_id)
+    out = dict(sorted(groups.items()))
+    if healthy:
+        out[HEALTHY_ROW] = healthy
+    if abstain:
+        out[ABSTAIN_ROW] = abstain
+    return out
+
+
+def misleading_rate(run: ReportRun, case_ids: list[str]) -> MetricValue:
+    """Misleading claims / claims over the given cases of ``run`` (scored ones), with its interval."""
+    subset = [run.results[c] for c in case_ids if c in run.results and run.results[c].scored]
+    definitions = {"misleading_rate": METRICS["misleading_rate"]}
+    return compute_metrics(tally_table(subset), definitions)["misleading_rate"]

@@ -1,0 +1,168 @@
+"""The HTML report's pictures: matplotlib figures as inline SVG, and heat colours for table cells.
+
+Every function takes plain numbers (what :mod:`diageval.reports.html_data` gathered) and returns SVG
+markup or a colour; nothing here reads files. Figures are built with :class:`matplotlib.figure.Figure`
+(no pyplot, no global figure state) and the Agg-free SVG backend; text stays text in the SVG
+(``svg.fonttype: none``: smaller, searchable, drawn in the page's font), and the SVG's internal ids are
+salted with the figure's name so that several figures inlined in one page never share an id.
+
+Decided here (the design is silent):
+
+* Detection curves: measured impact (the fraction of step time the injection cost) is cut into five
+  equal-width bins over [0, 1]; a point is the recall of one diagnoser over that cause's labeled
+  instances whose case falls in the bin, with n (labeled causes) printed under the bin. Equal widths,
+  not quantiles: the axis means the same for every cause and every corpus. Diagnosers are nudged apart
+  sideways (a few hundredths of a bin) so that equal values stay visible.
+* Reliability diagrams: the same ten equal-width confidence bins as the ECE
+  (:data:`diageval.scoring.tallies.ECE_BINS`); a point is (mean confidence, share credited) of the
+  claims in a bin, its area grows with the number of claims, and the number is printed beside it.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import matplotlib
+from matplotlib.backends.backend_svg import FigureCanvasSVG
+from matplotlib.figure import Figure
+
+from diageval.scoring.tallies import ECE_BINS, ece_bin
+
+IMPACT_BINS = 5
+MARKERS = "osD^vP*Xh<>p"
+
+
+@dataclass(frozen=True)
+class DetectionPoint:
+    """One labeled cause of one case, as a diagnoser fared on it."""
+
+    impact: float
+    found: bool
+
+
+@dataclass(frozen=True)
+class ClaimPoint:
+    """One non-duplicate cause claim: its confidence, and whether it was credited."""
+
+    confidence: float
+    credited: bool
+
+
+def _svg(fig: Figure, name: str) -> str:
+    """The figure as an SVG element (no XML prologue), ids salted with ``name``."""
+    buf = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": name}):
+        FigureCanvasSVG(fig).print_svg(buf, metadata=dict.fromkeys(("Date", "Creator", "Format", "Type")))
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def _grid(n: int, cols: int) -> tuple[int, int]:
+    cols = max(1, min(cols, n))
+    return math.ceil(n / cols), cols
+
+
+def impact_bin(impact: float) -> int:
+    return min(max(int(math.floor(impact * IMPACT_BINS)), 0), IMPACT_BINS - 1)
+
+
+def detection_curves(by_cause: Mapping[str, Mapping[str, Sequence[DetectionPoint]]], diagnosers: Sequence[str]) -> str:
+    """One panel per cause: recall per measured-impact bin, one line per diagnoser (see the module docstring)."""
+    causes = list(by_cause)
+    rows, cols = _grid(len(causes), 3)
+    fig = Figure(figsize=(4.2 * cols, 3.3 * rows), layout="constrained")
+    width = 1.0 / IMPACT_BINS
+    centres = [(b + 0.5) * width for b in range(IMPACT_BINS)]
+    for k, cause in enumerate(causes):
+        ax = fig.add_subplot(rows, cols, k + 1)
+        counts = [0] * IMPACT_BINS
+        for d_index, name in enumerate(diagnosers):
+            points = by_cause[cause].get(name, ())
+            found, total = [0] * IMPACT_BINS, [0] * IMPACT_BINS
+            for p in points:
+                b = impact_bin(p.impact)
+                total[b] += 1
+                found[b] += p.found
+            counts = [max(c, t) for c, t in zip(counts, total)]
+            nudge = (d_index - (len(diagnosers) - 1) / 2) * width * 0.04
+            xs = [centres[b] + nudge for b in range(IMPACT_BINS) if total[b]]
+            ys = [found[b] / total[b] for b in range(IMPACT_BINS) if total[b]]
+            ax.plot(xs, ys, marker=MARKERS[d_index % len(MARKERS)], label=name, linewidth=1.2, markersize=5,
+                    color=f"C{d_index % 10}")
+        ax.set_title(cause, fontsize=9)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(-0.08, 1.08)
+        ax.set_xticks([b * width for b in range(IMPACT_BINS + 1)])
+        ax.tick_params(labelsize=7)
+        for b, c in enumerate(counts):
+            ax.text(centres[b], -0.06, f"n={c}" if c else "", ha="center", va="bottom", fontsize=6, color="0.35")
+        ax.set_xlabel("measured impact (fraction of step time)", fontsize=7)
+        ax.set_ylabel("recall", fontsize=7)
+        ax.grid(alpha=0.3)
+    if causes:
+        handles, labels = fig.axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 7), fontsize=8, frameon=False)
+    return _svg(fig, "detection")
+
+
+def reliability_bins(claims: Sequence[ClaimPoint]) -> list[tuple[float, float, int]]:
+    """(mean confidence, share credited, claims) of each non-empty ECE bin, in bin order."""
+    conf, hit, n = [0.0] * ECE_BINS, [0] * ECE_BINS, [0] * ECE_BINS
+    for c in claims:
+        b = ece_bin(c.confidence)
+        conf[b] += c.confidence
+        hit[b] += c.credited
+        n[b] += 1
+    return [(conf[b] / n[b], hit[b] / n[b], n[b]) for b in range(ECE_BINS) if n[b]]
+
+
+def reliability_diagrams(claims_by_diagnoser: Mapping[str, Sequence[ClaimPoint]]) -> str:
+    """One panel per diagnoser: claimed confidence against how often such claims were right."""
+    names = list(claims_by_diagnoser)
+    rows, cols = _grid(len(names), 4)
+    fig = Figure(figsize=(3.0 * cols, 3.0 * rows), layout="constrained")
+    for k, name in enumerate(names):
+        ax = fig.add_subplot(rows, cols, k + 1)
+        ax.plot([0, 1], [0, 1], linestyle="--", color="0.6", linewidth=1)
+        claims = claims_by_diagnoser[name]
+        points = reliability_bins(claims)
+        if points:
+            xs, ys, ns = zip(*points)
+            ax.scatter(xs, ys, s=[18 + 6 * n for n in ns], color="C0", alpha=0.75, zorder=3)
+            ax.plot(xs, ys, color="C0", linewidth=1)
+            for x, y, n in points:
+                ax.annotate(str(n), (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7, color="0.25")
+        else:
+            ax.text(0.5, 0.5, "no cause claims", ha="center", va="center", fontsize=8, color="0.4")
+        ax.set_title(f"{name} ({len(claims)} claims)", fontsize=9)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_aspect("equal")
+        ax.tick_params(labelsize=7)
+        ax.set_xlabel("claimed confidence", fontsize=7)
+        ax.set_ylabel("share right (credited)", fontsize=7)
+        ax.grid(alpha=0.3)
+    return _svg(fig, "reliability")
+
+
+def heat_colour(value: float | None, *, reverse: bool = False) -> tuple[str, str]:
+    """(background, text colour) for a cell holding a rate in [0, 1]; grey for undefined. ``reverse``: low
+    is good (misleading rate), so the colour scale runs the other way."""
+    if value is None:
+        return "#eeeeee", "#555555"
+    v = min(max(value, 0.0), 1.0)
+    r, g, b, _ = matplotlib.colormaps["RdYlGn"](1.0 - v if reverse else v)
+    luminance = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    return matplotlib.colors.to_hex((r, g, b)), "#000000" if luminance > 0.5 else "#ffffff"
+
+
+def count_colour(count: int, largest: int) -> tuple[str, str]:
+    """(background, text colour) for a count in a confusion matrix (white for 0)."""
+    if count <= 0 or largest <= 0:
+        return "#ffffff", "#999999"
+    r, g, b, _ = matplotlib.colormaps["Blues"](0.15 + 0.85 * count / largest)
+    luminance = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    return matplotlib.colors.to_hex((r, g, b)), "#000000" if luminance > 0.5 else "#ffffff"

@@ -1,0 +1,315 @@
+"""The HTML report (`diageval report RUN_DIR... --html FILE`): built from hand-made run folders, checked as
+markup here and in a real headless Chromium (skipped, saying why, where Chromium or Playwright is missing;
+.ci/run installs both, so CI runs it).
+
+The run folders are written with the project's own writers (RunStore, score_case, summarize_run) from
+five hand-written cases and four diagnosers whose claims are chosen to produce every kind of verdict, so
+each count the page must show is known here without running anything.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from diageval.case import load_case_set
+from diageval.cli import main
+from diageval.diagnosis import Diagnosis, Finding
+from diageval.paths import default_taxonomy_path
+from diageval.reports.browser import load_milliseconds, open_page, unavailable_reason
+from diageval.reports.html import NO_CLAIM, metric_columns, render_html
+from diageval.reports.html_data import ReportError, gather
+from diageval.run import summarize_run
+from diageval.run_store import RunDiagnoser, RunEnv, RunManifest, RunStore
+from diageval.scoring.summary import Metrics
+from diageval.scoring.verdicts import score_case
+
+CASE_FILES = {
+    "straggler": """
+id: straggler
+title: From step 5 rank 1 computes 8x slower; rank 0 waits inside all_reduce
+workload: {name: mlp_ddp, world_size: 2, steps: 30}
+faults:
+  - {name: slow_rank, params: {target_rank: 1, slowdown_factor: 8.0, start_step: 5}}
+labels:
+  causes:
+    - {category: compute.straggler_rank, ranks: [1], steps: [5, 30]}
+  symptoms: [symptom.long_collective, symptom.slow_step]
+  expect: diagnose
+manifest: {metric: step_time_median, min_ratio: 1.5}
+difficulty: medium
+""",
+    "starved": """
+id: starved
+title: DataLoader workers need 160 ms more per batch from step 5
+workload: {name: mlp_ddp, world_size: 2, steps: 30}
+faults:
+  - {name: dataloader_starvation, params: {extra_prep_ms: 160, start_step: 5}}
+labels:
+  causes:
+    - {category: input.dataloader_starvation, steps: [5, 30]}
+  symptoms: [symptom.slow_step, symptom.low_utilization]
+  expect: diagnose
+manifest: {metric: step_time_median, min_ratio: 1.5}
+difficulty: easy
+""",
+    "weak-straggler": """
+id: weak-straggler
+title: From step 5 rank 0 computes 2x slower
+workload: {name: mlp_ddp, world_size: 2, steps: 30}
+faults:
+  - {name: slow_rank, params: {target_rank: 0, slowdown_factor: 2.0, start_step: 5}}
+labels:
+  causes:
+    - {category: compute.straggler_rank, ranks: [0], steps: [5, 30]}
+  symptoms: [symptom.long_collective]
+  expect: diagnose
+manifest: {metric: step_time_median, min_ratio: 1.2}
+difficulty: hard
+""",
+    "healthy": """
+id: healthy
+title: Healthy control
+workload: {name: mlp_ddp, world_size: 2, steps: 30}
+faults: []
+labels: {causes: [], symptoms: [], expect: healthy}
+difficulty: easy
+""",
+    "trace-missing": """
+id: trace-missing
+title: "Abstain: rank 1 is slow but its trace is missing"
+workload: {name: mlp_ddp, world_size: 2, steps: 30}
+faults:
+  - {name: slow_rank, params: {target_rank: 1, slowdown_factor: 8.0, start_step: 5}}
+  - {name: drop_rank_trace, params: {missing_rank: 1}}
+labels: {causes: [], symptoms: [symptom.long_collective], expect: abstain}
+difficulty: hard
+""",
+}
+IMPACT = {"straggler": 0.85, "starved": 0.62, "weak-straggler": 0.15}
+
+STRAGGLER, LOADER, STALL = "compute.straggler_rank", "input.dataloader_starvation", "comm.collective_stall"
+LONG_COLLECTIVE = "symptom.long_collective"
+
+
+def claim(category, confidence, ranks=None, evidence=()):
+    return Finding(category=category, confidence=confidence, ranks=ranks, summary=f"says {category}",
+                   evidence=list(evidence))
+
+
+# Per diagnoser: case id -> a Diagnosis, or a failure status. Verdicts this produces are listed beside.
+DIAGNOSERS = {
+    "good": {  # correct x2, mislocated, duplicate, wrong_cause (abstain case is a guess), one missed cause
+        "straggler": Diagnosis(findings=[claim(STRAGGLER, 0.9, [1], ["rank 1 compute 8x rank 0"]),
+                                         claim(STRAGGLER, 0.4, [1])]),
+        "starved": Diagnosis(findings=[claim(LOADER, 0.8, evidence=["DataLoader next 70% of step"])]),
+        "weak-straggler": Diagnosis(findings=[claim(STRAGGLER, 0.6, [1])]),
+        "healthy": Diagnosis(),
+        "trace-missing": Diagnosis(findings=[claim(STRAGGLER, 0.3, [1])]),
+    },
+    "symptomy": {  # symptom_as_cause x2, false_alarm, wrong_cause, a timeout
+        "straggler": Diagnosis(findings=[claim(LONG_COLLECTIVE, 0.7, evidence=["all_reduce 40 ms"])]),
+        "starved": Diagnosis(findings=[claim(STALL, 0.6)]),
+        "weak-straggler": "timeout",
+        "healthy": Diagnosis(findings=[claim(LONG_COLLECTIVE, 0.5)]),
+        "trace-missing": Diagnosis(findings=[claim(LONG_COLLECTIVE, 0.5)]),
+    },
+    "null": {c: Diagnosis() for c in CASE_FILES},
+    "oracle": {
+        "straggler": Diagnosis(findings=[claim(STRAGGLER, 1.0, [1])]),
+        "starved": Diagnosis(findings=[claim(LOADER, 1.0)]),
+        "weak-straggler": Diagnosis(findings=[claim(STRAGGLER, 1.0, [0])]),
+        "healthy": Diagnosis(),
+        "trace-missing": Diagnosis(abstain={"reason": "rank 1's trace is missing"}),
+    },
+}
+ROLES = {"good": (False, False), "symptomy": (False, False), "null": (True, False), "oracle": (True, True)}
+
+
+def write_cases(root: Path) -> Path:
+    cases = root / "cases"
+    cases.mkdir(parents=True)
+    shutil.copy(default_taxonomy_path(), cases / "taxonomy.yaml")
+    for name, text in CASE_FILES.items():
+        (cases / f"{name}.yaml").write_text(text.lstrip(), encoding="utf-8")
+    return cases
+
+
+def write_run(runs: Path, cases_dir: Path, name: str) -> Path:
+    """A finished run folder, written by the project's own writers."""
+    case_set = load_case_set(cases_dir)
+    reference, self_test = ROLES[name]
+    store = RunStore(runs / name)
+    manifest = RunManifest(
+        run_id=name,
+        diagnoser=RunDiagnoser(spec=name, name=name, version="1", origin="test", reference=reference, self_test=self_test),
+        case_set_hash=case_set.hash, taxonomy_version=case_set.taxonomy.version, cases_dir=str(cases_dir),
+        env=RunEnv(python="3", torch=None, platform="test", host="test"), device="cpu", timeout_s=60, jobs=1,
+        started=datetime(2026, 1, 1, tzinfo=timezone.utc), status="complete",
+    )
+    store.begin(manifest)
+    for lc in case_set.cases:
+        outcome = DIAGNOSERS[name][lc.case.id]
+        diagnosis = outcome if isinstance(outcome, Diagnosis) else None
+        status = "ok" if diagnosis is not None else outcome
+        result = score_case(lc.case, diagnosis, taxonomy=case_set.taxonomy, status=status, seconds=0.25,
+                            measured_impact=IMPACT.get(lc.case.id), error=None if diagnosis else "took too long")
+        if diagnosis is not None:
+            store.diagnosis_path(lc.case.id).parent.mkdir(parents=True, exist_ok=True)
+            store.diagnosis_path(lc.case.id).write_text(diagnosis.model_dump_json(), encoding="utf-8")
+        store.append_result(result.model_dump(mode="json"))
+    summarize_run(store, manifest)
+    return store.root
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> list[Path]:
+    root = tmp_path_factory.mktemp("html")
+    cases_dir = write_cases(root)
+    return [write_run(root / "runs", cases_dir, name) for name in DIAGNOSERS]
+
+
+def expected_claim_rows(case_id: str) -> int:
+    """Rows the case's claims table must have: one per cause claim (duplicates too), or one 'no claim' row
+    for a diagnoser that claimed nothing (abstained, failed, or found nothing)."""
+    rows = 0
+    for outcomes in DIAGNOSERS.values():
+        d = outcomes[case_id]
+        rows += max(1, len(d.causes)) if isinstance(d, Diagnosis) else 1
+    return rows
+
+
+def render(run_dirs) -> str:
+    return render_html(gather(run_dirs), generated=datetime(2026, 1, 1, tzinfo=timezone.utc))
+
+
+# --- markup (no browser) -----------------------------------------------------------------------------
+
+
+def test_page_is_self_contained_and_has_every_section(runs):
+    html = render(runs)
+    for section in ("leaderboard", "by-cause", "detection", "reliability", "confusion", "cases"):
+        assert f'<section id="{section}">' in html
+    assert 'id="compare"' not in html  # four runs: no pairwise section
+    # nothing fetched at view time: no external URL in any src/href, no @import, no CDN
+    assert not re.search(r'(src|href)="(?!#)', html)
+    assert "@import" not in html and not re.search(r"url\((?!#)", html)
+    assert html.count("<svg") == 2  # detection curves and reliability diagrams, inlined
+
+
+def test_leaderboard_columns_come_from_the_summary_metrics():
+    assert [c.key for c in metric_columns()] == list(Metrics.model_fields)
+
+
+def test_cases_show_labels_impact_and_every_claim(runs):
+    html = render(runs)
+    assert "From step 5 rank 1 computes 8x slower" in html  # title from the case file
+    assert "rank 1 compute 8x rank 0" in html  # an evidence line from the saved diagnosis
+    assert "measured impact <b>0.85</b>" in html
+    assert "abstained: rank 1&#39;s trace is missing" in html
+    assert "took too long" in html  # the timeout's error
+
+
+def test_refuses_runs_on_different_case_sets(runs, tmp_path):
+    other_cases = write_cases(tmp_path)
+    (other_cases / "healthy.yaml").write_text(CASE_FILES["healthy"].replace("Healthy control", "Changed"), encoding="utf-8")
+    other = write_run(tmp_path / "runs", other_cases, "null")
+    with pytest.raises(ReportError, match="case-set hash"):
+        gather([runs[0], other])
+
+
+def test_cli_writes_the_page_beside_the_markdown(runs, tmp_path):
+    out = tmp_path / "leaderboard.html"
+    result = CliRunner().invoke(main, ["report", *map(str, runs[:2]), "-o", str(tmp_path / "lb.md"), "--html", str(out)])
+    assert result.exit_code == 0, result.output
+    html = out.read_text(encoding="utf-8")
+    assert (tmp_path / "lb.md").is_file()
+    assert 'id="compare"' in html and "Not compared" not in html  # two runs: the paired comparison
+
+
+# --- in a real browser ---------------------------------------------------------------------------------
+
+browser = pytest.mark.skipif(unavailable_reason() is not None, reason=f"browser test: {unavailable_reason()}")
+
+
+@browser
+def test_in_chromium_sections_rows_filter_sort_and_no_network(runs, tmp_path):
+    page_file = tmp_path / "report.html"
+    page_file.write_text(render(runs), encoding="utf-8")
+    with open_page(page_file) as (page, log):
+        assert load_milliseconds(page) > 0
+        # leaderboard: one row per run, the self-test last and unranked, roles marked
+        names = page.locator("#leaderboard-table tbody tr").evaluate_all("rs => rs.map(r => r.dataset.diagnoser)")
+        assert sorted(names) == sorted(DIAGNOSERS) and names[-1] == "oracle"
+        assert page.locator("#leaderboard-table tr.self-test").count() == 1
+        assert page.locator("#leaderboard-table tr.reference").count() == 1  # null (the oracle shows as self-test)
+        # heatmap: two labeled causes, then healthy controls and abstain cases; R and M per diagnoser
+        assert page.locator("#heatmap tbody tr").count() == 4
+        assert page.locator("#heatmap tbody tr").first.locator("td.cell").count() == 2 * len(DIAGNOSERS)
+        assert page.locator("#detection-figure svg").count() == 1
+        assert page.locator("#reliability-figure svg").count() == 1
+        # confusion: one matrix per diagnoser; symptomy's symptom-as-cause column is marked
+        assert page.locator("table.confusion").count() == len(DIAGNOSERS)
+        assert page.locator('table.confusion[data-diagnoser="symptomy"] th.col.symptom').count() == 1
+        # cases: one section each, one row per claim (or per diagnoser without claims)
+        assert page.locator("section.case").count() == len(CASE_FILES)
+        for case_id in CASE_FILES:
+            rows = page.locator(f'section.case[data-case="{case_id}"] tr.claim')
+            assert rows.count() == expected_claim_rows(case_id), case_id
+
+        # the verdict filter: only symptom-as-cause rows stay, and only the cases holding one
+        assert page.locator("#case-filters").is_visible()
+        page.select_option("#verdict-filter", "symptom_as_cause")
+        visible = page.locator("tr.claim:visible")
+        assert visible.count() == 2
+        assert set(visible.evaluate_all("rs => rs.map(r => r.dataset.verdict)")) == {"symptom_as_cause"}
+        assert page.locator("section.case:visible").count() == 2  # straggler and trace-missing
+        page.select_option("#verdict-filter", "misleading")
+        assert set(page.locator("tr.claim:visible").evaluate_all("rs => rs.map(r => r.dataset.verdict)")) == {
+            "symptom_as_cause", "wrong_cause", "false_alarm"}
+        page.select_option("#verdict-filter", NO_CLAIM)
+        page.select_option("#diagnoser-filter", "null")
+        assert page.locator("tr.claim:visible").count() == len(CASE_FILES)
+        page.select_option("#verdict-filter", "all")
+        page.select_option("#diagnoser-filter", "all")
+        assert page.locator("tr.claim:visible").count() == sum(expected_claim_rows(c) for c in CASE_FILES)
+
+        # sorting: by name ascending, then descending
+        page.click("#leaderboard-table th:nth-child(2)")
+        by_name = page.locator("#leaderboard-table tbody tr").evaluate_all("rs => rs.map(r => r.dataset.diagnoser)")
+        assert by_name == sorted(DIAGNOSERS)
+        page.click("#leaderboard-table th:nth-child(2)")
+        assert page.locator("#leaderboard-table tbody tr").evaluate_all(
+            "rs => rs.map(r => r.dataset.diagnoser)") == sorted(DIAGNOSERS, reverse=True)
+
+        shot = tmp_path / "report.png"
+        page.screenshot(path=str(shot), full_page=True)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert log.console_errors == [] and log.page_errors == []
+    assert log.requests == []
+
+
+@browser
+def test_in_chromium_compare_section_for_two_runs(runs, tmp_path):
+    page_file = tmp_path / "compare.html"
+    page_file.write_text(render(runs[:2]), encoding="utf-8")
+    with open_page(page_file) as (page, log):
+        assert page.locator("#compare-table tbody tr").count() == len(Metrics.model_fields)
+        assert "A = good 1 vs B = symptomy 1" in page.locator("#compare h2").inner_text()
+    assert log.console_errors == [] and log.requests == []
+
+
+@browser
+def test_a_page_that_fetches_is_caught(tmp_path):
+    """The no-network check can fail: a page with a remote script is reported, not silently loaded."""
+    page_file = tmp_path / "fetching.html"
+    page_file.write_text('<!DOCTYPE html><html><head><script src="https://cdn.example.invalid/x.js"></script>'
+                         "</head><body>x</body></html>", encoding="utf-8")
+    with open_page(page_file) as (_, log):
+        pass
+    assert log.requests == ["https://cdn.example.invalid/x.js"]
