@@ -138,7 +138,7 @@ def reliability_diagrams(claims_by_diagnoser: Mapping[str, Sequence[ClaimPoint]]
         else:
             ax.text(0.5, 0.5, "no cause claims", ha="center", va="center", fontsize=8, color="0.4")
         ax.set_title(f"{name} ({len(claims)} claims)", fontsize=9)
-        ax.set_xlim(0, 1)
+        ax.set_xlim(-0.05, 1.05)
         ax.set_ylim(-0.05, 1.05)
         ax.set_aspect("equal")
         ax.tick_params(labelsize=7)
