@@ -313,3 +313,20 @@ def test_a_page_that_fetches_is_caught(tmp_path):
     with open_page(page_file) as (_, log):
         pass
     assert log.requests == ["https://cdn.example.invalid/x.js"]
+
+
+def test_manifestation_check_read_from_the_bundle_cache(tmp_path):
+    """The page's noise and ratio come from the truth file the run's evidence step wrote, found by its key."""
+    from diageval.evidence import TruthRecord, Verification, cache_key, write_truth
+    from diageval.manifestations import cached_manifestations
+
+    case_set = load_case_set(write_cases(tmp_path))
+    straggler = case_set.get("straggler").case
+    v = Verification(metric="step_time_median", min_ratio=1.5, injected=0.09, healthy=0.03, ratio=3.0, noise=0.2,
+                     repeats=3, manifested=True, impact=0.66)
+    key = cache_key(straggler, "cpu")
+    write_truth(tmp_path, TruthRecord(case_id="straggler", key=key, repeat=0, recorded=datetime.now(timezone.utc),
+                                      verification=v))
+    found = cached_manifestations(case_set, "cpu", cache_dir=tmp_path)
+    assert set(found) == {"straggler"}  # the other positive cases were never verified in this cache
+    assert (found["straggler"].ratio, found["straggler"].noise, found["straggler"].repeats) == (3.0, 0.2, 3)
