@@ -249,13 +249,16 @@ def report_cmd(run_dirs: tuple[Path, ...], output: Path | None, html_path: Path 
 
 
 def _write_html_report(run_dirs: list[Path], html_path: Path) -> None:
-    from diageval.manifestations import cached_manifestations
+    from diageval.recording.stored_checks import stored_checks
     from diageval.reports.html import write_html_report
-    from diageval.reports.html_data import gather
+    from diageval.reports.html_data import Manifestation, gather
 
     inputs = gather(run_dirs)
     if inputs.case_set is not None:
-        inputs.manifestations = cached_manifestations(inputs.case_set, inputs.runs[0].manifest.device)
+        checks = stored_checks(inputs.case_set, inputs.runs[0].info.device)
+        inputs.manifestations = {case_id: Manifestation(metric=v.metric, ratio=v.ratio, min_ratio=v.min_ratio,
+                                                        noise=v.noise, repeats=v.repeats)
+                                 for case_id, v in checks.items()}
     write_html_report(inputs, html_path)
     click.echo(f"wrote {html_path}", err=True)
 

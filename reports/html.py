@@ -38,7 +38,7 @@ from diageval.reports.html_data import (
 from diageval.scoring.metrics import MetricValue
 from diageval.scoring.results import MISLEADING_VERDICTS
 from diageval.scoring.summary import Metrics
-from diageval.taxonomy import is_symptom_id
+from diageval.cases.taxonomy import is_symptom_id
 
 TEMPLATES = Path(__file__).parent / "templates"
 VERDICTS = ("correct", "mislocated", "symptom_as_cause", "wrong_cause", "false_alarm", "duplicate")
@@ -258,7 +258,7 @@ def compare_section(inputs: ReportInputs) -> dict | None:
 
     a, b = inputs.given[0], inputs.given[1]
     try:
-        c = compare_runs(a.root, b.root, common_cases=True)
+        c = compare_runs(a.loaded, b.loaded, common_cases=True)
     except CompareError as err:
         return {"error": str(err)}
     return {
@@ -285,7 +285,7 @@ def render_html(inputs: ReportInputs, *, generated: datetime | None = None) -> s
         case_set=first.case_set_hash[:12],
         taxonomy_version=first.taxonomy_version,
         resamples=sorted({r.summary.bootstrap.resamples for r in inputs.runs}),
-        runs=[{"name": r.name, "root": str(r.root), "status": r.manifest.status, "roles": _roles(r), "problems": r.problems}
+        runs=[{"name": r.name, "root": str(r.root), "status": r.info.status, "roles": _roles(r), "problems": r.problems}
               for r in inputs.runs],
         case_note=inputs.case_note,
         columns=columns,

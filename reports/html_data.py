@@ -1,8 +1,9 @@
 """What the HTML report shows, gathered from run folders through the project's typed readers.
 
-Each run folder is read as :class:`ReportRun`: its manifest and results (:func:`diageval.scoring.compare.load_run`),
-its ``summary.json`` (:func:`diageval.reports.report.load_summary`) and every saved diagnosis (the one
-diagnosis reader). The case files the runs were made from give titles and labels (ranks, steps,
+Each run folder is read as :class:`ReportRun` through the run store's typed readers (``run.json`` and
+``results.jsonl``: :meth:`~diageval.run.store.RunStore.load`; ``summary.json``:
+:meth:`~diageval.run.store.RunStore.read_summary`) and every saved diagnosis through the one diagnosis
+reader (:func:`~diageval.diagnosis.read_diagnosis_file`). The case files the runs were made from give titles and labels (ranks, steps,
 symptoms); the manifestation check (ratio, noise) comes from the caller, since it lives in the bundle
 cache and reports read nothing from recording.
 
@@ -24,15 +25,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
-from diageval.case import CaseLoadError, CaseSet, load_case_set
-from diageval.diagnosis import Diagnosis, DiagnosisParseError
+from diageval.cases.load import CaseLoadError, CaseSet, load_case_set
+from diageval.diagnosis import Diagnosis, DiagnosisParseError, read_diagnosis_file
 from diageval.reports.leaderboard import _rank_key, check_comparable
-from diageval.reports.report import ReportError, load_summary
-from diageval.run_store import RunManifest
-from diageval.scoring.compare import CompareError, load_run
-from diageval.scoring.diagnosis_file import load_diagnosis_file
+from diageval.reports.report import ReportError
+from diageval.run.store import LoadedRun, RunInfo, RunReadError, RunStore
 from diageval.scoring.metrics import METRICS, MetricValue, compute_metrics
 from diageval.scoring.results import ANSWERED_STATUSES, CaseResult
 from diageval.scoring.summary import Summary
@@ -55,16 +55,27 @@ class Manifestation:
 
 @dataclass
 class ReportRun:
-    root: Path
-    manifest: RunManifest
+    loaded: LoadedRun  # run.json and results.jsonl, as the run store reads them
     summary: Summary
-    results: dict[str, CaseResult]  # case id -> result
     diagnoses: dict[str, Diagnosis]  # case id -> saved diagnosis (answered cases only)
     problems: list[str] = field(default_factory=list)  # diagnoses that could not be read
 
     @property
     def name(self) -> str:
         return self.summary.diagnoser.name
+
+    @property
+    def root(self) -> Path:
+        return self.loaded.root
+
+    @property
+    def info(self) -> RunInfo:
+        return self.loaded.info
+
+    @cached_property
+    def results(self) -> dict[str, CaseResult]:
+        """Case id -> result."""
+        return {r.case_id: r for r in self.loaded.results}
 
 
 @dataclass
@@ -77,25 +88,21 @@ class ReportInputs:
 
 
 def read_run(run_dir: Path) -> ReportRun:
-    """One run folder through the typed readers; :class:`ReportError` names the file and field."""
+    """One run folder through the run store's typed readers; :class:`ReportError` names the file and field."""
+    store = RunStore(Path(run_dir))
     try:
-        loaded = load_run(run_dir)
-    except CompareError as err:
+        loaded, summary = store.load(), store.read_summary()
+    except RunReadError as err:
         raise ReportError(str(err)) from None
-    summary = load_summary(run_dir)
-    from diageval.run_store import RunStore
-
-    store = RunStore(loaded.root)
     diagnoses, problems = {}, []
     for r in loaded.results:
         if r.status not in ANSWERED_STATUSES:
             continue
         try:
-            diagnoses[r.case_id] = load_diagnosis_file(store.diagnosis_path(r.case_id))
+            diagnoses[r.case_id] = read_diagnosis_file(store.diagnosis_path(r.case_id))
         except DiagnosisParseError as err:
             problems.append(str(err))
-    return ReportRun(root=loaded.root, manifest=loaded.manifest, summary=summary,
-                     results={r.case_id: r for r in loaded.results}, diagnoses=diagnoses, problems=problems)
+    return ReportRun(loaded=loaded, summary=summary, diagnoses=diagnoses, problems=problems)
 
 
 def order_runs(runs: list[ReportRun]) -> list[ReportRun]:
@@ -113,7 +120,7 @@ def gather(run_dirs: list[Path], manifestations: Mapping[str, Manifestation] | N
     except ValueError as err:
         raise ReportError(f"{err} (runs: {', '.join(map(str, run_dirs))})") from None
     given, runs = runs, order_runs(runs)
-    first = runs[0].manifest
+    first = runs[0].info
     case_set, note = None, None
     try:
         case_set = load_case_set(Path(first.cases_dir))

@@ -17,15 +17,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from diageval.case import load_case_set
+from diageval.cases.load import load_case_set
 from diageval.cli import main
 from diageval.diagnosis import Diagnosis, Finding
 from diageval.paths import default_taxonomy_path
 from diageval.reports.browser import load_milliseconds, open_page, unavailable_reason
 from diageval.reports.html import NO_CLAIM, metric_columns, render_html
-from diageval.reports.html_data import ReportError, gather
-from diageval.run import summarize_run
-from diageval.run_store import RunDiagnoser, RunEnv, RunManifest, RunStore
+from diageval.reports.html_data import gather
+from diageval.reports.report import ReportError
+from diageval.run.grade import summarize_run
+from diageval.run.store import RunDiagnoser, RunEnv, RunInfo, RunStore
 from diageval.scoring.summary import Metrics
 from diageval.scoring.verdicts import score_case
 
@@ -145,7 +146,7 @@ def write_run(runs: Path, cases_dir: Path, name: str) -> Path:
     case_set = load_case_set(cases_dir)
     reference, self_test = ROLES[name]
     store = RunStore(runs / name)
-    manifest = RunManifest(
+    manifest = RunInfo(
         run_id=name,
         diagnoser=RunDiagnoser(spec=name, name=name, version="1", origin="test", reference=reference, self_test=self_test),
         case_set_hash=case_set.hash, taxonomy_version=case_set.taxonomy.version, cases_dir=str(cases_dir),
@@ -162,7 +163,7 @@ def write_run(runs: Path, cases_dir: Path, name: str) -> Path:
         if diagnosis is not None:
             store.diagnosis_path(lc.case.id).parent.mkdir(parents=True, exist_ok=True)
             store.diagnosis_path(lc.case.id).write_text(diagnosis.model_dump_json(), encoding="utf-8")
-        store.append_result(result.model_dump(mode="json"))
+        store.append_result(result)
     summarize_run(store, manifest)
     return store.root
 
@@ -315,10 +316,11 @@ def test_a_page_that_fetches_is_caught(tmp_path):
     assert log.requests == ["https://cdn.example.invalid/x.js"]
 
 
-def test_manifestation_check_read_from_the_bundle_cache(tmp_path):
+def test_manifestation_checks_read_from_the_bundle_cache(tmp_path):
     """The page's noise and ratio come from the truth file the run's evidence step wrote, found by its key."""
-    from diageval.evidence import TruthRecord, Verification, cache_key, write_truth
-    from diageval.manifestations import cached_manifestations
+    from diageval.recording.cache import cache_key, write_truth
+    from diageval.recording.stored_checks import stored_checks
+    from diageval.recording.truth import TruthRecord, Verification
 
     case_set = load_case_set(write_cases(tmp_path))
     straggler = case_set.get("straggler").case
@@ -327,6 +329,6 @@ def test_manifestation_check_read_from_the_bundle_cache(tmp_path):
     key = cache_key(straggler, "cpu")
     write_truth(tmp_path, TruthRecord(case_id="straggler", key=key, repeat=0, recorded=datetime.now(timezone.utc),
                                       verification=v))
-    found = cached_manifestations(case_set, "cpu", cache_dir=tmp_path)
+    found = stored_checks(case_set, "cpu", cache_dir=tmp_path)
     assert set(found) == {"straggler"}  # the other positive cases were never verified in this cache
     assert (found["straggler"].ratio, found["straggler"].noise, found["straggler"].repeats) == (3.0, 0.2, 3)
