@@ -68,9 +68,13 @@ def _num(v: float | None, digits: str = ".2f") -> str:
     return "–" if v is None else format(v, digits)
 
 
-def _cell(m: MetricValue, digits: str = ".2f") -> dict:
+def _cell(m: MetricValue, digits: str = ".2f", *, heat: str | None = None) -> dict:
+    """A table cell of a metric; ``heat`` ("higher" or "lower" is better) adds its background and text colours."""
     ci = f"[{format(m.ci[0], digits)}, {format(m.ci[1], digits)}]" if m.ci is not None and m.value is not None else ""
-    return {"text": _num(m.value, digits), "ci": ci, "n": m.n, "sort": "" if m.value is None else repr(m.value)}
+    cell = {"text": _num(m.value, digits), "ci": ci, "n": m.n, "sort": "" if m.value is None else repr(m.value)}
+    if heat is not None:
+        cell["bg"], cell["fg"] = plots.heat_colour(m.value, reverse=heat == "lower")
+    return cell
 
 
 def _roles(run: ReportRun) -> list[str]:
@@ -103,12 +107,8 @@ def heatmap(inputs: ReportInputs) -> list[dict]:
         cells = []
         for run in inputs.runs:
             cat = run.summary.by_category.get(group)
-            recall = _cell(cat.recall) if cat is not None else None
-            if recall is not None:
-                recall["bg"], recall["fg"] = plots.heat_colour(cat.recall.value)
-            mis = _cell(misleading_rate(run, case_ids))
-            mis["bg"], mis["fg"] = plots.heat_colour(None if mis["text"] == "–" else float(mis["sort"]), reverse=True)
-            cells.append({"recall": recall, "misleading": mis})
+            cells.append({"recall": _cell(cat.recall, heat="higher") if cat is not None else None,
+                          "misleading": _cell(misleading_rate(run, case_ids), heat="lower")})
         rows.append({"group": group, "cases": len(case_ids), "cause": group not in (HEALTHY_ROW, ABSTAIN_ROW),
                      "cells": cells})
     return rows
