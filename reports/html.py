@@ -10,11 +10,10 @@ JavaScript every table and picture is still there; only sorting and filtering ne
 
 Decided here (the design is silent):
 
-* The leaderboard's columns are every metric of the summary, in its order, labelled and directed as
-  ``diageval compare`` labels and directs them; the headline metrics (:data:`HEADLINE_METRICS`) are
-  marked. A cell reads ``value [lo, hi]`` with ``n`` under it; undefined reads ``–``.
-* Numbers use the markdown leaderboard's digits: two decimals for rates, three significant digits for
-  seconds.
+* The leaderboard's columns, labels, directions and number formats are the metric table's board
+  (:data:`~diageval.scoring.metrics.BOARD`), its rows in the markdown board's order (ranked by the
+  headline metrics, self-tests last) with the same marks; the headline columns are shaded. A cell reads
+  ``value [lo, hi]`` with ``n`` under it; undefined reads ``–``.
 """
 
 from __future__ import annotations
@@ -35,9 +34,10 @@ from diageval.reports.html_data import (
     case_groups,
     misleading_rate,
 )
-from diageval.scoring.metrics import MetricValue
+from diageval.reports.leaderboard import marks
+from diageval.scoring.metrics import BOARD, HEADLINE, METRICS, MetricValue
 from diageval.scoring.results import MISLEADING_VERDICTS
-from diageval.scoring.summary import Metrics
+from diageval.scoring.summary import DETECTION_MIN_CASES, DETECTION_RECALL
 from diageval.cases.taxonomy import is_symptom_id
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -55,13 +55,9 @@ class Column:
 
 
 def metric_columns() -> list[Column]:
-    """The leaderboard's metric columns, derived from the summary's metric set (see the module docstring)."""
-    from diageval.reports.compare_report import LABELS
-    from diageval.scoring.compare import BETTER, HEADLINE_METRICS
-
-    return [Column(key, LABELS.get(key, key), BETTER[key], ".3g" if key == "seconds_per_case" else ".2f",
-                   key in HEADLINE_METRICS)
-            for key in Metrics.model_fields]
+    """The leaderboard's metric columns: the board of the metric table, in its order, with its labels,
+    directions, formats and headline marks."""
+    return [Column(m, METRICS[m].label, METRICS[m].better, METRICS[m].digits, METRICS[m].headline) for m in BOARD]
 
 
 def _num(v: float | None, digits: str = ".2f") -> str:
@@ -78,8 +74,7 @@ def _cell(m: MetricValue, digits: str = ".2f", *, heat: str | None = None) -> di
 
 
 def _roles(run: ReportRun) -> list[str]:
-    d = run.summary.diagnoser
-    return [r for r, on in (("self-test", d.self_test), ("reference", d.reference and not d.self_test)) if on]
+    return marks(run.summary.diagnoser)
 
 
 def leaderboard(inputs: ReportInputs, columns: list[Column]) -> list[dict]:
@@ -114,32 +109,26 @@ def heatmap(inputs: ReportInputs) -> list[dict]:
     return rows
 
 
-def detection_svg(inputs: ReportInputs) -> tuple[str, int]:
-    """The detection-curve figure and how many labeled causes had no measured impact (left out)."""
-    by_cause: dict[str, dict[str, list[plots.DetectionPoint]]] = {}
-    unmeasured = 0
-    for i, run in enumerate(inputs.runs):
-        for r in sorted(run.results.values(), key=lambda r: r.case_id):
-            if not r.scored:
-                continue
-            for o in r.outcomes:
-                if r.measured_impact is None:
-                    unmeasured += i == 0
-                    continue
-                by_cause.setdefault(o.category, {}).setdefault(run.name, []).append(
-                    plots.DetectionPoint(r.measured_impact, o.outcome == "found"))
-    if not by_cause:
-        return "", unmeasured
-    return plots.detection_curves(dict(sorted(by_cause.items())), [r.name for r in inputs.runs]), unmeasured
+def detection_svg(inputs: ReportInputs) -> str:
+    """Recall against measured impact per cause (the summaries' detection tables), one line per diagnoser."""
+    by_cause: dict[str, dict[str, plots.Detection]] = {}
+    for run in inputs.runs:
+        for cause, d in run.summary.detection.items():
+            by_cause.setdefault(cause, {})[run.name] = plots.Detection(
+                points=[plots.DetectionPoint(p.impact, p.found) for p in d.points], limit=d.limit)
+    if not any(d.points for per_run in by_cause.values() for d in per_run.values()):
+        return ""
+    return plots.detection_curves(dict(sorted(by_cause.items())), [r.name for r in inputs.runs])
 
 
 def reliability_svg(inputs: ReportInputs) -> str:
-    claims = {
-        run.name: [plots.ClaimPoint(v.confidence, v.credited)
-                   for r in run.results.values() if r.scored for v in r.verdicts if v.verdict != "duplicate"]
+    """Stated probability against the share of labeled causes, over every (case, taxonomy cause) pair
+    (the summaries' reliability tables), one panel per diagnoser."""
+    return plots.reliability_diagrams({
+        run.name: [plots.ReliabilityPoint(b.mean_probability, b.observed, b.pairs)
+                   for b in run.summary.reliability if b.pairs and b.mean_probability is not None]
         for run in inputs.runs
-    }
-    return plots.reliability_diagrams(claims)
+    })
 
 
 def confusion(run: ReportRun) -> dict:
@@ -254,7 +243,7 @@ def compare_section(inputs: ReportInputs) -> dict | None:
     if len(inputs.runs) != 2:
         return None
     from diageval.reports.compare_report import comparison_rows, headline_verdict
-    from diageval.scoring.compare import HEADLINE_METRICS, CompareError, compare_runs
+    from diageval.scoring.compare import CompareError, compare_runs
 
     a, b = inputs.given[0], inputs.given[1]
     try:
@@ -265,7 +254,7 @@ def compare_section(inputs: ReportInputs) -> dict | None:
         "a": c.a, "b": c.b, "cases": c.cases, "resamples": c.bootstrap.resamples, "seed": c.bootstrap.seed,
         "dropped": [f"{d.case_id} (A {d.status_a or 'no result'}, B {d.status_b or 'no result'})" for d in c.dropped],
         "rows": comparison_rows(c),
-        "verdicts": [headline_verdict(k, c.metrics[k], c.cases) for k in HEADLINE_METRICS if k in c.metrics],
+        "verdicts": [headline_verdict(k, c.metrics[k], c.cases) for k in HEADLINE if k in c.metrics],
         "error": None,
     }
 
@@ -273,7 +262,6 @@ def compare_section(inputs: ReportInputs) -> dict | None:
 def render_html(inputs: ReportInputs, *, generated: datetime | None = None) -> str:
     """The page (see the module docstring)."""
     columns = metric_columns()
-    detection, unmeasured = detection_svg(inputs)
     first = inputs.runs[0].summary
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                              autoescape=True, trim_blocks=True, lstrip_blocks=True)
@@ -292,8 +280,10 @@ def render_html(inputs: ReportInputs, *, generated: datetime | None = None) -> s
         leaderboard=leaderboard(inputs, columns),
         heatmap=heatmap(inputs),
         diagnosers=[r.name for r in inputs.runs],
-        detection_svg=detection,
-        unmeasured=unmeasured,
+        detection_svg=detection_svg(inputs),
+        detection_recall=DETECTION_RECALL,
+        detection_min=DETECTION_MIN_CASES,
+        headline=" then ".join(METRICS[m].label for m in HEADLINE),
         reliability_svg=reliability_svg(inputs),
         confusions=[confusion(r) for r in inputs.runs],
         cases=cases(inputs),

@@ -12,10 +12,11 @@ Decided here (the design is silent):
   equal-width bins over [0, 1]; a point is the recall of one diagnoser over that cause's labeled
   instances whose case falls in the bin, with n (labeled causes) printed under the bin. Equal widths,
   not quantiles: the axis means the same for every cause and every corpus. Diagnosers are nudged apart
-  sideways (a few hundredths of a bin) so that equal values stay visible.
-* Reliability diagrams: the same ten equal-width confidence bins as the ECE
-  (:data:`diageval.scoring.tallies.ECE_BINS`); a point is (mean confidence, share credited) of the
-  claims in a bin, its area grows with the number of claims, and the number is printed beside it.
+  sideways (a few hundredths of a bin) so that equal values stay visible. A diagnoser's detection limit,
+  where the summary defines one, is a dashed vertical line in its colour.
+* Reliability diagrams: the summary's calibration bins (every (case, taxonomy cause) pair; the pairs
+  stated at 0 in a bin of their own); a point is (mean stated probability, share labeled) of a bin, its
+  area grows with the number of pairs, and the number is printed beside it.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import matplotlib
 from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
 
-from diageval.scoring.tallies import ECE_BINS, ece_bin
 
 IMPACT_BINS = 5
 MARKERS = "osD^vP*Xh<>p"
@@ -44,11 +44,20 @@ class DetectionPoint:
 
 
 @dataclass(frozen=True)
-class ClaimPoint:
-    """One non-duplicate cause claim: its confidence, and whether it was credited."""
+class Detection:
+    """One diagnoser on one cause: every labeled instance with a measured impact, and its detection limit."""
 
-    confidence: float
-    credited: bool
+    points: list[DetectionPoint]
+    limit: float | None
+
+
+@dataclass(frozen=True)
+class ReliabilityPoint:
+    """One calibration bin: mean stated probability, share of its pairs that are labeled causes, pairs."""
+
+    probability: float
+    observed: float
+    pairs: int
 
 
 def _svg(fig: Figure, name: str) -> str:
@@ -69,7 +78,7 @@ def impact_bin(impact: float) -> int:
     return min(max(int(math.floor(impact * IMPACT_BINS)), 0), IMPACT_BINS - 1)
 
 
-def detection_curves(by_cause: Mapping[str, Mapping[str, Sequence[DetectionPoint]]], diagnosers: Sequence[str]) -> str:
+def detection_curves(by_cause: Mapping[str, Mapping[str, Detection]], diagnosers: Sequence[str]) -> str:
     """One panel per cause: recall per measured-impact bin, one line per diagnoser (see the module docstring)."""
     causes = list(by_cause)
     rows, cols = _grid(len(causes), 3)
@@ -80,7 +89,8 @@ def detection_curves(by_cause: Mapping[str, Mapping[str, Sequence[DetectionPoint
         ax = fig.add_subplot(rows, cols, k + 1)
         counts = [0] * IMPACT_BINS
         for d_index, name in enumerate(diagnosers):
-            points = by_cause[cause].get(name, ())
+            detection = by_cause[cause].get(name)
+            points = detection.points if detection is not None else []
             found, total = [0] * IMPACT_BINS, [0] * IMPACT_BINS
             for p in points:
                 b = impact_bin(p.impact)
@@ -92,6 +102,8 @@ def detection_curves(by_cause: Mapping[str, Mapping[str, Sequence[DetectionPoint
             ys = [found[b] / total[b] for b in range(IMPACT_BINS) if total[b]]
             ax.plot(xs, ys, marker=MARKERS[d_index % len(MARKERS)], label=name, linewidth=1.2, markersize=5,
                     color=f"C{d_index % 10}")
+            if detection is not None and detection.limit is not None:
+                ax.axvline(detection.limit, color=f"C{d_index % 10}", linestyle="--", linewidth=1)
         ax.set_title(cause, fontsize=9)
         ax.set_xlim(0, 1)
         ax.set_ylim(-0.08, 1.08)
@@ -108,42 +120,30 @@ def detection_curves(by_cause: Mapping[str, Mapping[str, Sequence[DetectionPoint
     return _svg(fig, "detection")
 
 
-def reliability_bins(claims: Sequence[ClaimPoint]) -> list[tuple[float, float, int]]:
-    """(mean confidence, share credited, claims) of each non-empty ECE bin, in bin order."""
-    conf, hit, n = [0.0] * ECE_BINS, [0] * ECE_BINS, [0] * ECE_BINS
-    for c in claims:
-        b = ece_bin(c.confidence)
-        conf[b] += c.confidence
-        hit[b] += c.credited
-        n[b] += 1
-    return [(conf[b] / n[b], hit[b] / n[b], n[b]) for b in range(ECE_BINS) if n[b]]
-
-
-def reliability_diagrams(claims_by_diagnoser: Mapping[str, Sequence[ClaimPoint]]) -> str:
-    """One panel per diagnoser: claimed confidence against how often such claims were right."""
-    names = list(claims_by_diagnoser)
+def reliability_diagrams(bins_by_diagnoser: Mapping[str, Sequence[ReliabilityPoint]]) -> str:
+    """One panel per diagnoser: stated probability against how often the event was true."""
+    names = list(bins_by_diagnoser)
     rows, cols = _grid(len(names), 4)
     fig = Figure(figsize=(3.0 * cols, 3.0 * rows), layout="constrained")
     for k, name in enumerate(names):
         ax = fig.add_subplot(rows, cols, k + 1)
         ax.plot([0, 1], [0, 1], linestyle="--", color="0.6", linewidth=1)
-        claims = claims_by_diagnoser[name]
-        points = reliability_bins(claims)
+        points = bins_by_diagnoser[name]
+        stated = sum(p.pairs for p in points if p.probability > 0)
         if points:
-            xs, ys, ns = zip(*points)
-            ax.scatter(xs, ys, s=[18 + 6 * n for n in ns], color="C0", alpha=0.75, zorder=3)
-            ax.plot(xs, ys, color="C0", linewidth=1)
-            for x, y, n in points:
-                ax.annotate(str(n), (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7, color="0.25")
-        else:
-            ax.text(0.5, 0.5, "no cause claims", ha="center", va="center", fontsize=8, color="0.4")
-        ax.set_title(f"{name} ({len(claims)} claims)", fontsize=9)
+            ax.scatter([p.probability for p in points], [p.observed for p in points],
+                       s=[18 + 40 * math.log10(1 + p.pairs) for p in points], color="C0", alpha=0.75, zorder=3)
+            ax.plot([p.probability for p in points], [p.observed for p in points], color="C0", linewidth=1)
+            for p in points:
+                ax.annotate(str(p.pairs), (p.probability, p.observed), textcoords="offset points", xytext=(5, 4),
+                            fontsize=7, color="0.25")
+        ax.set_title(f"{name} ({stated} pairs stated > 0)", fontsize=9)
         ax.set_xlim(-0.05, 1.05)
         ax.set_ylim(-0.05, 1.05)
         ax.set_aspect("equal")
         ax.tick_params(labelsize=7)
-        ax.set_xlabel("claimed confidence", fontsize=7)
-        ax.set_ylabel("share right (credited)", fontsize=7)
+        ax.set_xlabel("stated probability", fontsize=7)
+        ax.set_ylabel("share that are labeled causes", fontsize=7)
         ax.grid(alpha=0.3)
     return _svg(fig, "reliability")
 

@@ -27,7 +27,7 @@ from diageval.reports.html_data import gather
 from diageval.reports.report import ReportError
 from diageval.run.grade import summarize_run
 from diageval.run.store import RunDiagnoser, RunEnv, RunInfo, RunStore
-from diageval.scoring.summary import Metrics
+from diageval.scoring.metrics import BOARD, METRICS
 from diageval.scoring.verdicts import score_case
 
 CASE_FILES = {
@@ -203,8 +203,10 @@ def test_page_is_self_contained_and_has_every_section(runs):
     assert html.count("<svg") == 2  # detection curves and reliability diagrams, inlined
 
 
-def test_leaderboard_columns_come_from_the_summary_metrics():
-    assert [c.key for c in metric_columns()] == list(Metrics.model_fields)
+def test_leaderboard_columns_come_from_the_metric_table():
+    columns = metric_columns()
+    assert [c.key for c in columns] == list(BOARD)
+    assert [c.label for c in columns] == [METRICS[m].label for m in BOARD]
 
 
 def test_cases_show_labels_impact_and_every_claim(runs):
@@ -248,7 +250,7 @@ def test_in_chromium_sections_rows_filter_sort_and_no_network(runs, tmp_path):
         names = page.locator("#leaderboard-table tbody tr").evaluate_all("rs => rs.map(r => r.dataset.diagnoser)")
         assert sorted(names) == sorted(DIAGNOSERS) and names[-1] == "oracle"
         assert page.locator("#leaderboard-table tr.self-test").count() == 1
-        assert page.locator("#leaderboard-table tr.reference").count() == 1  # null (the oracle shows as self-test)
+        assert page.locator("#leaderboard-table tr.reference").count() == 2  # null, and the oracle (self-test too)
         # heatmap: two labeled causes, then healthy controls and abstain cases; R and M per diagnoser
         assert page.locator("#heatmap tbody tr").count() == 4
         assert page.locator("#heatmap tbody tr").first.locator("td.cell").count() == 2 * len(DIAGNOSERS)
@@ -300,7 +302,7 @@ def test_in_chromium_compare_section_for_two_runs(runs, tmp_path):
     page_file = tmp_path / "compare.html"
     page_file.write_text(render(runs[:2]), encoding="utf-8")
     with open_page(page_file) as (page, log):
-        assert page.locator("#compare-table tbody tr").count() == len(Metrics.model_fields)
+        assert page.locator("#compare-table tbody tr").count() == len(METRICS)
         assert "A = good 1 vs B = symptomy 1" in page.locator("#compare h2").inner_text()
     assert log.console_errors == [] and log.requests == []
 
