@@ -25,6 +25,7 @@ from pathlib import Path
 import jinja2
 
 from diageval import __version__
+from diageval.cases.taxonomy import is_symptom_id
 from diageval.reports import plots
 from diageval.reports.html_data import (
     ABSTAIN_ROW,
@@ -38,7 +39,6 @@ from diageval.reports.leaderboard import marks
 from diageval.scoring.metrics import BOARD, HEADLINE, METRICS, MetricValue
 from diageval.scoring.results import MISLEADING_VERDICTS
 from diageval.scoring.summary import DETECTION_MIN_CASES, DETECTION_RECALL
-from diageval.cases.taxonomy import is_symptom_id
 
 TEMPLATES = Path(__file__).parent / "templates"
 VERDICTS = ("correct", "mislocated", "symptom_as_cause", "wrong_cause", "false_alarm", "duplicate")

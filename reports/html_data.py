@@ -16,9 +16,9 @@ Decided here (the design is silent):
 * When the case files at ``run.json``'s ``cases_dir`` are missing or changed since (another case-set
   hash), the page still renders from the results alone (labeled causes and their ranks), and says so.
 * The per-cause misleading rate is computed over the cases labeled with that cause (and, as rows of
-  their own, over healthy controls and abstain cases): misleading claims / claims, with the same
-  bootstrap as every other metric (:func:`diageval.scoring.metrics.compute_metrics`, 1000 resamples,
-  seed 0), so each cell has its n and interval.
+  their own, over healthy controls and abstain cases): the metric table's ``misleading_rate`` (misleading
+  claims / claims) over that subset, with the interval the table gives it
+  (:func:`diageval.scoring.metrics.compute_metrics`), so each cell has its n and interval.
 """
 
 from __future__ import annotations
