@@ -74,7 +74,6 @@ class Progress:
                 redirect_stdout=False,
                 redirect_stderr=False,
             )
-            self._bar.start()
 
     def _file(self) -> TextIO:
         return sys.stderr if self.stream == "stderr" else self.stream  # type: ignore[return-value]
@@ -131,6 +130,8 @@ class Progress:
     def _task(self, phase: str, total: int | None) -> TaskID:
         assert self._bar is not None
         if phase not in self._tasks:
+            if not self._tasks:
+                self._bar.start()  # the live display (and its refresh thread) only once there is something to count
             self._tasks[phase] = self._bar.add_task("", total=total, phase=phase)
         return self._tasks[phase]
 
