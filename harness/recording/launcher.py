@@ -13,6 +13,8 @@ Decided here:
 * Each rank's stdout and stderr (file descriptors 1 and 2, so C++ output too) go to its log file.
 * ``run_ranks`` waits until every rank exits or ``timeout_s`` passes; then it kills what is left and
   raises :class:`RecordingError` naming the rank that hung (or the first that failed, with its log's tail).
+  Exit codes in ``accepted_exit_codes`` (a job that failed as its case intends, having written its
+  evidence) count as finished, not as crashes.
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ def run_ranks(
     timeout_s: float,
     what: str,
     on_started: Callable[[list[int]], None] | None = None,
+    accepted_exit_codes: frozenset[int] = frozenset({0}),
 ) -> None:
     """Run ``target(*rank_args[r])`` in one process per rank; raise RecordingError unless all exit 0.
 
@@ -105,7 +108,7 @@ def run_ranks(
         failed: int | None = None
         while True:
             alive = [r for r, p in enumerate(procs) if p.exitcode is None]
-            crashed = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
+            crashed = [r for r, p in enumerate(procs) if p.exitcode is not None and p.exitcode not in accepted_exit_codes]
             if crashed:
                 failed = crashed[0]
                 break

@@ -21,3 +21,4 @@ class RankPlan(BaseModel):
     store_path: Path  # FileStore for init_process_group; fresh per recording
     bundle_dir: Path  # the temporary bundle folder; the rank writes rank<N>/trace.json.gz here
     scratch_dir: Path  # private scratch: raw trace, per-rank step log, checkpoints
+    collective_timeout_s: float | None = None  # the process group's timeout; None = torch's default

@@ -15,6 +15,15 @@ Decided here:
 * On CUDA each step ends with a stream synchronize, so step times are what the device did, not how far
   the host ran ahead.
 * Only rank 0 saves checkpoints (the common data-parallel practice); all ranks log.
+* Every job keeps a Flight Recorder buffer (``TORCH_FR_BUFFER_SIZE``, gloo included since torch 2.8) and
+  dumps it at exit into ``flight_recorder/rank_<N>`` (torch's pickle format, stacks left out: they name
+  files), whether the job succeeded or failed, so the dump's presence says nothing by itself. gloo has no
+  watchdog that dumps on timeout as NCCL's does; the worker dumps it itself.
+* A job that fails inside a step (a collective timeout) does what a real one leaves behind: the error
+  in its log (its message only: the python stack would name the injector's frames), the failing step in the step log (ending when it failed), the profiler trace of
+  the steps recorded so far, its Flight Recorder dump; then it exits with ``JOB_FAILED_EXIT`` without
+  tearing down the process group (that could wait on the dead peers). The recorder accepts that exit
+  only for faults that declare ``fails_job``.
 * The trace is exported as plain JSON into the private scratch folder (whose random path ends up in the
   trace's ``traceName``) and gzipped at level 1 into the bundle (torch's own ``.gz`` export uses level 9,
   half of a recording's time).
@@ -22,11 +31,14 @@ Decided here:
 
 from __future__ import annotations
 
+import datetime
 import gzip
 import json
 import os
 import shutil
+import sys
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -36,6 +48,9 @@ from torch.profiler import ProfilerActivity, profile, schedule
 from diageval.recording.context import RankContext
 from diageval.recording.faults.base import Injection
 from diageval.recording.plan import RankPlan
+
+JOB_FAILED_EXIT = 3  # the job failed in its loop and left its evidence (see the module docstring)
+FLIGHT_RECORDER_ENTRIES = "2000"  # collectives kept per rank: every one of a recorded case
 
 
 def profiler_window(steps: int, trace_steps: int) -> tuple[int, int, int]:
@@ -64,8 +79,10 @@ def run_rank(plan: RankPlan) -> None:
     if use_cuda:
         torch.cuda.set_device(plan.rank)
     backend = "nccl" if use_cuda else "gloo"
+    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", FLIGHT_RECORDER_ENTRIES)
     store = dist.FileStore(str(plan.store_path), plan.world_size)
-    dist.init_process_group(backend, store=store, rank=plan.rank, world_size=plan.world_size)
+    timeout = {} if plan.collective_timeout_s is None else {"timeout": datetime.timedelta(seconds=plan.collective_timeout_s)}
+    dist.init_process_group(backend, store=store, rank=plan.rank, world_size=plan.world_size, **timeout)
     ctx = RankContext(
         rank=plan.rank, world_size=plan.world_size, steps=plan.steps,
         device=f"cuda:{plan.rank}" if use_cuda else "cpu", backend=backend, scratch_dir=plan.scratch_dir,
@@ -94,33 +111,69 @@ def run_rank(plan: RankPlan) -> None:
     rows = []
     checkpoint_path = plan.scratch_dir / f"checkpoint-rank{ctx.rank}.pt"
     prof.start()
-    for step in range(plan.steps):
-        t_start = time.time()
-        injection.on_step_start(step)
-        batch = next(batches)
-        loss = setup.train_step(batch)
-        if step % params.log_every == 0 or step == plan.steps - 1:
-            print(f"step {step} loss {loss.item():.4f}")
-        if ctx.rank == 0 and ((step + 1) % params.checkpoint_every == 0 or injection.checkpoint_due(step)):
-            started = time.perf_counter()
-            with open(checkpoint_path, "wb") as fh:
-                torch.save(setup.state_dict(), injection.checkpoint_file(fh, step))
-            print(f"saved checkpoint in {time.perf_counter() - started:.2f}s")
-        if use_cuda:
-            torch.cuda.current_stream().synchronize()
-        t_end = time.time()
-        rows.append({"rank": ctx.rank, "step": step, "t_start": t_start, "t_end": t_end})
-        prof.step()
+    failed_step: int | None = None
+    try:
+        for step in range(plan.steps):
+            t_start = time.time()
+            try:
+                injection.on_step_start(step)
+                batch = next(batches)
+                loss = setup.train_step(batch)
+            except Exception:
+                rows.append({"rank": ctx.rank, "step": step, "t_start": t_start, "t_end": time.time()})
+                failed_step = step
+                raise
+            if step % params.log_every == 0 or step == plan.steps - 1:
+                print(f"step {step} loss {loss.item():.4f}")
+            if ctx.rank == 0 and ((step + 1) % params.checkpoint_every == 0 or injection.checkpoint_due(step)):
+                started = time.perf_counter()
+                with open(checkpoint_path, "wb") as fh:
+                    torch.save(setup.state_dict(), injection.checkpoint_file(fh, step))
+                print(f"saved checkpoint in {time.perf_counter() - started:.2f}s")
+            if use_cuda:
+                torch.cuda.current_stream().synchronize()
+            t_end = time.time()
+            rows.append({"rank": ctx.rank, "step": step, "t_start": t_start, "t_end": t_end})
+            prof.step()
+    except Exception as exc:
+        if failed_step is None:  # failed outside the step (logging, checkpointing): not a job failure we model
+            raise
+        # The error itself, not the python stack: the stack would name the injector's frames.
+        print(f"step {failed_step} failed: {''.join(traceback.format_exception_only(exc)).strip()}", file=sys.stderr)
     prof.stop()
+    _dump_flight_recorder(plan.bundle_dir / "flight_recorder" / f"rank_{ctx.rank}")
+    if failed_step is not None:
+        del batches  # stop the DataLoader workers before the hard exit
+        _write_evidence(plan, ctx.rank, rows, raw_trace, required=False)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(JOB_FAILED_EXIT)  # no teardown: destroying the group could wait on the dead peers
     print("training done")
     del batches
     dist.barrier()
     dist.destroy_process_group()
+    _write_evidence(plan, ctx.rank, rows, raw_trace, required=True)
 
-    (plan.scratch_dir / f"steps.rank{ctx.rank}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+def _dump_flight_recorder(path: Path) -> None:
+    """This rank's Flight Recorder buffer in torch's dump format (what ``fr_trace`` reads), without stacks."""
+    from torch._C import _distributed_c10d as c10d
+
+    dump = getattr(c10d, "_dump_fr_trace", None)
+    if dump is None:  # torch before 2.8: no Flight Recorder on gloo
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(dump(True, False, False))  # includeCollectives, includeStackTraces, onlyActive
+
+
+def _write_evidence(plan: RankPlan, rank: int, rows: list[dict], raw_trace: Path, *, required: bool) -> None:
+    """The step log into scratch and the gzipped trace into the bundle; a failed job may have no trace."""
+    (plan.scratch_dir / f"steps.rank{rank}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     if not raw_trace.is_file():
+        if not required:
+            return
         raise RuntimeError(f"the profiler wrote no trace to {raw_trace}")
-    out = plan.bundle_dir / f"rank{ctx.rank}" / "trace.json.gz"
+    out = plan.bundle_dir / f"rank{rank}" / "trace.json.gz"
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(raw_trace, "rb") as src, gzip.open(out, "wb", compresslevel=1) as dst:
         shutil.copyfileobj(src, dst, 1 << 20)

@@ -52,11 +52,13 @@ def record_case(case: Case, dest: Path, *, device: str = "auto", timeout_s: floa
     from diageval.recording.bundle_writer import bundle_env, finish_bundle, merge_step_logs
     from diageval.recording.faults import FAULTS
     from diageval.recording.metrics import MetricsSampler
-    from diageval.recording.rank_worker import run_rank
+    from diageval.recording.rank_worker import JOB_FAILED_EXIT, run_rank
 
     device = resolve_device(device, case)
     live: list[tuple[str, dict]] = []
     bundle_faults = []
+    timeouts: list[float] = []  # a fault may shorten the job's collective timeout (the hang cases)
+    accepted = {0}
     for spec in case.faults:
         info = FAULTS[spec.name]
         params = info.params_model.model_validate(spec.params)
@@ -65,6 +67,10 @@ def record_case(case: Case, dest: Path, *, device: str = "auto", timeout_s: floa
             bundle_faults.append(impl(params))
         else:
             live.append((spec.name, params.model_dump()))
+            if getattr(params, "collective_timeout_s", None) is not None:
+                timeouts.append(params.collective_timeout_s)
+            if getattr(impl, "fails_job", False):
+                accepted.add(JOB_FAILED_EXIT)
 
     dest = Path(dest)
     # a recording killed with SIGKILL leaves its temp folders; the next one removes those whose owner is dead
@@ -76,7 +82,7 @@ def record_case(case: Case, dest: Path, *, device: str = "auto", timeout_s: floa
     plans = [
         RankPlan(rank=r, world_size=world, steps=case.workload.steps, device=device, workload=case.workload.name,
                  workload_params=case.workload.params, live_faults=live, store_path=scratch / "store",
-                 bundle_dir=tmp_dir, scratch_dir=scratch)
+                 bundle_dir=tmp_dir, scratch_dir=scratch, collective_timeout_s=min(timeouts) if timeouts else None)
         for r in range(world)
     ]
     sampler = MetricsSampler()
@@ -84,7 +90,8 @@ def record_case(case: Case, dest: Path, *, device: str = "auto", timeout_s: floa
     try:
         try:
             run_ranks(run_rank, [(p,) for p in plans], [tmp_dir / "logs" / f"rank{r}.log" for r in range(world)],
-                      timeout_s=timeout_s, what=f"case {case.id}", on_started=sampler.start)
+                      timeout_s=timeout_s, what=f"case {case.id}", on_started=sampler.start,
+                      accepted_exit_codes=frozenset(accepted))
         finally:
             metrics = sampler.stop()
         manifest = finish_bundle(

@@ -6,6 +6,8 @@ fault parameter name occurs anywhere in a bundle, and a generic name would colli
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from diageval.cases.model import WorkloadSpec
@@ -44,6 +46,23 @@ class KernelLaunchOverheadParams(_Params):
 class OneOffPauseParams(_Params):
     pause_step: int = Field(ge=0, description="The step that stalls (on every rank)")
     pause_ms: float = Field(gt=0, le=60_000, description="How long it stalls")
+
+
+class CollectiveHangParams(_Params):
+    target_rank: int = Field(ge=0, description="The rank that falls out of step with its peers' collectives")
+    hang_step: int = Field(ge=0, description="The step at which it does")
+    mode: Literal["skip", "reorder", "stall"] = Field(
+        description="skip: it skips a collective its peers enter; reorder: it issues two collectives in the "
+        "other order; stall: it blocks before its collective"
+    )
+    collective_timeout_s: float = Field(3.0, ge=1.0, le=60.0, description="The job's collective timeout")
+
+
+class LateRankParams(_Params):
+    target_rank: int = Field(ge=0, description="The rank that is late once")
+    late_step: int = Field(ge=0, description="The step at which it is late")
+    late_ms: float = Field(gt=0, le=60_000, description="How long it blocks (below the collective timeout)")
+    collective_timeout_s: float = Field(3.0, ge=1.0, le=60.0, description="The job's collective timeout")
 
 
 class DropRankTraceParams(_Params):
@@ -102,3 +121,15 @@ def check_drop_rank_trace(p: DropRankTraceParams, w: WorkloadSpec) -> list[tuple
 
 def check_truncate_trace(p: TruncateTraceParams, w: WorkloadSpec) -> list[tuple[str, str]]:
     return _rank_ok("cut_rank", p.cut_rank, w)
+
+
+def check_collective_hang(p: CollectiveHangParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    return _multi_rank(w) + _rank_ok("target_rank", p.target_rank, w) + _step_ok("hang_step", p.hang_step, w)
+
+
+def check_late_rank(p: LateRankParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    out = _multi_rank(w) + _rank_ok("target_rank", p.target_rank, w) + _step_ok("late_step", p.late_step, w)
+    if p.late_ms >= 1000 * p.collective_timeout_s:
+        out.append(("late_ms", f"{p.late_ms} ms reaches the collective timeout ({p.collective_timeout_s} s): "
+                               "the job would fail; keep it below"))
+    return out
