@@ -333,7 +333,7 @@ def diagnosers_group() -> None:
 
 @diagnosers_group.command("list")
 def diagnosers_list_cmd() -> None:
-    """Every registered diagnoser: origin, reference/self-test, and why it cannot run here, if it cannot."""
+    """Every registered diagnoser: origin, reference/self-test, the causes it can claim, and why it cannot run here, if it cannot."""
     from diageval.run.sandbox import choose_isolation, run_policy, run_roots
     from diageval.run.worker import WorkerStartError, list_in_box
 
@@ -348,11 +348,12 @@ def diagnosers_list_cmd() -> None:
             "version": r["version"] or "",
             "origin": r["origin"],
             "role": "self-test" if r["self_test"] else "reference" if r["reference"] else "",
+            "claims": "(not declared)" if r.get("claims") is None else ", ".join(r["claims"]) or "(none)",
             "status": f"unavailable: {r['error']}" if r["error"] else "available",
         }
         for r in listed
     ]
-    click.echo(_table(rows, ["name", "version", "origin", "role", "status"]))
+    click.echo(_table(rows, ["name", "version", "origin", "role", "claims", "status"]))
     click.echo("\nAlso: --diagnoser package.module:ClassName, or --diagnoser 'cmd:PROGRAM {bundle} {out}'.")
 
 

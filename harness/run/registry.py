@@ -24,6 +24,10 @@ Decided here (the design is silent):
 * a diagnoser's display ``name`` is its class attribute ``name`` (falling back to the entry-point name);
 * ``origin`` is ``built-in`` for entry points shipped by diageval itself, ``plugin <dist> <version>`` for
   other packages, ``import <module>`` for import strings and ``command`` for ``cmd:`` specs;
+* ``claims`` is the diagnoser's class attribute ``claims`` (the taxonomy ids of the causes it can ever
+  claim), ``None`` when it does not declare one (it may claim anything); ``needs_network`` its class
+  attribute of that name (default False): such a diagnoser talks to a service and runs only when the
+  run allows network access;
 * a ``cmd:`` diagnoser's name is ``cmd-<program>`` and its version a hash of the full command, so that
   editing the command is a new version (a resumed run refuses to mix the two).
 """
@@ -70,6 +74,8 @@ class ResolvedDiagnoser:
     self_test: bool
     kind: Literal["in_process", "command"]
     factory: Callable[[], Any] = field(repr=False, compare=False)
+    claims: tuple[str, ...] | None = None
+    needs_network: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,7 @@ class DiagnoserListing:
     reference: bool = False
     self_test: bool = False
     error: str | None = None
+    claims: tuple[str, ...] | None = None
 
     @property
     def available(self) -> bool:
@@ -137,6 +144,7 @@ def list_diagnosers() -> list[DiagnoserListing]:
                 reference=resolved.reference,
                 self_test=resolved.self_test,
                 error=error,
+                claims=resolved.claims,
             )
         )
     return rows
@@ -240,7 +248,18 @@ def _from_object(obj: Any, *, spec: str, origin: str, fallback_name: str) -> Res
         self_test=role.self_test,
         kind="in_process",
         factory=factory,
+        claims=_claims(obj, spec),
+        needs_network=bool(getattr(obj, "needs_network", False)),
     )
+
+
+def _claims(obj: Any, spec: str) -> tuple[str, ...] | None:
+    claims = getattr(obj, "claims", None)
+    if claims is None:
+        return None
+    if isinstance(claims, str) or not all(isinstance(c, str) for c in claims):
+        raise DiagnoserSpecError(f"{spec!r}: claims must be a tuple of taxonomy ids (got {claims!r})")
+    return tuple(claims)
 
 
 def _make_cwd_importable() -> None:
