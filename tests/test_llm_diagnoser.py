@@ -1,0 +1,87 @@
+"""The ``llm`` diagnoser against a loopback server speaking the OpenAI chat protocol."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("openai")
+
+from diageval.bundle import EvidenceBundle  # noqa: E402
+from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable  # noqa: E402
+from diageval.diagnosers.llm import LLMDiagnoser, bundle_digest, build_prompt, prompt_sha256  # noqa: E402
+from diageval.diagnosers.registry import resolve_diagnoser  # noqa: E402
+
+from fake_openai_server import FakeChatServer  # noqa: E402
+from synthetic_traces import build_bundle  # noqa: E402
+
+GOOD = json.dumps({"findings": [{"category": "compute.straggler_rank", "kind": "cause", "confidence": 0.7, "ranks": [1]}]})
+
+
+@pytest.fixture
+def bundle(tmp_path):
+    return EvidenceBundle.open(build_bundle(tmp_path / "b"))
+
+
+def _configure(monkeypatch, server, retries="2"):
+    monkeypatch.setenv("DIAGEVAL_LLM_BASE_URL", server.base_url)
+    monkeypatch.setenv("DIAGEVAL_LLM_MODEL", "test-model")
+    monkeypatch.setenv("DIAGEVAL_LLM_MAX_RETRIES", retries)
+
+
+def test_unavailable_until_an_endpoint_is_configured(monkeypatch):
+    monkeypatch.delenv("DIAGEVAL_LLM_BASE_URL", raising=False)
+    monkeypatch.delenv("DIAGEVAL_LLM_MODEL", raising=False)
+    with pytest.raises(DiagnoserUnavailable, match="DIAGEVAL_LLM_BASE_URL"):
+        LLMDiagnoser()
+
+
+def test_declares_network_and_prompt_hash_in_version():
+    resolved = resolve_diagnoser("llm")
+    assert resolved.needs_network is True
+    assert f"prompt-{prompt_sha256()[:12]}" in resolved.version
+    assert "comm.collective_hang" in resolved.claims and not any(c.startswith("symptom.") for c in resolved.claims)
+
+
+def test_a_valid_reply_becomes_the_diagnosis(monkeypatch, bundle):
+    with FakeChatServer([f"```json\n{GOOD}\n```"]) as server:
+        _configure(monkeypatch, server)
+        diagnosis = LLMDiagnoser().diagnose(bundle)
+    assert [(f.category, f.ranks) for f in diagnosis.causes] == [("compute.straggler_rank", [1])]
+    sent = server.requests[0]["body"]
+    assert sent["model"] == "test-model" and sent["temperature"] == 0
+    prompt = sent["messages"][0]["content"]
+    assert "comm.collective_hang" in prompt and "per profiled step" in prompt and "steps.jsonl" in prompt
+
+
+def test_a_malformed_reply_is_invalid_output(monkeypatch, bundle):
+    with FakeChatServer(['{"findings": [{"category": "x", "confidence": 3}]}']) as server:
+        _configure(monkeypatch, server)
+        with pytest.raises(DiagnoserFailed) as err:
+            LLMDiagnoser().diagnose(bundle)
+    assert err.value.status == "invalid_output" and "confidence" in str(err.value)
+
+
+def test_rate_limits_and_server_errors_are_retried(monkeypatch, bundle):
+    with FakeChatServer([429, 503, GOOD]) as server:
+        _configure(monkeypatch, server, retries="2")
+        diagnosis = LLMDiagnoser().diagnose(bundle)
+    assert len(server.requests) == 3 and diagnosis.causes
+
+
+def test_giving_up_after_the_retries_is_an_llm_error(monkeypatch, bundle):
+    with FakeChatServer([429, 429, 429]) as server:
+        _configure(monkeypatch, server, retries="1")
+        with pytest.raises(DiagnoserFailed) as err:
+            LLMDiagnoser().diagnose(bundle)
+    assert err.value.status == "llm_error" and len(server.requests) == 2
+
+
+def test_the_digest_fits_the_token_budget(tmp_path):
+    bundle = EvidenceBundle.open(build_bundle(tmp_path / "big", n_steps=200))
+    full = bundle_digest(bundle, 10**9)
+    small = bundle_digest(bundle, 3000)
+    assert len(small) <= 3000 + 60 and len(full) > 3000
+    assert "left out for the token budget" in small or "cut at the token budget" in small
+    assert len(build_prompt(bundle, 4000)) <= 4 * 4000 + 60
