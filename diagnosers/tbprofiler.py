@@ -19,6 +19,12 @@ Tensor Cores unused; memory > 90%; DataParallel instead     none: no taxonomy id
 of DDP; a non-NCCL backend on a GPU
 ==========================================================  ===========================================
 
+What the plugin sees (0.4.3): its event factory keeps ``user_annotation`` events only for
+``ProfilerStep#`` and collectives, and torch 2.x writes the DataLoader wait
+(``enumerate(DataLoader)#...__next__``) as a ``user_annotation``; so on torch 2.x traces its DataLoader
+share is 0 and the data-loading recommendation never fires. On torch 1.x traces (the wait written as an
+operator) it does. The adapter reports what the plugin computes, this included.
+
 Communication is a symptom, not ``comm.collective_stall``: the plugin measures the share of the step
 spent in collectives and cannot tell a slow network from peers waiting for a late rank (its advice,
 gradient compression or accumulation, is the same for both).
