@@ -64,6 +64,7 @@ class DiagnoserInfo(_Model):
     isolation: Literal["bwrap", "none"] | None = Field(
         None, description="bwrap: the diagnoser ran sandboxed; none: it could read every file the user can (run.json says why)"
     )
+    claims: list[str] | None = Field(None, description="Taxonomy ids of the causes it can claim; None = undeclared")
 
 
 class Counts(_Model):

@@ -105,7 +105,7 @@ def summarize_run(store: RunStore, manifest: RunInfo) -> tuple[list[CaseResult],
     summary = summarize(
         results,
         diagnoser=DiagnoserInfo(spec=d.spec, name=d.name, version=d.version, reference=d.reference, self_test=d.self_test,
-                                isolation=manifest.isolation),
+                                isolation=manifest.isolation, claims=d.claims),
         case_set_hash=manifest.case_set_hash,
         taxonomy_version=manifest.taxonomy_version,
     )

@@ -38,6 +38,7 @@ class HostedDiagnoser:
     isolation: Isolation
     paths: SpecPaths
     limits: DiagnosisLimits = DEFAULT_LIMITS
+    claims: list[str] | None = None  # the taxonomy ids of the causes it declares it can claim (run.json)
     _spare: Any = field(default=None, repr=False)  # the identifying worker, handed to the first executor
 
     @property
@@ -100,4 +101,4 @@ def host_diagnoser(
     worker = WorkerExecutor(paths.spec, isolation=chosen, python_path=paths.python_path, limits=limits)
     identity = worker.describe()
     return HostedDiagnoser(spec, identity["name"], identity["version"], identity["origin"], "in_process", role, chosen,
-                           paths, limits, _spare=worker)
+                           paths, limits, claims=identity.get("claims"), _spare=worker)

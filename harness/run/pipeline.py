@@ -176,7 +176,7 @@ def _run_locked(hosted: HostedDiagnoser, case_set: CaseSet, store: RunStore, sho
             git_sha=git_sha(),
             diagnoser=RunDiagnoser(
                 spec=hosted.spec, name=hosted.name, version=hosted.version, origin=hosted.origin,
-                reference=hosted.reference, self_test=hosted.self_test,
+                reference=hosted.reference, self_test=hosted.self_test, claims=hosted.claims,
             ),
             case_set_hash=case_set.hash,
             taxonomy_version=case_set.taxonomy.version,

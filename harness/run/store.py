@@ -66,6 +66,7 @@ class RunDiagnoser(BaseModel):
     origin: str
     reference: bool
     self_test: bool
+    claims: list[str] | None = None  # taxonomy ids of the causes it can claim; None = undeclared
 
 
 class RunEnv(BaseModel):

@@ -50,7 +50,8 @@ def _init(request: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     except DiagnoserSpecError as exc:
         return None, {"ok": False, "spec_error": True, "error": str(exc)}
     diagnoser = resolved.factory()
-    return diagnoser, {"ok": True, "name": resolved.name, "version": resolved.version, "origin": resolved.origin}
+    return diagnoser, {"ok": True, "name": resolved.name, "version": resolved.version, "origin": resolved.origin,
+                       "claims": None if resolved.claims is None else list(resolved.claims)}
 
 
 def _prepare(diagnoser: Any, request: dict[str, Any]) -> dict[str, Any]:
