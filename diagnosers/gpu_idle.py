@@ -117,7 +117,7 @@ class GpuIdleDiagnoser:
         except (OSError, EOFError) as exc:
             return f"unreadable ({type(exc).__name__})"
         except ValueError as exc:  # gpu-idle: no ProfilerStep annotations; or JSON cut short
-            return f"gpu-idle: {str(exc).splitlines()[0][:160]}"
+            return f"gpu-idle: {str(exc).replace(str(plain) + ': ', '').splitlines()[0][:160]}"
         except Exception as exc:
             raise DiagnoserFailed("gpu_idle_error", f"rank {rank}: gpu-idle failed: {type(exc).__name__}: {exc}") from exc
         if result["measurements"]["n_kernels"] == 0:
