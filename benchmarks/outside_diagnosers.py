@@ -19,10 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from diageval.bundle import EvidenceBundle
-from diageval.bundle_import import import_traces
+from diageval.bundle.model import EvidenceBundle
+from diageval.bundle.importer import import_traces
 from diageval.diagnosers.base import DiagnoserFailed
-from diageval.diagnosers.registry import resolve_diagnoser
+from diageval.run.registry import resolve_diagnoser
 
 ADAPTERS = "tbprofiler,gpu-idle,changepoint,flightrecorder"
 

@@ -39,7 +39,7 @@ from collections import defaultdict
 from importlib import metadata
 from typing import ClassVar
 
-from diageval.bundle import EvidenceBundle
+from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers.base import DiagnoserUnavailable
 from diageval.diagnosis import Abstention, Diagnosis, Finding
 

@@ -48,7 +48,7 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar
 
-from diageval.bundle import EvidenceBundle
+from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable
 from diageval.diagnosis import Abstention, Diagnosis, Finding
 

@@ -43,7 +43,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import ClassVar
 
-from diageval.bundle import EvidenceBundle
+from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable
 from diageval.diagnosis import Diagnosis, DiagnosisParseError, parse_diagnosis_json
 
@@ -60,7 +60,7 @@ def prompt_sha256() -> str:
 
 def _taxonomy_causes() -> tuple[str, ...]:
     try:
-        from diageval.taxonomy import load_taxonomy
+        from diageval.cases.taxonomy import load_taxonomy
 
         return tuple(e.id for e in load_taxonomy().entries if e.kind == "cause")
     except Exception:  # no taxonomy file here: the listing then shows no claims
@@ -126,7 +126,7 @@ def build_prompt(bundle: EvidenceBundle, max_tokens: int) -> str:
 
 
 def taxonomy_text() -> str:
-    from diageval.taxonomy import load_taxonomy
+    from diageval.cases.taxonomy import load_taxonomy
 
     return "\n".join(f"- {e.id} ({e.kind}): {e.definition} Evidence: {e.evidence}" for e in load_taxonomy().entries)
 
@@ -175,7 +175,7 @@ def _thin(rows: list[str], keep: int) -> list[str]:
 
 
 def _step_table(rank: int, path: Path) -> list[str]:
-    from diageval.diagnosers.trace_summary import summarize_trace
+    from diageval.bundle.trace_summary import summarize_trace
 
     try:
         s = summarize_trace(path)

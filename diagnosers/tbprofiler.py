@@ -53,7 +53,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import ClassVar
 
-from diageval.bundle import EvidenceBundle
+from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable
 from diageval.diagnosis import Abstention, Diagnosis, Finding
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from diageval.bundle import EvidenceBundle
+from diageval.bundle.model import EvidenceBundle
 import yaml
 
-from diageval.case import Case
+from diageval.cases.model import Case
 
 pytestmark = pytest.mark.slow
 CASES = Path(__file__).resolve().parents[1] / "cases"

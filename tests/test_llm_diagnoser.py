@@ -8,10 +8,10 @@ import pytest
 
 pytest.importorskip("openai")
 
-from diageval.bundle import EvidenceBundle  # noqa: E402
+from diageval.bundle.model import EvidenceBundle  # noqa: E402
 from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable  # noqa: E402
 from diageval.diagnosers.llm import LLMDiagnoser, bundle_digest, build_prompt, prompt_sha256  # noqa: E402
-from diageval.diagnosers.registry import resolve_diagnoser  # noqa: E402
+from diageval.run.registry import resolve_diagnoser  # noqa: E402
 
 from fake_openai_server import FakeChatServer  # noqa: E402
 from synthetic_traces import build_bundle  # noqa: E402

@@ -8,8 +8,8 @@ import pickle
 
 import pytest
 
-from diageval.bundle import EvidenceBundle
-from diageval.diagnosers.registry import resolve_diagnoser
+from diageval.bundle.model import EvidenceBundle
+from diageval.run.registry import resolve_diagnoser
 
 from synthetic_traces import StepShape, build_bundle, healthy
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from diageval.bundle import EvidenceBundle
-from diageval.bundle_import import import_traces
+from diageval.bundle.model import EvidenceBundle
+from diageval.bundle.importer import import_traces
 from diageval.diagnosers.base import DiagnoserFailed
-from diageval.diagnosers.registry import resolve_diagnoser
+from diageval.run.registry import resolve_diagnoser
 
 from real_trace_data import real_trace_folders, real_traces_dir
 
