@@ -45,11 +45,11 @@ class CollectiveHang(LiveFault):
 
         target = self.ctx.rank == self.params.target_rank
         flag = torch.zeros(1, device=self.ctx.device)
-        mode = self.params.mode
-        if mode == "skip":
+        desync = self.params.desync
+        if desync == "skip":
             if not target:
                 dist.broadcast(flag, 0)
-        elif mode == "reorder":
+        elif desync == "reorder":
             if target:
                 dist.all_reduce(flag)
                 dist.broadcast(flag, 0)

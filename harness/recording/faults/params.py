@@ -51,7 +51,7 @@ class OneOffPauseParams(_Params):
 class CollectiveHangParams(_Params):
     target_rank: int = Field(ge=0, description="The rank that falls out of step with its peers' collectives")
     hang_step: int = Field(ge=0, description="The step at which it does")
-    mode: Literal["skip", "reorder", "stall"] = Field(
+    desync: Literal["skip", "reorder", "stall"] = Field(
         description="skip: it skips a collective its peers enter; reorder: it issues two collectives in the "
         "other order; stall: it blocks before its collective"
     )
