@@ -141,7 +141,7 @@ def run_rank(plan: RankPlan) -> None:
         # The error itself, not the python stack: the stack would name the injector's frames.
         print(f"step {failed_step} failed: {''.join(traceback.format_exception_only(exc)).strip()}", file=sys.stderr)
     prof.stop()
-    _dump_flight_recorder(plan.bundle_dir / "flight_recorder" / f"rank_{ctx.rank}")
+    _dump_flight_recorder(plan.bundle_dir / "flight_recorder" / f"rank_{ctx.rank}", backend)
     if failed_step is not None:
         del batches  # stop the DataLoader workers before the hard exit
         _write_evidence(plan, ctx.rank, rows, raw_trace, required=False)
@@ -155,12 +155,16 @@ def run_rank(plan: RankPlan) -> None:
     _write_evidence(plan, ctx.rank, rows, raw_trace, required=True)
 
 
-def _dump_flight_recorder(path: Path) -> None:
-    """This rank's Flight Recorder buffer in torch's dump format (what ``fr_trace`` reads), without stacks."""
+def _dump_flight_recorder(path: Path, backend: str) -> None:
+    """This rank's Flight Recorder buffer in torch's dump format (what ``fr_trace`` reads), without stacks.
+
+    gloo's recorder is dumped by ``_dump_fr_trace``; NCCL keeps its own, dumped by ``_dump_nccl_trace``
+    (CUDA builds only; not yet run on a GPU here).
+    """
     from torch._C import _distributed_c10d as c10d
 
-    dump = getattr(c10d, "_dump_fr_trace", None)
-    if dump is None:  # torch before 2.8: no Flight Recorder on gloo
+    dump = getattr(c10d, "_dump_nccl_trace" if backend == "nccl" else "_dump_fr_trace", None)
+    if dump is None:  # torch before 2.8 (no Flight Recorder on gloo), or a build without NCCL
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(dump(True, False, False))  # includeCollectives, includeStackTraces, onlyActive
