@@ -1,8 +1,8 @@
 """A loopback server speaking the OpenAI chat-completions protocol, for testing the ``llm`` diagnoser.
 
 ``FakeChatServer(replies)`` answers ``POST /v1/chat/completions`` with the next item of ``replies``: a
-string is sent as the assistant message; an ``int`` is sent as that HTTP status with an error body (a
-429 carries ``Retry-After: 0``). Every request body is kept in ``requests``.
+string is sent as the assistant message; an ``int`` is sent as that HTTP status with an error body and
+``retry-after-ms: 10``, so the client's retries do not wait seconds. Every request body is kept in ``requests``.
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ class FakeChatServer:
                 if isinstance(reply, int):
                     payload = json.dumps({"error": {"message": f"status {reply}", "type": "test"}}).encode()
                     self.send_response(reply)
-                    if reply == 429:
-                        self.send_header("Retry-After", "0")
+                    self.send_header("retry-after-ms", "10")  # the openai client honours it: fast retries
                 else:
                     payload = json.dumps({
                         "id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": body["model"],
