@@ -51,7 +51,10 @@ def test_hang_case_fails_fast_and_leaves_its_evidence(name, tmp_path):
     assert sorted(int(p.name.split("_")[1]) for p in (bundle.root / "flight_recorder").iterdir()) == list(range(world))
     logs = {r: p.read_text() for r, p in bundle.log_paths().items()}
     assert all(f"step {fault['hang_step']} failed:" in text for text in logs.values())
-    assert any(f"Timed out waiting {int(fault['collective_timeout_s'] * 1000)}ms" in text for text in logs.values())
+    failures = [line for text in logs.values() for line in text.splitlines() if "failed:" in line]
+    # gloo words its timeout two ways: "Timed out waiting 3000ms for recv ..." or "Application timeout caused
+    # pair closure" (seen under load); the peer of a rank that gave up sees "Connection closed by peer"
+    assert any("timed out waiting" in line.lower() or "application timeout" in line.lower() for line in failures), failures
     assert set(bundle.trace_paths()) == set(range(world))  # the steps profiled before the failure
     steps = bundle.steps()
     assert max(s.step for s in steps) == fault["hang_step"]
