@@ -42,8 +42,8 @@ def healthy_bundle(tmp_path_factory) -> EvidenceBundle:
 def test_bundle_layout_and_checksums(healthy_bundle: EvidenceBundle):
     root = healthy_bundle.root
     names = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
-    assert names == ["bundle.json", "logs/rank0.log", "logs/rank1.log", "metrics.jsonl",
-                     "rank0/trace.json.gz", "rank1/trace.json.gz", "steps.jsonl"]
+    assert names == ["bundle.json", "flight_recorder/rank_0", "flight_recorder/rank_1", "logs/rank0.log",
+                     "logs/rank1.log", "metrics.jsonl", "rank0/trace.json.gz", "rank1/trace.json.gz", "steps.jsonl"]
     assert healthy_bundle.verify_checksums() == []
     listed = sorted(f.path for f in healthy_bundle.manifest.files)
     assert listed == [n for n in names if n != "bundle.json"]
