@@ -85,3 +85,21 @@ def test_the_digest_fits_the_token_budget(tmp_path):
     assert len(small) <= 3000 + 60 and len(full) > 3000
     assert "left out for the token budget" in small or "cut at the token budget" in small
     assert len(build_prompt(bundle, 4000)) <= 4 * 4000 + 60
+
+
+def test_the_worker_records_an_unreadable_reply_as_invalid_output(tmp_path, bundle):
+    from diageval.run.worker import _diagnose
+
+    class Unreadable:
+        name, version = "t", "0"
+
+        def diagnose(self, b):
+            raise DiagnoserFailed("invalid_output", "llm reply: not valid JSON at line 1, column 1")
+
+    class Broken(Unreadable):
+        def diagnose(self, b):
+            raise DiagnoserFailed("llm_error", "connection refused")
+
+    request = {"bundle": str(bundle.root), "stdout": str(tmp_path / "o"), "stderr": str(tmp_path / "e")}
+    assert _diagnose(Unreadable(), request)["status"] == "invalid_output"
+    assert _diagnose(Broken(), request)["status"] == "diagnoser_error"
