@@ -87,8 +87,10 @@ def test_the_digest_fits_the_token_budget(tmp_path):
     assert len(build_prompt(bundle, 4000)) <= 4 * 4000 + 60
 
 
-def test_the_worker_records_an_unreadable_reply_as_invalid_output(tmp_path, bundle):
-    from diageval.run.worker import _diagnose
+def test_the_worker_records_an_unreadable_reply_as_invalid_output(tmp_path, bundle, monkeypatch):
+    from diageval.run.worker_process import _diagnose
+
+    monkeypatch.chdir(tmp_path)  # the worker moves into the case folder; put the test's cwd back afterwards
 
     class Unreadable:
         name, version = "t", "0"
@@ -100,6 +102,6 @@ def test_the_worker_records_an_unreadable_reply_as_invalid_output(tmp_path, bund
         def diagnose(self, b):
             raise DiagnoserFailed("llm_error", "connection refused")
 
-    request = {"bundle": str(bundle.root), "stdout": str(tmp_path / "o"), "stderr": str(tmp_path / "e")}
+    request = {"bundle": str(bundle.root), "dir": str(tmp_path)}
     assert _diagnose(Unreadable(), request)["status"] == "invalid_output"
     assert _diagnose(Broken(), request)["status"] == "diagnoser_error"

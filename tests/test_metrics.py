@@ -14,6 +14,7 @@ from diageval.scoring.tallies import tally_table
 from diageval.scoring.verdicts import score_case
 
 TAX = load_taxonomy()
+PAIRS = 8 * len(TAX.causes)  # the hand set's 8 scored cases x every cause of the taxonomy
 INFO = DiagnoserInfo(spec="test", name="test", version="0")
 
 
@@ -82,12 +83,12 @@ def test_every_metric_by_hand(summary):
         "rank_precision": (1 / 2, 2),              # ranks named: p1 {1} (labeled), p3 {0} (not)
         "rank_recall": (1 / 2, 2),                 # labeled ranks: p1 {1} (named), p3 {1} (not)
         "impact_mae": ((0.1 + 0.1) / 2, 2),        # p1 |0.3-0.4|, p3 |0.2-0.1|; no misleading claim states one
-        # every (case, taxonomy cause) pair, 8 cases x 8 causes: (.9-1)^2 + .4^2 + (.6-1)^2 + (.7-1)^2
+        # every (case, taxonomy cause) pair, 8 cases x PAIRS / 8 causes: (.9-1)^2 + .4^2 + (.6-1)^2 + (.7-1)^2
         # + (0-1)^2 (p4) + .2^2 + .6^2 = 1.82; the symptom p2 claimed is not a pair
-        "brier": (1.82 / 64, 64),
+        "brier": (1.82 / PAIRS, PAIRS),
         # bins: p=0 |0 - 1| (p4's missed cause); (.8,.9] .1; (.3,.4] .4; (.5,.6] |(.6+.6) - 1| = .2;
-        # (.6,.7] .3; (.1,.2] .2 -> 2.2 / 64 pairs
-        "ece": (2.2 / 64, 64),
+        # (.6,.7] .3; (.1,.2] .2 -> 2.2 / PAIRS pairs
+        "ece": (2.2 / PAIRS, PAIRS),
         "seconds_per_case": (48 / 8, 8),           # 2+4+6+30+1+1+2+2 over the 8 scored cases
     }
     assert set(expected) == set(type(m).model_fields)
@@ -100,9 +101,10 @@ def test_every_metric_by_hand(summary):
 def test_reliability_table_over_every_pair(summary):
     bins = summary.reliability
     assert [(b.lo, b.hi) for b in bins[:3]] == [(0.0, 0.0), (0.0, 0.1), (0.1, 0.2)]
-    assert sum(b.pairs for b in bins) == 64
-    # 6 pairs were claimed (p1 x2, p2, p3, h1, a2); the other 58 sit at 0, p4's missed cause among them
-    assert (bins[0].pairs, bins[0].mean_probability, bins[0].observed) == (58, 0.0, pytest.approx(1 / 58))
+    assert sum(b.pairs for b in bins) == PAIRS
+    # 6 pairs were claimed (p1 x2, p2, p3, h1, a2); the other PAIRS - 6 sit at 0, p4's missed cause among them
+    unclaimed = PAIRS - 6
+    assert (bins[0].pairs, bins[0].mean_probability, bins[0].observed) == (unclaimed, 0.0, pytest.approx(1 / unclaimed))
     six = bins[6]  # (0.5, 0.6]: p2's labeled cause at .6, a2's guess at .6
     assert (six.pairs, six.mean_probability, six.observed) == (2, pytest.approx(0.6), 0.5)
     assert bins[1].pairs == 0 and bins[1].mean_probability is None and bins[1].observed is None
