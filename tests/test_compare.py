@@ -27,6 +27,8 @@ from diageval.scoring.summary import DiagnoserInfo, summarize
 from diageval.scoring.tallies import tally_table
 from diageval.scoring.verdicts import score_case
 
+PAIRS = 6 * len(load_taxonomy().causes)  # the differences test: 6 cases x every taxonomy cause
+
 TAX = load_taxonomy()
 HASH = "c0ffee" * 10 + "abcd"
 CASES = {
@@ -79,8 +81,8 @@ def test_differences_by_hand():
         "false_alarm_rate": (1 / 2, 0.0),
         "abstention_recall": (0.0, 1.0),
         "top1_accuracy": (1 / 3, 2 / 3),
-        # 6 cases x 8 causes; A: .1^2 + 1 (p2's cause) + 1 (p3's) + .6^2 + .5^2; B: .1^2 + .2^2 + 1
-        "brier": ((0.01 + 1 + 1 + 0.36 + 0.25) / 48, (0.01 + 0.04 + 1) / 48),
+        # 6 cases x every taxonomy cause (PAIRS); A: .1^2 + 1 (p2's cause) + 1 (p3's) + .6^2 + .5^2; B: .1^2 + .2^2 + 1
+        "brier": ((0.01 + 1 + 1 + 0.36 + 0.25) / PAIRS, (0.01 + 0.04 + 1) / PAIRS),
         "seconds_per_case": (1.0, 2.0),
     }
     for name, (a, b) in expected.items():

@@ -77,7 +77,7 @@ def test_leak_finds_nothing_on_clean_bundles(tmp_path):
     "where, text, expected",
     [
         ("log", "applying slow_rank", {"compute.straggler_rank"}),  # a fault name
-        ("trace", "target_rank=1", {"compute.straggler_rank"}),  # a fault's parameter name
+        ("trace", "target_rank=1", {"compute.straggler_rank", "comm.collective_hang"}),  # a parameter of slow_rank and collective_hang
         ("trace", "cause=compute.straggler_rank", {"compute.straggler_rank"}),  # a taxonomy id
         ("log", "DATALOADER_STARVATION", {"input.dataloader_starvation"}),  # a cause id's last segment, any case
         ("log", "start_step: 5", {"input.dataloader_starvation", "checkpoint.blocking_save", "comm.collective_stall",
