@@ -41,7 +41,7 @@ from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -150,6 +150,8 @@ class LoadedRun:
     results: list[CaseResult]
 
 
+_Line = TypeVar("_Line", CaseResult, SavedOutcome)
+
 class RunStore:
     def __init__(self, root: Path):
         self.root = Path(root)
@@ -249,25 +251,14 @@ class RunStore:
     # results: the one reader and writer of results.jsonl
     def read_results(self) -> list[CaseResult]:
         """Every result line, validated; :class:`RunReadError` names the file, line and field."""
-        if not self.results_path.is_file():
-            return []
-        try:
-            rows = list(read_jsonl(self.results_path))
-        except ValueError as exc:
-            raise RunReadError(str(exc)) from None
-        results = []
-        for line, row in enumerate(rows, 1):
-            try:
-                results.append(CaseResult.model_validate(row))
-            except ValidationError as err:
-                first = err.errors(include_url=False)[0]
-                where = field_path(first["loc"]) or "<top level>"
-                raise RunReadError(f"{self.results_path}: result {line}: {where}: {first['msg']}") from None
-        return results
+        return self._read_lines(CaseResult)
 
     def read_saved_outcomes(self) -> list[SavedOutcome]:
         """Every result line as re-scoring reads it (:class:`SavedOutcome`), so that a run scored by older
         rules can be re-scored; :class:`RunReadError` names the file, line and field."""
+        return self._read_lines(SavedOutcome)
+
+    def _read_lines(self, model: type[_Line]) -> list[_Line]:
         if not self.results_path.is_file():
             return []
         try:
@@ -277,7 +268,7 @@ class RunStore:
         out = []
         for line, row in enumerate(rows, 1):
             try:
-                out.append(SavedOutcome.model_validate(row))
+                out.append(model.model_validate(row))
             except ValidationError as err:
                 first = err.errors(include_url=False)[0]
                 where = field_path(first["loc"]) or "<top level>"
