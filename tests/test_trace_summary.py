@@ -36,11 +36,11 @@ def test_stream_reads_header_before_and_after_events(tmp_path):
 def test_stream_numbers_cut_at_chunk_edges_are_not_misread(tmp_path, monkeypatch):
     import diageval.bundle.trace_stream as ts
 
-    monkeypatch.setattr(ts, "CHUNK_CHARS", 7)
+    monkeypatch.setattr(ts, "CHUNK_BYTES", 7)
     p = tmp_path / "t.json"
     p.write_text('{"traceEvents": [{"ts": 123456789.25}], "baseTimeNanoseconds": 1790000000000000000}')
     state = StreamState()
-    assert [e["ts"] for e in iter_trace_events(p, state)] == [123456789.25]
+    assert [e.ts for e in iter_trace_events(p, state)] == [123456789.25]
     assert state.header["baseTimeNanoseconds"] == 1790000000000000000
 
 
@@ -79,7 +79,7 @@ def test_truncated_trace_is_reported_not_raised(tmp_path):
     assert summarize_trace(tmp_path / "cut.json.gz").truncated is not None
 
 
-@pytest.mark.skipif(not REAL_FILES, reason="shared/real-traces not present")
+@pytest.mark.skipif(not REAL_FILES, reason=f"real traces not found at {REAL_TRACES} (set DIAGEVAL_DATA)")
 @pytest.mark.parametrize("path", REAL_FILES, ids=lambda p: p.parent.name + "/" + p.name)
 def test_reader_on_real_traces_matches_json_load(path):
     s = summarize_trace(path)

@@ -1,22 +1,37 @@
-"""Stream the events of a Chrome/Kineto trace one by one, without loading the whole document.
+"""Stream the events of a Chrome/Kineto trace, without loading the whole document.
 
 A Kineto trace is one JSON object: a few header keys (``schemaVersion``, ``distributedInfo``,
 ``baseTimeNanoseconds``, ...) and a ``traceEvents`` array that holds almost all of the bytes. Header
 keys may come before or after the array (torch 2.13 writes ``baseTimeNanoseconds`` before it, older
 Kineto after it), so the header is complete only once the stream ends.
 
-Decided here: the text is decoded in 1 MiB chunks with the standard library's C scanner
-(``JSONDecoder.raw_decode``), one array element at a time, so memory stays bounded by the largest
-single event and the speed is close to ``json.load``. A file that ends early (a truncated gzip member
-or JSON cut mid-array) is not an exception for the caller: the reader stops and records why in
-``StreamState.truncated``, because a diagnoser must be able to say "this trace is incomplete".
-Malformed JSON that is not simply cut short raises ``TraceFormatError`` with the file and offset.
+How it reads (decided here, measured in ``benchmarks/trace_reader.py`` and ``benchmarks/big_trace.py``):
+
+* The file is read as bytes, gunzipped when it starts with the gzip magic (whatever its name), in
+  ``CHUNK_BYTES`` pieces; nothing but the current piece and the events decoded from it is held.
+* The ``traceEvents`` array is decoded a window at a time: the window is cut after the last ``}`` that
+  is followed by ``,{`` or ``]`` and decoded as one array with msgspec into :class:`TraceEvent` structs
+  that keep only the fields the readers use (``args`` stays raw bytes until asked for). A cut that fell
+  inside a string or a nested object cannot decode (JSON is read left to right, so such a prefix never
+  closes), and the window is then halved; windows that still fail, elements that are not objects and
+  elements longer than a window are decoded one at a time by a bracket scanner. Chunks that msgspec
+  rejects but Python's ``json`` accepts (``NaN``, ``Infinity``, numbers beyond float range) are decoded
+  with ``json``, so the reader accepts exactly what ``json.load`` accepts.
+* A file that ends early (a truncated or corrupt gzip member, JSON cut mid-array) is not an exception for
+  the caller: the reader stops and records why in ``StreamState.truncated``, because a diagnoser must be
+  able to say "this trace is incomplete". Malformed JSON that is not simply cut short, invalid UTF-8,
+  nesting deeper than Python's recursion limit, a single value over ``MAX_VALUE_BYTES`` and running out
+  of memory raise :class:`TraceFormatError` naming the file and the byte offset (of the decompressed
+  JSON). A caller may cap the decompressed size (``max_json_bytes``): past it,
+  :class:`TraceTooLargeError`.
+
+Events are yielded one by one; they are small structs, but ``args`` refers to the decoded window, so
+keep the values you need rather than the events themselves.
 """
 
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import re
 import zlib
@@ -25,13 +40,76 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-CHUNK_CHARS = 1 << 20
-_WS = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder()
+import msgspec
+
+CHUNK_BYTES = 1 << 20
+# No Kineto event or header value comes near this (events are a few hundred bytes, deviceProperties a few
+# kB); it bounds the memory one value can take, so a hostile file cannot grow the buffer without end.
+MAX_VALUE_BYTES = 32 << 20
+# A window cut that fails this close to its start is not halved again: one element is scanned instead.
+_MIN_WINDOW = 4096
+_WS = re.compile(rb"[ \t\n\r]*")
+# After a candidate cut: the next element (another object) or the end of the array.
+_BOUNDARY = re.compile(rb"[ \t\n\r]*(?:,[ \t\n\r]*\{|\])")
+# Tokens that matter for finding where one value ends: complete strings, brackets, separators, and a
+# lone quote (a string the buffer does not yet hold to its end).
+_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},:]|"')
+_BYTE_IN_MSG = re.compile(r"\(byte (\d+)\)")
 
 
 class TraceFormatError(ValueError):
     """The trace file is not a Chrome trace JSON object (says which file and where)."""
+
+
+class TraceTooLargeError(TraceFormatError):
+    """The trace decompresses to more JSON than the caller allowed."""
+
+    def __init__(self, message: str, limit: int):
+        super().__init__(message)
+        self.limit = limit
+
+
+class TraceEvent(msgspec.Struct, gc=False):
+    """One element of ``traceEvents``: the Chrome trace fields the readers use, as written in the file.
+
+    Values are not converted (``ts`` may be an int or a float, ``tid`` an int or a string); a field the
+    event lacks is None. ``args`` holds the raw JSON of the event's ``args`` (empty when absent): decode
+    it with :meth:`decoded_args` only for the few events whose arguments matter.
+    """
+
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    id: Any = None
+    args: msgspec.Raw = msgspec.Raw()
+
+    def decoded_args(self) -> dict[str, Any]:
+        """``args`` as a dict ({} when the event has none, or when they are not a JSON object)."""
+        if not self.args:
+            return {}
+        try:
+            value = _GENERIC.decode(self.args)
+        except (msgspec.DecodeError, RecursionError):
+            try:
+                value = json.loads(bytes(self.args))
+            except (ValueError, RecursionError):
+                return {}
+        return value if isinstance(value, dict) else {}
+
+
+_EVENTS = msgspec.json.Decoder(list[TraceEvent])
+_GENERIC = msgspec.json.Decoder()
+_EVENT_FIELDS = TraceEvent.__struct_fields__[:-1]
+
+
+def event_from_dict(obj: dict[str, Any]) -> TraceEvent:
+    """A :class:`TraceEvent` from an already decoded JSON object (tests, and chunks ``json`` decoded)."""
+    args = msgspec.Raw(json.dumps(obj["args"]).encode()) if "args" in obj else msgspec.Raw()
+    return TraceEvent(*(obj.get(k) for k in _EVENT_FIELDS), args=args)
 
 
 @dataclass
@@ -39,140 +117,340 @@ class StreamState:
     """What the stream learned besides the events; filled as the stream is consumed."""
 
     header: dict[str, Any] = field(default_factory=dict)
-    json_chars: int = 0
+    json_bytes: int = 0
     n_events: int = 0
     truncated: str | None = None
+    has_trace_events: bool = False
+
+
+class _Source:
+    """Decompressed bytes of a trace file, counted against an optional limit."""
+
+    def __init__(self, path: Path, state: StreamState, max_json_bytes: int | None):
+        self.path = path
+        self.state = state
+        self.max_json_bytes = max_json_bytes
+        with open(path, "rb") as probe:
+            self.gzipped = probe.read(2) == b"\x1f\x8b"
+        self.raw: BinaryIO = gzip.open(path, "rb") if self.gzipped else open(path, "rb")  # type: ignore[assignment]
+
+    def read(self, n: int) -> bytes:
+        """Up to ``n`` bytes; b"" at the end, or when the compressed stream is cut or corrupt (then
+        ``state.truncated`` says so)."""
+        try:
+            data = self.raw.read(n)
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            self.state.truncated = f"compressed stream ends early: {exc}"
+            return b""
+        self.state.json_bytes += len(data)
+        if self.max_json_bytes is not None and self.state.json_bytes > self.max_json_bytes:
+            raise TraceTooLargeError(
+                f"{self.path}: decompresses to more than {self.max_json_bytes} bytes of JSON "
+                f"(the limit for one trace file)",
+                self.max_json_bytes,
+            )
+        return data
+
+    def close(self) -> None:
+        self.raw.close()
 
 
 class _Buffer:
-    """A sliding text window over a decompressed stream."""
+    """A sliding byte window over the decompressed stream; ``base`` is the offset of ``buf[0]``."""
 
-    def __init__(self, text: io.TextIOBase, path: Path, state: StreamState):
-        self.text = text
+    def __init__(self, source: _Source, path: Path):
+        self.source = source
         self.path = path
-        self.state = state
-        self.buf = ""
+        self.buf = b""
         self.pos = 0
+        self.base = 0
         self.eof = False
 
-    def more(self) -> bool:
-        """Append the next chunk; False at end of input (or when the compressed stream is cut)."""
+    def offset(self, index: int | None = None) -> int:
+        return self.base + (self.pos if index is None else index)
+
+    def more(self, at_least: int = 0) -> bool:
+        """Append at least ``max(at_least, CHUNK_BYTES)`` bytes (less at the end); False when nothing came."""
         if self.eof:
             return False
-        try:
-            chunk = self.text.read(CHUNK_CHARS)
-        except (EOFError, zlib.error, gzip.BadGzipFile, OSError, UnicodeDecodeError) as exc:
-            self.eof = True
-            self.state.truncated = f"compressed stream ends early: {exc}"
+        want = max(at_least, CHUNK_BYTES)
+        parts = []
+        got = 0
+        while got < want:
+            data = self.source.read(want - got)
+            if not data:
+                self.eof = True
+                break
+            parts.append(data)
+            got += len(data)
+        if not got:
             return False
-        if not chunk:
-            self.eof = True
-            return False
-        self.state.json_chars += len(chunk)
-        if self.pos > CHUNK_CHARS:
-            self.buf = self.buf[self.pos :]
-            self.pos = 0
-        self.buf += chunk
+        self.base += self.pos
+        self.buf = self.buf[self.pos :] + b"".join(parts)
+        self.pos = 0
         return True
 
-    def skip_ws(self) -> str | None:
-        """Skip whitespace; the next character, or None at end of input."""
+    def skip_ws(self) -> int | None:
+        """Skip whitespace; the next byte, or None at the end of input."""
         while True:
-            self.pos = _WS.match(self.buf, self.pos).end()
+            self.pos = _WS.match(self.buf, self.pos).end()  # type: ignore[union-attr]
             if self.pos < len(self.buf):
                 return self.buf[self.pos]
             if not self.more():
                 return None
 
-    def expect(self, chars: str) -> str | None:
+    def error(self, what: str, index: int | None = None) -> TraceFormatError:
+        return TraceFormatError(f"{self.path}: {what} at byte {self.offset(index)}")
+
+    def expect(self, chars: bytes) -> int | None:
+        """Consume one of ``chars`` (after whitespace) and return it; None at the end of input."""
         c = self.skip_ws()
         if c is None:
             return None
         if c not in chars:
-            raise TraceFormatError(
-                f"{self.path}: expected one of {chars!r} at character {self.state.json_chars - len(self.buf) + self.pos},"
-                f" found {c!r}"
-            )
+            found = chr(c) if 32 <= c < 127 else f"byte 0x{c:02x}"
+            raise self.error(f"invalid JSON: expected one of {chars.decode()!r}, found {found!r}")
         self.pos += 1
         return c
 
     def value(self) -> tuple[bool, Any]:
-        """Decode one JSON value at the cursor: (True, value), or (False, None) if the input ends inside it."""
+        """Decode the one JSON value at the cursor: (True, value), or (False, None) if the input ends inside it."""
         if self.skip_ws() is None:
             return False, None
         while True:
-            try:
-                obj, end = _DECODER.raw_decode(self.buf, self.pos)
-            except json.JSONDecodeError as exc:
-                cut_short = exc.pos >= len(self.buf) - 65536 or exc.msg.startswith("Unterminated")
-                if cut_short and self.more():
-                    continue
-                if cut_short and (self.eof or self.state.truncated):
-                    return False, None
-                raise TraceFormatError(f"{self.path}: invalid JSON near character {exc.pos}: {exc.msg}") from exc
-            if end == len(self.buf) and self.more():
-                continue  # a number cut at the chunk edge would decode as a prefix of itself
-            self.pos = end
-            return True, obj
+            end = _value_end(self.buf, self.pos)
+            if end is not None:
+                break
+            if len(self.buf) - self.pos > MAX_VALUE_BYTES:
+                raise self.error(f"a JSON value longer than {MAX_VALUE_BYTES} bytes (expected trace events of a few kB)")
+            if not self.more(len(self.buf) - self.pos):  # double the window: the rescans stay linear
+                return False, None
+        data = self.buf[self.pos : end]
+        value = _decode_json(data, self, self.pos)
+        self.pos = end
+        return True, value
+
+    def event_window(self) -> list[TraceEvent] | None:
+        """Decode as many whole elements as a window holds, cursor on the first; None when the window
+        has no cut that decodes (the caller then reads one element with :meth:`value`)."""
+        if len(self.buf) - self.pos < CHUNK_BYTES:
+            self.more()
+        limit = min(len(self.buf), self.pos + CHUNK_BYTES)
+        while limit - self.pos >= _MIN_WINDOW or limit == len(self.buf):
+            cut = _last_cut(self.buf, self.pos, limit)
+            if cut is None:
+                return None
+            data = b"".join((b"[", memoryview(self.buf)[self.pos : cut + 1], b"]"))
+            decoded = _decode_events(data, self, self.pos - 1)
+            if decoded is not None:
+                events, taken = decoded
+                # all of the window taken: the cursor goes after the cut; else onto the array's own ']'
+                self.pos = cut + 1 if taken == len(data) else self.pos - 1 + taken - 1
+                return events
+            limit = self.pos + (cut - self.pos) // 2  # the cut fell inside an element: try an earlier one
+        return None
 
 
-def _open_text(path: Path) -> io.TextIOBase:
-    """Text of a trace, gunzipped when the file starts with the gzip magic (whatever its name)."""
-    with open(path, "rb") as probe:
-        gzipped = probe.read(2) == b"\x1f\x8b"
-    raw: BinaryIO = gzip.open(path, "rb") if gzipped else open(path, "rb")  # type: ignore[assignment]
-    return io.TextIOWrapper(raw, encoding="utf-8", errors="strict")
+def _last_cut(buf: bytes, start: int, limit: int) -> int | None:
+    """Index of the last ``}`` in ``buf[start:limit]`` followed by ``,{`` or ``]``."""
+    p = buf.rfind(b"}", start, limit)
+    while p >= 0:
+        if _BOUNDARY.match(buf, p + 1):
+            return p
+        p = buf.rfind(b"}", start, p)
+    return None
 
 
-def iter_trace_events(path: Path, state: StreamState) -> Iterator[dict[str, Any]]:
-    """Yield each element of ``traceEvents`` in file order; header keys go to ``state.header``.
+def _value_end(buf: bytes, pos: int) -> int | None:
+    """End index of the JSON value starting at ``buf[pos]``; None when ``buf`` ends before it does.
+
+    Only brackets outside strings are counted: the value itself is decoded (and checked) afterwards.
+    A scalar ends at the next separator or closing bracket, so a number is never cut at the buffer edge.
+    """
+    depth = 0
+    for m in _TOKEN.finditer(buf, pos):
+        c = buf[m.start()]
+        if c == 0x22:  # '"'
+            if m.end() - m.start() == 1:
+                return None  # a string the buffer holds only the start of
+            if depth == 0:
+                return m.end()
+        elif c in b"[{":
+            depth += 1
+        elif c in b"]}":
+            if depth == 0:
+                return m.start()
+            depth -= 1
+            if depth == 0:
+                return m.end()
+        elif depth == 0:  # ',' or ':'
+            return m.start()
+    return None
+
+
+def _check_utf8(data: bytes, buffer: _Buffer, index: int) -> None:
+    """msgspec does not look inside values it keeps raw (``args``): check the window's UTF-8 here."""
+    if data.isascii():
+        return
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise buffer.error(f"not UTF-8 ({exc.reason})", index + exc.start) from None
+
+
+def _decode_json(data: bytes, buffer: _Buffer, index: int) -> Any:
+    """One JSON value (header values, odd elements) with ``json``'s acceptance; errors name file and byte."""
+    try:
+        return _GENERIC.decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        pass
+    try:
+        return json.loads(data)
+    except UnicodeDecodeError as exc:
+        raise buffer.error(f"not UTF-8 ({exc.reason})", index + exc.start) from None
+    except json.JSONDecodeError as exc:
+        raise buffer.error(f"invalid JSON: {exc.msg}", index + exc.pos) from None
+    except RecursionError:
+        raise buffer.error("JSON nested deeper than Python's recursion limit", index) from None
+
+
+def _decode_events(data: bytes, buffer: _Buffer, index: int) -> tuple[list[TraceEvent], int] | None:
+    """Decode ``data``, ``[`` + a window + ``]``, where ``index`` is the buffer index ``data[0]`` stands for.
+
+    Returns the events and how many bytes of ``data`` they took (less than all when the array ends inside
+    the window: then the last byte taken is the array's own ``]``); None when the window's end was not an
+    element boundary (the error is at the closing ``]``).
+    """
+    try:
+        events = _EVENTS.decode(data)
+        _check_utf8(data, buffer, index)
+        return events, len(data)
+    except msgspec.ValidationError:
+        pass  # an element that is not an object, or a number out of float range: json decides below
+    except msgspec.DecodeError as exc:
+        message = str(exc)
+        m = _BYTE_IN_MSG.search(message)
+        if message.startswith("Input data was truncated") or (m and int(m.group(1)) >= len(data) - 1):
+            return None
+        if "trailing characters" in message and m:  # the array ended inside the window
+            end = data.rfind(b"]", 0, int(m.group(1))) + 1
+            if end > 0:
+                return _decode_events(data[:end], buffer, index)
+    except RecursionError:
+        pass  # json reports the same, with a position
+    _check_utf8(data, buffer, index)
+    try:
+        items = json.loads(data)
+    except json.JSONDecodeError as exc:
+        if exc.pos >= len(data) - 1:
+            return None
+        raise buffer.error(f"invalid JSON: {exc.msg}", index + exc.pos) from None
+    except RecursionError:
+        raise buffer.error("JSON nested deeper than Python's recursion limit", index + 1) from None
+    return [event_from_dict(e) for e in items if isinstance(e, dict)], len(data)
+
+
+def iter_trace_events(path: Path, state: StreamState, *, max_json_bytes: int | None = None) -> Iterator[TraceEvent]:
+    """Yield each object of ``traceEvents`` in file order; header keys go to ``state.header``.
 
     The caller reads ``state`` after exhausting the iterator (the header may end after the events).
+    Elements of ``traceEvents`` that are not JSON objects are skipped (not counted in ``n_events``).
     """
     path = Path(path)
-    with _open_text(path) as text:
-        b = _Buffer(text, path, state)
-        if b.expect("{") is None:
-            state.truncated = "empty file"
+    source = _Source(path, state, max_json_bytes)
+    b = _Buffer(source, path)
+    try:
+        for events in _read_document(b, state):  # windows of events: one generator level per event
+            yield from events
+    except RecursionError:
+        raise b.error("JSON nested deeper than Python's recursion limit") from None
+    except MemoryError:
+        raise b.error("ran out of memory while reading the trace") from None
+    finally:
+        source.close()
+
+
+def _read_document(b: _Buffer, state: StreamState) -> Iterator[list[TraceEvent]]:
+    c = b.skip_ws()
+    if c is None:
+        state.truncated = state.truncated or "empty file"
+        return
+    if c != ord("{"):
+        raise b.error(f"not a Chrome trace: expected a JSON object with a 'traceEvents' array, found {chr(c)!r}")
+    b.pos += 1
+    if b.skip_ws() == ord("}"):
+        return
+    while True:
+        ok, key = b.value()
+        if not ok:
+            state.truncated = state.truncated or "file ends inside a header key"
             return
-        while True:
-            c = b.expect(",}\"")
+        if not isinstance(key, str):
+            raise b.error(f"invalid JSON: expected a key string, found {key!r}")
+        if b.expect(b":") is None:
+            state.truncated = state.truncated or "file ends inside a header key"
+            return
+        if key == "traceEvents":
+            c = b.skip_ws()
             if c is None:
-                state.truncated = state.truncated or "file ends inside the top-level object"
-                return
-            if c == "}":
-                return
-            if c == ",":
-                continue
-            b.pos -= 1
-            ok, key = b.value()
-            if not ok or b.expect(":") is None:
-                state.truncated = state.truncated or "file ends inside a header key"
-                return
-            if key != "traceEvents":
-                ok, val = b.value()
-                if not ok:
-                    state.truncated = state.truncated or f"file ends inside header field {key!r}"
-                    return
-                state.header[key] = val
-                continue
-            if b.expect("[") is None:
                 state.truncated = state.truncated or "file ends before traceEvents"
                 return
-            if b.skip_ws() == "]":
-                b.pos += 1
-                continue
-            while True:
-                ok, ev = b.value()
-                if not ok:
-                    state.truncated = state.truncated or "file ends inside traceEvents"
-                    return
-                if isinstance(ev, dict):
-                    state.n_events += 1
-                    yield ev
-                c = b.expect(",]")
-                if c is None:
-                    state.truncated = state.truncated or "file ends inside traceEvents"
-                    return
-                if c == "]":
-                    break
+            if c != ord("["):
+                raise b.error("not a Chrome trace: 'traceEvents' is not an array")
+            b.pos += 1
+            state.has_trace_events = True
+            complete = yield from _read_events(b, state)
+            if not complete:
+                state.truncated = state.truncated or "file ends inside traceEvents"
+                return
+        else:
+            ok, val = b.value()
+            if not ok:
+                state.truncated = state.truncated or f"file ends inside header field {key!r}"
+                return
+            state.header[key] = val
+        c = b.expect(b",}")
+        if c is None:
+            state.truncated = state.truncated or "file ends inside the top-level object"
+            return
+        if c == ord("}"):
+            return
+
+
+def _read_events(b: _Buffer, state: StreamState) -> Iterator[list[TraceEvent]]:
+    """The elements of the array whose ``[`` was just consumed; returns False when the input ends first."""
+    c = b.skip_ws()
+    if c is None:
+        return False
+    if c == ord("]"):
+        b.pos += 1
+        return True
+    while True:
+        events = b.event_window() if c == ord("{") else None
+        if events is None:
+            ok, value = b.value()
+            if not ok:
+                return False
+            events = [event_from_dict(value)] if isinstance(value, dict) else []
+        state.n_events += len(events)
+        yield events
+        c = b.expect(b",]")
+        if c is None:
+            return False
+        if c == ord("]"):
+            return True
+        c = b.skip_ws()
+        if c is None:
+            return False
+
+
+__all__ = [
+    "CHUNK_BYTES",
+    "MAX_VALUE_BYTES",
+    "StreamState",
+    "TraceEvent",
+    "TraceFormatError",
+    "TraceTooLargeError",
+    "event_from_dict",
+    "iter_trace_events",
+]

@@ -38,7 +38,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from diageval.bundle import kineto as k
-from diageval.bundle.trace_stream import StreamState, TraceFormatError, iter_trace_events
+from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, iter_trace_events
 
 SHORT_OP_US = 50.0
 
@@ -114,17 +114,17 @@ class _Columns:
         self.launches = array("d")
         self.syncs: list[tuple[float, float]] = []
 
-    def add(self, ev: dict[str, Any]) -> None:
-        if ev.get("ph") != "X":
+    def add(self, ev: TraceEvent) -> None:
+        if ev.ph != "X":
             return
-        ts, dur = ev.get("ts"), ev.get("dur")
+        ts, dur = ev.ts, ev.dur
         if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
             return
-        name = ev.get("name")
+        name = ev.name
         if not isinstance(name, str):
             name = str(name)
-        cat = ev.get("cat")
-        tid = str(ev.get("tid"))
+        cat = ev.cat
+        tid = str(ev.tid)
         if cat in k.DEVICE_CATEGORIES:
             self.device[0].append(ts)
             self.device[1].append(dur)
@@ -148,7 +148,7 @@ class _Columns:
                 self.steps.append((number, ts, dur, tid))
             return
         if name.startswith(k.GLOO_COLLECTIVE_PREFIX):
-            self.collectives.append((name, ts, dur, False, _payload_bytes(ev.get("args"))))
+            self.collectives.append((name, ts, dur, False, _payload_bytes(ev.decoded_args())))
             return
         if name.startswith(k.DATALOADER_NEXT_PREFIX):
             self.data_waits.append((ts, dur, tid))
@@ -336,7 +336,7 @@ def summarize_trace(path: Path) -> TraceSummary:
         has_device=len(cols.device[0]) > 0,
         base_time_us=base_us,
         bytes_on_disk=path.stat().st_size,
-        json_bytes=state.json_chars,
+        json_bytes=state.json_bytes,
         n_events=state.n_events,
         parse_seconds=time.perf_counter() - started,
         truncated=state.truncated,
