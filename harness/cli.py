@@ -177,12 +177,21 @@ def bundle_group() -> None:
 @click.argument("traces", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
               help="New bundle folder to create (must not exist, or be empty).")
-def bundle_import_cmd(traces: tuple[Path, ...], out_dir: Path) -> None:
+@click.option("--max-trace-gib", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Refuse a trace that decompresses to more JSON than this many GiB (default 4: a gzip bomb).")
+@click.option("--max-world-size", type=click.IntRange(min=1), default=None,
+              help="Refuse a job with more ranks than this (default 2^20; ranks come from the traces and file names).")
+def bundle_import_cmd(traces: tuple[Path, ...], out_dir: Path, max_trace_gib: float | None,
+                      max_world_size: int | None) -> None:
     """Wrap existing torch.profiler traces (one file per rank; a folder = all *.json[.gz] in it) into a bundle."""
-    from diageval.bundle.importer import TraceImportError, describe_import, import_traces
+    from diageval.bundle.importer import MAX_TRACE_BYTES, MAX_WORLD_SIZE, TraceImportError, describe_import, import_traces
 
     try:
-        bundle_dir = import_traces(list(traces), out_dir)
+        bundle_dir = import_traces(
+            list(traces), out_dir,
+            max_trace_bytes=int(max_trace_gib * (1 << 30)) if max_trace_gib else MAX_TRACE_BYTES,
+            max_world_size=max_world_size or MAX_WORLD_SIZE,
+        )
     except TraceImportError as err:
         raise click.ClickException(str(err))
     click.echo(describe_import(bundle_dir))

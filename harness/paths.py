@@ -4,6 +4,8 @@
   (``diageval.corpus``, found through ``importlib.resources``). A checkout maps that package onto its
   top-level ``cases/`` folder (``pyproject.toml``'s ``package-dir``), so contributors edit ``cases/``
   and an installed wheel carries a copy of it: one source of truth, found the same way in both.
+* Real traces recorded by others (tests and benchmarks of a checkout read them; the repo ships no copy):
+  ``$DIAGEVAL_DATA`` if set, else ``shared/real-traces`` beside the checkout.
 * Working state (bundle cache, ground truth): ``$DIAGEVAL_HOME`` if set, else ``.diageval/`` in the
   current directory. Runs go to ``runs/`` in the current directory unless ``--out`` says otherwise.
   Nothing is ever written inside the installed package.
@@ -31,6 +33,11 @@ def default_cases_dir() -> Path:
 
 def default_taxonomy_path(cases_dir: Path | None = None) -> Path:
     return (cases_dir or default_cases_dir()) / "taxonomy.yaml"
+
+
+def real_traces_dir() -> Path:
+    env = os.environ.get("DIAGEVAL_DATA")
+    return Path(env) if env else SOURCE_ROOT.parent / "shared" / "real-traces"
 
 
 def home_dir() -> Path:

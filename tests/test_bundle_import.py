@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from diageval.bundle.importer import TraceImportError, import_traces, profiler_steps
 from diageval.bundle.model import EvidenceBundle
+from diageval.bundle.trace_stream import event_from_dict
 from diageval.cli import main
 
 
@@ -158,7 +159,7 @@ def test_profiler_steps_ignore_gpu_annotations_and_keep_first_duplicate():
         {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 99, "dur": 1},
         {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#x", "ts": 0, "dur": 1},
     ]
-    assert profiler_steps(events, None) == [(1, pytest.approx(10e-6), pytest.approx(30e-6))]
+    assert profiler_steps([event_from_dict(e) for e in events], None) == [(1, pytest.approx(10e-6), pytest.approx(30e-6))]
 
 
 def test_cli_import_and_error(tmp_path):
@@ -169,3 +170,65 @@ def test_cli_import_and_error(tmp_path):
     assert "ranks [0]" in ok.output and EvidenceBundle.open(tmp_path / "b").verify_checksums() == []
     again = runner.invoke(main, ["bundle", "import", str(tmp_path / "src"), "--out", str(tmp_path / "b")])
     assert again.exit_code == 1 and "already exists" in again.output
+
+
+def test_rank_in_a_file_name_cannot_make_a_huge_world(tmp_path):
+    write_trace(tmp_path / "rank1000000000.json")
+    with pytest.raises(TraceImportError, match=r"world size 1000000001 \(rank 1000000000 of .*rank1000000000\.json"
+                                               r" \+ 1\) is over the limit of 1048576 ranks, with 1 trace file\(s\)"
+                                               r" present; .* --max-world-size"):
+        import_traces([tmp_path / "rank1000000000.json"], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    # a declared world size is checked the same way; a lower limit refuses a smaller job
+    write_trace(tmp_path / "big" / "t.json", rank=0, world_size=5000)
+    with pytest.raises(TraceImportError, match=r"world size 5000 \(distributedInfo.world_size of .*t\.json\) is over"
+                                               r" the limit of 4096"):
+        import_traces([tmp_path / "big"], tmp_path / "out", max_world_size=4096)
+    assert EvidenceBundle.open(import_traces([tmp_path / "big"], tmp_path / "out")).env.world_size == 5000
+
+
+def test_rank_outside_the_declared_world_is_refused(tmp_path):
+    write_trace(tmp_path / "a.json", rank=0, world_size=2)
+    write_trace(tmp_path / "rank-7.json", world_size=2)
+    with pytest.raises(TraceImportError, match=r"rank-7\.json: rank 7 is outside the job: a\.json declares"
+                                               r" distributedInfo.world_size = 2 \(expected ranks 0..1\)"):
+        import_traces([tmp_path / "a.json", tmp_path / "rank-7.json"], tmp_path / "out")
+
+
+def test_decompressed_size_cap_refuses_a_gzip_bomb_cleanly(tmp_path):
+    """A trace that inflates past the cap is refused after reading that much (not held), naming the flag."""
+    head = gzip.compress(b'{"traceEvents": [')
+    spaces = gzip.compress(b" " * (16 << 20), compresslevel=9)
+    bomb = tmp_path / "src" / "bomb.json.gz"
+    bomb.parent.mkdir()
+    bomb.write_bytes(head + spaces * 192)  # 3 GiB of JSON, 3 MB on disk
+    with pytest.raises(TraceImportError, match=r"bomb\.json\.gz: decompresses to more than 33554432 bytes of JSON"
+                                               r" .*raise the limit with --max-trace-gib"):
+        import_traces([bomb], tmp_path / "out", max_trace_bytes=32 << 20)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+    runner = CliRunner()
+    res = runner.invoke(main, ["bundle", "import", str(bomb), "--out", str(tmp_path / "b"), "--max-trace-gib", "0.03"])
+    assert res.exit_code == 1 and "--max-trace-gib" in res.output and not (tmp_path / "b").exists()
+
+
+def test_zero_bomb_and_bad_text_are_named(tmp_path):
+    zeros = tmp_path / "zeros.json.gz"
+    zeros.write_bytes(gzip.compress(bytes(16 << 20), compresslevel=9) * 192)  # 3 GiB of NUL bytes
+    with pytest.raises(TraceImportError, match=r"zeros\.json\.gz: not a Chrome trace: .* at byte 0$"):
+        import_traces([zeros], tmp_path / "out")
+    bad = tmp_path / "latin1.json"
+    bad.write_bytes(b'{"traceEvents": [{"name": "caf\xe9"}]}')
+    with pytest.raises(TraceImportError, match=r"latin1\.json: not UTF-8 .* at byte 30$"):
+        import_traces([bad], tmp_path / "out")
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"traceEvents": [{"args": ' + "[" * 100_000 + "]" * 100_000 + "}]}")
+    with pytest.raises(TraceImportError, match=r"deep\.json: JSON nested deeper than Python's recursion limit"):
+        import_traces([deep], tmp_path / "out")
+
+
+def test_truncated_gzip_is_refused_with_the_reason(tmp_path):
+    src = write_trace(tmp_path / "t.json.gz", rank=0, steps=200)
+    packed = src.read_bytes()
+    src.write_bytes(packed[: len(packed) // 2])
+    with pytest.raises(TraceImportError, match=r"t\.json\.gz: not valid JSON: the trace is cut short \(compressed"):
+        import_traces([src], tmp_path / "out")

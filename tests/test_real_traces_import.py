@@ -11,10 +11,11 @@ import pytest
 from diageval.bundle.importer import import_traces
 from diageval.bundle.model import EvidenceBundle
 from diageval.fileio import sha256_file
+from diageval.paths import real_traces_dir
 
-REAL_TRACES = Path(__file__).resolve().parents[2] / "shared" / "real-traces" / "hta"
+REAL_TRACES = real_traces_dir() / "hta"
 if not REAL_TRACES.is_dir():
-    pytest.skip(f"real traces not found at {REAL_TRACES} (expected ../shared beside the repo)",
+    pytest.skip(f"real traces not found at {REAL_TRACES} (set DIAGEVAL_DATA, or put shared/ beside the repo)",
                 allow_module_level=True)
 
 TRACE_DIRS = sorted(p for p in REAL_TRACES.iterdir() if p.is_dir())

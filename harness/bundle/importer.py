@@ -19,28 +19,54 @@ a number after ``rank`` in the file name (``rank-34.….json.gz``, ``sampled_ran
 else the lowest rank not yet taken, in the order the files were given. Two files with the same rank, or
 a file that is not a JSON trace, stop the import with an error naming the file(s). The bundle is built in
 a temporary sibling folder and renamed into place, so a failed import leaves nothing behind.
+
+Memory does not grow with trace size: each trace is streamed once through the shared reader
+(``trace_stream``), which finds the header, GPU events and step markers on the way and keeps nothing else,
+then copied (``.gz``) or gzipped (``.json``) a block at a time.
+
+Bounds, each with a flag to raise it (decided here): a trace may decompress to at most
+``MAX_TRACE_BYTES`` (4 GiB; ``--max-trace-gib``), so a gzip bomb is refused after reading that much; a
+job may have at most ``MAX_WORLD_SIZE`` ranks (2^20, above the largest training jobs reported so far;
+``--max-world-size``), because readers list the ranks ``0 .. world_size-1`` and a rank of 10^9 in a
+file name would otherwise become a world size of 10^9. Every rank present must lie below the world
+size the traces declare.
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
-import json
 import os
 import re
 import shutil
 import tempfile
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from diageval.bundle.kineto import GPU_EVENT_CATEGORIES, STEP_MARKER_CATEGORIES, profiler_step_number
+from diageval.bundle.kineto import (
+    GPU_EVENT_CATEGORIES,
+    PROFILER_STEP_PREFIX,
+    STEP_MARKER_CATEGORIES,
+    profiler_step_number,
+)
 from diageval.bundle.model import MANIFEST_NAME, BundleEnv, BundleManifest, StepRecord, describe_files
+from diageval.bundle.trace_stream import (
+    StreamState,
+    TraceEvent,
+    TraceFormatError,
+    TraceTooLargeError,
+    iter_trace_events,
+)
 from diageval.fileio import atomic_write_text, write_jsonl
 
 TRACE_SUFFIXES = (".json", ".json.gz")
+MAX_TRACE_BYTES = 4 << 30
+MAX_WORLD_SIZE = 1 << 20
+_COPY_BLOCK = 1 << 20
 _RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
 
 
@@ -84,39 +110,47 @@ def find_trace_files(paths: list[Path]) -> list[Path]:
     return files
 
 
-def load_trace_json(path: Path) -> dict[str, Any]:
-    """Parse one Kineto trace; any failure names the file and what was expected."""
-    opener = gzip.open if path.name.endswith(".gz") else open
+def read_trace_facts(path: Path, max_json_bytes: int = MAX_TRACE_BYTES) -> TraceFacts:
+    """Stream one Kineto trace once; any failure names the file and what was expected."""
+    path = Path(path)
+    state = StreamState()
+    has_gpu_events = False
+    markers: list[tuple[str, Any, Any]] = []  # (name, ts, dur) of step markers: values, never events
     try:
-        with opener(path, "rb") as fh:
-            data = json.load(fh)
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise TraceImportError(f"{path}: cannot read the file ({exc})") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TraceImportError(f"{path}: not valid JSON ({exc})") from exc
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        with open(path, "rb") as probe:
+            magic = probe.read(2)
+        if path.name.endswith(".gz") and magic != b"\x1f\x8b":
+            raise TraceImportError(f"{path}: cannot read the file: named .gz but not gzip-compressed")
+        for ev in iter_trace_events(path, state, max_json_bytes=max_json_bytes):
+            if ev.cat in GPU_EVENT_CATEGORIES:
+                has_gpu_events = True
+            if _is_step_marker(ev):
+                markers.append((ev.name, ev.ts, ev.dur))
+    except TraceTooLargeError as exc:
+        raise TraceImportError(f"{exc}; if the trace is genuine, raise the limit with --max-trace-gib") from None
+    except TraceFormatError as exc:
+        raise TraceImportError(str(exc)) from None
+    except OSError as exc:
+        raise TraceImportError(f"{path}: cannot read the file ({exc})") from None
+    if state.truncated:
+        raise TraceImportError(f"{path}: not valid JSON: the trace is cut short ({state.truncated})")
+    if not state.has_trace_events:
         raise TraceImportError(
             f"{path}: not a torch.profiler (Kineto) trace: expected a JSON object with a 'traceEvents' list"
         )
-    return data
-
-
-def read_trace_facts(path: Path) -> TraceFacts:
-    data = load_trace_json(path)
-    dist = data.get("distributedInfo") if isinstance(data.get("distributedInfo"), dict) else {}
-    devices = data.get("deviceProperties") if isinstance(data.get("deviceProperties"), list) else []
+    header = state.header
+    dist = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
+    devices = header.get("deviceProperties") if isinstance(header.get("deviceProperties"), list) else []
     gpu_names = [d["name"] for d in devices if isinstance(d, dict) and isinstance(d.get("name"), str)]
-    events = [e for e in data["traceEvents"] if isinstance(e, dict)]
-    has_gpu = bool(devices) or any(e.get("cat") in GPU_EVENT_CATEGORIES for e in events)
     return TraceFacts(
         path=path,
         rank_from_trace=_as_int(dist.get("rank"), path, "distributedInfo.rank"),
         world_size=_as_int(dist.get("world_size"), path, "distributedInfo.world_size"),
         backend=dist.get("backend") if isinstance(dist.get("backend"), str) else None,
         gpu_names=gpu_names,
-        has_gpu_events=has_gpu,
-        host=data.get("host_name") if isinstance(data.get("host_name"), str) else None,
-        steps=profiler_steps(events, data.get("baseTimeNanoseconds")),
+        has_gpu_events=bool(devices) or has_gpu_events,
+        host=header.get("host_name") if isinstance(header.get("host_name"), str) else None,
+        steps=_steps_from_markers(markers, header.get("baseTimeNanoseconds")),
     )
 
 
@@ -128,15 +162,22 @@ def _as_int(value: Any, path: Path, what: str) -> int | None:
     return value
 
 
-def profiler_steps(events: list[dict[str, Any]], base_time_ns: Any) -> list[tuple[int, float, float]]:
+def _is_step_marker(ev: TraceEvent) -> bool:
+    return (ev.ph == "X" and ev.cat in STEP_MARKER_CATEGORIES and isinstance(ev.name, str)
+            and ev.name.startswith(PROFILER_STEP_PREFIX))
+
+
+def profiler_steps(events: Iterable[TraceEvent], base_time_ns: Any) -> list[tuple[int, float, float]]:
     """(step, t_start, t_end) in epoch seconds for each CPU ``ProfilerStep#N`` span, sorted by step."""
+    return _steps_from_markers([(e.name, e.ts, e.dur) for e in events if _is_step_marker(e)], base_time_ns)
+
+
+def _steps_from_markers(markers: list[tuple[str, Any, Any]], base_time_ns: Any) -> list[tuple[int, float, float]]:
+    """The first span of each step number from (name, ts, dur) of ``ProfilerStep#N`` markers."""
     base_us = base_time_ns / 1e3 if isinstance(base_time_ns, (int, float)) else 0.0
     out: dict[int, tuple[int, float, float]] = {}
-    for e in events:
-        if e.get("ph") != "X" or e.get("cat") not in STEP_MARKER_CATEGORIES:
-            continue
-        step = profiler_step_number(str(e.get("name", "")))
-        ts, dur = e.get("ts"), e.get("dur")
+    for name, ts, dur in markers:
+        step = profiler_step_number(name)
         if step is None or not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
             continue
         start = (float(ts) + base_us) / 1e6
@@ -175,13 +216,14 @@ def assign_ranks(facts: list[TraceFacts]) -> dict[int, TraceFacts]:
     return dict(sorted(by_rank.items()))
 
 
-def env_from_traces(by_rank: dict[int, TraceFacts]) -> BundleEnv:
+def env_from_traces(by_rank: dict[int, TraceFacts], max_world_size: int = MAX_WORLD_SIZE) -> BundleEnv:
     """Bundle env from what the traces say.
 
     device is ``cuda`` when any trace has deviceProperties or GPU events (kernels, memcpy, CUDA runtime),
     else ``cpu``; gpu_name is the most common deviceProperties name; world_size from
     distributedInfo.world_size (it may exceed the number of traces: a sample of a big job), else the
-    highest rank + 1. Traces that disagree on world_size or backend are not one job: error.
+    highest rank + 1. Traces that disagree on world_size or backend are not one job, a rank at or above
+    the declared world_size is not in the job, and a world size over ``max_world_size``: error.
     """
     facts = list(by_rank.values())
     for attr in ("world_size", "backend"):
@@ -189,8 +231,24 @@ def env_from_traces(by_rank: dict[int, TraceFacts]) -> BundleEnv:
         if len(seen) > 1:
             detail = ", ".join(f"{p.name}: {v}" for v, p in seen.items())
             raise TraceImportError(f"traces disagree on distributedInfo.{attr} ({detail}); expected one job")
-    world = next((f.world_size for f in facts if f.world_size is not None), None)
-    world = max(world or 0, max(by_rank) + 1)
+    declared = next(((f.world_size, f.path) for f in facts if f.world_size is not None), None)
+    top_rank = max(by_rank)
+    if declared is not None:
+        world, source = declared
+        if top_rank >= world:
+            raise TraceImportError(
+                f"{by_rank[top_rank].path}: rank {top_rank} is outside the job: {source.name} declares "
+                f"distributedInfo.world_size = {world} (expected ranks 0..{world - 1})"
+            )
+        how = f"distributedInfo.world_size of {source}"
+    else:
+        world = top_rank + 1
+        how = f"rank {top_rank} of {by_rank[top_rank].path} + 1"
+    if world > max_world_size:
+        raise TraceImportError(
+            f"world size {world} ({how}) is over the limit of {max_world_size} ranks, with {len(by_rank)} "
+            "trace file(s) present; if the job really had that many ranks, raise the limit with --max-world-size"
+        )
     gpu_names = Counter(n for f in facts for n in f.gpu_names)
     hosts = Counter(f.host for f in facts if f.host)
     return BundleEnv(
@@ -202,7 +260,13 @@ def env_from_traces(by_rank: dict[int, TraceFacts]) -> BundleEnv:
     )
 
 
-def import_traces(paths: list[Path], out_dir: Path) -> Path:
+def import_traces(
+    paths: list[Path],
+    out_dir: Path,
+    *,
+    max_trace_bytes: int = MAX_TRACE_BYTES,
+    max_world_size: int = MAX_WORLD_SIZE,
+) -> Path:
     """Wrap Kineto traces (files, or folders of them) into a new evidence bundle at ``out_dir``.
 
     ``out_dir`` must not exist yet (or be an empty folder). Returns ``out_dir``.
@@ -211,8 +275,8 @@ def import_traces(paths: list[Path], out_dir: Path) -> Path:
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise TraceImportError(f"{out_dir}: already exists and is not an empty folder; choose a new --out")
     files = find_trace_files(list(paths))
-    by_rank = assign_ranks([read_trace_facts(f) for f in files])
-    env = env_from_traces(by_rank)
+    by_rank = assign_ranks([read_trace_facts(f, max_trace_bytes) for f in files])
+    env = env_from_traces(by_rank, max_world_size)
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.importing-"))
@@ -246,13 +310,16 @@ def import_traces(paths: list[Path], out_dir: Path) -> Path:
 
 
 def _copy_as_gzip(src: Path, dst: Path) -> None:
+    """A gzip file byte for byte, anything else gzipped (level 1, no timestamp), a block at a time."""
     dst.parent.mkdir(parents=True, exist_ok=True)
-    if src.name.endswith(".gz"):
+    with open(src, "rb") as fin:
+        gzipped = fin.read(2) == b"\x1f\x8b"
+    if gzipped:
         shutil.copyfile(src, dst)
         return
     with open(src, "rb") as fin, open(dst, "wb") as raw:
         with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1, mtime=0) as fout:
-            shutil.copyfileobj(fin, fout, 1 << 20)
+            shutil.copyfileobj(fin, fout, _COPY_BLOCK)
 
 
 def _content_id(trace_hashes: list[str]) -> str:
@@ -275,8 +342,9 @@ def describe_import(bundle_dir: Path) -> str:
 __all__ = [
     "TraceImportError",
     "TraceFacts",
+    "MAX_TRACE_BYTES",
+    "MAX_WORLD_SIZE",
     "find_trace_files",
-    "load_trace_json",
     "read_trace_facts",
     "profiler_steps",
     "assign_ranks",

@@ -31,7 +31,6 @@ keep the values you need rather than the events themselves.
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 import zlib
@@ -43,6 +42,7 @@ from typing import Any, BinaryIO
 import msgspec
 
 CHUNK_BYTES = 1 << 20
+_COMPRESSED_BLOCK = 1 << 18
 # No Kineto event or header value comes near this (events are a few hundred bytes, deviceProperties a few
 # kB); it bounds the memory one value can take, so a hostile file cannot grow the buffer without end.
 MAX_VALUE_BYTES = 32 << 20
@@ -124,24 +124,26 @@ class StreamState:
 
 
 class _Source:
-    """Decompressed bytes of a trace file, counted against an optional limit."""
+    """Decompressed bytes of a trace file, counted against an optional limit.
+
+    gzip is inflated here rather than through ``gzip.open``: ``GzipFile.read`` raises at a cut member and
+    drops what it had inflated in that call, and we want every byte up to the cut.
+    """
 
     def __init__(self, path: Path, state: StreamState, max_json_bytes: int | None):
         self.path = path
         self.state = state
         self.max_json_bytes = max_json_bytes
-        with open(path, "rb") as probe:
-            self.gzipped = probe.read(2) == b"\x1f\x8b"
-        self.raw: BinaryIO = gzip.open(path, "rb") if self.gzipped else open(path, "rb")  # type: ignore[assignment]
+        self.file: BinaryIO = open(path, "rb")
+        self.gzipped = self.file.peek(2)[:2] == b"\x1f\x8b"  # type: ignore[attr-defined]
+        self.inflater = zlib.decompressobj(wbits=31)
+        self.pending = b""  # compressed bytes read but not yet inflated
+        self.done = False
 
     def read(self, n: int) -> bytes:
         """Up to ``n`` bytes; b"" at the end, or when the compressed stream is cut or corrupt (then
         ``state.truncated`` says so)."""
-        try:
-            data = self.raw.read(n)
-        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-            self.state.truncated = f"compressed stream ends early: {exc}"
-            return b""
+        data = self._inflate(n) if self.gzipped else self.file.read(n)
         self.state.json_bytes += len(data)
         if self.max_json_bytes is not None and self.state.json_bytes > self.max_json_bytes:
             raise TraceTooLargeError(
@@ -151,8 +153,38 @@ class _Source:
             )
         return data
 
+    def _inflate(self, n: int) -> bytes:
+        parts: list[bytes] = []
+        got = 0
+        while got < n and not self.done:
+            if self.inflater.eof:  # a member ended: another may follow (zero padding is allowed between)
+                self.pending = (self.inflater.unused_data + self.pending).lstrip(b"\0")
+                if not self.pending:
+                    block = self.file.read(_COMPRESSED_BLOCK)
+                    self.done = not block
+                    self.pending = block.lstrip(b"\0")
+                    continue
+                self.inflater = zlib.decompressobj(wbits=31)
+            if not self.pending:
+                self.pending = self.file.read(_COMPRESSED_BLOCK)
+                if not self.pending:
+                    self.state.truncated = "compressed stream ends early: the last gzip member is cut short"
+                    self.done = True
+                    break
+            try:
+                out = self.inflater.decompress(self.pending, n - got)  # bounded output: bombs stay small
+            except zlib.error as exc:
+                self.state.truncated = f"compressed stream ends early: corrupt gzip data ({exc})"
+                self.done = True
+                break
+            self.pending = self.inflater.unconsumed_tail
+            if out:
+                parts.append(out)
+                got += len(out)
+        return b"".join(parts)
+
     def close(self) -> None:
-        self.raw.close()
+        self.file.close()
 
 
 class _Buffer:
@@ -186,7 +218,7 @@ class _Buffer:
         if not got:
             return False
         self.base += self.pos
-        self.buf = self.buf[self.pos :] + b"".join(parts)
+        self.buf = b"".join([memoryview(self.buf)[self.pos :], *parts])  # one copy
         self.pos = 0
         return True
 
@@ -298,6 +330,11 @@ def _check_utf8(data: bytes, buffer: _Buffer, index: int) -> None:
         raise buffer.error(f"not UTF-8 ({exc.reason})", index + exc.start) from None
 
 
+def _byte_index(data: bytes, char_index: int) -> int:
+    """``json`` reports positions in characters of the decoded text; the offsets we print are bytes."""
+    return char_index if data.isascii() else len(data.decode("utf-8")[:char_index].encode("utf-8"))
+
+
 def _decode_json(data: bytes, buffer: _Buffer, index: int) -> Any:
     """One JSON value (header values, odd elements) with ``json``'s acceptance; errors name file and byte."""
     try:
@@ -309,7 +346,7 @@ def _decode_json(data: bytes, buffer: _Buffer, index: int) -> Any:
     except UnicodeDecodeError as exc:
         raise buffer.error(f"not UTF-8 ({exc.reason})", index + exc.start) from None
     except json.JSONDecodeError as exc:
-        raise buffer.error(f"invalid JSON: {exc.msg}", index + exc.pos) from None
+        raise buffer.error(f"invalid JSON: {exc.msg}", index + _byte_index(data, exc.pos)) from None
     except RecursionError:
         raise buffer.error("JSON nested deeper than Python's recursion limit", index) from None
 
@@ -342,9 +379,9 @@ def _decode_events(data: bytes, buffer: _Buffer, index: int) -> tuple[list[Trace
     try:
         items = json.loads(data)
     except json.JSONDecodeError as exc:
-        if exc.pos >= len(data) - 1:
-            return None
-        raise buffer.error(f"invalid JSON: {exc.msg}", index + exc.pos) from None
+        if exc.pos >= len(data) - 1 or exc.msg.startswith("Unterminated string"):
+            return None  # the cut fell inside a string or an element (a string runs on to the end)
+        raise buffer.error(f"invalid JSON: {exc.msg}", index + _byte_index(data, exc.pos)) from None
     except RecursionError:
         raise buffer.error("JSON nested deeper than Python's recursion limit", index + 1) from None
     return [event_from_dict(e) for e in items if isinstance(e, dict)], len(data)

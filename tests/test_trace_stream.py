@@ -1,0 +1,237 @@
+"""The shared trace reader: exactly what json.load reads, whatever the window size; honest truncation;
+bad input named with file and byte offset; bounded memory against hostile files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+import diageval.bundle.trace_stream as ts
+from diageval.bundle.trace_stream import (
+    StreamState,
+    TraceFormatError,
+    TraceTooLargeError,
+    event_from_dict,
+    iter_trace_events,
+)
+
+FIELDS = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id")
+ODD_STRINGS = ['}, {"x": 1}', '}]', 'quote \\" and }', "back\\\\slash", "naïve µs ✓", "", "{[", "\\u00e9"]
+
+
+def _event(rng: random.Random, i: int) -> object:
+    """One element of traceEvents, now and then something a window cut can stumble on."""
+    roll = rng.random()
+    if roll < 0.03:
+        return rng.choice([7, None, "text", [1, {"a": 2}], []])  # not an object: skipped by the reader
+    ev: dict = {"ph": rng.choice("XXXsfiM"), "cat": rng.choice(["cpu_op", "kernel", "user_annotation"]),
+                "name": rng.choice(["aten::mm", f"ProfilerStep#{i}"] + ODD_STRINGS), "pid": rng.choice([1, "p"]),
+                "tid": rng.choice([3, "stream 7"]), "ts": rng.choice([1000 + i, 1000.25 + i, 1.7e15 + i])}
+    if rng.random() < 0.7:
+        ev["dur"] = rng.choice([5, 0.5])
+    if rng.random() < 0.5:
+        ev["args"] = {"Input Dims": [[2, 3], []], "nested": [{"a": rng.choice(ODD_STRINGS)}, {"b": [{}]}],
+                      "s": rng.choice(ODD_STRINGS)}
+    if rng.random() < 0.1:
+        ev["id"] = i
+    if rng.random() < 0.05:
+        ev["extra"] = {"deep": [[[{"x": "}, {"}]]]}
+    return ev
+
+
+def _document(seed: int, n: int = 300, *, indent: int | None = None) -> tuple[bytes, list]:
+    rng = random.Random(seed)
+    events = [_event(rng, i) for i in range(n)]
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "GPU } ]"}], "traceEvents": events,
+           "baseTimeNanoseconds": 1790000000000000000, "traceName": "t"}
+    return json.dumps(doc, indent=indent, ensure_ascii=rng.random() < 0.5).encode(), events
+
+
+def _read(path: Path, **kw) -> tuple[list, StreamState]:
+    state = StreamState()
+    return list(iter_trace_events(path, state, **kw)), state
+
+
+def _as_dicts(events) -> list[dict]:
+    return [{k: getattr(e, k) for k in FIELDS} | {"args": e.decoded_args()} for e in events]
+
+
+def _expected(events: list) -> list[dict]:
+    return [{k: e.get(k) for k in FIELDS} | {"args": e.get("args", {})} for e in events if isinstance(e, dict)]
+
+
+@pytest.mark.parametrize("chunk, min_window", [(1 << 20, 4096), (256, 16), (64, 8), (7, 4096)])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_reads_exactly_what_json_load_reads(tmp_path, monkeypatch, chunk, min_window, seed):
+    monkeypatch.setattr(ts, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(ts, "_MIN_WINDOW", min_window)
+    data, events = _document(seed, indent=2 if seed % 2 else None)
+    for path in (tmp_path / "t.json", tmp_path / "t.json.gz"):
+        path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
+        got, state = _read(path)
+        assert _as_dicts(got) == _expected(events)
+        assert state.n_events == len(got) and state.truncated is None and state.has_trace_events
+        assert state.json_bytes == len(data)
+        assert state.header == {k: v for k, v in json.loads(data).items() if k != "traceEvents"}
+
+
+def test_numbers_json_accepts_but_msgspec_does_not(tmp_path):
+    p = tmp_path / "t.json"
+    p.write_bytes(b'{"traceEvents": [{"ts": NaN, "dur": Infinity, "args": {"x": -Infinity}}, {"ts": 1e999}]}')
+    got, state = _read(p)
+    assert got[0].ts != got[0].ts and got[0].dur == float("inf") and got[0].decoded_args() == {"x": float("-inf")}
+    assert got[1].ts == float("inf") and state.truncated is None
+
+
+def test_every_cut_point_is_truncation_never_an_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(ts, "CHUNK_BYTES", 64)
+    monkeypatch.setattr(ts, "_MIN_WINDOW", 8)
+    data, events = _document(5, n=12)
+    full = _as_dicts(_read_file(tmp_path / "full.json", data)[0])
+    for k in range(len(data) - 1):
+        got, state = _read_file(tmp_path / "cut.json", data[:k])
+        assert state.truncated, k
+        assert _as_dicts(got) == full[: len(got)], k  # a prefix of the events, nothing invented
+
+
+def _read_file(path: Path, data: bytes):
+    path.write_bytes(data)
+    return _read(path)
+
+
+def test_cut_gzip_is_truncation(tmp_path):
+    data, events = _document(4, n=2000)
+    packed = gzip.compress(data)
+    got, state = _read_file(tmp_path / "t.json.gz", packed[: len(packed) // 2])
+    assert state.truncated and state.truncated.startswith("compressed stream ends early")
+    assert 0 < len(got) < len(events)
+
+
+@pytest.mark.parametrize(
+    "text, where, what",
+    [
+        ('{"traceEvents": [{"ph": "X"} {"ph": "X"}]}', 29, "invalid JSON"),
+        ('{"traceEvents": [{"ph": "X"}, {"ph": "X", }]}', 42, "invalid JSON"),
+        ('{"traceEvents": [{"ph": "X"},]}', 29, "invalid JSON"),
+        ('{"a": tru, "traceEvents": []}', 6, "invalid JSON"),
+        ('{"traceEvents": 5}', 16, "'traceEvents' is not an array"),
+        ("[1, 2]", 0, "expected a JSON object with a 'traceEvents' array"),
+    ],
+)
+def test_malformed_json_names_file_and_byte(tmp_path, text, where, what):
+    p = tmp_path / "bad.json"
+    p.write_text(text)
+    with pytest.raises(TraceFormatError, match=rf"bad\.json: .*{what}.* at byte {where}$"):
+        _read(p)
+
+
+def test_malformed_far_into_a_big_file_gives_the_absolute_offset(tmp_path):
+    data, _ = _document(6, n=20000)
+    at = data.index(b'"ph"', len(data) * 3 // 4)
+    bad = data[:at] + b"@" + data[at + 1 :]
+    with pytest.raises(TraceFormatError, match=rf"invalid JSON: .* at byte {at}$"):
+        _read_file(tmp_path / "bad.json.gz", gzip.compress(bad))
+
+
+def test_invalid_utf8_names_file_and_byte(tmp_path):
+    for raw in (b'{"traceEvents": [{"name": "a\xffb"}]}', b'{"traceEvents": [{"args": {"s": "a\xffb"}}]}',
+                b'{"host_name": "\xff", "traceEvents": []}'):
+        at = raw.index(b"\xff")
+        with pytest.raises(TraceFormatError, match=rf"t\.json: not UTF-8 .* at byte {at}$"):
+            _read_file(tmp_path / "t.json", raw)
+
+
+@pytest.mark.parametrize("where", ["event", "header"])
+def test_deep_nesting_is_an_error_not_a_crash(tmp_path, where):
+    deep = "[" * 100_000 + "]" * 100_000
+    text = f'{{"traceEvents": [{{"args": {deep}}}]}}' if where == "event" else f'{{"x": {deep}, "traceEvents": []}}'
+    with pytest.raises(TraceFormatError, match=r"t\.json: JSON nested deeper than Python's recursion limit at byte"):
+        _read_file(tmp_path / "t.json", text.encode())
+
+
+def test_a_value_over_the_limit_is_refused_not_buffered(tmp_path, monkeypatch):
+    monkeypatch.setattr(ts, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(ts, "MAX_VALUE_BYTES", 1 << 16)
+    text = '{"traceEvents": [{"name": "' + "x" * (1 << 18) + '"}]}'
+    with pytest.raises(TraceFormatError, match=r"t\.json: a JSON value longer than 65536 bytes .* at byte 17$"):
+        _read_file(tmp_path / "t.json", text.encode())
+
+
+def test_out_of_memory_is_named(tmp_path, monkeypatch):
+    class Exhausted:
+        def decode(self, data):
+            raise MemoryError
+
+    monkeypatch.setattr(ts, "_EVENTS", Exhausted())
+    with pytest.raises(TraceFormatError, match=r"t\.json: ran out of memory while reading the trace at byte"):
+        _read_file(tmp_path / "t.json", b'{"traceEvents": [{"ph": "X"}]}')
+
+
+def _gzip_bomb(path: Path, member: bytes, copies: int, head: bytes = b"") -> Path:
+    """``head`` then ``copies`` gzip members of ``member``: decompresses to len(member) * copies bytes."""
+    packed = gzip.compress(member, compresslevel=9)
+    with open(path, "wb") as fh:
+        if head:
+            fh.write(gzip.compress(head))
+        for _ in range(copies):
+            fh.write(packed)
+    return path
+
+
+def test_gzip_bomb_of_zeros_is_refused_at_its_first_byte(tmp_path):
+    bomb = _gzip_bomb(tmp_path / "bomb.json.gz", bytes(16 << 20), 192)  # 3 GiB of zeros, 3 MB on disk
+    state = StreamState()
+    with pytest.raises(TraceFormatError, match=r"bomb\.json\.gz: not a Chrome trace: .* found '\\x00' at byte 0$"):
+        list(iter_trace_events(bomb, state))
+    assert state.json_bytes <= 2 * ts.CHUNK_BYTES
+
+
+def test_size_cap_stops_a_bomb_of_whitespace(tmp_path):
+    bomb = _gzip_bomb(tmp_path / "ws.json.gz", b" " * (16 << 20), 192, head=b'{"traceEvents": [')
+    state = StreamState()
+    with pytest.raises(TraceTooLargeError, match=r"ws\.json\.gz: decompresses to more than 8388608 bytes") as err:
+        list(iter_trace_events(bomb, state, max_json_bytes=8 << 20))
+    assert err.value.limit == 8 << 20 and state.json_bytes <= (8 << 20) + 2 * ts.CHUNK_BYTES
+
+
+def test_corrupt_gzip_member_is_truncation(tmp_path):
+    data, events = _document(7, n=3000)
+    packed = bytearray(gzip.compress(data))
+    packed[len(packed) // 2 : len(packed) // 2 + 64] = bytes(64)
+    got, state = _read_file(tmp_path / "t.json.gz", bytes(packed))
+    assert state.truncated and len(got) < len(events)
+
+
+def test_header_only_and_empty_files(tmp_path):
+    got, state = _read_file(tmp_path / "h.json", b'{"schemaVersion": 1}')
+    assert got == [] and not state.has_trace_events and state.truncated is None
+    got, state = _read_file(tmp_path / "e.json", b"  ")
+    assert got == [] and state.truncated == "empty file"
+    got, state = _read_file(tmp_path / "z.json", b'{"traceEvents": []}')
+    assert got == [] and state.has_trace_events and state.truncated is None
+
+
+def test_event_from_dict_and_decoded_args():
+    ev = event_from_dict({"ph": "X", "ts": 3, "args": {"a": [1]}, "other": 1})
+    assert (ev.ph, ev.ts, ev.dur, ev.decoded_args()) == ("X", 3, None, {"a": [1]})
+    assert event_from_dict({"args": [1, 2]}).decoded_args() == {}  # not an object
+    assert event_from_dict({}).decoded_args() == {}
+
+
+def test_window_cut_is_validated_not_trusted():
+    """The reader's only assumption: a prefix that decodes as an array ends on an element boundary."""
+    data, _ = _document(8, n=200)
+    body = data[data.index(b"[", data.index(b'"traceEvents"')) + 1 :]
+    for p in (i for i, c in enumerate(body) if c == ord("}")):
+        window = b"[" + body[: p + 1] + b"]"
+        try:
+            decoded = json.loads(window)
+        except json.JSONDecodeError:
+            continue
+        # it decoded: then the full array continues with a separator right after the cut
+        rest = body[p + 1 :].lstrip()
+        assert rest[:1] in (b",", b"]"), (p, decoded[-1])
