@@ -73,8 +73,11 @@ class TraceEvent(msgspec.Struct, gc=False):
     """One element of ``traceEvents``: the Chrome trace fields the readers use, as written in the file.
 
     Values are not converted (``ts`` may be an int or a float, ``tid`` an int or a string); a field the
-    event lacks is None. ``args`` holds the raw JSON of the event's ``args`` (empty when absent): decode
-    it with :meth:`decoded_args` only for the few events whose arguments matter.
+    event lacks is None; fields not listed here are skipped while decoding (add one here if a reader
+    needs it). ``args`` holds the raw JSON of the event's ``args`` (empty when absent): decode it with
+    :meth:`decoded_args` only for the few events whose arguments matter. That raw JSON is a view into
+    the decoded window (about ``CHUNK_BYTES``), so an event kept alive keeps its window alive: keep the
+    values you need (tuples, arrays), not the events.
     """
 
     ph: Any = None
@@ -116,11 +119,11 @@ def event_from_dict(obj: dict[str, Any]) -> TraceEvent:
 class StreamState:
     """What the stream learned besides the events; filled as the stream is consumed."""
 
-    header: dict[str, Any] = field(default_factory=dict)
-    json_bytes: int = 0
-    n_events: int = 0
-    truncated: str | None = None
-    has_trace_events: bool = False
+    header: dict[str, Any] = field(default_factory=dict)  # every top-level key but traceEvents
+    json_bytes: int = 0  # decompressed bytes read so far
+    n_events: int = 0  # objects yielded from traceEvents
+    truncated: str | None = None  # why the input ended early; None when it did not
+    has_trace_events: bool = False  # a traceEvents array was found
 
 
 class _Source:
