@@ -46,7 +46,7 @@ _ID_ARGS = ("correlation", "External id")
 
 _READER = """
 import json, sys, time
-from diageval.diagnosers.trace_stream import StreamState, iter_trace_events
+from diageval.bundle.trace_stream import StreamState, iter_trace_events
 state = StreamState()
 t = time.perf_counter()
 for _ in iter_trace_events(sys.argv[1], state):
