@@ -241,7 +241,8 @@ def main(argv: list[str]) -> int:
 
     width = 44
     print()
-    print(f"{'':12s}" + "".join(f"{f'{name}: {b / 1e6:.0f} MB JSON, {e} events':>{width}s}" for name, b, e, _ in columns))
+    heads = [f"{name}: {b / 1e6:.0f} MB JSON, {e} events" for name, b, e, _ in columns]
+    print(f"{'':12s}" + "".join(f"{h:>{width}s}" for h in heads))
     print(f"{'':12s}" + "".join(f"{'seconds     MB/s   peak RSS':>{width}s}" for _ in columns))
     for key in ORDER:
         print(f"{key:12s}" + "".join(f"{_cell(rows.get(key, {'skipped': 'not run'}), b):>{width}s}"

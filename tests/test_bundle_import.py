@@ -159,7 +159,8 @@ def test_profiler_steps_ignore_gpu_annotations_and_keep_first_duplicate():
         {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 99, "dur": 1},
         {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#x", "ts": 0, "dur": 1},
     ]
-    assert profiler_steps([event_from_dict(e) for e in events], None) == [(1, pytest.approx(10e-6), pytest.approx(30e-6))]
+    steps = profiler_steps([event_from_dict(e) for e in events], None)
+    assert steps == [(1, pytest.approx(10e-6), pytest.approx(30e-6))]
 
 
 def test_cli_import_and_error(tmp_path):

@@ -257,7 +257,9 @@ class _Buffer:
             if end is not None:
                 break
             if len(self.buf) - self.pos > MAX_VALUE_BYTES:
-                raise self.error(f"a JSON value longer than {MAX_VALUE_BYTES} bytes (expected trace events of a few kB)")
+                raise self.error(
+                    f"a JSON value longer than {MAX_VALUE_BYTES} bytes (expected trace events of a few kB)"
+                )
             if not self.more(len(self.buf) - self.pos):  # double the window: the rescans stay linear
                 return False, None
         data = self.buf[self.pos : end]
