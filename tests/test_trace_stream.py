@@ -40,6 +40,8 @@ def _event(rng: random.Random, i: int) -> object:
         ev["id"] = i
     if rng.random() < 0.05:
         ev["extra"] = {"deep": [[[{"x": "}, {"}]]]}
+    if rng.random() < 0.02:
+        ev[rng.choice(["ph", "cat", "name"])] = rng.choice([5, None, ["x"]])  # read as None
     return ev
 
 
@@ -61,7 +63,9 @@ def _as_dicts(events) -> list[dict]:
 
 
 def _expected(events: list) -> list[dict]:
-    return [{k: e.get(k) for k in FIELDS} | {"args": e.get("args", {})} for e in events if isinstance(e, dict)]
+    """What the reader promises for each object: ph/cat/name only as strings, the rest as written."""
+    return [{k: e.get(k) if k not in ("ph", "cat", "name") or isinstance(e.get(k), str) else None for k in FIELDS}
+            | {"args": e.get("args", {})} for e in events if isinstance(e, dict)]
 
 
 @pytest.mark.parametrize("chunk, min_window", [(1 << 20, 4096), (256, 16), (64, 8), (7, 4096)])
@@ -213,6 +217,13 @@ def test_header_only_and_empty_files(tmp_path):
     assert got == [] and state.truncated == "empty file"
     got, state = _read_file(tmp_path / "z.json", b'{"traceEvents": []}')
     assert got == [] and state.has_trace_events and state.truncated is None
+
+
+def test_odd_types_of_ph_cat_name_read_as_none_the_rest_as_written(tmp_path):
+    got, state = _read_file(tmp_path / "t.json", b'{"traceEvents": [{"ph": 1, "cat": ["kernel"], "name": {"a": 1},'
+                                                  b' "ts": "12", "tid": [1]}, {"ph": "X", "cat": "kernel"}]}')
+    assert [(e.ph, e.cat, e.name, e.ts, e.tid) for e in got] == [(None, None, None, "12", [1]),
+                                                                 ("X", "kernel", None, None, None)]
 
 
 def test_event_from_dict_and_decoded_args():

@@ -72,17 +72,18 @@ class TraceTooLargeError(TraceFormatError):
 class TraceEvent(msgspec.Struct, gc=False):
     """One element of ``traceEvents``: the Chrome trace fields the readers use, as written in the file.
 
-    Values are not converted (``ts`` may be an int or a float, ``tid`` an int or a string); a field the
-    event lacks is None; fields not listed here are skipped while decoding (add one here if a reader
+    ``ph``, ``cat`` and ``name`` are strings, or None when absent or not a string (so that every reader can
+    look them up in sets without a type check); the other values are as written (``ts`` may be an int or
+    a float, ``tid`` an int or a string), None when absent; fields not listed here are skipped while decoding (add one here if a reader
     needs it). ``args`` holds the raw JSON of the event's ``args`` (empty when absent): decode it with
     :meth:`decoded_args` only for the few events whose arguments matter. That raw JSON is a view into
     the decoded window (about ``CHUNK_BYTES``), so an event kept alive keeps its window alive: keep the
     values you need (tuples, arrays), not the events.
     """
 
-    ph: Any = None
-    cat: Any = None
-    name: Any = None
+    ph: str | None = None
+    cat: str | None = None
+    name: str | None = None
     pid: Any = None
     tid: Any = None
     ts: Any = None
@@ -107,12 +108,17 @@ class TraceEvent(msgspec.Struct, gc=False):
 _EVENTS = msgspec.json.Decoder(list[TraceEvent])
 _GENERIC = msgspec.json.Decoder()
 _EVENT_FIELDS = TraceEvent.__struct_fields__[:-1]
+_STRING_FIELDS = [_EVENT_FIELDS.index(k) for k in ("ph", "cat", "name")]
 
 
 def event_from_dict(obj: dict[str, Any]) -> TraceEvent:
     """A :class:`TraceEvent` from an already decoded JSON object (tests, and chunks ``json`` decoded)."""
     args = msgspec.Raw(json.dumps(obj["args"]).encode()) if "args" in obj else msgspec.Raw()
-    return TraceEvent(*(obj.get(k) for k in _EVENT_FIELDS), args=args)
+    values = [obj.get(k) for k in _EVENT_FIELDS]
+    for i in _STRING_FIELDS:
+        if not isinstance(values[i], str):
+            values[i] = None
+    return TraceEvent(*values, args=args)
 
 
 @dataclass
@@ -368,7 +374,7 @@ def _decode_events(data: bytes, buffer: _Buffer, index: int) -> tuple[list[Trace
         _check_utf8(data, buffer, index)
         return events, len(data)
     except msgspec.ValidationError:
-        pass  # an element that is not an object, or a number out of float range: json decides below
+        pass  # an element that is not an object, a ph/cat/name that is not a string, a number beyond float range
     except msgspec.DecodeError as exc:
         message = str(exc)
         m = _BYTE_IN_MSG.search(message)
