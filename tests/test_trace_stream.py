@@ -202,6 +202,19 @@ def test_size_cap_stops_a_bomb_of_whitespace(tmp_path):
     assert err.value.limit == 8 << 20 and state.json_bytes <= (8 << 20) + 2 * ts.CHUNK_BYTES
 
 
+def test_many_gzip_members_inflate_to_exactly_their_bytes(tmp_path):
+    """Members that end inside a compressed block, with zero padding between two of them."""
+    data, events = _document(9, n=3000, indent=2)
+    at = data.index(b"[", data.index(b'"traceEvents"')) + 1
+    spaces = gzip.compress(b" " * (4 << 20), compresslevel=9)  # members of 4 MiB, many per block read
+    pieces = [data[i : i + 50_000] for i in range(at, len(data), 50_000)]
+    packed = gzip.compress(data[:at]) + spaces * 12
+    packed += b"".join(gzip.compress(p) + (b"\0" * 7 if i == 3 else b"") for i, p in enumerate(pieces))
+    got, state = _read_file(tmp_path / "t.json.gz", packed)
+    assert state.json_bytes == len(data) + 12 * (4 << 20) and state.truncated is None
+    assert _as_dicts(got) == _expected(events)
+
+
 def test_corrupt_gzip_member_is_truncation(tmp_path):
     data, events = _document(7, n=3000)
     packed = bytearray(gzip.compress(data))

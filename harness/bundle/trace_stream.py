@@ -167,7 +167,8 @@ class _Source:
         got = 0
         while got < n and not self.done:
             if self.inflater.eof:  # a member ended: another may follow (zero padding is allowed between)
-                self.pending = (self.inflater.unused_data + self.pending).lstrip(b"\0")
+                # unused_data holds all input after the member (unconsumed_tail may repeat part of it)
+                self.pending = self.inflater.unused_data.lstrip(b"\0")
                 if not self.pending:
                     block = self.file.read(_COMPRESSED_BLOCK)
                     self.done = not block
