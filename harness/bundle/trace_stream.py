@@ -27,6 +27,10 @@ How it reads (decided here, measured in ``benchmarks/trace_reader.py`` and ``ben
 
 Events are yielded one by one; they are small structs, but ``args`` refers to the decoded window, so
 keep the values you need rather than the events themselves.
+
+Size: one parser. The window decoder, its json fallback, the bracket scanner for odd elements and the
+gzip source share one buffer and one byte offset for every error message; split across modules they
+would have to pass that state around.
 """
 
 from __future__ import annotations
