@@ -18,8 +18,9 @@ import tracemalloc
 from pathlib import Path
 
 from diageval.bundle.trace_summary import summarize_trace
+from diageval.paths import default_data_dir
 
-REAL = Path(__file__).resolve().parents[2] / "shared" / "real-traces"
+REAL = default_data_dir()
 
 
 def _files(args: list[str]) -> list[Path]:

@@ -94,8 +94,8 @@ def test_run_reports_unavailable_apart(tmp_path):
         progress=None, cuda_device_count=lambda: 0,
     )
     (result,) = RunStore(outcome.run_dir).read_results()
-    assert result["status"] == "unavailable" and result["evidence"] == "recorded"
-    assert "not found under" in result["error"]
+    assert result.status == "unavailable" and result.evidence == "recorded"
+    assert "not found under" in result.error
     assert outcome.summary.counts.scored == 0
 
 

@@ -171,6 +171,7 @@ class _Cols:
         self.dev_ts = array("d")
         self.dev_dur = array("d")
         self.dev_class: list[str] = []
+        self.class_of: dict[tuple[str, str], str] = {}
         self.dev_corr: list[Any] = []
         self.pageable_corr: set[Any] = set()
         self.launch_ts: dict[Any, float] = {}
@@ -210,7 +211,10 @@ class StatsCollector:
             corr = args.get("correlation") if isinstance(args, dict) else None
             c.dev_ts.append(ts)
             c.dev_dur.append(dur)
-            c.dev_class.append(K.kernel_class(cat, name))
+            cls = c.class_of.get((cat, name))
+            if cls is None:  # a few dozen distinct kernels repeat thousands of times: classify each once
+                cls = c.class_of[(cat, name)] = K.kernel_class(cat, name)
+            c.dev_class.append(cls)
             c.dev_corr.append(corr)
             if cat in K.MEMCPY_CATEGORIES and K.PAGEABLE_MARK in name and corr is not None:
                 c.pageable_corr.add(corr)
