@@ -18,9 +18,9 @@ import tracemalloc
 from pathlib import Path
 
 from diageval.bundle.trace_summary import summarize_trace
-from diageval.paths import default_data_dir
+from diageval.paths import real_traces_dir
 
-REAL = default_data_dir()
+REAL = real_traces_dir()
 
 
 def _files(args: list[str]) -> list[Path]:

@@ -20,11 +20,11 @@ from pathlib import Path
 
 from diageval.bundle.trace_stats import trace_stats
 from diageval.bundle.trace_stream import StreamState, iter_trace_events
-from diageval.paths import default_data_dir
+from diageval.paths import real_traces_dir
 
 
 def _files(args: list[str]) -> list[Path]:
-    roots = [Path(a) for a in args] or [default_data_dir()]
+    roots = [Path(a) for a in args] or [real_traces_dir()]
     out: list[Path] = []
     for root in roots:
         out += [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.name.endswith((".json", ".json.gz")))
@@ -44,7 +44,7 @@ def main() -> None:
     args = ap.parse_args()
     files = _files(args.paths)
     if not files:
-        raise SystemExit(f"no traces found (looked in {args.paths or default_data_dir()})")
+        raise SystemExit(f"no traces found (looked in {args.paths or real_traces_dir()})")
     print(f"{'trace':<60} {'events':>8} {'MB':>6} {'stats s':>8} {'MB/s':>6} {'reader MB/s':>11} {'gunzip MB/s':>11}")
     rates, total_mb, total_s = [], 0.0, 0.0
     for f in files:

@@ -33,7 +33,7 @@ def default_taxonomy_path(cases_dir: Path | None = None) -> Path:
     return (cases_dir or default_cases_dir()) / "taxonomy.yaml"
 
 
-def default_data_dir(given: Path | None = None) -> Path:
+def real_traces_dir(given: Path | None = None) -> Path:
     """The folder recorded cases name their trace files in: ``given`` (``--data``), else ``$DIAGEVAL_DATA``,
     else ``../shared/real-traces`` beside the source tree (where the tests and CI find the real traces)."""
     if given is not None:

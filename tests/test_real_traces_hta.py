@@ -11,15 +11,15 @@ from diageval.bundle.importer import import_traces
 from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers.base import DiagnoserFailed
 from diageval.diagnosis import Diagnosis
+from diageval.paths import real_traces_dir
 
-REAL_TRACES = default_data_dir() / "hta"
+REAL_TRACES = real_traces_dir() / "hta"
 if not REAL_TRACES.is_dir():
     pytest.skip(f"real traces not found at {REAL_TRACES} (expected ../shared beside the repo)",
                 allow_module_level=True)
 pytest.importorskip("hta.trace_analysis", reason="HolisticTraceAnalysis not installed (pip install 'diageval[hta]')")
 
 from diageval.diagnosers.hta_adapter import HTADiagnoser  # noqa: E402
-from diageval.paths import default_data_dir
 
 TRACE_DIRS = sorted(p for p in REAL_TRACES.iterdir() if p.is_dir())
 

@@ -11,9 +11,9 @@ import pytest
 from diageval.bundle.importer import import_traces
 from diageval.bundle.model import EvidenceBundle
 from diageval.fileio import sha256_file
-from diageval.paths import default_data_dir
+from diageval.paths import real_traces_dir
 
-REAL_TRACES = default_data_dir() / "hta"
+REAL_TRACES = real_traces_dir() / "hta"
 if not REAL_TRACES.is_dir():
     pytest.skip(f"real traces not found at {REAL_TRACES} (expected ../shared beside the repo)",
                 allow_module_level=True)

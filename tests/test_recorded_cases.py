@@ -20,7 +20,7 @@ from diageval.diagnosers.symptoms import SymptomsDiagnoser
 from diageval.bundle.trace_stats import trace_stats
 from diageval.bundle.trace_stats_table import summary_rows
 from diageval.recording.prepare import prepare_evidence
-from diageval.paths import default_data_dir
+from diageval.paths import real_traces_dir
 from diageval.recording.recorded import EvidenceChecksumError, EvidenceUnavailable
 from gpu_traces import gpu_trace
 
@@ -99,7 +99,7 @@ def test_run_reports_unavailable_apart(tmp_path):
     assert outcome.summary.counts.scored == 0
 
 
-DATA = default_data_dir()
+DATA = real_traces_dir()
 RECORDED = [lc for lc in load_case_set().cases if lc.case.recorded is not None]
 
 

@@ -61,3 +61,22 @@ def test_the_autograd_thread_is_work_not_waiting(tmp_path):
     # the training thread: 1 ms DataLoader + 5 tiny ops; the autograd thread: a 3 ms backward op
     assert st.host_busy_us >= 4_000.0
     assert st.unexplained_us <= st.dur_us - 4_000.0
+
+
+def test_a_one_step_mtia_trace_gets_no_launch_claim(tmp_path):
+    """MTIA runtime/device categories mark an accelerator: no CPU op-count rule, and one step is no pattern."""
+    import gzip
+    import json
+
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": 0, "dur": 50_000}]
+    for i in range(3_000):  # far over the CPU rule's MIN_HOST_OPS_PER_STEP
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 10 + i * 15, "dur": 5})
+        ev.append({"ph": "X", "cat": "mtia_runtime", "name": "launch", "pid": 1, "tid": 1, "ts": 12 + i * 15, "dur": 2})
+        ev.append({"ph": "X", "cat": "mtia_ccp_events", "name": "add_kernel", "pid": 0, "tid": 9, "ts": 14 + i * 15, "dur": 3})
+    path = tmp_path / "rank0.json.gz"
+    with gzip.open(path, "wt") as fh:
+        json.dump({"schemaVersion": 1, "traceEvents": ev}, fh)
+    ev_ = gather_evidence(EvidenceBundle.open(import_traces([path], tmp_path / "b")))
+    assert ev_.traces[0].has_accelerator and measure_launch(ev_) == []
+    d = RulesDiagnoser().diagnose(EvidenceBundle.open(tmp_path / "b"))
+    assert "launch.kernel_launch_overhead" not in _causes(d)

@@ -10,9 +10,9 @@ from diageval.bundle.importer import import_traces
 from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers.rules.diagnoser import RulesDiagnoser
 from diageval.diagnosers.symptoms import SymptomsDiagnoser
-from diageval.paths import default_data_dir
+from diageval.paths import real_traces_dir
 
-REAL = default_data_dir() / "hta"
+REAL = real_traces_dir() / "hta"
 FOLDERS = sorted(p for p in REAL.iterdir() if p.is_dir()) if REAL.is_dir() else []
 
 

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from diageval.cli import main
 from diageval.bundle.trace_stats import Coverage, trace_stats
 from diageval.bundle.trace_stats_table import format_table
-from diageval.paths import default_data_dir
+from diageval.paths import real_traces_dir
 from gpu_traces import STEP_US, gpu_trace
 
 
@@ -57,7 +57,7 @@ def test_cli_table_json_and_compare(tmp_path):
     assert runner.invoke(main, ["trace", "stats", "--compare", str(a)]).exit_code != 0
 
 
-DATA = default_data_dir()
+DATA = real_traces_dir()
 REAL = sorted(DATA.rglob("*.json.gz")) if DATA.is_dir() else []
 
 

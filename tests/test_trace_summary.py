@@ -12,9 +12,9 @@ from synthetic_traces import BASE_NS, StepShape, build_events, write_trace
 from diageval.bundle.kineto import HOST_OP_CATEGORIES
 from diageval.bundle.trace_stream import StreamState, TraceFormatError, iter_trace_events
 from diageval.bundle.trace_summary import summarize_trace, union_length
-from diageval.paths import default_data_dir
+from diageval.paths import real_traces_dir
 
-REAL_TRACES = default_data_dir()
+REAL_TRACES = real_traces_dir()
 REAL_FILES = sorted(p for p in REAL_TRACES.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
 
 

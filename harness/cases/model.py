@@ -17,7 +17,7 @@ Conventions decided here (the design is silent):
   ``workload`` and ``recorded``. A recorded case has no faults and no manifest (nothing was injected);
   its ``recorded.measured`` figures are what ``diageval trace stats`` prints for its files (a test
   re-derives them), and ``recorded.rationale`` says how they lead to the labels. The trace files are
-  never in the repository: the harness finds them under the data folder (``paths.default_data_dir``).
+  never in the repository: the harness finds them under the data folder (``paths.real_traces_dir``).
 """
 
 from __future__ import annotations

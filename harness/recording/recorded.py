@@ -74,10 +74,10 @@ def import_recorded(loaded: LoadedCase, *, data_dir: Path | None = None, cache_d
 
     from diageval.bundle.importer import import_traces
     from diageval.bundle.model import MANIFEST_NAME
-    from diageval.paths import bundle_cache_dir, default_data_dir
+    from diageval.paths import bundle_cache_dir, real_traces_dir
     from diageval.recording.cache import bundles_root
 
-    files = locate_files(loaded, default_data_dir(data_dir))
+    files = locate_files(loaded, real_traces_dir(data_dir))
     cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
     folder = bundles_root(cache) / recorded_bundle_key(loaded)
     if force and folder.exists():
