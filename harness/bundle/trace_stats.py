@@ -185,6 +185,14 @@ class _Cols:
         self.hi = -math.inf
 
 
+def _correlation(ev: dict[str, Any]) -> Any:
+    """The runtime correlation id that ties a device event to the host call that queued it (or None).
+
+    Only device events, launches and copies need it, so only they decode their ``args``."""
+    args = ev.get("args")
+    return args.get("correlation") if isinstance(args, dict) else None
+
+
 class StatsCollector:
     """Feed it every event of one trace (``add``), then ask for the per-step figures (``measure``).
 
@@ -207,8 +215,7 @@ class StatsCollector:
         if not isinstance(name, str):
             name = str(name)
         if cat in K.DEVICE_CATEGORIES:
-            args = ev.get("args")
-            corr = args.get("correlation") if isinstance(args, dict) else None
+            corr = _correlation(ev)
             c.dev_ts.append(ts)
             c.dev_dur.append(dur)
             cls = c.class_of.get((cat, name))
@@ -225,15 +232,13 @@ class StatsCollector:
             c.accel_cat = True
             if name in K.LAUNCH_NAMES:
                 c.launch_starts.append(ts)
-                args = ev.get("args")
-                corr = args.get("correlation") if isinstance(args, dict) else None
+                corr = _correlation(ev)
                 if corr is not None:
                     c.launch_ts[corr] = ts
             elif name in K.ALLOC_NAMES:
                 c.alloc_starts.append(ts)
             elif name in _KIND_OF_CALL or name in K.ASYNC_COPY_NAMES:
-                args = ev.get("args")
-                corr = args.get("correlation") if isinstance(args, dict) else None
+                corr = _correlation(ev)
                 c.calls.append((_KIND_OF_CALL.get(name, "async_copy"), ts, dur, corr))
         elif cat in K.HOST_OP_CATEGORIES:
             tid = str(ev.get("tid"))
