@@ -82,14 +82,13 @@ def test_absent_file_is_unavailable_and_a_changed_file_an_error_naming_it(tmp_pa
 
 
 def test_run_reports_unavailable_apart(tmp_path):
-    from diageval.run.registry import resolve_diagnoser
     from diageval.run.pipeline import run_diagnoser
     from diageval.run.store import RunStore
     from run_fakes import make_case_set
 
     case = Case.model_validate(_recorded("job/rank0.json.gz", "0" * 64))
     outcome = run_diagnoser(
-        resolve_diagnoser("null"), make_case_set([case]), cases_dir=tmp_path / "cases", out_dir=tmp_path / "runs",
+        "null", make_case_set([case]), cases_dir=tmp_path / "cases", out_dir=tmp_path / "runs",
         evidence_fn=functools.partial(prepare_evidence, data_dir=tmp_path / "none", cache_dir=tmp_path / "cache"),
         progress=None, cuda_device_count=lambda: 0,
     )
