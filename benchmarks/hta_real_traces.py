@@ -20,8 +20,9 @@ from pathlib import Path
 from diageval.bundle.importer import import_traces
 from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable
+from diageval.paths import real_traces_dir
 
-REAL_TRACES = Path(__file__).resolve().parents[2] / "shared" / "real-traces" / "hta"
+REAL_TRACES = real_traces_dir() / "hta"
 
 
 def main() -> int:

@@ -18,7 +18,9 @@ analysis (HTA ``TraceAnalysis`` method)    runs when
 ``get_queue_length_summary``               some rank has GPU kernels (evidence only)
 ``get_gpu_kernel_breakdown``               some rank has GPU kernels
 ``get_comm_comp_overlap``                  communication kernels exist (evidence only)
-``get_potential_stragglers``               >= 2 ranks with communication kernels and ProfilerSteps
+``get_potential_stragglers``               every rank of the job has a trace with communication
+                                           kernels HTA's straggler code knows (``ncclKernel*``),
+                                           and ProfilerSteps
 critical path (``data_load_events``)       a rank has DataLoader events (up to 4 ranks, the lowest)
 =========================================  ====================================================
 
@@ -44,6 +46,12 @@ Decisions where the design is silent:
 * Incomplete evidence: unreadable trace files (truncated gzip or JSON) are left out and the rest analysed;
   when no cause is found and some rank of ``world_size`` has no readable trace, the diagnosis abstains
   (the culprit may be the missing rank) rather than implying a healthy run. Symptoms are kept.
+* The straggler metric is a ranking: HTA names its top-k ranks whether or not anyone is late. It becomes a
+  finding only through :func:`hta_mapping.straggler_finding`'s thresholds (lateness, consistency, at
+  least ``STRAGGLER_MIN_ITERATIONS``), and only when every rank of the job was traced (the latest of a
+  sample of ranks may itself wait for an unsampled one). HTA's straggler code selects communication
+  kernels by the prefix ``ncclKernel``: on traces whose communication kernels are named otherwise
+  (``ncclDevKernel_*`` from NCCL 2.19 on, RCCL, DeepEP) it is not applicable and is not run.
 * Private HTA API used, pinned to traceinsight 0.6.x: ``CPGraph`` (subclassed), and the straggler metric
   ``_compute_normalized_start_time_of_significant_comm_kernels`` (called through the public
   ``straggler_identification_impl`` hook of ``get_potential_stragglers``), because the public method
@@ -94,6 +102,10 @@ class _RankFacts:
     gpu_kernels: int
     comm_kernels: int
     data_load_events: int  # CPU events matching DATA_LOAD_EVENTS, with a duration
+    straggler_kernels: int = 0  # communication kernels HTA's straggler code selects (``ncclKernel*``)
+
+
+STRAGGLER_KERNEL_PREFIX = "ncclKernel"  # what hta.analyzers.straggler selects (traceinsight 0.6.1)
 
 
 class HTADiagnoser:
@@ -127,7 +139,7 @@ class HTADiagnoser:
                 if not paths:
                     return Diagnosis(abstain=Abstention(reason=f"no readable trace: {_describe(unreadable)}"))
                 trace = _step("loading the readable traces", None, lambda: _load_trace(paths))
-            diagnosis = _analyse(trace)
+            diagnosis = _analyse(trace, bundle.world_size)
         return _abstain_if_incomplete(diagnosis, bundle.world_size, set(paths), unreadable)
 
 
@@ -241,17 +253,19 @@ def _rank_facts(t: Any) -> list[_RankFacts]:
     for rank, df in sorted(t.get_all_traces().items()):
         gpu = df[df["stream"] >= 0]
         comm_ids = [int(i) for i in gpu["name"].unique() if 0 <= i < len(table) and is_comm_kernel(table[i])]
+        straggler_ids = [i for i in comm_ids if table[i].startswith(STRAGGLER_KERNEL_PREFIX)]
         cpu = df[(df["stream"] < 0) & (df["dur"] > 0)]
         facts.append(_RankFacts(
             rank=int(rank),
             gpu_kernels=int(len(gpu)),
             comm_kernels=int(gpu["name"].isin(comm_ids).sum()),
             data_load_events=int(cpu["name"].isin(data_load_ids).sum()),
+            straggler_kernels=int(gpu["name"].isin(straggler_ids).sum()),
         ))
     return facts
 
 
-def _analyse(t: Any) -> Diagnosis:
+def _analyse(t: Any, world_size: int) -> Diagnosis:
     facts = _rank_facts(t)
     if not facts:
         return Diagnosis(abstain=Abstention(reason="HTA found no analysable events in any rank's trace"))
@@ -263,7 +277,8 @@ def _analyse(t: Any) -> Diagnosis:
 
     if gpu_ranks:
         findings += _gpu_findings(ta, gpu_ranks, comm_ranks)
-    if len(comm_ranks) >= 2:
+    straggler_ranks = {f.rank for f in facts if f.straggler_kernels}
+    if len(straggler_ranks) >= 2 and straggler_ranks == set(range(world_size)):
         steps = _step("listing profiler steps", None, ta.get_profiler_steps)
         if steps:
             findings.append(_straggler(ta))

@@ -45,6 +45,11 @@ LONG_COLLECTIVE_MIN_SHARE = 1 / 3
 STRAGGLER_MIN_CONSISTENCY = 2 / 3
 STRAGGLER_MIN_LATENESS = 0.10
 STRAGGLER_SURE_LATENESS = 0.30
+# ... over at least this many iterations: HTA's metric always ranks someone last, so with one or two
+# iterations "the same rank, most of the time" is a coin flip (two of two happens by chance a quarter of
+# the time with two ranks); three is the fewest where a repeat is evidence (as the rules'
+# MIN_PATTERN_STEPS).
+STRAGGLER_MIN_ITERATIONS = 3
 
 
 def _ramp(value: float, threshold: float, sure: float) -> float:
@@ -287,8 +292,8 @@ def straggler_finding(metric: pd.DataFrame, kernel_name: str | None = None) -> F
         top = group.loc[group["normalized_start_time"].idxmax()]
         peers = group.loc[group["rank"] != top["rank"], "normalized_start_time"]
         latest.append((int(iteration), int(top["rank"]), float(top["normalized_start_time"] - peers.median())))
-    if not latest:
-        return None
+    if len(latest) < STRAGGLER_MIN_ITERATIONS:
+        return None  # HTA names a latest rank in every iteration: too few iterations to call it a pattern
     counts: dict[int, int] = {}
     for _, rank, _ in latest:
         counts[rank] = counts.get(rank, 0) + 1

@@ -146,7 +146,8 @@ def cases_list_cmd(cases_dir: Path | None, as_json: bool) -> None:
             "title": lc.case.title,
             "tags": ",".join(lc.case.tags),
             "expect": lc.case.labels.expect,
-            "requires": lc.case.requires.device + (f" x{lc.case.workload.world_size} ranks" if lc.case.workload.world_size > 1 else ""),
+            "requires": ("data folder" if lc.case.recorded else lc.case.requires.device)
+            + (f" x{lc.case.world_size} ranks" if lc.case.world_size > 1 else ""),
         }
         for lc in case_set.cases
     ]
@@ -195,6 +196,43 @@ def bundle_import_cmd(traces: tuple[Path, ...], out_dir: Path, max_trace_gib: fl
     except TraceImportError as err:
         raise click.ClickException(str(err))
     click.echo(describe_import(bundle_dir))
+
+
+# --- trace measurements ---------------------------------------------------------------------------
+
+
+@main.group("trace")
+def trace_group() -> None:
+    """Measure traces."""
+
+
+@trace_group.command("stats")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--compare", "compare", is_flag=True, help="Two traces (or bundles): their figures side by side.")
+@click.option("--json", "as_json", is_flag=True, help="Every per-step figure as JSON.")
+def trace_stats_cmd(paths: tuple[Path, ...], compare: bool, as_json: bool) -> None:
+    """Per-step device, launch, blocking-call, data-wait and communication figures of a trace or bundle."""
+    from diageval.bundle.importer import TraceImportError
+    from diageval.bundle.trace_stats import trace_files_of, trace_stats
+    from diageval.bundle.trace_stats_table import format_compare, format_table
+    from diageval.bundle.trace_stream import TraceFormatError
+
+    if compare and len(paths) != 2:
+        raise click.UsageError(f"--compare takes exactly two traces or bundles, got {len(paths)}")
+    try:
+        groups = [[trace_stats(f) for f in trace_files_of(p)] for p in paths]
+    except (TraceImportError, TraceFormatError) as err:
+        raise click.ClickException(str(err))
+    if as_json:
+        click.echo(json.dumps([[s.model_dump(mode="json") for s in g] for g in groups], indent=1))
+    elif compare:
+        a, b = groups
+        for n, (sa, sb) in enumerate(zip(a, b)):
+            click.echo(("\n" if n else "") + format_compare(sa, sb))
+        if len(a) != len(b):
+            click.echo(f"(A has {len(a)} trace(s), B {len(b)}: only the first {min(len(a), len(b))} compared)")
+    else:
+        click.echo("\n\n".join(format_table(s) for g in groups for s in g))
 
 
 # --- scoring and reports (scoring/, reports/) -----------------------------------------------------
@@ -431,12 +469,17 @@ def diagnose_cmd(spec: str, bundle_dir: Path, timeout: float, cases_dir: Path | 
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @NETWORK_OPTION
 @limit_options
+@click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder with recorded cases' trace files (default: $DIAGEVAL_DATA, else ../shared/real-traces).")
 def run_cmd(spec: str, cases_dir: Path | None, case_ids: tuple[str, ...], tags: tuple[str, ...], out_dir: Path | None,
             run_id: str | None, jobs: int, timeout: float, device: str, allow_network: bool, max_diagnosis_mib: float,
-            max_findings: int) -> None:
+            max_findings: int, data_dir: Path | None) -> None:
     """Run a diagnoser on the cases (recording evidence as needed), score it, and save runs/<run_id>/."""
+    import functools
+
     from diageval.cases.load import CaseLoadError, load_case_set
     from diageval.paths import default_cases_dir
+    from diageval.recording.prepare import prepare_evidence
     from diageval.reports.run_outcome import format_run_outcome
     from diageval.run.pipeline import RunError, run_diagnoser, sigterm_as_interrupt
     from diageval.run.registry import DiagnoserSpecError
@@ -451,6 +494,7 @@ def run_cmd(spec: str, cases_dir: Path | None, case_ids: tuple[str, ...], tags: 
                 spec, case_set, cases_dir=cases_dir or default_cases_dir(), case_ids=case_ids, tags=tags,
                 out_dir=out_dir, run_id=run_id, jobs=jobs, timeout=timeout, device=device,  # type: ignore[arg-type]
                 allow_network=allow_network, limits=_limits(max_diagnosis_mib, max_findings),
+                evidence_fn=functools.partial(prepare_evidence, data_dir=data_dir),
             )
     except KeyboardInterrupt:
         sys.exit(130)

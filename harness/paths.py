@@ -35,7 +35,11 @@ def default_taxonomy_path(cases_dir: Path | None = None) -> Path:
     return (cases_dir or default_cases_dir()) / "taxonomy.yaml"
 
 
-def real_traces_dir() -> Path:
+def real_traces_dir(given: Path | None = None) -> Path:
+    """The folder recorded cases name their trace files in: ``given`` (``--data``), else ``$DIAGEVAL_DATA``,
+    else ``../shared/real-traces`` beside the source tree (where the tests and CI find the real traces)."""
+    if given is not None:
+        return Path(given)
     env = os.environ.get("DIAGEVAL_DATA")
     return Path(env) if env else SOURCE_ROOT.parent / "shared" / "real-traces"
 

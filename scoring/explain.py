@@ -22,8 +22,9 @@ def format_case_result(result: CaseResult) -> str:
     lines = [f"case {result.case_id}: expect {result.expect}, status {result.status}"
              + (f" ({result.error})" if result.error else "")]
     if not result.scored:
-        lines.append("  not scored: " + ("the injection did not manifest" if result.status == "invalid"
-                                          else "a harness error, not the diagnoser's fault"))
+        why = {"invalid": "the injection did not manifest",
+               "unavailable": "the recorded case's trace files are not on this machine (--data / $DIAGEVAL_DATA)"}
+        lines.append("  not scored: " + why.get(result.status, "a harness error, not the diagnoser's fault"))
         return "\n".join(lines)
     if result.abstained:
         lines.append(f"  abstained: {result.abstain_reason}")

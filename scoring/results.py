@@ -20,18 +20,21 @@ SCORING_VERSION = 2
 """Version of the judging rules in :mod:`diageval.scoring.verdicts`; 2 added forecasts (the headline
 score), strict localisation (claimed ranks a subset of the labeled ranks) and every claim's impact."""
 
-Status = Literal["ok", "abstained", "diagnoser_error", "timeout", "invalid_output", "harness_error", "invalid"]
+Status = Literal[
+    "ok", "abstained", "diagnoser_error", "timeout", "invalid_output", "harness_error", "invalid", "unavailable"
+]
 """How a case ended.
 
 ``ok`` / ``abstained``: the diagnoser answered (the diagnosis decides which). ``diagnoser_error``,
 ``timeout``, ``invalid_output``: the diagnoser's failure; the case is scored and all its causes are missed.
-``harness_error`` (our fault) and ``invalid`` (the injection did not manifest) are never scored.
+``harness_error`` (our fault) and ``invalid`` (the injection did not manifest) are never scored, nor is
+``unavailable`` (a recorded case whose trace files are not in the data folder on this machine).
 """
 
 SCORED_STATUSES: frozenset[str] = frozenset({"ok", "abstained", "diagnoser_error", "timeout", "invalid_output"})
 ANSWERED_STATUSES: frozenset[str] = frozenset({"ok", "abstained"})
 FAILED_STATUSES: frozenset[str] = frozenset({"diagnoser_error", "timeout", "invalid_output"})
-UNSCORED_STATUSES: frozenset[str] = frozenset({"harness_error", "invalid"})
+UNSCORED_STATUSES: frozenset[str] = frozenset({"harness_error", "invalid", "unavailable"})
 
 Verdict = Literal["correct", "mislocated", "symptom_as_cause", "wrong_cause", "false_alarm", "duplicate"]
 CREDITED_VERDICTS: frozenset[str] = frozenset({"correct", "mislocated"})
@@ -106,6 +109,9 @@ class CaseResult(_Record):
     status: Status
     expect: Literal["diagnose", "healthy", "abstain"]
     difficulty: Literal["easy", "medium", "hard"]
+    evidence: Literal["injected", "recorded"] = Field(
+        "injected", description="injected-and-verified (a live reproduction) or recorded-and-measured (a real job's traces)"
+    )
     tags: list[str] = Field(default_factory=list)
     categories: list[str] = Field(default_factory=list, description="The labeled causes")
     verdicts: list[ClaimVerdict] = Field(default_factory=list, description="In scoring order: descending confidence")

@@ -79,6 +79,7 @@ def score_case(
         status=status,
         expect=case.labels.expect,
         difficulty=case.difficulty,
+        evidence=case.evidence_kind,
         tags=list(case.tags),
         categories=[label.category for label in case.labels.causes],
         measured_impact=measured_impact,

@@ -42,7 +42,7 @@ def _perfect(confidence: float, *, every_rank: bool = False) -> Strategy:
     def diagnose(case: Case) -> Diagnosis:
         if case.labels.expect == "abstain":
             return Diagnosis(abstain=Abstention(reason="evidence insufficient"))
-        all_ranks = list(range(case.workload.world_size))
+        all_ranks = list(range(case.world_size))
         return Diagnosis(findings=[_claim(c.category, confidence, all_ranks if every_rank and c.ranks else c.ranks)
                                    for c in case.labels.causes])
     return diagnose

@@ -136,7 +136,7 @@ def test_case_schema_is_printed_and_strict():
 
     schema = json.loads(result.output)
     assert schema["additionalProperties"] is False
-    assert {"id", "workload", "labels"} <= set(schema["required"])
+    assert {"id", "labels"} <= set(schema["required"]) and {"workload", "recorded"} <= set(schema["properties"])
 
 
 def test_case_set_hash_changes_with_any_case_file(tmp_path):

@@ -11,8 +11,9 @@ from diageval.bundle.importer import import_traces
 from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers.base import DiagnoserFailed
 from diageval.diagnosis import Diagnosis
+from diageval.paths import real_traces_dir
 
-REAL_TRACES = Path(__file__).resolve().parents[2] / "shared" / "real-traces" / "hta"
+REAL_TRACES = real_traces_dir() / "hta"
 if not REAL_TRACES.is_dir():
     pytest.skip(f"real traces not found at {REAL_TRACES} (expected ../shared beside the repo)",
                 allow_module_level=True)

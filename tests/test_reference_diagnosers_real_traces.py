@@ -13,8 +13,9 @@ from diageval.bundle.model import EvidenceBundle
 from diageval.cases.load import load_case_set
 from diageval.diagnosers.reference import LeakDiagnoser, NullDiagnoser, OracleDiagnoser, PriorDiagnoser
 from diageval.run.corpus import PublicVocabulary, ReferenceCorpus
+from diageval.paths import real_traces_dir
 
-REAL_TRACES = Path(__file__).resolve().parents[2] / "shared" / "real-traces" / "hta"
+REAL_TRACES = real_traces_dir() / "hta"
 if not REAL_TRACES.is_dir():
     pytest.skip(f"real traces not found at {REAL_TRACES} (expected ../shared beside the repo)", allow_module_level=True)
 

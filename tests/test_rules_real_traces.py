@@ -10,8 +10,9 @@ from diageval.bundle.importer import import_traces
 from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers.rules.diagnoser import RulesDiagnoser
 from diageval.diagnosers.symptoms import SymptomsDiagnoser
+from diageval.paths import real_traces_dir
 
-REAL = Path(__file__).resolve().parents[2] / "shared" / "real-traces" / "hta"
+REAL = real_traces_dir() / "hta"
 FOLDERS = sorted(p for p in REAL.iterdir() if p.is_dir()) if REAL.is_dir() else []
 
 
@@ -23,7 +24,9 @@ def test_rules_on_real_traces(tmp_path, folder):
     expected = bundle.world_size
     present = len(bundle.trace_paths())
     if present < expected:  # e.g. 2 ranks of a 128-rank job: cross-rank causes cannot be judged
-        assert d.abstain is not None and "no trace for" in d.abstain.reason
+        # a cause one rank's own trace shows (host sync, launch-bound...) is named with the gap; else abstain
+        assert all("partial evidence: no trace for" in f.summary for f in d.causes)
+        assert d.causes or (d.abstain is not None and "no trace for" in d.abstain.reason)
     for f in d.findings:
         assert f.evidence and f.summary
     SymptomsDiagnoser().diagnose(bundle)  # must not raise either

@@ -40,7 +40,7 @@ def _random_diagnosis(rng: random.Random, world_size: int) -> Diagnosis:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_brier_over_every_pair_and_confusion_match_scikit_learn(seed):
     rng = random.Random(seed)
-    diagnoses = [_random_diagnosis(rng, c.workload.world_size) for c in CASES]
+    diagnoses = [_random_diagnosis(rng, c.world_size) for c in CASES]
     results = [score_case(c, d, taxonomy=TAXONOMY) for c, d in zip(CASES, diagnoses)]
     summary = summarize(results, diagnoser=DiagnoserInfo(spec="random", name="random", version="1"),
                         case_set_hash=CASE_SET.hash, taxonomy_version=TAXONOMY.version, n_boot=0)

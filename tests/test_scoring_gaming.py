@@ -43,7 +43,8 @@ def test_stating_the_answer_badly_ranks_below_stating_it_honestly(board):
     assert padded.brier.value > honest.brier.value and padded.skill.value < honest.skill.value
     every = board["perfect, every rank named"][2].metrics
     assert every.skill.value == honest.skill.value and every.skill_ranked.value < honest.skill_ranked.value
-    assert every.localization_accuracy.value == 0.0
+    # naming every rank localises only where the job has one rank (recorded single-GPU cases)
+    assert every.localization_accuracy.value < honest.localization_accuracy.value
 
 
 def test_null_ranks_above_every_confidently_misleading_diagnoser(board):

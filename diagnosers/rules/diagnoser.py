@@ -7,8 +7,11 @@ Order of reasoning (each analyser is independent; see its module):
    per-rank questions (input pipeline, dispatch-bound steps) still can, on the intact traces present:
    a cause they find is reported with the gap named in its summary; when they find none, abstain,
    showing only the symptoms the present traces support. (Jobs often profile a sample of ranks.)
+   A GPU trace without device events is incomplete in the same way.
 2. Input pipeline (``data_wait``), recurring stalls outside ops (``spikes``), dispatch-bound steps
-   (``launch``), and who waits for whom in collectives (``collectives``: straggler vs stall).
+   (``launch``: the device queue on GPU traces, op counts on CPU ones), the host blocked in synchronising
+   calls while the device idles (``host_sync``), and who waits for whom in collectives (``collectives``:
+   straggler vs stall).
 3. What the run looks like (``observed``), reported as ``kind: symptom``.
 """
 
@@ -17,18 +20,25 @@ from __future__ import annotations
 from typing import ClassVar
 
 from diageval.bundle.model import EvidenceBundle
+from diageval.diagnosis import Abstention, Diagnosis, Finding
 from diageval.diagnosers.rules.collectives import judge_stall, judge_straggler, measure_collectives
 from diageval.diagnosers.rules.data_wait import judge_data_wait, measure_data_wait
 from diageval.diagnosers.rules.inputs import RunEvidence, gather_evidence
-from diageval.diagnosers.rules.launch import judge_launch, measure_launch
+from diageval.diagnosers.rules.host_sync import judge_host_sync, measure_host_sync
+from diageval.diagnosers.rules.launch import judge_gpu_launch, judge_launch, measure_gpu_launch, measure_launch
 from diageval.diagnosers.rules.observed import observe_symptoms
 from diageval.diagnosers.rules.spikes import judge_blocking_save, measure_spikes
-from diageval.diagnosis import Abstention, Diagnosis, Finding
 
 
 def find_local_causes(ev: RunEvidence) -> list[Finding]:
-    """Causes each rank's own trace can show without its peers: the input pipeline, dispatch overhead."""
-    findings = [*judge_data_wait(measure_data_wait(ev), ev), *judge_launch(measure_launch(ev), ev)]
+    """Causes each rank's own trace can show without its peers: the input pipeline, dispatch overhead,
+    host/device synchronisation."""
+    findings = [
+        *judge_data_wait(measure_data_wait(ev), ev),
+        *judge_launch(measure_launch(ev), ev),
+        *judge_gpu_launch(measure_gpu_launch(ev), ev),
+        *judge_host_sync(measure_host_sync(ev), ev),
+    ]
     return sorted(findings, key=lambda f: -f.confidence)
 
 
@@ -39,6 +49,8 @@ def find_causes(ev: RunEvidence) -> list[Finding]:
         *judge_data_wait(measure_data_wait(ev), ev),
         *judge_blocking_save(measure_spikes(ev), ev),
         *judge_launch(measure_launch(ev), ev),
+        *judge_gpu_launch(measure_gpu_launch(ev), ev),
+        *judge_host_sync(measure_host_sync(ev), ev),
         *judge_straggler(table, ev),
         *judge_stall(table, ev),
     ]
@@ -47,7 +59,7 @@ def find_causes(ev: RunEvidence) -> list[Finding]:
 
 class RulesDiagnoser:
     name: ClassVar[str] = "rules"
-    version: ClassVar[str] = "0.1.0"
+    version: ClassVar[str] = "0.2.0"
 
     def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:
         ev = gather_evidence(bundle)

@@ -6,6 +6,9 @@ Decisions where the design is silent:
   ``bundle.json``'s env, the ranks in ``steps.jsonl`` and the traces' own ``distributedInfo``. A rank
   without a trace, or with a trace cut short, makes the evidence incomplete: cross-rank causes cannot
   be judged from a subset of ranks, so the diagnoser abstains (symptoms may still be shown).
+* A trace that shows an accelerator (deviceProperties, runtime calls) but holds no device events was
+  recorded without the device activities: the device's side of every question is missing, so the
+  evidence is incomplete (the diagnoser abstains rather than judge a GPU job by its host alone).
 * Trace steps (``ProfilerStep#N``) are mapped to the training loop's step numbers from ``steps.jsonl``
   by time overlap (the step timer runs inside the profiler step), so findings speak in the numbers the
   training script uses. Without a usable step log the profiler's own N is used.
@@ -55,15 +58,27 @@ class RunEvidence(BaseModel):
             parts.append(f"rank{r} trace unreadable ({why})")
         for r, why in sorted(self.truncated.items()):
             parts.append(f"rank{r} trace truncated ({why})")
+        blind = [r for r, s in sorted(self.traces.items()) if s.has_accelerator and not s.has_device]
+        if blind:
+            parts.append(
+                f"rank(s) {blind}: the trace shows an accelerator ({self._accelerator_hint(blind[0])}) but holds"
+                " no device events (kernels, copies): where the device's time went cannot be measured"
+            )
         if not parts and self.traces and not any(s.steps for s in self.traces.values()):
             parts.append("no ProfilerStep markers in any trace: per-step shares cannot be measured")
         if not self.traces and not parts:
             parts.append("the bundle holds no trace")
         return "; ".join(parts) or None
 
+    def _accelerator_hint(self, rank: int) -> str:
+        s = self.traces[rank]
+        return s.devices[0] if s.devices else "runtime calls recorded"
+
     def intact_part(self) -> "RunEvidence":
-        """The same evidence restricted to the traces that were read whole (truncated ones dropped)."""
-        return self.model_copy(update={"traces": {r: s for r, s in self.traces.items() if not s.truncated}})
+        """The same evidence restricted to the traces that were read whole (truncated ones dropped), and
+        without traces that show an accelerator but no device events (nothing about the device to judge)."""
+        keep = {r: s for r, s in self.traces.items() if not s.truncated and not (s.has_accelerator and not s.has_device)}
+        return self.model_copy(update={"traces": keep})
 
     def training_step(self, rank: int, profiler_step: int) -> int:
         return profiler_step + self.step_offset.get(rank, 0)

@@ -1,19 +1,26 @@
-"""Is the step dispatch-bound? Counts top-level ops per step and how much of the step tiny ones fill.
+"""Is the step dispatch-bound (the host cannot issue work fast enough)?
 
-On a GPU: many launches per step while the device is idle most of the step and kernels are, on
-average, tiny. On CPU traces: thousands of host ops per step, densely packed (see ``thresholds``).
-The row also keeps the op-size measures (ops by self time under ``SHORT_OP_US``) as evidence.
+On a GPU trace (the job ran on an accelerator): judged by the device queue, not by counts. A kernel
+that starts within ``QUEUE_EMPTY_DELAY_US`` of the call that launched it found the queue empty; when
+that is the median of a step, and the device idles in many short gaps between kernels for at least
+``LAUNCH_GAP_SHARE`` of the step (beyond what data waits and blocking calls explain), the host is the
+bottleneck (see ``thresholds``). Op or launch counts are shown as evidence, never used to decide.
+A GPU trace without device events gets no judgement here (the diagnoser abstains on it), and the CPU
+op-count rule is never applied to a GPU trace.
+
+On CPU traces: thousands of host ops per step (``MIN_HOST_OPS_PER_STEP``). The row also keeps the
+op-size measures (ops by self time under ``SHORT_OP_US``) as evidence.
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel
 
-from diageval.bundle.trace_summary import SHORT_OP_US
+from diageval.diagnosis import Finding
 from diageval.diagnosers.rules import thresholds as T
 from diageval.diagnosers.rules.inputs import RunEvidence
 from diageval.diagnosers.rules.stats import best_segment, confidence_from_margin, median
-from diageval.diagnosis import Finding
+from diageval.bundle.trace_summary import SHORT_OP_US, StepSummary
 
 
 class LaunchRow(BaseModel):
@@ -24,31 +31,46 @@ class LaunchRow(BaseModel):
     median_leaf: float
     median_short: float
     median_short_share: float
-    median_launches: float
-    median_device_busy: float | None
-    mean_kernel_us: float | None
     flags: list[bool]
 
 
-def _flag(st, has_device: bool) -> bool:
-    if st.dur_us <= 0:
+class GpuLaunchRow(BaseModel):
+    rank: int
+    steps: int
+    median_step_us: float
+    median_launches: float
+    median_delay_us: float | None  # median over steps of the step's median launch-to-start delay
+    median_gap_share: float  # idle in short device gaps, less data wait and blocking idle, / step
+    median_gaps_50us: float
+    median_busy_share: float
+    flags: list[bool]
+
+
+def _cpu_flag(st: StepSummary) -> bool:
+    return st.dur_us > 0 and st.host_ops >= T.MIN_HOST_OPS_PER_STEP
+
+
+def _launch_gap_share(st: StepSummary) -> float:
+    g = st.gpu
+    if g is None or st.dur_us <= 0:
+        return 0.0
+    explained = g.blocking_device_idle_us + g.dataloader_wait_us
+    return max(0.0, g.device_gap_short_us - explained) / st.dur_us
+
+
+def _gpu_flag(st: StepSummary) -> bool:
+    g = st.gpu
+    if g is None or st.dur_us <= 0 or g.launch_delay_median_us is None:
         return False
-    if has_device and st.kernels:
-        mean_kernel = st.device_busy_us / st.kernels
-        return (
-            st.launches >= T.MIN_LAUNCHES_PER_STEP
-            and st.device_busy_us / st.dur_us < T.DEVICE_BUSY_MAX
-            and mean_kernel < T.SHORT_KERNEL_US
-        )
-    return st.host_ops >= T.MIN_HOST_OPS_PER_STEP
+    return g.launch_delay_median_us < T.QUEUE_EMPTY_DELAY_US and _launch_gap_share(st) >= T.LAUNCH_GAP_SHARE
 
 
 def measure_launch(ev: RunEvidence) -> list[LaunchRow]:
+    """CPU traces only (a trace that shows an accelerator is judged by ``measure_gpu_launch``)."""
     rows = []
     for rank, s in sorted(ev.traces.items()):
-        if not s.steps:
+        if not s.steps or s.has_accelerator:
             continue
-        dev = s.has_device
         rows.append(
             LaunchRow(
                 rank=rank,
@@ -58,18 +80,73 @@ def measure_launch(ev: RunEvidence) -> list[LaunchRow]:
                 median_leaf=median([st.leaf_ops for st in s.steps]),
                 median_short=median([st.short_ops for st in s.steps]),
                 median_short_share=median([st.short_ops_us / st.dur_us for st in s.steps if st.dur_us > 0]),
-                median_launches=median([st.launches for st in s.steps]),
-                median_device_busy=median([st.device_busy_us / st.dur_us for st in s.steps if st.dur_us > 0]) if dev else None,
-                mean_kernel_us=(
-                    sum(st.device_busy_us for st in s.steps) / max(1, sum(st.kernels for st in s.steps)) if dev else None
-                ),
-                flags=[_flag(st, dev) for st in s.steps],
+                flags=[_cpu_flag(st) for st in s.steps],
             )
         )
     return rows
 
 
+def measure_gpu_launch(ev: RunEvidence) -> list[GpuLaunchRow]:
+    rows = []
+    for rank, s in sorted(ev.traces.items()):
+        steps = [st for st in s.steps if st.gpu is not None and st.dur_us > 0]
+        if not s.has_accelerator or not steps:
+            continue
+        delays = [st.gpu.launch_delay_median_us for st in steps if st.gpu.launch_delay_median_us is not None]
+        rows.append(
+            GpuLaunchRow(
+                rank=rank,
+                steps=len(steps),
+                median_step_us=median([st.dur_us for st in steps]),
+                median_launches=median([st.gpu.launches for st in steps]),
+                median_delay_us=median(delays) if delays else None,
+                median_gap_share=median([_launch_gap_share(st) for st in steps]),
+                median_gaps_50us=median([st.gpu.device_gaps.get("50", 0) for st in steps]),
+                median_busy_share=median([st.gpu.device_busy_share for st in steps]),
+                flags=[_gpu_flag(st) for st in steps],
+            )
+        )
+    return rows
+
+
+def judge_gpu_launch(rows: list[GpuLaunchRow], ev: RunEvidence) -> list[Finding]:
+    bound = [
+        r for r in rows
+        if r.steps >= T.MIN_PATTERN_STEPS and sum(r.flags) >= T.PERSISTENT_SHARE * r.steps and r.median_delay_us is not None
+    ]
+    if not bound:
+        return []
+    delay = median([r.median_delay_us for r in bound])
+    share = median([r.median_gap_share for r in bound])
+    consistency = median([sum(r.flags) / r.steps for r in bound])
+    # the weaker of the two margins decides: how far under the empty-queue delay, how far over the gap share
+    margin = min(T.QUEUE_EMPTY_DELAY_US / max(delay, 1e-3), share / T.LAUNCH_GAP_SHARE)
+    start = min(ev.training_step(r.rank, ev.traces[r.rank].steps[0].number) for r in bound)
+    stop = max(ev.training_step(r.rank, ev.traces[r.rank].steps[-1].number) + 1 for r in bound)
+    return [
+        Finding(
+            category="launch.kernel_launch_overhead",
+            confidence=confidence_from_margin(margin, 1.0, consistency),
+            ranks=[r.rank for r in bound],
+            steps=(start, stop),
+            impact=round(min(1.0, share), 3),
+            summary=(
+                f"the host cannot keep the device fed: kernels start a median {delay:.0f} us after their launch"
+                f" (an empty queue), and the device idles {share:.0%} of the step in short gaps between them"
+            ),
+            evidence=[
+                f"{ev.trace_file(r.rank)}: median launch-to-start delay {r.median_delay_us:.1f} us"
+                f" (under {T.QUEUE_EMPTY_DELAY_US:.0f} us on {sum(r.flags)} of {r.steps} steps);"
+                f" {r.median_gaps_50us:.0f} device gaps over 50 us per step; idle in short gaps {r.median_gap_share:.0%}"
+                f" of the step; device busy {r.median_busy_share:.0%}; {r.median_launches:.0f} launches/step"
+                for r in bound
+            ],
+        )
+    ]
+
+
 def judge_launch(rows: list[LaunchRow], ev: RunEvidence) -> list[Finding]:
+    """CPU traces: thousands of host ops per step."""
     bound = []
     for r in rows:
         seg = best_segment(r.flags)
@@ -79,40 +156,26 @@ def judge_launch(rows: list[LaunchRow], ev: RunEvidence) -> list[Finding]:
     if not bound:
         return []
     density = median([r.median_ops / (r.median_step_us / 1e3) for r, _ in bound])
-    share = median([r.median_short_share for r, _ in bound])
     consistency = median([sum(r.flags) / r.steps for r, _ in bound])
     steps_of = {r.rank: ev.traces[r.rank].steps for r, _ in bound}
     start = min(ev.training_step(r.rank, steps_of[r.rank][seg[0]].number) for r, seg in bound)
     stop = max(ev.training_step(r.rank, steps_of[r.rank][seg[1] - 1].number) + 1 for r, seg in bound)
-    evidence = []
-    for r, _ in bound:
-        line = (
-            f"{ev.trace_file(r.rank)}: median {r.median_ops:.0f} cpu_ops/step, {r.median_leaf:.0f} leaf ops of which"
-            f" {r.median_short:.0f} under {SHORT_OP_US:.0f} us fill {r.median_short_share:.0%} of the step"
-        )
-        if r.median_device_busy is not None:
-            line += (
-                f"; {r.median_launches:.0f} kernel launches/step, device busy {r.median_device_busy:.0%},"
-                f" mean kernel {r.mean_kernel_us:.1f} us"
-            )
-        evidence.append(line)
+    evidence = [
+        f"{ev.trace_file(r.rank)}: median {r.median_ops:.0f} cpu_ops/step, {r.median_leaf:.0f} leaf ops of which"
+        f" {r.median_short:.0f} under {SHORT_OP_US:.0f} us fill {r.median_short_share:.0%} of the step"
+        for r, _ in bound
+    ]
     ops = median([r.median_ops for r, _ in bound])
-    on_device = any(r.median_device_busy is not None for r, _ in bound)
     # impact: the dispatch cost of the ops at ~5 us each, as a share of the step (a floor, not a fit)
     impact = min(1.0, ops * 5.0 / median([r.median_step_us for r, _ in bound]))
     return [
         Finding(
             category="launch.kernel_launch_overhead",
-            confidence=confidence_from_margin(
-                ops, T.MIN_HOST_OPS_PER_STEP if not on_device else T.MIN_LAUNCHES_PER_STEP, consistency
-            ),
+            confidence=confidence_from_margin(ops, T.MIN_HOST_OPS_PER_STEP, consistency),
             ranks=[r.rank for r, _ in bound],
             steps=(start, stop),
-            impact=round(max(impact, 1.0 - median([r.median_device_busy for r, _ in bound])) if on_device else round(impact, 3), 3),
-            summary=(
-                f"{ops:.0f} host ops per step ({density:.0f} per ms of step): the step is made of many small ops"
-                + (", the device idles between tiny kernels" if on_device else "")
-            ),
+            impact=round(impact, 3),
+            summary=f"{ops:.0f} host ops per step ({density:.0f} per ms of step): the step is made of many small ops",
             evidence=evidence,
         )
     ]

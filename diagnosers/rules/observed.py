@@ -8,18 +8,18 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from diageval.diagnosis import Finding
 from diageval.diagnosers.rules import thresholds as T
 from diageval.diagnosers.rules.inputs import RunEvidence
 from diageval.diagnosers.rules.spikes import measure_spikes
 from diageval.diagnosers.rules.stats import median
-from diageval.diagnosis import Finding
 
 
 class RankShares(BaseModel):
     rank: int
     steps: int
     median_step_us: float
-    collective_share: float
+    collective_share: float  # exposed communication on GPU traces (overlapped costs nothing), else time inside
     busy_share: float  # compute on the device (GPU traces) or ops on the training thread (CPU traces)
     waiting_share: float  # data wait + collectives + unexplained: the step minus its own work
     on_device: bool
@@ -35,15 +35,17 @@ def measure_shares(ev: RunEvidence) -> list[RankShares]:
             busy = median([st.device_busy_us / st.dur_us for st in steps])
         else:
             busy = median([max(0.0, st.host_busy_us - st.data_wait_us) / st.dur_us for st in steps])
+        gpu_steps = s.has_device and all(st.gpu is not None for st in steps)
+        coll = [(st.gpu.comm_exposed_us if gpu_steps else st.collective_us) / st.dur_us for st in steps]
         rows.append(
             RankShares(
                 rank=rank,
                 steps=len(steps),
                 median_step_us=median([st.dur_us for st in steps]),
-                collective_share=median([st.collective_us / st.dur_us for st in steps]),
+                collective_share=median(coll),
                 busy_share=busy,
                 waiting_share=median(
-                    [min(1.0, (st.data_wait_us + st.collective_us + st.unexplained_us) / st.dur_us) for st in steps]
+                    [min(1.0, (st.data_wait_us + c * st.dur_us + st.unexplained_us) / st.dur_us) for st, c in zip(steps, coll)]
                 ),
                 on_device=s.has_device,
             )
@@ -66,7 +68,11 @@ def observe_symptoms(ev: RunEvidence, kind: str = "symptom") -> list[Finding]:
                 ranks=[r.rank for r in long_coll],
                 impact=round(min(1.0, top.collective_share), 3),
                 summary=f"collectives take {top.collective_share:.0%} of the step on rank {top.rank}",
-                evidence=[f"{ev.trace_file(r.rank)}: inside collectives {r.collective_share:.0%} of the median step" for r in long_coll],
+                evidence=[
+                    f"{ev.trace_file(r.rank)}: {'exposed communication' if r.on_device else 'inside collectives'}"
+                    f" {r.collective_share:.0%} of the median step"
+                    for r in long_coll
+                ],
             )
         )
     idle = [r for r in shares if r.busy_share < T.LOW_UTILIZATION_BUSY]

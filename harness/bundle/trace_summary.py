@@ -12,8 +12,14 @@ Decisions where the design is silent:
 * Timestamps are converted to epoch microseconds with ``baseTimeNanoseconds`` when the trace has it
   (torch >= 2.x writes relative ``ts``), so ranks on one host can be compared directly.
 * Collectives are gloo's ``gloo:*`` annotations (the wait happens on gloo's runloop thread, see
-  ``notes/measured.md``) and NCCL's device kernels (``ncclKernel*`` / ``ncclDevKernel*``), whose
-  duration includes the time spent waiting for peers.
+  ``notes/measured.md``) and communication kernels on the device (``kineto.is_comm_kernel``: NCCL's
+  ``ncclKernel*`` / ``ncclDevKernel*``, RCCL, DeepEP...), whose duration includes the time spent
+  waiting for peers.
+* The same pass feeds ``trace_stats.StatsCollector``, so each step of a GPU trace also carries the
+  device measurements of ``diageval trace stats`` (``StepSummary.gpu``); ``rules`` reads each trace once.
+* Host work is every host thread's: the backward pass runs on autograd's own thread, and time the
+  training thread spends waiting for it is work, not waiting. ``host_busy_us`` is the union of recorded
+  activity that starts in the step, over all threads; op counts stay the training thread's.
 * The data wait is any ``enumerate(DataLoader)...`` annotation: PyTorch wraps every ``__next__`` of a
   DataLoader iterator in one.
 * "Unexplained" host time is the part of a step where the training thread runs no recorded op and is
@@ -38,6 +44,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from diageval.bundle import kineto as k
+from diageval.bundle.trace_stats import StatsCollector, StepStats
 from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, iter_trace_events
 
 SHORT_OP_US = 50.0
@@ -62,7 +69,7 @@ class StepSummary(BaseModel):
     data_wait_us: float = 0.0
     collectives: list[Collective] = Field(default_factory=list)
     collective_us: float = Field(0.0, description="Union of collective time inside the step")
-    host_busy_us: float = Field(0.0, description="Union of recorded host activity on the training thread")
+    host_busy_us: float = Field(0.0, description="Union of recorded host activity on every host thread")
     unexplained_us: float = Field(0.0, description="Neither host op, data wait nor collective")
     host_ops: int = Field(0, description="Every cpu_op on the training thread")
     top_level_ops: int = 0
@@ -73,6 +80,7 @@ class StepSummary(BaseModel):
     kernels: int = 0
     launches: int = 0
     sync_us: float = 0.0
+    gpu: StepStats | None = Field(None, description="The trace-stats device measurements of this step (GPU traces)")
 
     @property
     def end_us(self) -> float:
@@ -87,6 +95,10 @@ class TraceSummary(BaseModel):
     world_size: int | None = None
     backend: str | None = None
     has_device: bool = Field(False, description="Kernels or memcpy present (a GPU trace)")
+    has_accelerator: bool = Field(
+        False, description="deviceProperties, runtime calls or device events: the job ran on an accelerator"
+    )
+    devices: list[str] = Field(default_factory=list, description="deviceProperties names")
     base_time_us: float = 0.0
     bytes_on_disk: int = 0
     json_bytes: int = 0
@@ -128,7 +140,7 @@ class _Columns:
         if cat in k.DEVICE_CATEGORIES:
             self.device[0].append(ts)
             self.device[1].append(dur)
-            if cat == k.KERNEL_CATEGORY and name.startswith(k.COMM_KERNEL_PREFIXES):
+            if cat in k.KERNEL_CATEGORIES and k.is_comm_kernel(name):
                 self.collectives.append((name.split("(")[0], ts, dur, True, None))
             return
         if cat in k.RUNTIME_CATEGORIES:
@@ -143,7 +155,7 @@ class _Columns:
         if cat not in k.HOST_OP_CATEGORIES:
             return
         if name.startswith(k.PROFILER_STEP_PREFIX):
-            number = k.profiler_step_number(name)
+            number = k.profiler_step_number(name) if cat in k.STEP_MARKER_CATEGORIES else None
             if number is not None:
                 self.steps.append((number, ts, dur, tid))
             return
@@ -248,6 +260,10 @@ def _build_steps(cols: _Columns, base_us: float) -> tuple[str | None, list[StepS
     c_starts, c_order = _sorted_index([c[1] for c in cols.collectives])
     l_sorted = sorted(cols.launches)
     s_starts, s_order = _sorted_index([s[0] for s in cols.syncs])
+    # every host thread's recorded activity (the autograd thread's backward is work), by start time
+    all_ts = array("d", (t for c in cols.host.values() for t in c[0]))
+    all_dur = array("d", (d for c in cols.host.values() for d in c[1]))
+    a_starts, a_order = _sorted_index(all_ts)
     waits = [w for w in cols.data_waits if w[2] == main_tid]
     w_starts, w_order = _sorted_index([w[0] for w in waits])
 
@@ -267,10 +283,11 @@ def _build_steps(cols: _Columns, base_us: float) -> tuple[str | None, list[StepS
         dev_idx = _window(d_starts, d_order, lo, hi)
         dev_iv = [(cols.device[0][i], cols.device[0][i] + cols.device[1][i]) for i in dev_idx]
         sync_iv = [(cols.syncs[i][0], cols.syncs[i][0] + cols.syncs[i][1]) for i in _window(s_starts, s_order, lo, hi)]
-        busy = union_length(host_iv, lo, hi)
+        all_iv = [(all_ts[i], all_ts[i] + all_dur[i]) for i in _window(a_starts, a_order, lo, hi)]
+        busy = union_length(all_iv, lo, hi)
         coll_us = union_length(coll_iv, lo, hi)
         host_coll = [iv for i, iv in zip(coll_idx, coll_iv) if not cols.collectives[i][3]]
-        explained = union_length(host_iv + wait_iv + host_coll, lo, hi)
+        explained = union_length(all_iv + wait_iv + host_coll, lo, hi)
         steps.append(
             StepSummary(
                 number=number,
@@ -317,10 +334,12 @@ def summarize_trace(path: Path) -> TraceSummary:
     path = Path(path)
     state = StreamState()
     cols = _Columns()
+    gpu = StatsCollector()
     started = time.perf_counter()
     try:
         for ev in iter_trace_events(path, state):
             cols.add(ev)
+            gpu.add(ev)
     except UnicodeDecodeError as exc:
         raise TraceFormatError(f"{path}: not UTF-8 JSON: {exc}") from exc
     header = state.header
@@ -328,12 +347,19 @@ def summarize_trace(path: Path) -> TraceSummary:
     base_us = base_ns / 1000.0 if isinstance(base_ns, (int, float)) else 0.0
     dist = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
     main_tid, steps = _build_steps(cols, base_us)
+    props = header.get("deviceProperties") if isinstance(header.get("deviceProperties"), list) else []
+    devices = [d["name"] for d in props if isinstance(d, dict) and isinstance(d.get("name"), str)]
+    if gpu.has_device_events and steps:
+        by_number = {st.number: st for st in gpu.measure()[0] if st.number is not None}
+        steps = [st.model_copy(update={"gpu": by_number.get(st.number)}) for st in steps]
     return TraceSummary(
         path=str(path),
         rank=_int_or_none(dist.get("rank")),
         world_size=_int_or_none(dist.get("world_size")),
         backend=dist.get("backend") if isinstance(dist.get("backend"), str) else None,
         has_device=len(cols.device[0]) > 0,
+        has_accelerator=bool(devices) or gpu.saw_accelerator_events,
+        devices=devices,
         base_time_us=base_us,
         bytes_on_disk=path.stat().st_size,
         json_bytes=state.json_bytes,

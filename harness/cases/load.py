@@ -114,8 +114,8 @@ def check_case(case: Case, file: str, taxonomy: Taxonomy) -> list[CaseProblem]:
         elif kind != "cause":
             bad(field, f"{cause.category!r} is a symptom; list it under labels.symptoms, not labels.causes")
         for r in cause.ranks or []:
-            if r >= case.workload.world_size:
-                bad(f"labels.causes[{i}].ranks", f"rank {r} is out of range for world_size {case.workload.world_size} (expected 0..{case.workload.world_size - 1})")
+            if r >= case.world_size:
+                bad(f"labels.causes[{i}].ranks", f"rank {r} is out of range for world_size {case.world_size} (expected 0..{case.world_size - 1})")
     for i, sym in enumerate(case.labels.symptoms):
         kind = taxonomy.kind_of(sym)
         field = f"labels.symptoms[{i}]"
@@ -123,8 +123,10 @@ def check_case(case: Case, file: str, taxonomy: Taxonomy) -> list[CaseProblem]:
             bad(field, f"unknown symptom {sym!r}; expected one of: {', '.join(taxonomy.symptoms)}")
         elif kind != "symptom":
             bad(field, f"{sym!r} is a cause; list it under labels.causes, not labels.symptoms")
-    if case.manifest and case.manifest.rank is not None and case.manifest.rank >= case.workload.world_size:
-        bad("manifest.rank", f"rank {case.manifest.rank} is out of range for world_size {case.workload.world_size}")
+    if case.manifest and case.manifest.rank is not None and case.manifest.rank >= case.world_size:
+        bad("manifest.rank", f"rank {case.manifest.rank} is out of range for world_size {case.world_size}")
+    if case.workload is None:
+        return problems  # recorded: no workload or fault to look up
 
     workload = WORKLOADS.get(case.workload.name)
     if workload is None:

@@ -11,6 +11,13 @@ Conventions decided here (the design is silent):
   (a confounder is a benign anomaly injected into a healthy run; an abstain case removes evidence);
 * ``manifest`` is required for ``expect: diagnose`` (a positive case counts only if its injection is
   measurably there) and forbidden otherwise.
+* A case's evidence is either injected (``workload`` + ``faults``: recorded live here, verified against
+  its healthy twin) or recorded (``recorded``: a real job's traces, named by data-folder path and
+  sha256 with their provenance, labeled from measurements written in the case). Exactly one of
+  ``workload`` and ``recorded``. A recorded case has no faults and no manifest (nothing was injected);
+  its ``recorded.measured`` figures are what ``diageval trace stats`` prints for its files (a test
+  re-derives them), and ``recorded.rationale`` says how they lead to the labels. The trace files are
+  never in the repository: the harness finds them under the data folder (``paths.real_traces_dir``).
 """
 
 from __future__ import annotations
@@ -102,6 +109,67 @@ class ManifestationCheck(_Strict):
         return self
 
 
+class TraceSource(_Strict):
+    """Where a recorded trace file comes from."""
+
+    repository: str = Field(min_length=1, description="Public repository (owner/name) the file was copied from")
+    commit: str = Field(pattern=r"^[0-9a-f]{7,40}$", description="Commit of that repository")
+    path: str = Field(min_length=1, description="Path of the file in that repository")
+    licence: str = Field(min_length=1, description="The file's licence (SPDX id)")
+
+
+class RecordedFile(_Strict):
+    path: str = Field(min_length=1, description="Relative to the data folder (--data / $DIAGEVAL_DATA)")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    rank: int = Field(ge=0, description="The rank this trace belongs to")
+    source: TraceSource
+
+    @field_validator("path")
+    @classmethod
+    def _inside_data_folder(cls, v: str) -> str:
+        if v.startswith("/") or ".." in v.split("/"):
+            raise ValueError(f"expected a path relative to the data folder, without '..', got {v!r}")
+        return v
+
+
+class MeasuredFile(_Strict):
+    file: str = Field(description="One of recorded.files[].path")
+    figures: dict[str, str] = Field(min_length=1, description="`diageval trace stats` line name -> the value it prints")
+
+
+class Measured(_Strict):
+    command: str = Field(min_length=1, description="The one command a reviewer runs to re-derive the figures")
+    figures: list[MeasuredFile] = Field(min_length=1)
+
+
+class RecordedEvidence(_Strict):
+    """A real job's traces as a case's evidence, with their provenance and the measurements behind the labels."""
+
+    job: str = Field(min_length=1, description="What the job was")
+    hardware: str = Field(min_length=1)
+    framework: str = Field(min_length=1, description="Framework and versions, as far as the traces say")
+    world_size: int = Field(ge=1, le=1_000_000, description="Ranks in the job (may exceed the traces present)")
+    files: list[RecordedFile] = Field(min_length=1)
+    measured: Measured
+    rationale: str = Field(min_length=1, description="How the measured figures lead to the labels")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "RecordedEvidence":
+        paths = [f.path for f in self.files]
+        if len(set(paths)) != len(paths):
+            raise ValueError("files: a path is listed twice")
+        ranks = [f.rank for f in self.files]
+        if len(set(ranks)) != len(ranks):
+            raise ValueError("files: two files claim the same rank")
+        for i, f in enumerate(self.files):
+            if f.rank >= self.world_size:
+                raise ValueError(f"files[{i}].rank: {f.rank} is out of range for world_size {self.world_size}")
+        for i, m in enumerate(self.measured.figures):
+            if m.file not in paths:
+                raise ValueError(f"measured.figures[{i}].file: {m.file!r} is not one of files[].path")
+        return self
+
+
 class Requires(_Strict):
     device: Literal["any", "cuda"] = "any"
     min_devices: int = Field(1, ge=1, description="CUDA devices needed when device is cuda")
@@ -110,7 +178,8 @@ class Requires(_Strict):
 class Case(_Strict):
     id: str = Field(pattern=CASE_ID_PATTERN, description="Unique, kebab-case; never shown to a diagnoser")
     title: str = Field(min_length=1)
-    workload: WorkloadSpec
+    workload: WorkloadSpec | None = Field(None, description="Injected evidence: the workload recorded here")
+    recorded: RecordedEvidence | None = Field(None, description="Recorded evidence: a real job's traces")
     faults: list[FaultSpec] = Field(default_factory=list, description="Empty = healthy control")
     labels: Labels
     manifest: ManifestationCheck | None = None
@@ -120,6 +189,14 @@ class Case(_Strict):
 
     @model_validator(mode="after")
     def _internal(self) -> "Case":
+        if (self.workload is None) == (self.recorded is None):
+            raise ValueError("workload: a case has exactly one of workload (injected evidence) and recorded (a real job's traces)")
+        if self.recorded is not None:
+            if self.faults:
+                raise ValueError("faults: a recorded case injects nothing")
+            if self.manifest is not None:
+                raise ValueError("manifest: a recorded case has no injection to check; its labels rest on recorded.measured")
+            return self
         steps = self.workload.steps
         for i, c in enumerate(self.labels.causes):
             if c.steps is not None and c.steps[1] > steps:
@@ -132,11 +209,24 @@ class Case(_Strict):
             raise ValueError("faults: a positive case injects at least one fault")
         return self
 
+    @property
+    def evidence_kind(self) -> Literal["injected", "recorded"]:
+        return "recorded" if self.recorded is not None else "injected"
+
+    @property
+    def world_size(self) -> int:
+        return self.recorded.world_size if self.recorded is not None else self.workload.world_size
+
     def healthy_twin(self) -> "Case":
         """The same case with its faults removed: the baseline for the manifestation check."""
+        if self.recorded is not None:
+            raise ValueError(f"case {self.id}: a recorded case has no healthy twin")
         return self.model_copy(update={"faults": []})
 
     def spec_hash(self) -> str:
-        """Hash of everything that shapes a recording (not title, tags or labels)."""
+        """Hash of everything that shapes a recording or an import (not title, tags or labels)."""
+        if self.recorded is not None:
+            payload = {"recorded": [(f.rank, f.sha256) for f in sorted(self.recorded.files, key=lambda f: f.rank)]}
+            return sha256_text(yaml.safe_dump(payload, sort_keys=True))
         payload = {"workload": self.workload.model_dump(), "faults": [f.model_dump() for f in self.faults]}
         return sha256_text(yaml.safe_dump(payload, sort_keys=True))

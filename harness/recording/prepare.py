@@ -25,13 +25,22 @@ class PreparedEvidence(BaseModel):
 
 
 def prepare_evidence(loaded: LoadedCase, *, device: str = "auto", force: bool = False, verify: bool = True,
-                     cache_dir: Path | None = None) -> PreparedEvidence:
+                     cache_dir: Path | None = None, data_dir: Path | None = None) -> PreparedEvidence:
     """Record (or reuse) the case's bundle; for a positive case also verify that its injection manifested.
 
     Verification reuses a stored one unless ``force``; it records ``DEFAULT_REPEATS`` repeats of the case
     and of its healthy twin (all cached). Raises ``RecordingError`` when a recording fails.
+    A recorded case's traces are imported instead (:mod:`diageval.recording.recorded`; ``data_dir`` is
+    where its files are), raising ``EvidenceUnavailable`` when they are absent; it has no verification.
     """
     from diageval.bundle.model import MANIFEST_NAME, EvidenceBundle
+
+    if loaded.case.recorded is not None:
+        from diageval.recording.recorded import import_recorded
+
+        folder = import_recorded(loaded, data_dir=data_dir, cache_dir=cache_dir, force=force)
+        return PreparedEvidence(case_id=loaded.case.id, bundle_dir=folder, bundle_id=EvidenceBundle.open(folder).bundle_id,
+                                manifest_sha256=sha256_file(folder / MANIFEST_NAME), verification=None)
     from diageval.paths import bundle_cache_dir
     from diageval.recording.record import resolve_device
     from diageval.recording.verify import DEFAULT_REPEATS, verify_case
@@ -68,6 +77,13 @@ def record_cases(case_ids: list[str], *, cases_dir: Path | None = None, device: 
     for n, lc in enumerate(chosen, 1):
         if progress:
             progress.started("record", n, len(chosen), lc.case.id)
+        if lc.case.recorded is not None:  # imported from the data folder, not recorded here
+            from diageval.recording.recorded import import_recorded
+
+            out.append((lc.case.id, import_recorded(lc, cache_dir=cache_dir, force=force), force))
+            if progress:
+                progress.advance("record")
+            continue
         dev = resolve_device(device, lc.case)
         _, folder, fresh = ensure_bundle(lc.case, dev, force=force, cache_dir=cache_dir)
         if progress:

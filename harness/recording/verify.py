@@ -141,9 +141,10 @@ def verify_cases(case_ids: list[str], *, cases_dir: Path | None = None, repeats:
     results = []
     for n, lc in enumerate(chosen, 1):
         case = lc.case
-        if case.labels.expect != "diagnose":
+        if case.labels.expect != "diagnose" or case.recorded is not None:
             if case_ids and progress:
-                progress.line(f"{case.id}: expect {case.labels.expect}, nothing to verify")
+                why = "a recorded case (labeled from measurements)" if case.recorded else f"expect {case.labels.expect}"
+                progress.line(f"{case.id}: {why}, nothing to verify")
             if progress:
                 progress.advance("verify")
             continue

@@ -278,11 +278,17 @@ class _Pipeline:
         return ready
 
     def _prepare(self, loaded: LoadedCase, evidence_fn: EvidenceFn, device: Device) -> "_Ready | dict[str, Any]":
+        from diageval.recording.recorded import EvidenceChecksumError, EvidenceUnavailable
+
         case = loaded.case
         try:
             prepared = evidence_fn(loaded, device=device)
         except KeyboardInterrupt:
             raise
+        except EvidenceUnavailable as exc:  # a recorded case's traces are not on this machine: reported apart
+            return {"status": "unavailable", "error": str(exc)}
+        except EvidenceChecksumError as exc:  # names the file
+            return {"status": "harness_error", "error": str(exc)}
         except Exception as exc:
             return {"status": "harness_error", "error": f"recording failed: {type(exc).__name__}: {exc}"}
         bundle_dir = Path(prepared.bundle_dir)
@@ -295,7 +301,7 @@ class _Pipeline:
             return {"status": "harness_error", "error": f"the bundle path {bundle_dir} reveals the case id", **ids}
         verification = getattr(prepared, "verification", None)
         impact = getattr(verification, "impact", None)
-        if case.labels.expect == "diagnose":
+        if case.labels.expect == "diagnose" and case.recorded is None:  # recorded: labeled from measurements
             if verification is None:
                 return {"status": "invalid", "error": "no manifestation check was recorded for this positive case", **ids}
             if not verification.manifested:
@@ -418,7 +424,7 @@ def _split_by_device(
     selected: list[LoadedCase], device: Device, cuda_device_count: Callable[[], int]
 ) -> tuple[list[LoadedCase], list[SkippedCase]]:
     """Cases this machine can record on ``device``, and the rest with the reason (one CUDA device per rank)."""
-    needs = [lc for lc in selected if lc.case.requires.device == "cuda"]
+    needs = [lc for lc in selected if lc.case.requires.device == "cuda" and lc.case.recorded is None]
     if not needs and device != "cuda":
         return selected, []
     available = cuda_device_count()
@@ -426,6 +432,9 @@ def _split_by_device(
         raise RunError("--device cuda, but torch sees no CUDA device here")
     runnable, skipped = [], []
     for lc in selected:
+        if lc.case.recorded is not None:  # imported, not recorded here: no device needed
+            runnable.append(lc)
+            continue
         req = lc.case.requires
         ranks = lc.case.workload.world_size
         reason = None

@@ -1,0 +1,450 @@
+"""``diageval trace stats``: the per-step measurements an expert labels a GPU trace from.
+
+One streaming pass over a Kineto trace (``trace_stream.iter_trace_events``) keeps compact columns, then
+every figure is computed per profiler step (``ProfilerStep#N`` on the host, any torch version; a trace
+without markers is measured as one window from its first to its last event):
+
+* device busy share (union of kernels, copies and fills) and the idle gaps between device activity,
+  counted by length (over 10 us, 50 us, 1 ms);
+* launches and the launch-to-start delay of each kernel (kernel start minus the start of the runtime
+  call that queued it, matched by ``correlation``): a few microseconds means the device was waiting
+  for the host (the queue was empty), milliseconds mean the host ran ahead of a busy device;
+* device time by kernel class (``kineto.kernel_class``: GEMM, convolution, communication, elementwise,
+  reductions/norms, memcpy, memset, other);
+* host blocking calls (device/stream/event synchronize, synchronous copies, async copies that touch
+  pageable memory, ``cudaFree``/``hipFree``), their host time and the device idle time while they block;
+  raw allocations (``cudaMalloc``/``hipMalloc``) are counted too;
+* the DataLoader wait (``enumerate(DataLoader)...`` ranges);
+* communication kernels' time, split into exposed (no other kernel runs meanwhile) and overlapped;
+* per host thread: ops started in the step and the time the thread is inside an op (the autograd
+  thread shows up here as work).
+
+Size: the collector (one pass, compact columns) and the per-step measurement that reads those columns
+are one unit: every column exists for a figure below, and splitting them would spread one data layout
+over two modules. The table for people is apart (:mod:`diageval.bundle.trace_stats_table`).
+
+Decisions: events are attributed to a step by their start for counts (launches, ops, calls) and by
+clipped overlap for times (busy, idle, waits), so times add up inside a step. Device activity from every
+device in the file counts (a Kineto trace holds one rank, whose device is the one it drives).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from array import array
+from bisect import bisect_left, bisect_right
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from diageval.bundle import kineto as K
+from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, iter_trace_events
+
+GAP_BINS_US = (10.0, 50.0, 1000.0)
+SHORT_GAP_US = 1000.0
+"""Device idle gaps are counted when longer than each of these (a kernel launch costs ~5 us on the
+host, so a gap over 10 us is more than one launch's worth; over 1 ms is a visible stall)."""
+
+BLOCKING_KINDS = ("sync", "sync_copy", "pageable_copy", "free")
+_KIND_OF_CALL: dict[str, str] = {
+    **{n: "sync" for n in K.SYNC_NAMES},
+    **{n: "sync_copy" for n in K.SYNC_COPY_NAMES},
+    **{n: "free" for n in K.FREE_NAMES},
+}
+
+
+class Coverage:
+    """Disjoint, sorted intervals (the union of the input) with prefix sums: covered length in a window."""
+
+    def __init__(self, starts: list[float] | array, durs: list[float] | array):
+        order = sorted(range(len(starts)), key=starts.__getitem__)
+        ms: list[float] = []
+        me: list[float] = []
+        for i in order:
+            s = starts[i]
+            e = s + max(0.0, durs[i])
+            if ms and s <= me[-1]:
+                if e > me[-1]:
+                    me[-1] = e
+            else:
+                ms.append(s)
+                me.append(e)
+        self.starts = ms
+        self.ends = me
+        self.prefix = [0.0]
+        for s, e in zip(ms, me):
+            self.prefix.append(self.prefix[-1] + e - s)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def covered(self, lo: float, hi: float) -> float:
+        """Length of the union inside [lo, hi)."""
+        if hi <= lo or not self.starts:
+            return 0.0
+        i = bisect_right(self.ends, lo)  # first interval ending after lo
+        j = bisect_left(self.starts, hi)  # intervals starting before hi
+        if i >= j:
+            return 0.0
+        total = self.prefix[j] - self.prefix[i]
+        total -= max(0.0, lo - self.starts[i])
+        total -= max(0.0, self.ends[j - 1] - hi)
+        return max(0.0, total)
+
+    def gaps(self, lo: float, hi: float) -> list[float]:
+        """Idle gaps between consecutive intervals that both touch [lo, hi)."""
+        i = bisect_right(self.ends, lo)
+        j = bisect_left(self.starts, hi)
+        return [self.starts[k + 1] - self.ends[k] for k in range(i, j - 1)]
+
+
+class BlockingStats(BaseModel):
+    calls: int = 0
+    host_us: float = Field(0.0, description="Time the host spent inside these calls")
+    device_idle_us: float = Field(0.0, description="Of that, time the device had nothing running")
+
+
+class ThreadStats(BaseModel):
+    tid: str
+    ops: int = Field(description="CPU ops started in the window")
+    busy_us: float = Field(description="Time inside any op or annotation (union)")
+    autograd: bool = Field(False, description="Runs autograd::engine::evaluate_function (the backward pass)")
+
+
+class StepStats(BaseModel):
+    """One profiler step (or the whole trace when it has no step markers). Times in microseconds."""
+
+    number: int | None = Field(description="N of ProfilerStep#N; None for the whole-trace window")
+    start_us: float
+    dur_us: float
+    device_busy_us: float = 0.0
+    device_busy_share: float = 0.0
+    device_idle_us: float = 0.0
+    device_gaps: dict[str, int] = Field(default_factory=dict, description="Gaps between device activity longer than N us")
+    device_gap_us: float = Field(0.0, description="Sum of the gaps between device activity (edges excluded)")
+    device_gap_short_us: float = Field(0.0, description="Of that, the gaps of at most SHORT_GAP_US (fragmented idle)")
+    kernels: int = 0
+    launches: int = 0
+    launch_delay_median_us: float | None = None
+    launch_delay_p10_us: float | None = None
+    launch_delay_p90_us: float | None = None
+    device_us_by_class: dict[str, float] = Field(default_factory=dict)
+    blocking: dict[str, BlockingStats] = Field(default_factory=dict)
+    blocking_device_idle_us: float = Field(0.0, description="Device idle while the host blocks (union over kinds)")
+    allocations: int = Field(0, description="cudaMalloc/hipMalloc calls")
+    dataloader_wait_us: float = 0.0
+    comm_us: float = 0.0
+    comm_exposed_us: float = 0.0
+    comm_overlapped_us: float = 0.0
+    threads: list[ThreadStats] = Field(default_factory=list)
+
+
+class TraceStats(BaseModel):
+    path: str
+    rank: int | None = None
+    world_size: int | None = None
+    devices: list[str] = Field(default_factory=list, description="deviceProperties names")
+    category_style: str = Field(description="'legacy' (torch 1.8/1.9 Operator/Kernel/Runtime) or 'current'")
+    has_accelerator: bool = Field(description="deviceProperties, runtime calls or device events present")
+    has_device_events: bool = Field(description="Kernels, copies or fills recorded on the device timeline")
+    json_bytes: int
+    events: int
+    seconds: float
+    truncated: str | None = None
+    steps: list[StepStats]
+    whole_trace: bool = Field(False, description="No ProfilerStep markers: steps holds one whole-trace window")
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.json_bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+
+class _Cols:
+    def __init__(self) -> None:
+        self.steps: list[tuple[int, float, float, str]] = []
+        self.host: dict[str, tuple[array, array]] = defaultdict(lambda: (array("d"), array("d")))
+        self.op_starts: dict[str, array] = defaultdict(lambda: array("d"))
+        self.autograd_tids: set[str] = set()
+        self.dev_ts = array("d")
+        self.dev_dur = array("d")
+        self.dev_class: list[str] = []
+        self.class_of: dict[tuple[str, str], str] = {}
+        self.dev_corr: list[Any] = []
+        self.pageable_corr: set[Any] = set()
+        self.launch_ts: dict[Any, float] = {}
+        self.launch_starts = array("d")
+        self.calls: list[tuple[str, float, float, Any]] = []  # (kind or name, ts, dur, correlation)
+        self.alloc_starts = array("d")
+        self.waits: tuple[array, array] = (array("d"), array("d"))
+        self.legacy = False
+        self.accel_cat = False
+        self.lo = math.inf
+        self.hi = -math.inf
+
+
+def _correlation(ev: TraceEvent) -> Any:
+    """The runtime correlation id that ties a device event to the host call that queued it (or None).
+
+    Only device events, launches and copies need it, so only they decode their ``args``."""
+    return ev.decoded_args().get("correlation")
+
+
+class StatsCollector:
+    """Feed it every event of one trace (``add``), then ask for the per-step figures (``measure``).
+
+    ``trace_summary`` feeds one of these during its own pass, so ``rules`` reads each trace once.
+    """
+
+    def __init__(self) -> None:
+        self.cols = _Cols()
+
+    def add(self, ev: TraceEvent) -> None:
+        if ev.ph != "X":
+            return
+        ts = ev.ts
+        dur = ev.dur
+        if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
+            return
+        c = self.cols
+        cat = ev.cat
+        name = ev.name
+        if not isinstance(name, str):
+            name = str(name)
+        if cat in K.DEVICE_CATEGORIES:
+            corr = _correlation(ev)
+            c.dev_ts.append(ts)
+            c.dev_dur.append(dur)
+            cls = c.class_of.get((cat, name))
+            if cls is None:  # a few dozen distinct kernels repeat thousands of times: classify each once
+                cls = c.class_of[(cat, name)] = K.kernel_class(cat, name)
+            c.dev_class.append(cls)
+            c.dev_corr.append(corr)
+            if cat in K.MEMCPY_CATEGORIES and K.PAGEABLE_MARK in name and corr is not None:
+                c.pageable_corr.add(corr)
+            c.accel_cat = True
+            if cat == "Kernel":
+                c.legacy = True
+        elif cat in K.RUNTIME_CATEGORIES:
+            c.accel_cat = True
+            if name in K.LAUNCH_NAMES:
+                c.launch_starts.append(ts)
+                corr = _correlation(ev)
+                if corr is not None:
+                    c.launch_ts[corr] = ts
+            elif name in K.ALLOC_NAMES:
+                c.alloc_starts.append(ts)
+            elif name in _KIND_OF_CALL or name in K.ASYNC_COPY_NAMES:
+                corr = _correlation(ev)
+                c.calls.append((_KIND_OF_CALL.get(name, "async_copy"), ts, dur, corr))
+        elif cat in K.HOST_OP_CATEGORIES:
+            tid = str(ev.tid)
+            if cat == "Operator":
+                c.legacy = True
+            if name.startswith(K.PROFILER_STEP_PREFIX):
+                n = K.profiler_step_number(name) if cat in K.STEP_MARKER_CATEGORIES else None
+                if n is not None:
+                    c.steps.append((n, ts, dur, tid))
+                return
+            cols = c.host[tid]
+            cols[0].append(ts)
+            cols[1].append(dur)
+            if cat in K.CPU_OP_CATEGORIES:
+                c.op_starts[tid].append(ts)
+                if name.startswith(K.AUTOGRAD_PREFIX):
+                    c.autograd_tids.add(tid)
+            if name.startswith(K.DATALOADER_NEXT_PREFIX):
+                c.waits[0].append(ts)
+                c.waits[1].append(dur)
+            if ts < c.lo:
+                c.lo = ts
+            if ts + dur > c.hi:
+                c.hi = ts + dur
+        elif cat in K.GPU_EVENT_CATEGORIES:
+            c.accel_cat = True
+
+    def measure(self) -> tuple[list[StepStats], bool]:
+        return _measure(self.cols)
+
+    @property
+    def has_device_events(self) -> bool:
+        return len(self.cols.dev_ts) > 0
+
+    @property
+    def saw_accelerator_events(self) -> bool:
+        """Runtime calls, device events or sync markers (deviceProperties is checked by the caller)."""
+        return self.cols.accel_cat
+
+
+def quantile(sorted_vals: list[float], q: float) -> float | None:
+    if not sorted_vals:
+        return None
+    pos = q * (len(sorted_vals) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_vals) - 1)
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
+
+
+def _count_in(sorted_starts: list[float], lo: float, hi: float) -> int:
+    return bisect_left(sorted_starts, hi) - bisect_left(sorted_starts, lo)
+
+
+def _measure(c: _Cols) -> tuple[list[StepStats], bool]:
+    # step windows: the thread with the most markers (the training thread), in time order
+    tids = defaultdict(int)
+    for _, _, _, tid in c.steps:
+        tids[tid] += 1
+    if tids:
+        main = max(tids, key=tids.get)
+        windows = sorted(((n, ts, dur) for n, ts, dur, t in c.steps if t == main), key=lambda w: w[1])
+        whole = False
+    else:
+        lo = min(c.lo, c.dev_ts[0] if c.dev_ts else math.inf)
+        hi = max(c.hi, max((t + d for t, d in zip(c.dev_ts, c.dev_dur)), default=-math.inf))
+        windows = [(None, lo, hi - lo)] if hi > lo else []
+        whole = True
+
+    device = Coverage(c.dev_ts, c.dev_dur)
+    by_class: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+    for ts, dur, cls in zip(c.dev_ts, c.dev_dur, c.dev_class):
+        by_class[cls][0].append(ts)
+        by_class[cls][1].append(dur)
+    class_cov = {cls: Coverage(*v) for cls, v in by_class.items()}
+    comm = class_cov.get("communication")
+    non_comm_idx = [i for i, cls in enumerate(c.dev_class) if cls != "communication"]
+    non_comm = Coverage([c.dev_ts[i] for i in non_comm_idx], [c.dev_dur[i] for i in non_comm_idx])
+    kernel_starts = sorted(c.dev_ts)
+    launches = sorted(c.launch_starts)
+    allocs = sorted(c.alloc_starts)
+    # launch-to-start delay per device event that a launch call queued, keyed by the event's start
+    delays = sorted(
+        (ts, ts - c.launch_ts[corr]) for ts, corr in zip(c.dev_ts, c.dev_corr) if corr is not None and corr in c.launch_ts
+    )
+    delay_starts = [d[0] for d in delays]
+    # blocking calls: their kind (pageable async copies decided by the copy they queued)
+    blocking = []
+    for kind, ts, dur, corr in c.calls:
+        if kind == "async_copy":
+            if corr is None or corr not in c.pageable_corr:
+                continue
+            kind = "pageable_copy"
+        blocking.append((ts, dur, kind))
+    blocking.sort()
+    block_starts = [b[0] for b in blocking]
+    waits = Coverage(c.waits[0], c.waits[1])
+    threads = {tid: (Coverage(*cols), sorted(c.op_starts.get(tid, ()))) for tid, cols in c.host.items()}
+
+    steps = []
+    for number, lo, dur in windows:
+        hi = lo + dur
+        busy = device.covered(lo, hi)
+        gaps = device.gaps(lo, hi)
+        sd = [d for _, d in delays[bisect_left(delay_starts, lo) : bisect_left(delay_starts, hi)]]
+        sd.sort()
+        block: dict[str, BlockingStats] = {}
+        block_iv: list[tuple[float, float]] = []
+        for ts, bdur, kind in blocking[bisect_left(block_starts, lo) : bisect_left(block_starts, hi)]:
+            b = block.setdefault(kind, BlockingStats())
+            b.calls += 1
+            b.host_us += bdur
+            b.device_idle_us += bdur - device.covered(ts, ts + bdur)
+            block_iv.append((ts, bdur))
+        block_cov = Coverage([b[0] for b in block_iv], [b[1] for b in block_iv])
+        block_idle = sum(
+            (e - s) - device.covered(s, e) for s, e in zip(block_cov.starts, block_cov.ends)
+        )
+        comm_us = comm.covered(lo, hi) if comm else 0.0
+        overlapped = 0.0
+        if comm:
+            i = bisect_right(comm.ends, lo)
+            j = bisect_left(comm.starts, hi)
+            for k in range(i, j):
+                overlapped += non_comm.covered(max(lo, comm.starts[k]), min(hi, comm.ends[k]))
+        steps.append(
+            StepStats(
+                number=number,
+                start_us=lo,
+                dur_us=dur,
+                device_busy_us=busy,
+                device_busy_share=busy / dur if dur > 0 else 0.0,
+                device_idle_us=max(0.0, dur - busy),
+                device_gaps={f"{b:g}": sum(1 for g in gaps if g > b) for b in GAP_BINS_US},
+                device_gap_us=sum(gaps),
+                device_gap_short_us=sum(g for g in gaps if g <= SHORT_GAP_US),
+                kernels=_count_in(kernel_starts, lo, hi),
+                launches=_count_in(launches, lo, hi),
+                launch_delay_median_us=quantile(sd, 0.5),
+                launch_delay_p10_us=quantile(sd, 0.1),
+                launch_delay_p90_us=quantile(sd, 0.9),
+                device_us_by_class={cls: cov.covered(lo, hi) for cls, cov in sorted(class_cov.items())},
+                blocking=block,
+                blocking_device_idle_us=block_idle,
+                allocations=_count_in(allocs, lo, hi),
+                dataloader_wait_us=waits.covered(lo, hi),
+                comm_us=comm_us,
+                comm_exposed_us=max(0.0, comm_us - overlapped),
+                comm_overlapped_us=overlapped,
+                threads=sorted(
+                    (
+                        ThreadStats(tid=tid, ops=_count_in(starts, lo, hi), busy_us=cov.covered(lo, hi),
+                                    autograd=tid in c.autograd_tids)
+                        for tid, (cov, starts) in threads.items()
+                    ),
+                    key=lambda t: (-t.busy_us, t.tid),
+                ),
+            )
+        )
+    return steps, whole
+
+
+def trace_stats(path: Path) -> TraceStats:
+    """Measure one trace file. Raises ``TraceFormatError`` when it is not a Chrome trace."""
+    path = Path(path)
+    state = StreamState()
+    started = time.perf_counter()
+    collector = StatsCollector()
+    try:
+        for ev in iter_trace_events(path, state):
+            collector.add(ev)
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(f"{path}: not UTF-8 JSON: {exc}") from exc
+    steps, whole = collector.measure()
+    cols = collector.cols
+    header = state.header
+    dist = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
+    props = header.get("deviceProperties") if isinstance(header.get("deviceProperties"), list) else []
+    devices = [d["name"] for d in props if isinstance(d, dict) and isinstance(d.get("name"), str)]
+    rank = dist.get("rank")
+    world = dist.get("world_size")
+    return TraceStats(
+        path=str(path),
+        rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None,
+        world_size=world if isinstance(world, int) and not isinstance(world, bool) else None,
+        devices=devices,
+        category_style="legacy" if cols.legacy else "current",
+        has_accelerator=bool(devices) or collector.saw_accelerator_events,
+        has_device_events=collector.has_device_events,
+        json_bytes=state.json_bytes,
+        events=state.n_events,
+        seconds=time.perf_counter() - started,
+        truncated=state.truncated,
+        steps=steps,
+        whole_trace=whole,
+    )
+
+
+def trace_files_of(path: Path) -> list[Path]:
+    """The trace files ``path`` stands for: itself, a bundle's rank traces, or the traces in a folder."""
+    from diageval.bundle.importer import find_trace_files
+    from diageval.bundle.model import MANIFEST_NAME, EvidenceBundle
+
+    path = Path(path)
+    if path.is_dir() and (path / MANIFEST_NAME).is_file():
+        return [p for _, p in sorted(EvidenceBundle.open(path).trace_paths().items())]
+    return find_trace_files([path])
+
+
+__all__ = ["trace_files_of", "StatsCollector", "Coverage", "StepStats", "TraceStats", "ThreadStats", "BlockingStats",
+           "trace_stats", "quantile", "GAP_BINS_US", "SHORT_GAP_US", "BLOCKING_KINDS"]

@@ -1,0 +1,96 @@
+"""Evidence for a recorded case: a real job's trace files, checked and imported into a cached bundle.
+
+``import_recorded(loaded, data_dir=..., cache_dir=...)`` (called by ``recording.prepare``) finds every
+file the case names under the data folder, checks its sha256, and imports them with the bundle
+importer's public ``import_traces`` (the same path as ``diageval bundle import``). The bundle is cached under the bundle
+cache's ``evidence/`` folder, keyed by the files' checksums (never the case id), so two cases on the
+same traces share one bundle and a second run imports nothing.
+
+* A file that is absent: :class:`EvidenceUnavailable` listing every absent file and the folder searched.
+  The run pipeline reports the case ``unavailable``, apart from every other status and never blamed on
+  a diagnoser (the repository ships no copy of others' traces; a machine without the data cannot run it).
+* A file whose sha256 differs: :class:`EvidenceChecksumError` naming the file, the expected and the
+  actual checksum (a different file under the same name must not be judged against these labels).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from diageval.cases.load import LoadedCase
+from diageval.fileio import sha256_file
+
+IMPORT_VERSION = "recorded-1"  # bump when the importer's output for the same files changes
+
+
+class EvidenceUnavailable(Exception):
+    """Some trace file of a recorded case is not in the data folder."""
+
+
+class EvidenceChecksumError(Exception):
+    """A trace file of a recorded case is there but is not the file the case names."""
+
+
+def locate_files(loaded: LoadedCase, data_dir: Path) -> list[Path]:
+    """The case's trace files under ``data_dir``, checked; rank order as in the case."""
+    recorded = loaded.case.recorded
+    if recorded is None:
+        raise ValueError(f"case {loaded.case.id} is not a recorded case")
+    data_dir = Path(data_dir)
+    missing = [f.path for f in recorded.files if not (data_dir / f.path).is_file()]
+    if missing:
+        where = data_dir if data_dir.is_dir() else f"{data_dir} (no such folder)"
+        raise EvidenceUnavailable(
+            f"{len(missing)} of {len(recorded.files)} trace file(s) not found under {where}: {', '.join(missing)}"
+            " (set --data or $DIAGEVAL_DATA to the folder holding them)"
+        )
+    paths = []
+    for f in recorded.files:
+        path = data_dir / f.path
+        actual = sha256_file(path)
+        if actual != f.sha256:
+            raise EvidenceChecksumError(
+                f"{path}: sha256 {actual} differs from {f.sha256} named by {loaded.path} (recorded.files, path {f.path});"
+                " the file is not the trace this case was labeled from"
+            )
+        paths.append(path)
+    return paths
+
+
+def recorded_bundle_key(loaded: LoadedCase) -> str:
+    """Opaque cache key: the files' ranks and checksums and the import version (no case id)."""
+    files = sorted((f.rank, f.sha256) for f in loaded.case.recorded.files)
+    payload = json.dumps({"files": files, "import": IMPORT_VERSION}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def import_recorded(loaded: LoadedCase, *, data_dir: Path | None = None, cache_dir: Path | None = None,
+                    force: bool = False) -> Path:
+    """The case's bundle folder (imported now unless cached)."""
+    import shutil
+    import tempfile
+
+    from diageval.bundle.importer import import_traces
+    from diageval.bundle.model import MANIFEST_NAME
+    from diageval.paths import bundle_cache_dir, real_traces_dir
+    from diageval.recording.cache import bundles_root
+
+    files = locate_files(loaded, real_traces_dir(data_dir))
+    cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
+    folder = bundles_root(cache) / recorded_bundle_key(loaded)
+    if force and folder.exists():
+        shutil.rmtree(folder)
+    if not (folder / MANIFEST_NAME).is_file():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        # the importer builds a sibling temp folder and renames it into place; staging the files under
+        # rank-revealing names keeps the rank the case names (file names in the data folder may not say it)
+        with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".stage-") as stage:
+            staged = []
+            for f, path in zip(loaded.case.recorded.files, files):
+                link = Path(stage) / f"rank{f.rank}.{'json.gz' if path.name.endswith('.gz') else 'json'}"
+                link.symlink_to(path.resolve())
+                staged.append(link)
+            import_traces(staged, folder)
+    return folder

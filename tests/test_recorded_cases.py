@@ -1,0 +1,157 @@
+"""Recorded cases: the model, the data folder (unavailable, checksum mismatch), and on the real traces
+(../shared/real-traces or $DIAGEVAL_DATA): their figures re-derive, rules names each labeled cause it
+covers and claims nothing on healthy and abstain cases, and rules, hta and symptoms end every case ok,
+abstained or with a DiagnoserFailed status."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+
+import pytest
+from pydantic import ValidationError
+
+from diageval.bundle.model import EvidenceBundle
+from diageval.cases.load import load_case_set
+from diageval.cases.model import Case
+from diageval.diagnosers.base import DiagnoserFailed
+from diageval.diagnosers.rules.diagnoser import RulesDiagnoser
+from diageval.diagnosers.symptoms import SymptomsDiagnoser
+from diageval.bundle.trace_stats import trace_stats
+from diageval.bundle.trace_stats_table import summary_rows
+from diageval.recording.prepare import prepare_evidence
+from diageval.paths import real_traces_dir
+from diageval.recording.recorded import EvidenceChecksumError, EvidenceUnavailable
+from gpu_traces import gpu_trace
+
+
+def _recorded(path: str, sha: str, **over) -> dict:
+    data = {
+        "id": "rec-case",
+        "title": "a recorded case",
+        "recorded": {
+            "job": "a job", "hardware": "a GPU", "framework": "torch", "world_size": 1,
+            "files": [{"path": path, "sha256": sha, "rank": 0,
+                       "source": {"repository": "o/r", "commit": "abcdef1", "path": "t.json.gz", "licence": "MIT"}}],
+            "measured": {"command": f"diageval trace stats {path}", "figures": [{"file": path, "figures": {"steps": "4"}}]},
+            "rationale": "because",
+        },
+        "labels": {"expect": "healthy"},
+    }
+    data.update(over)
+    return data
+
+
+def test_model_checks():
+    sha = "0" * 64
+    Case.model_validate(_recorded("a/t.json.gz", sha))
+    with pytest.raises(ValidationError, match="exactly one of workload"):
+        Case.model_validate(_recorded("a/t.json.gz", sha, workload={"name": "mlp_ddp", "steps": 5}))
+    with pytest.raises(ValidationError, match="relative to the data folder"):
+        Case.model_validate(_recorded("../t.json.gz", sha))
+    bad = _recorded("a/t.json.gz", sha)
+    bad["recorded"]["files"][0]["rank"] = 3
+    with pytest.raises(ValidationError, match="out of range"):
+        Case.model_validate(bad)
+    bad = _recorded("a/t.json.gz", sha)
+    bad["recorded"]["measured"]["figures"][0]["file"] = "other.json.gz"
+    with pytest.raises(ValidationError, match="not one of files"):
+        Case.model_validate(bad)
+
+
+def _loaded(tmp_path, case: Case):
+    from diageval.cases.load import LoadedCase
+
+    return LoadedCase(case=case, path=tmp_path / "case.yaml", file_sha256="x")
+
+
+def test_absent_file_is_unavailable_and_a_changed_file_an_error_naming_it(tmp_path):
+    trace = gpu_trace(tmp_path / "data" / "job" / "rank0.json.gz")
+    sha = hashlib.sha256(trace.read_bytes()).hexdigest()
+    prepare = functools.partial(prepare_evidence, cache_dir=tmp_path / "cache")
+    ok = _loaded(tmp_path, Case.model_validate(_recorded("job/rank0.json.gz", sha)))
+    prepared = prepare(ok, data_dir=tmp_path / "data")
+    assert EvidenceBundle.open(prepared.bundle_dir).trace_paths().keys() == {0}
+    assert "rec-case" not in str(prepared.bundle_dir) and prepared.verification is None
+    assert prepare(ok, data_dir=tmp_path / "data").bundle_dir == prepared.bundle_dir  # cached
+    with pytest.raises(EvidenceUnavailable, match="job/rank0.json.gz"):
+        prepare(ok, data_dir=tmp_path / "elsewhere")
+    wrong = _loaded(tmp_path, Case.model_validate(_recorded("job/rank0.json.gz", "1" * 64)))
+    with pytest.raises(EvidenceChecksumError, match="rank0.json.gz"):
+        prepare(wrong, data_dir=tmp_path / "data")
+
+
+def test_run_reports_unavailable_apart(tmp_path):
+    from diageval.run.pipeline import run_diagnoser
+    from diageval.run.store import RunStore
+    from run_fakes import make_case_set
+
+    case = Case.model_validate(_recorded("job/rank0.json.gz", "0" * 64))
+    outcome = run_diagnoser(
+        "null", make_case_set([case]), cases_dir=tmp_path / "cases", out_dir=tmp_path / "runs",
+        evidence_fn=functools.partial(prepare_evidence, data_dir=tmp_path / "none", cache_dir=tmp_path / "cache"),
+        progress=None, cuda_device_count=lambda: 0,
+    )
+    (result,) = RunStore(outcome.run_dir).read_results()
+    assert result.status == "unavailable" and result.evidence == "recorded"
+    assert "not found under" in result.error
+    assert outcome.summary.counts.scored == 0
+
+
+DATA = real_traces_dir()
+RECORDED = [lc for lc in load_case_set().cases if lc.case.recorded is not None]
+
+
+def test_the_corpus_has_recorded_cases_of_every_kind():
+    expects = {lc.case.labels.expect for lc in RECORDED}
+    assert len(RECORDED) >= 8 and expects == {"diagnose", "healthy", "abstain"}
+    for lc in RECORDED:
+        for f in lc.case.recorded.files:
+            assert f.source.licence and f.source.repository and f.source.commit
+
+
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"real traces not found at {DATA} (set $DIAGEVAL_DATA)")
+
+
+@needs_data
+@pytest.mark.parametrize("lc", RECORDED, ids=lambda lc: lc.case.id)
+def test_the_figures_behind_each_label_re_derive(lc):
+    for measured in lc.case.recorded.measured.figures:
+        rows = dict(summary_rows(trace_stats(DATA / measured.file)))
+        for name, value in measured.figures.items():
+            assert rows.get(name) == value, f"{lc.case.id}: {measured.file}: {name!r}"
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cache")
+    return {lc.case.id: EvidenceBundle.open(prepare_evidence(lc, data_dir=DATA, cache_dir=cache).bundle_dir)
+            for lc in RECORDED}
+
+
+@needs_data
+@pytest.mark.parametrize("lc", RECORDED, ids=lambda lc: lc.case.id)
+def test_rules_on_recorded_cases(lc, bundles):
+    d = RulesDiagnoser().diagnose(bundles[lc.case.id])
+    labels = lc.case.labels
+    claimed = {f.category for f in d.causes}
+    if labels.expect == "diagnose":  # every cause of these cases is one rules covers
+        assert {c.category for c in labels.causes} <= claimed, d
+        assert claimed == {c.category for c in labels.causes}, d
+    else:
+        assert claimed == set(), d
+    if labels.expect == "abstain":
+        assert d.abstain is not None
+
+
+@needs_data
+@pytest.mark.parametrize("lc", RECORDED, ids=lambda lc: lc.case.id)
+def test_every_diagnoser_ends_each_recorded_case_with_a_status(lc, bundles):
+    pytest.importorskip("hta.trace_analysis")
+    from diageval.diagnosers.hta_adapter import HTADiagnoser
+
+    for diagnoser in (RulesDiagnoser(), SymptomsDiagnoser(), HTADiagnoser()):
+        try:
+            diagnoser.diagnose(bundles[lc.case.id])
+        except DiagnoserFailed as exc:  # a status with its message, never a crash
+            assert str(exc)

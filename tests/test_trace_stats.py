@@ -1,0 +1,73 @@
+"""``trace stats``: figures on a synthetic trace whose answers are known, and every real trace read."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from diageval.cli import main
+from diageval.bundle.trace_stats import Coverage, trace_stats
+from diageval.bundle.trace_stats_table import format_table
+from diageval.paths import real_traces_dir
+from gpu_traces import STEP_US, gpu_trace
+
+
+def test_coverage_clips_and_merges():
+    cov = Coverage([0.0, 5.0, 20.0], [10.0, 10.0, 5.0])  # [0,15) and [20,25)
+    assert cov.covered(-5, 30) == 20
+    assert cov.covered(10, 22) == 7
+    assert cov.gaps(0, 30) == [5.0]
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["current", "torch-1.9"])
+def test_figures_of_a_known_trace(tmp_path, legacy):
+    s = trace_stats(gpu_trace(tmp_path / "t.json.gz", legacy=legacy, pageable_block_us=2_000.0, comm_us=500.0))
+    assert s.category_style == ("legacy" if legacy else "current")
+    assert s.has_accelerator and s.has_device_events and len(s.steps) == 4
+    st = s.steps[1]
+    assert st.dur_us == STEP_US and st.launches == 21 and st.kernels == 22
+    assert st.launch_delay_median_us == pytest.approx(10.0)
+    assert st.device_us_by_class["elementwise"] == pytest.approx(2_000.0)
+    assert st.dataloader_wait_us == pytest.approx(1_000.0)
+    # 19 gaps of 200 us between kernels, 200 us to the comm kernel, ~2 ms to the pageable copy
+    assert st.device_gaps["50"] == 21 and st.device_gaps["1000"] == 1
+    block = st.blocking["pageable_copy"]
+    assert block.calls == 1 and block.host_us == 2_000.0 and block.device_idle_us == pytest.approx(1_998.0)
+    assert st.comm_us == 500.0 and st.comm_exposed_us == 500.0 and st.comm_overlapped_us == 0.0
+    busiest = {t.tid: t for t in st.threads}
+    assert busiest["2"].autograd and busiest["2"].busy_us == 3_000.0
+
+
+def test_no_device_events_and_no_steps(tmp_path):
+    s = trace_stats(gpu_trace(tmp_path / "t.json.gz", device_events=False))
+    assert s.has_accelerator and not s.has_device_events
+    assert all(st.device_busy_us == 0 for st in s.steps)
+
+
+def test_cli_table_json_and_compare(tmp_path):
+    a = gpu_trace(tmp_path / "a.json.gz")
+    b = gpu_trace(tmp_path / "b.json.gz", delay_us=5_000.0)
+    runner = CliRunner()
+    out = runner.invoke(main, ["trace", "stats", str(a)])
+    assert out.exit_code == 0, out.output
+    assert "launch-to-start delay (median of step medians)  10.0 us" in out.output
+    out = runner.invoke(main, ["trace", "stats", "--compare", str(a), str(b)])
+    assert out.exit_code == 0 and "5.00 ms" in out.output
+    assert runner.invoke(main, ["trace", "stats", "--json", str(a)]).exit_code == 0
+    assert runner.invoke(main, ["trace", "stats", "--compare", str(a)]).exit_code != 0
+
+
+DATA = real_traces_dir()
+REAL = sorted(DATA.rglob("*.json.gz")) if DATA.is_dir() else []
+
+
+@pytest.mark.skipif(not REAL, reason=f"no real traces under {DATA} (set $DIAGEVAL_DATA)")
+@pytest.mark.parametrize("path", REAL, ids=lambda p: p.parent.name)
+def test_every_real_trace_measured(path):
+    s = trace_stats(path)
+    assert s.truncated is None and s.steps
+    assert format_table(s)
+    if s.has_device_events:
+        assert any(st.kernels for st in s.steps)
+    if "kineto-resnet50" in str(path):
+        assert s.category_style == "legacy" and len(s.steps) == 6  # Operator-category ProfilerSteps
