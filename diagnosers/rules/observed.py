@@ -90,7 +90,7 @@ def observe_symptoms(ev: RunEvidence, kind: str = "symptom") -> list[Finding]:
                 evidence=[f"{ev.trace_file(r.rank)}: busy {r.busy_share:.0%} of the median step" for r in idle],
             )
         )
-    slow = [r for r in shares if r.waiting_share >= 0.5]
+    slow = [r for r in shares if r.waiting_share >= T.SLOW_STEP_WAITING_SHARE]
     if slow:
         worst = max(slow, key=lambda r: r.waiting_share)
         out.append(

@@ -152,7 +152,7 @@ def judge_blocking_save(table: SpikeTable | None, ev: RunEvidence) -> list[Findi
     for n in seen:
         shares = table.attributed[n]
         top = max(shares.values())
-        ranks.update(r for r, s in shares.items() if s >= T.SPIKE_UNEXPLAINED_SHARE and s >= 0.5 * top)
+        ranks.update(r for r, s in shares.items() if s >= T.SPIKE_UNEXPLAINED_SHARE and s >= T.SPIKE_CO_CULPRIT_OF_WORST * top)
     starts = [e[0] for e in events]
     gaps = [b - a for a, b in zip(starts, starts[1:])]
     periodic = bool(gaps) and max(gaps) - min(gaps) <= max(1, 0.25 * median(gaps))

@@ -53,6 +53,9 @@ SPIKE_SIMILARITY = 3.0
 SPIKE_CLIP = 2.0
 # The extra time of a spike must sit in unexplained host time (not data wait, ops or collectives).
 SPIKE_UNEXPLAINED_SHARE = 0.5
+# A rank shares the blame for a spike when its unexplained share is at least this fraction of the worst
+# rank's: a saving rank and its peers stalled in the next collective look alike only from far off.
+SPIKE_CO_CULPRIT_OF_WORST = 0.5
 
 # The smallest loss the rules name as a cause on a GPU trace: a tenth of the step (as SKEW_SHARE and
 # SPIKE_IMPACT above). Below it, a cause is not worth a person's attention and is within the step-time
@@ -94,3 +97,5 @@ MIN_HOST_OPS_PER_STEP = 2000
 # costs the step nothing.
 LONG_COLLECTIVE_SHARE = 0.25
 LOW_UTILIZATION_BUSY = 0.5
+# symptom.slow_step: the training thread waits (collective, data, host block) at least half of the step.
+SLOW_STEP_WAITING_SHARE = 0.5
