@@ -68,3 +68,15 @@ class UnavailableDiagnoser:
 
     def diagnose(self, bundle):
         raise AssertionError("never constructed")
+
+
+class NetworkDiagnoser:
+    """Declares that it calls a model endpoint: the harness must refuse it unless the run allows network."""
+
+    name = "needs-net"
+    version = "1"
+    needs_network = True
+    claims = ("input.dataloader_starvation",)
+
+    def diagnose(self, bundle):
+        return Diagnosis()

@@ -274,3 +274,16 @@ def test_rescoring_names_a_damaged_saved_diagnosis(tmp_path):
     damaged.write_text('{"findings": [{"category": "compute.straggler_rank", "confidence": 7}]}')
     with pytest.raises(RescoreError, match=r"diagnosis.json: findings\[0\].confidence"):
         rescore_run(out.run_dir, case_set=case_set)
+
+
+def test_a_diagnoser_that_needs_the_network_is_refused_without_allow_network(tmp_path):
+    from diageval.run.registry import DiagnoserSpecError
+
+    case_set = make_case_set([make_case("n1")])
+    evidence = FakeEvidence(tmp_path / "bundles")
+    with pytest.raises(DiagnoserSpecError, match="--allow-network"):
+        _run("fake_diagnosers:NetworkDiagnoser", case_set, tmp_path, evidence, isolation="none")
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # refused before anything ran
+    out = _run("fake_diagnosers:NetworkDiagnoser", case_set, tmp_path, evidence, isolation="none", allow_network=True)
+    assert _statuses(out.run_dir) == {"n1": "ok"}
+    assert out.info.diagnoser.claims == ["input.dataloader_starvation"]  # the box's word reaches run.json

@@ -100,5 +100,11 @@ def host_diagnoser(
 
     worker = WorkerExecutor(paths.spec, isolation=chosen, python_path=paths.python_path, limits=limits)
     identity = worker.describe()
+    if identity.get("needs_network") and not allow_network:
+        worker.close()
+        raise DiagnoserSpecError(
+            f"{identity['name']} needs the network (it says needs_network: it calls a model endpoint), and this "
+            "run keeps diagnosers offline: run again with --allow-network"
+        )
     return HostedDiagnoser(spec, identity["name"], identity["version"], identity["origin"], "in_process", role, chosen,
                            paths, limits, claims=identity.get("claims"), _spare=worker)

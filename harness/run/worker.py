@@ -86,7 +86,8 @@ class WorkerExecutor:
         self._buffer = bytearray()
 
     def describe(self) -> dict[str, Any]:
-        """Start the worker (if needed) and return what it reported: name, version, origin."""
+        """Start the worker (if needed) and return what it reported: name, version, origin, claims (when the
+        diagnoser declares them) and needs_network."""
         if self._proc is None:
             self._start()
         assert self.identity is not None
@@ -181,6 +182,10 @@ class WorkerExecutor:
                 raise DiagnoserSpecError(why)
             raise WorkerStartError(f"diagnoser {self.spec!r} could not start: {why}" + (f"\n{log_tail}" if log_tail else ""))
         self.identity = {k: str(reply.get(k, ""))[:200] for k in ("name", "version", "origin")}
+        claims = reply.get("claims")  # the box's word, so checked: a list of short strings, or not declared
+        if isinstance(claims, list) and all(isinstance(c, str) for c in claims):
+            self.identity["claims"] = [c[:200] for c in claims[:1000]]
+        self.identity["needs_network"] = reply.get("needs_network") is True
         if self.handover is not None:
             self._prepare()
 

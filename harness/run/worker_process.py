@@ -51,7 +51,8 @@ def _init(request: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         return None, {"ok": False, "spec_error": True, "error": str(exc)}
     diagnoser = resolved.factory()
     return diagnoser, {"ok": True, "name": resolved.name, "version": resolved.version, "origin": resolved.origin,
-                       "claims": None if resolved.claims is None else list(resolved.claims)}
+                       "claims": None if resolved.claims is None else list(resolved.claims),
+                       "needs_network": bool(getattr(diagnoser, "needs_network", False))}
 
 
 def _prepare(diagnoser: Any, request: dict[str, Any]) -> dict[str, Any]:
