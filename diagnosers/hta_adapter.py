@@ -113,6 +113,8 @@ class HTADiagnoser:
 
     name = "hta"
     version = f"1+traceinsight-{_hta_version()}"
+    # what hta_mapping can name as a cause; long or exposed communication is only ever a symptom
+    claims = ("input.dataloader_starvation", "launch.kernel_launch_overhead", "compute.straggler_rank")
 
     def __init__(self) -> None:
         try:

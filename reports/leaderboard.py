@@ -116,6 +116,10 @@ def render_leaderboard(summaries: list[Summary]) -> str:
     ]
     detection_rows = [{"diagnoser": r["diagnoser"], "cells": [_detection_cell(s, c) for c in categories]}
                       for r, s in zip(rows, ranked + unranked)]
+    coverage_rows = [{"diagnoser": r["diagnoser"], "field": _field(s),
+                      "own": format_metric(s.recall_claimable) if s.recall_claimable is not None else "–",
+                      "all": format_metric(s.metrics.recall)}
+                     for r, s in zip(rows, ranked + unranked)]
     first = summaries[0]
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
@@ -132,4 +136,13 @@ def render_leaderboard(summaries: list[Summary]) -> str:
         rows=rows,
         categories=categories,
         recall_rows=recall_rows,
+        coverage_rows=coverage_rows,
     )
+
+
+def _field(s: Summary) -> str:
+    """The causes a diagnoser declares it can claim, as the coverage table shows them."""
+    claims = s.diagnoser.claims
+    if claims is None:
+        return "not declared"
+    return ", ".join(f"`{c}`" for c in claims) or "none"

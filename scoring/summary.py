@@ -39,7 +39,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from diageval.scoring.intervals import CONFIDENCE_LEVEL
+from diageval.scoring.intervals import CONFIDENCE_LEVEL, jeffreys
 from diageval.scoring.metrics import METRICS, MetricValue, Resampled, category_metrics, metrics_model
 from diageval.scoring.results import CaseResult
 from diageval.scoring.tallies import CALIBRATION_BINS, TallyTable, category_column, tally_table
@@ -142,6 +142,10 @@ class Summary(_Model):
     detection: dict[str, Detection]
     confusion: Confusion
     bootstrap: BootstrapInfo
+    recall_claimable: MetricValue | None = Field(
+        None, description="Recall over the labeled causes the diagnoser declares it can claim (its field); null "
+        "when it declares none. Beside recall over all causes, it judges a narrow tool on its field and "
+        "keeps the gap visible")
 
     @model_validator(mode="before")
     @classmethod
@@ -210,7 +214,22 @@ def summarize(
         detection=detection_by_cause(scored),
         confusion=confusion_of(scored),
         bootstrap=BootstrapInfo(resamples=n_boot, seed=seed),
+        recall_claimable=claimable_recall(resampled.point, categories, diagnoser.claims),
     )
+
+
+def claimable_recall(point: dict[str, np.ndarray], categories: list[str], claims: list[str] | None) -> MetricValue | None:
+    """Found / labeled over the causes in ``claims`` (the diagnoser's declared field), with a Jeffreys
+    interval on those counts; None when the diagnoser declares no field."""
+    if claims is None:
+        return None
+    own = [c for c in categories if c in set(claims)]
+    found = sum(float(point[category_column("found", c)][0]) for c in own)
+    labeled = sum(float(point[category_column("causes", c)][0]) for c in own)
+    if labeled == 0:
+        return MetricValue(value=None, ci=None, n=0)
+    lo, hi = jeffreys(found, labeled)[0]
+    return MetricValue(value=found / labeled, ci=(float(lo), float(hi)), n=int(labeled))
 
 
 def reliability_of(table: TallyTable) -> list[ReliabilityBin]:

@@ -84,6 +84,18 @@ def test_a_run_without_sandbox_is_marked():
     assert [r.split(" | ")[1] for r in rows] == ["**boxed 1**", "open 1 *(no sandbox: isolation none)*"]
 
 
+def test_coverage_judges_a_narrow_diagnoser_on_its_field():
+    results = [score_case(c, d, taxonomy=TAX, seconds=1.0) for c, d in zip(CASES, HALF)]  # finds the straggler only
+    narrow = summarize(results, diagnoser=DiagnoserInfo(spec="n", name="narrow", version="1", claims=[STRAGGLER]),
+                       case_set_hash="feedc0de" * 8, taxonomy_version="1.0", n_boot=200)
+    wide = run_summary("undeclared", HALF)
+    assert narrow.recall_claimable.value == 1.0 and narrow.recall_claimable.n == 1  # 1 of its 1 claimable label
+    assert narrow.metrics.recall.value == 0.5  # the gap to all causes stays visible
+    assert wide.recall_claimable is None
+    board = render_leaderboard([narrow, wide]).split("### Coverage")[1].split("###")[0]
+    assert f"`{STRAGGLER}` | 1.00" in board and "not declared | – | 0.50" in board
+
+
 def test_format_metric():
     assert format_metric(MetricValue(value=0.5, ci=(0.25, 0.75), n=4)) == "0.50 [0.25, 0.75] n=4"
     assert format_metric(MetricValue(value=None, ci=None, n=0)) == "– n=0"

@@ -60,6 +60,11 @@ def find_causes(ev: RunEvidence) -> list[Finding]:
 class RulesDiagnoser:
     name: ClassVar[str] = "rules"
     version: ClassVar[str] = "0.2.0"
+    # the causes its judges can name (the coverage table judges it on these as well as on all causes)
+    claims: ClassVar[tuple[str, ...]] = (
+        "input.dataloader_starvation", "checkpoint.blocking_save", "comm.collective_stall",
+        "compute.straggler_rank", "launch.kernel_launch_overhead", "host.device_sync",
+    )
 
     def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:
         ev = gather_evidence(bundle)
