@@ -41,6 +41,13 @@ def _descendants(pid: int) -> set[int]:
     return out
 
 
+def _read(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError:
+        return b""
+
+
 def _alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -101,7 +108,8 @@ def test_kill9_of_run_leaves_no_process_and_the_next_start_cleans_up(tmp_path, k
         nonlocal tree
         assert proc.poll() is None, proc.stderr.read().decode()
         tree = _descendants(proc.pid)
-        cmdlines = [Path(f"/proc/{p}/cmdline").read_bytes() for p in tree if Path(f"/proc/{p}/cmdline").exists()]
+        # processes running inside the box, not bwrap (whose own argv names the command while it builds the box)
+        cmdlines = [_read(f"/proc/{p}/cmdline") for p in tree if _read(f"/proc/{p}/comm").strip() != b"bwrap"]
         return any(target in c for c in cmdlines) and (kind != "cmd" or any(b"sleep\x00300" in c for c in cmdlines))
 
     _wait_for(diagnosing, 60, "the diagnoser never started")
@@ -132,7 +140,9 @@ def test_kill9_of_diagnose_leaves_no_process(tmp_path):
         nonlocal tree
         assert proc.poll() is None, proc.stderr.read().decode()
         tree = _descendants(proc.pid)
-        return sum(b"sleeper.py" in Path(f"/proc/{p}/cmdline").read_bytes() for p in tree if Path(f"/proc/{p}/cmdline").exists()) >= 2
+        # the sleeper and its setsid child running, not bwrap (whose own argv names sleeper.py while it builds the box)
+        return sum(b"sleeper.py" in _read(f"/proc/{p}/cmdline") and _read(f"/proc/{p}/comm").strip() != b"bwrap"
+                   for p in tree) >= 2
 
     _wait_for(diagnosing, 60, "the diagnoser never started")
     _kill_and_check(proc, _descendants(proc.pid))
