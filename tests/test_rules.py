@@ -202,3 +202,21 @@ def test_garbage_trace_abstains_with_reason(tmp_path):
     (root / "rank1" / "trace.json.gz").write_bytes(gzip.compress(b"this is not a trace"))
     d = RulesDiagnoser().diagnose(EvidenceBundle.open(root))
     assert d.abstain is not None and "rank1 trace unreadable" in d.abstain.reason
+
+
+def test_a_trace_claiming_a_billion_ranks_does_not_make_the_rules_loop_over_them(tmp_path):
+    """A hostile or damaged trace's distributedInfo is not believed past the bundle's own bound."""
+    import gzip
+    import json
+
+    from diageval.bundle.model import WORLD_SIZE_LIMIT, BundleEnv
+    from diageval.diagnosers.rules.inputs import gather_evidence
+
+    with pytest.raises(ValueError):
+        BundleEnv(device="cpu", world_size=10**9)
+    bundle = EvidenceBundle.open(build_bundle(tmp_path / "bundle", lambda r, k: StepShape(), world_size=2, n_steps=8))
+    trace = bundle.trace_paths()[0]
+    doc = json.loads(gzip.decompress(trace.read_bytes()))
+    doc["distributedInfo"] = {"rank": 0, "world_size": 10**9}
+    trace.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    assert gather_evidence(bundle).world_size == 2 and WORLD_SIZE_LIMIT < 10**9

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from diageval.bundle.model import EvidenceBundle, StepRecord
+from diageval.bundle.model import WORLD_SIZE_LIMIT, EvidenceBundle, StepRecord
 from diageval.bundle.trace_stream import TraceFormatError
 from diageval.bundle.trace_summary import TraceSummary, summarize_trace
 
@@ -123,7 +123,7 @@ def gather_evidence(bundle: EvidenceBundle) -> RunEvidence:
         except (TraceFormatError, OSError) as exc:
             unreadable[rank] = str(exc)
     declared = [bundle.world_size, *(r + 1 for r in step_log), *(r + 1 for r in traces), *(r + 1 for r in unreadable)]
-    declared += [s.world_size for s in traces.values() if s.world_size]
+    declared += [s.world_size for s in traces.values() if s.world_size and s.world_size <= WORLD_SIZE_LIMIT]
     world_size = max(declared)
     offsets = {r: _step_offset(s, step_log.get(r, [])) for r, s in traces.items()}
     return RunEvidence(

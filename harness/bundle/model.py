@@ -28,6 +28,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from diageval.fileio import read_jsonl, sha256_file
 
 BUNDLE_SCHEMA_VERSION = 1
+# No job has this many ranks; a bundle.json or trace claiming more is damaged or hostile, and every reader
+# that loops over ranks (missing-rank checks) stays bounded by it.
+WORLD_SIZE_LIMIT = 1 << 24
 MANIFEST_NAME = "bundle.json"
 _RANK_DIR = re.compile(r"^rank(\d+)$")
 
@@ -39,7 +42,7 @@ class BundleEnv(BaseModel):
     python: str | None = None
     device: str = Field(description="cpu or cuda")
     gpu_name: str | None = None
-    world_size: int = Field(ge=1)
+    world_size: int = Field(ge=1, le=WORLD_SIZE_LIMIT, description="Ranks of the job (readers loop over them: bounded)")
     host: str | None = None
     backend: str | None = Field(None, description="torch.distributed backend: gloo, nccl or null")
 
