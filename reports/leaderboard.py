@@ -116,6 +116,10 @@ def render_leaderboard(summaries: list[Summary]) -> str:
     ]
     detection_rows = [{"diagnoser": r["diagnoser"], "cells": [_detection_cell(s, c) for c in categories]}
                       for r, s in zip(rows, ranked + unranked)]
+    evidence_kinds = [k for k in ("injected", "recorded") if any(k in s.by_evidence for s in summaries)]
+    evidence_rows = [{"diagnoser": r["diagnoser"],
+                      "cells": [_evidence_cell(s, k) for k in evidence_kinds]}
+                     for r, s in zip(rows, ranked + unranked)]
     coverage_rows = [{"diagnoser": r["diagnoser"], "field": _field(s),
                       "own": format_metric(s.recall_claimable) if s.recall_claimable is not None else "–",
                       "all": format_metric(s.metrics.recall)}
@@ -137,7 +141,15 @@ def render_leaderboard(summaries: list[Summary]) -> str:
         categories=categories,
         recall_rows=recall_rows,
         coverage_rows=coverage_rows,
+        evidence_kinds=evidence_kinds,
+        evidence_rows=evidence_rows,
     )
+
+
+def _evidence_cell(s: Summary, kind: str) -> str:
+    """Skill over one kind of evidence, with its case count."""
+    sub = s.by_evidence.get(kind)
+    return "–" if sub is None else f"{format_metric(sub.metrics.skill)} ({sub.cases} cases)"
 
 
 def _field(s: Summary) -> str:

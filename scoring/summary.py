@@ -8,6 +8,9 @@ Decided here (the design is silent):
 * ``by_category`` covers every cause labeled in at least one scored case: recall and localisation over
   that cause's labels, precision over the claims naming it, F1 from those, each with its own interval
   from the same resamples as the overall metrics.
+* ``by_evidence`` does the same over injected cases (reproduced on this machine, verified against their
+  healthy twin) and recorded ones (real jobs' traces, labeled from measurements), so the two are seen
+  apart as well as together.
 * ``by_difficulty`` repeats the full metric set over the scored cases of each difficulty, in the same
   resamples as the overall metrics (each resample of the run, restricted to that difficulty's cases:
   the usual bootstrap of a sub-population, whose size varies from resample to resample as it would
@@ -88,7 +91,9 @@ class CategoryBreakdown(_Model):
     localization_accuracy: MetricValue
 
 
-class DifficultyBreakdown(_Model):
+class SubsetBreakdown(_Model):
+    """The full metric set over a subset of the scored cases (one difficulty, or one kind of evidence)."""
+
     cases: int
     metrics: Metrics
 
@@ -137,7 +142,10 @@ class Summary(_Model):
     counts: Counts
     metrics: Metrics
     by_category: dict[str, CategoryBreakdown]
-    by_difficulty: dict[str, DifficultyBreakdown]
+    by_difficulty: dict[str, SubsetBreakdown]
+    by_evidence: dict[str, SubsetBreakdown] = Field(
+        default_factory=dict, description="injected (reproduced and verified) and recorded (real jobs' traces, "
+        "measured) cases apart; the headline metrics are over both together")
     reliability: list[ReliabilityBin]
     detection: dict[str, Detection]
     confusion: Confusion
@@ -187,9 +195,11 @@ def summarize(
     resampled = Resampled(table, n_boot, seed)
     levels = np.array([r.difficulty for r in scored])  # scored is sorted by case id, like the table
     subsets = {level: resampled.subset(levels == level) for level in DIFFICULTIES if (levels == level).any()}
+    kinds = np.array([r.evidence for r in scored])
+    evidence_subsets = {kind: resampled.subset(kinds == kind) for kind in ("injected", "recorded") if (kinds == kind).any()}
     per_category = {cat: category_metrics(cat) for cat in categories}
     Resampled.warm([(resampled, METRICS), *((resampled, specs) for specs in per_category.values()),
-                    *((subset, METRICS) for subset in subsets.values())])
+                    *((subset, METRICS) for subset in [*subsets.values(), *evidence_subsets.values()])])
 
     by_category = {
         cat: CategoryBreakdown(
@@ -199,8 +209,10 @@ def summarize(
         )
         for cat, specs in per_category.items()
     }
-    by_difficulty = {level: DifficultyBreakdown(cases=len(subset.table), metrics=Metrics(**subset.metrics()))
+    by_difficulty = {level: SubsetBreakdown(cases=len(subset.table), metrics=Metrics(**subset.metrics()))
                      for level, subset in subsets.items()}
+    by_evidence = {kind: SubsetBreakdown(cases=len(subset.table), metrics=Metrics(**subset.metrics()))
+                   for kind, subset in evidence_subsets.items()}
 
     return Summary(
         diagnoser=diagnoser,
@@ -210,6 +222,7 @@ def summarize(
         metrics=Metrics(**resampled.metrics()),
         by_category=by_category,
         by_difficulty=by_difficulty,
+        by_evidence=by_evidence,
         reliability=reliability_of(table),
         detection=detection_by_cause(scored),
         confusion=confusion_of(scored),

@@ -191,3 +191,15 @@ def test_check_board_script_reads_run_folders(tmp_path):
     (runs[3] / "summary.json").write_text(run_summary("symptoms", NOTHING).model_dump_json())
     bad = subprocess.run([sys.executable, str(root / ".ci" / "check_board"), *map(str, runs)], capture_output=True, text=True)
     assert bad.returncode == 1 and "FAIL symptoms: skill < 0" in bad.stdout and "the board is wrong" in bad.stderr
+
+
+def test_injected_and_recorded_cases_are_shown_apart_as_well_as_together():
+    results = [score_case(c, d, taxonomy=TAX, seconds=1.0) for c, d in zip(CASES, GOOD)]
+    results[1] = results[1].model_copy(update={"evidence": "recorded"})
+    s = summarize(results, diagnoser=DiagnoserInfo(spec="g", name="good", version="1"),
+                  case_set_hash="feedc0de" * 8, taxonomy_version="1.0", n_boot=200)
+    assert {k: v.cases for k, v in s.by_evidence.items()} == {"injected": 2, "recorded": 1}
+    board = render_leaderboard([s])
+    assert "### Injected and recorded cases apart" in board and "(1 cases)" in board
+    only_injected = run_summary("plain", GOOD)
+    assert "### Injected and recorded" not in render_leaderboard([only_injected])
