@@ -18,16 +18,8 @@ from diageval.run.grade import RescoreError, rescore_run
 from diageval.run.pipeline import run_diagnoser
 from diageval.run.store import RunFolderLocked, RunReadError, RunStore
 from run_fakes import FakeEvidence, make_case, make_case_set
+from test_case_validation import HEALTHY  # the one minimal valid case file of the tests
 
-HEALTHY = {
-    "id": "tiny-healthy",
-    "title": "A healthy control",
-    "workload": {"name": "mlp_ddp", "world_size": 2, "steps": 20},
-    "faults": [],
-    "labels": {"causes": [], "symptoms": [], "expect": "healthy"},
-    "tags": ["control"],
-    "difficulty": "easy",
-}
 
 
 def validate(*paths):
