@@ -11,6 +11,7 @@ one is a self-test kept off the ranking (``oracle``), and which receive anything
 
 from __future__ import annotations
 
+from importlib import metadata
 from typing import ClassVar, Protocol, runtime_checkable
 
 from diageval.bundle.model import EvidenceBundle
@@ -40,3 +41,12 @@ class DiagnoserFailed(Exception):
     def __init__(self, status: str, message: str):
         self.status = status
         super().__init__(message)
+
+
+def installed_version(distribution: str) -> str:
+    """The installed version of an adapter's outside package, or ``missing`` (its diagnoser's version
+    string carries it, so a run records which release of the tool was judged)."""
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "missing"

@@ -36,11 +36,10 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from importlib import metadata
 from typing import ClassVar
 
 from diageval.bundle.model import EvidenceBundle
-from diageval.diagnosers.base import DiagnoserUnavailable
+from diageval.diagnosers.base import DiagnoserUnavailable, installed_version
 from diageval.diagnosis import Abstention, Diagnosis, Finding
 
 INSTALL_HINT = "pip install 'diageval[changepoint]'"
@@ -50,18 +49,12 @@ STRAGGLER_CONFIDENCE = 0.5
 SYMPTOM_CONFIDENCE = 0.6
 
 
-def _version() -> str:
-    try:
-        return metadata.version("ruptures")
-    except metadata.PackageNotFoundError:
-        return "missing"
-
 
 class ChangepointDiagnoser:
     """Change points in each rank's step times (see the module docstring)."""
 
     name = "changepoint"
-    version = f"1+ruptures-{_version()}"
+    version = f"1+ruptures-{installed_version('ruptures')}"
     claims: ClassVar[tuple[str, ...]] = ("compute.straggler_rank",)
 
     def __init__(self) -> None:

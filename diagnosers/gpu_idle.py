@@ -42,24 +42,17 @@ from __future__ import annotations
 import gzip
 import shutil
 import tempfile
-from importlib import metadata
 from pathlib import Path
 from typing import Any, ClassVar
 
 from diageval.bundle.model import EvidenceBundle
-from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable
+from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable, installed_version
 from diageval.diagnosis import Abstention, Diagnosis, Finding
 
 INSTALL_HINT = "pip install 'diageval[gpu-idle]'"
 MAPPING = {"dataloader": "input.dataloader_starvation", "smallbatch": "launch.kernel_launch_overhead",
            "unattributed": "symptom.low_utilization"}
 
-
-def _version() -> str:
-    try:
-        return metadata.version("gpu-idle")
-    except metadata.PackageNotFoundError:
-        return "missing"
 
 
 def _load_analyzer() -> Any:
@@ -74,11 +67,11 @@ class GpuIdleDiagnoser:
     """gpu-idle's verdicts per rank (see the module docstring)."""
 
     name = "gpu-idle"
-    version = f"1+gpu-idle-{_version()}"
+    version = f"1+gpu-idle-{installed_version('gpu-idle')}"
     claims: ClassVar[tuple[str, ...]] = ("input.dataloader_starvation", "launch.kernel_launch_overhead")
 
     def __init__(self) -> None:
-        if _version() == "missing":
+        if installed_version("gpu-idle") == "missing":
             raise DiagnoserUnavailable(f"the gpu-idle diagnoser needs the gpu-idle package; install it with: {INSTALL_HINT}")
         try:
             self._analyzer = _load_analyzer()

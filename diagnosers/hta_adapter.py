@@ -72,7 +72,6 @@ import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from importlib import metadata
 from typing import Any, TypeVar
 
 import pandas as pd
@@ -80,7 +79,7 @@ import pandas as pd
 from diageval.bundle.kineto import PROFILER_STEP
 from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers import hta_mapping as mapping
-from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable
+from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable, installed_version
 from diageval.diagnosis import Abstention, Diagnosis, Finding
 
 INSTALL_HINT = "pip install 'diageval[hta]'"
@@ -88,12 +87,6 @@ DATA_LOAD_EVENTS = ["DataLoader"]  # regexes HTA's critical path counts as data 
 MAX_CRITICAL_PATH_RANKS = 4  # critical path costs ~0.3-3 s per rank; starvation shows on every rank
 T = TypeVar("T")
 
-
-def _hta_version() -> str:
-    try:
-        return metadata.version("traceinsight")
-    except metadata.PackageNotFoundError:
-        return "missing"
 
 
 @dataclass
@@ -112,7 +105,7 @@ class HTADiagnoser:
     """Findings from HolisticTraceAnalysis' own analyses (see the module docstring for which and when)."""
 
     name = "hta"
-    version = f"1+traceinsight-{_hta_version()}"
+    version = f"1+traceinsight-{installed_version('traceinsight')}"
     # what hta_mapping can name as a cause; long or exposed communication is only ever a symptom
     claims = ("input.dataloader_starvation", "launch.kernel_launch_overhead", "compute.straggler_rank")
 

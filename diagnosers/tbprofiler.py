@@ -49,12 +49,11 @@ import io
 import json
 import logging
 import tempfile
-from importlib import metadata
 from pathlib import Path
 from typing import ClassVar
 
 from diageval.bundle.model import EvidenceBundle
-from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable
+from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable, installed_version
 from diageval.diagnosis import Abstention, Diagnosis, Finding
 
 INSTALL_HINT = "pip install 'diageval[tbprofiler]'"
@@ -66,18 +65,12 @@ COMMUNICATION_SHARE = 0.10
 GPU_UTILIZATION = 0.5
 
 
-def _plugin_version() -> str:
-    try:
-        return metadata.version("torch-tb-profiler")
-    except metadata.PackageNotFoundError:
-        return "missing"
-
 
 class TBProfilerDiagnoser:
     """The TensorBoard profiler plugin's recommendations (see the module docstring)."""
 
     name = "tbprofiler"
-    version = f"1+torch-tb-profiler-{_plugin_version()}"
+    version = f"1+torch-tb-profiler-{installed_version('torch-tb-profiler')}"
     claims: ClassVar[tuple[str, ...]] = ("input.dataloader_starvation",)
 
     def __init__(self) -> None:
