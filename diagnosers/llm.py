@@ -2,11 +2,11 @@
 
 Configuration (environment; the diagnoser is constructed with no arguments):
 
-* ``DIAGEVAL_LLM_BASE_URL``  the endpoint, e.g. ``http://127.0.0.1:8000/v1`` (required);
-* ``DIAGEVAL_LLM_MODEL``     the model name the endpoint serves (required);
-* ``DIAGEVAL_LLM_API_KEY``   its key (else ``OPENAI_API_KEY``; a local server may need none);
-* ``DIAGEVAL_LLM_MAX_PROMPT_TOKENS`` the prompt budget (default 12000), ``DIAGEVAL_LLM_MAX_RETRIES``
-  (default 4), ``DIAGEVAL_LLM_TIMEOUT_S`` (default 120).
+* ``LLM_DIAGNOSER_BASE_URL``  the endpoint, e.g. ``http://127.0.0.1:8000/v1`` (required);
+* ``LLM_DIAGNOSER_MODEL``     the model name the endpoint serves (required);
+* ``LLM_DIAGNOSER_API_KEY``   its key (else ``OPENAI_API_KEY``; a local server may need none);
+* ``LLM_DIAGNOSER_MAX_PROMPT_TOKENS`` the prompt budget (default 12000), ``LLM_DIAGNOSER_MAX_RETRIES``
+  (default 4), ``LLM_DIAGNOSER_TIMEOUT_S`` (default 120).
 
 Until the base URL and the model are set it is listed as unavailable. It talks to a service:
 ``needs_network = True``; the harness must run it only when the run allows network access.
@@ -48,10 +48,10 @@ from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable
 from diageval.diagnosis import Diagnosis, DiagnosisParseError, parse_diagnosis_json
 
 PROMPT_PATH = Path(__file__).with_name("llm_prompt.txt")
-INSTALL_HINT = "pip install 'diageval[llm]' and set DIAGEVAL_LLM_BASE_URL and DIAGEVAL_LLM_MODEL"
+INSTALL_HINT = "pip install 'diageval[llm]' and set LLM_DIAGNOSER_BASE_URL and LLM_DIAGNOSER_MODEL"
 CHARS_PER_TOKEN = 4
 LOG_TAIL_LINES = 12
-ENV_BASE_URL, ENV_MODEL, ENV_KEY = "DIAGEVAL_LLM_BASE_URL", "DIAGEVAL_LLM_MODEL", "DIAGEVAL_LLM_API_KEY"
+ENV_BASE_URL, ENV_MODEL, ENV_KEY = "LLM_DIAGNOSER_BASE_URL", "LLM_DIAGNOSER_MODEL", "LLM_DIAGNOSER_API_KEY"
 
 
 def prompt_sha256() -> str:
@@ -84,11 +84,11 @@ class LLMDiagnoser:
         if not base_url or not model:
             raise DiagnoserUnavailable(f"no endpoint configured; {INSTALL_HINT}")
         self.model = model
-        self.max_prompt_tokens = int(os.environ.get("DIAGEVAL_LLM_MAX_PROMPT_TOKENS", "12000"))
+        self.max_prompt_tokens = int(os.environ.get("LLM_DIAGNOSER_MAX_PROMPT_TOKENS", "12000"))
         self.client = openai.OpenAI(
             base_url=base_url, api_key=os.environ.get(ENV_KEY) or os.environ.get("OPENAI_API_KEY") or "none",
-            max_retries=int(os.environ.get("DIAGEVAL_LLM_MAX_RETRIES", "4")),
-            timeout=float(os.environ.get("DIAGEVAL_LLM_TIMEOUT_S", "120")),
+            max_retries=int(os.environ.get("LLM_DIAGNOSER_MAX_RETRIES", "4")),
+            timeout=float(os.environ.get("LLM_DIAGNOSER_TIMEOUT_S", "120")),
         )
 
     def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:

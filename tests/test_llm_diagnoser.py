@@ -25,15 +25,15 @@ def bundle(tmp_path):
 
 
 def _configure(monkeypatch, server, retries="2"):
-    monkeypatch.setenv("DIAGEVAL_LLM_BASE_URL", server.base_url)
-    monkeypatch.setenv("DIAGEVAL_LLM_MODEL", "test-model")
-    monkeypatch.setenv("DIAGEVAL_LLM_MAX_RETRIES", retries)
+    monkeypatch.setenv("LLM_DIAGNOSER_BASE_URL", server.base_url)
+    monkeypatch.setenv("LLM_DIAGNOSER_MODEL", "test-model")
+    monkeypatch.setenv("LLM_DIAGNOSER_MAX_RETRIES", retries)
 
 
 def test_unavailable_until_an_endpoint_is_configured(monkeypatch):
-    monkeypatch.delenv("DIAGEVAL_LLM_BASE_URL", raising=False)
-    monkeypatch.delenv("DIAGEVAL_LLM_MODEL", raising=False)
-    with pytest.raises(DiagnoserUnavailable, match="DIAGEVAL_LLM_BASE_URL"):
+    monkeypatch.delenv("LLM_DIAGNOSER_BASE_URL", raising=False)
+    monkeypatch.delenv("LLM_DIAGNOSER_MODEL", raising=False)
+    with pytest.raises(DiagnoserUnavailable, match="LLM_DIAGNOSER_BASE_URL"):
         LLMDiagnoser()
 
 
@@ -105,3 +105,33 @@ def test_the_worker_records_an_unreadable_reply_as_invalid_output(tmp_path, bund
     request = {"bundle": str(bundle.root), "dir": str(tmp_path)}
     assert _diagnose(Unreadable(), request)["status"] == "invalid_output"
     assert _diagnose(Broken(), request)["status"] == "diagnoser_error"
+
+
+def test_a_real_run_reaches_the_endpoint_from_inside_the_box(monkeypatch, tmp_path):
+    """The whole path a user takes (`diageval diagnose llm BUNDLE --allow-network`): the diagnoser is
+    constructed in the box, reads the taxonomy there (the corpus folder is hidden), gets its settings
+    (the box drops the harness's own DIAGEVAL_* variables, not the diagnoser's) and reaches a loopback
+    endpoint; its reply becomes the diagnosis."""
+    from diageval.run.single import diagnose_bundle
+
+    bundle_dir = build_bundle(tmp_path / "b")
+    monkeypatch.setenv("DIAGEVAL_HOME", str(tmp_path / "home"))
+    with FakeChatServer([GOOD]) as server:
+        _configure(monkeypatch, server)
+        attempt = diagnose_bundle("llm", bundle_dir, timeout=60, allow_network=True)
+    assert attempt.status == "ok", attempt.error
+    assert [(f.category, f.ranks) for f in attempt.diagnosis.causes] == [("compute.straggler_rank", [1])]
+    prompt = server.requests[0]["body"]["messages"][0]["content"]
+    assert "compute.straggler_rank" in prompt and "comm.collective_hang" in prompt  # the taxonomy reached the box
+
+
+def test_a_real_run_without_network_is_refused(monkeypatch, tmp_path):
+    from diageval.run.registry import DiagnoserSpecError
+    from diageval.run.single import diagnose_bundle
+
+    bundle_dir = build_bundle(tmp_path / "b")
+    with FakeChatServer([GOOD]) as server:
+        _configure(monkeypatch, server)
+        with pytest.raises(DiagnoserSpecError, match="--allow-network"):
+            diagnose_bundle("llm", bundle_dir, timeout=60)
+        assert server.requests == []

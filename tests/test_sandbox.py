@@ -237,3 +237,39 @@ def test_only_prior_and_oracle_get_labels_and_only_by_the_harness_s_table():
     assert builtin_role("oracle", [impostor]) is NO_ROLE
     assert builtin_role("oracle", [*registered["oracle"], impostor]) is NO_ROLE
     assert set(BUILTIN_ROLES) <= set(registered)
+
+
+@needs_bwrap
+def test_a_run_box_shows_the_runs_taxonomy_and_no_case(tmp_path):
+    """The taxonomy is the public contract (`load_taxonomy()` must work in the box: `llm` builds its prompt
+    from it); the labeled cases beside it stay hidden. With `--cases DIR` the box's taxonomy is DIR's."""
+    from diageval.paths import builtin_cases_dir
+    from diageval.run.sandbox import run_policy, run_roots
+
+    own = tmp_path / "my-cases"
+    (own / "x").mkdir(parents=True)
+    text = (builtin_cases_dir() / "taxonomy.yaml").read_text().replace('version: "', 'version: "9', 1)
+    (own / "taxonomy.yaml").write_text(text)
+    (own / "x" / "case.yaml").write_text("id: secret-case\n")
+    script = (
+        "import os, json\nfrom diageval.paths import builtin_cases_dir\n"
+        "from diageval.cases.taxonomy import load_taxonomy\n"
+        f"print(json.dumps({{'listed': sorted(os.listdir(builtin_cases_dir())), 'version': load_taxonomy().version,"
+        f"'own': os.path.exists({str(own)!r})}}))\n"
+    )
+    for cases_dir, version in ((None, load_taxonomy_version(builtin_cases_dir())), (own, "9" + load_taxonomy_version(builtin_cases_dir()))):
+        box = Box(run_policy(run_roots(runs_dir=tmp_path / "runs", cases_dir=cases_dir)))
+        try:
+            (box.host_out / "c").mkdir()
+            r = _run_in_box(box, script, box.host_out / "c")
+        finally:
+            box.remove()
+        assert r.returncode == 0, r.stderr
+        seen = json.loads(r.stdout)
+        assert seen == {"listed": ["__init__.py", "taxonomy.yaml"], "version": version, "own": False}
+
+
+def load_taxonomy_version(cases_dir: Path) -> str:
+    from diageval.cases.taxonomy import load_taxonomy
+
+    return load_taxonomy(cases_dir / "taxonomy.yaml").version

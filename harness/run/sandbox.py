@@ -14,6 +14,11 @@ What a diagnoser sees (decided here, after the design's Diagnosers section):
   A path asked for that lies inside a hidden root is bound only when it is one of the explicitly
   *visible* paths (the package's source folders ``harness/``, ``diagnosers/``, ``scoring/``,
   ``reports/``, which an editable install imports from, and a diagnoser's own module);
+* one exception inside the hidden cases: the run's taxonomy, the public contract, shown read-only where
+  ``load_taxonomy()`` looks for it (:func:`taxonomy_files`); no case file;
+* the environment without the harness's own settings (``DIAGEVAL_*``: they name the cache, the cases
+  and the data) and without any value that names a hidden root; a diagnoser's own settings pass
+  (``llm`` reads ``LLM_DIAGNOSER_*``);
 * no network unless the run says ``--allow-network`` (a diagnoser that calls a model endpoint);
 * no capabilities, a new session (no terminal injection), and ``--die-with-parent``: when the harness
   dies, even by SIGKILL, the box's PID 1 gets SIGKILL from the kernel and with it every process inside.
@@ -58,6 +63,7 @@ class SandboxPolicy:
     visible: tuple[Path, ...] = ()
     allow_network: bool = False
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    shown_files: tuple[tuple[Path, Path], ...] = ()  # (host file, path in the box): public files inside hidden folders
 
 
 class Box:
@@ -187,6 +193,8 @@ def _mounts(box: Box, policy: SandboxPolicy) -> list[str]:
         args += ["--symlink", str(target), str(link)]
     for hidden in masked_paths(policy, bound):  # e.g. the corpus a wheel ships inside site-packages
         args += ["--tmpfs", str(hidden)] if hidden.is_dir() else ["--ro-bind", "/dev/null", str(hidden)]
+    for host_file, inner in policy.shown_files:  # after the masks, so a file shows inside a masked folder
+        args += ["--ro-bind", str(_real(host_file)), str(inner)]
     args += ["--ro-bind", str(box.host_in), str(BOX_IN), "--bind", str(box.host_out), str(BOX_OUT)]
     box._mounts = (policy, tuple(args))
     return args
@@ -340,6 +348,7 @@ class HiddenRoots:
 
     checkout: Path | None
     secret: tuple[Path, ...]
+    taxonomy: Path | None = None  # the run's taxonomy: public, the one file under a hidden root a diagnoser reads
 
     @property
     def all(self) -> tuple[Path, ...]:
@@ -361,13 +370,36 @@ class HiddenRoots:
 def run_roots(*, runs_dir: Path | None, cases_dir: Path | None) -> HiddenRoots:
     """The checkout (when the package runs from one), ``$DIAGEVAL_HOME``, the run folders, the cases and
     the corpus shipped with the package (in a checkout, its ``cases/``; in a wheel, inside site-packages)."""
-    from diageval.paths import SOURCE_ROOT, builtin_cases_dir, home_dir
+    from diageval.paths import SOURCE_ROOT, builtin_cases_dir, default_taxonomy_path, home_dir
 
     checkout = SOURCE_ROOT if (SOURCE_ROOT / "pyproject.toml").is_file() or (SOURCE_ROOT / "cases").is_dir() else None
     secret = hidden_roots(home_dir(), runs_dir, cases_dir, builtin_cases_dir())
-    return HiddenRoots(checkout=_real(checkout) if checkout else None, secret=secret)
+    taxonomy = default_taxonomy_path(cases_dir)
+    return HiddenRoots(checkout=_real(checkout) if checkout else None, secret=secret,
+                       taxonomy=_real(taxonomy) if taxonomy.is_file() else None)
 
 
 def run_policy(roots: HiddenRoots, *, allow_network: bool = False, visible: Iterable[Path] = ()) -> SandboxPolicy:
-    """The policy of a run: hide ``roots``; show the package's source folders and ``visible`` read-only."""
-    return SandboxPolicy(hidden=roots.all, visible=package_source_dirs() + tuple(visible), allow_network=allow_network)
+    """The policy of a run: hide ``roots``; show the package's source folders and ``visible`` read-only, and
+    the run's taxonomy where a diagnoser looks for it (:func:`taxonomy_files`)."""
+    return SandboxPolicy(hidden=roots.all, visible=package_source_dirs() + tuple(visible), allow_network=allow_network,
+                         shown_files=taxonomy_files(roots.taxonomy))
+
+
+def taxonomy_files(taxonomy: Path | None) -> tuple[tuple[Path, Path], ...]:
+    """(host file, path in the box) that make ``diageval.cases.taxonomy.load_taxonomy()`` work in a box.
+
+    The taxonomy is the public contract every diagnoser may read (categories, definitions, the evidence
+    that tells each apart); it lives beside the labeled cases, which stay hidden. The box shows the
+    built-in corpus package with two files only: its ``__init__.py`` (so that ``importlib.resources``
+    finds the package) and, as its ``taxonomy.yaml``, the run's taxonomy (the ``--cases`` folder's, which
+    may differ from the built-in one). No case file is shown.
+    """
+    from diageval.paths import builtin_cases_dir
+
+    if taxonomy is None:
+        return ()
+    corpus = _real(builtin_cases_dir())
+    package_marker = corpus / "__init__.py"
+    shown = [(package_marker, package_marker)] if package_marker.is_file() else []
+    return (*shown, (_real(taxonomy), corpus / "taxonomy.yaml"))
