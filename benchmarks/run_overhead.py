@@ -31,9 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from run_fakes import FakeEvidence, make_case, make_case_set  # noqa: E402
 
 import diageval.run.pipeline as run_module  # noqa: E402
+from diageval.run.box_policy import run_roots  # noqa: E402
 from diageval.run.hosting import host_diagnoser  # noqa: E402
 from diageval.run.process_groups import LiveGroups  # noqa: E402
-from diageval.run.sandbox import probe, run_roots  # noqa: E402
+from diageval.run.sandbox import probe  # noqa: E402
 from diageval.run.store import RunStore  # noqa: E402
 
 

@@ -185,7 +185,13 @@ def bundle_group() -> None:
 def bundle_import_cmd(traces: tuple[Path, ...], out_dir: Path, max_trace_gib: float | None,
                       max_world_size: int | None) -> None:
     """Wrap existing torch.profiler traces (one file per rank; a folder = all *.json[.gz] in it) into a bundle."""
-    from diageval.bundle.importer import MAX_TRACE_BYTES, MAX_WORLD_SIZE, TraceImportError, describe_import, import_traces
+    from diageval.bundle.importer import (
+        MAX_TRACE_BYTES,
+        MAX_WORLD_SIZE,
+        TraceImportError,
+        describe_import,
+        import_traces,
+    )
 
     try:
         bundle_dir = import_traces(
@@ -323,8 +329,8 @@ def _write_html_report(run_dirs: list[Path], html_path: Path) -> None:
 def record_cmd(case_ids: tuple[str, ...], cases_dir: Path | None, out_dir: Path | None, device: str, force: bool) -> None:
     """Record cases live into evidence bundles (cached); print each bundle folder."""
     from diageval.cases.load import CaseLoadError
-    from diageval.recording.launcher import RecordingError
     from diageval.progress import Progress
+    from diageval.recording.launcher import RecordingError
     from diageval.recording.prepare import record_cases
 
     try:
@@ -349,8 +355,8 @@ def verify_cmd(case_ids: tuple[str, ...], cases_dir: Path | None, repeats: int, 
                as_json: bool) -> None:
     """Check that positive cases manifest against their healthy twins (no ids = all). Exit 1 if any did not."""
     from diageval.cases.load import CaseLoadError
-    from diageval.recording.launcher import RecordingError
     from diageval.progress import Progress
+    from diageval.recording.launcher import RecordingError
     from diageval.recording.verify import VERIFY_COLUMNS, verification_row, verify_cases
 
     try:
@@ -381,7 +387,8 @@ def diagnosers_group() -> None:
 @diagnosers_group.command("list")
 def diagnosers_list_cmd() -> None:
     """Every registered diagnoser: origin, reference/self-test, the causes it can claim, and why it cannot run here, if it cannot."""
-    from diageval.run.sandbox import choose_isolation, run_policy, run_roots
+    from diageval.run.box_policy import run_policy, run_roots
+    from diageval.run.sandbox import choose_isolation
     from diageval.run.worker import WorkerStartError, list_in_box
 
     roots = run_roots(runs_dir=None, cases_dir=None)

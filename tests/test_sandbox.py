@@ -9,13 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from run_fakes import write_bundle
 
 from diageval.fileio import owned_temp_dir, remove_stale_temp_dirs
+from diageval.run.box_policy import HiddenRoots
 from diageval.run.case_box import close_case, open_case, read_output
 from diageval.run.private_bundle import BundleIntegrityError, private_copy, remove_copy
-from diageval.run.sandbox import BOX_IN, Box, HiddenRoots, SandboxPolicy, probe, readable_paths, scrubbed_env
+from diageval.run.sandbox import BOX_IN, Box, SandboxPolicy, probe, readable_paths, scrubbed_env
 from diageval.run.spec_paths import SpecPathError, spec_paths
-from run_fakes import write_bundle
 
 needs_bwrap = pytest.mark.skipif(probe() is not None, reason=f"no sandbox here: {probe()}")
 
@@ -244,7 +245,7 @@ def test_a_run_box_shows_the_runs_taxonomy_and_no_case(tmp_path):
     """The taxonomy is the public contract (`load_taxonomy()` must work in the box: `llm` builds its prompt
     from it); the labeled cases beside it stay hidden. With `--cases DIR` the box's taxonomy is DIR's."""
     from diageval.paths import builtin_cases_dir
-    from diageval.run.sandbox import run_policy, run_roots
+    from diageval.run.box_policy import run_policy, run_roots
 
     own = tmp_path / "my-cases"
     (own / "x").mkdir(parents=True)

@@ -22,7 +22,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from diageval.cases.load import CaseSet, load_case_set
-from diageval.diagnosis import DiagnosisLimits, DiagnosisParseError, parse_diagnosis_json, read_capped, read_diagnosis_file
+from diageval.diagnosis import (
+    DiagnosisLimits,
+    DiagnosisParseError,
+    parse_diagnosis_json,
+    read_capped,
+    read_diagnosis_file,
+)
 from diageval.fileio import atomic_write_text
 from diageval.run.store import RunInfo, RunReadError, RunStore
 from diageval.scoring.results import ANSWERED_STATUSES, CaseResult

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from diageval.diagnosis import DEFAULT_LIMITS, DiagnosisLimits
+from diageval.run.box_policy import HiddenRoots, run_policy
 from diageval.run.handover import BuiltinRole, builtin_role
 from diageval.run.process_groups import LiveGroups
-from diageval.run.sandbox import HiddenRoots, Isolation, choose_isolation, run_policy
+from diageval.run.sandbox import Isolation, choose_isolation
 from diageval.run.spec_paths import SpecPaths, spec_paths
 
 

@@ -54,12 +54,13 @@ from diageval.diagnosis import DEFAULT_LIMITS, DiagnosisLimits
 from diageval.fileio import atomic_write_text
 from diageval.progress import Progress
 from diageval.run.attempt import Attempt, Executor
+from diageval.run.box_policy import run_roots
 from diageval.run.command import DEFAULT_TIMEOUT_S
 from diageval.run.grade import summarize_run
 from diageval.run.hosting import HostedDiagnoser, host_diagnoser
 from diageval.run.private_bundle import BundleIntegrityError
 from diageval.run.process_groups import LiveGroups
-from diageval.run.sandbox import remove_stale_boxes, run_roots
+from diageval.run.sandbox import remove_stale_boxes
 from diageval.run.store import RunDiagnoser, RunInfo, RunStore, SkippedCase, git_sha, now, run_env
 
 Device = Literal["auto", "cpu", "cuda"]

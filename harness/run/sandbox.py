@@ -15,7 +15,7 @@ What a diagnoser sees (decided here, after the design's Diagnosers section):
   *visible* paths (the package's source folders ``harness/``, ``diagnosers/``, ``scoring/``,
   ``reports/``, which an editable install imports from, and a diagnoser's own module);
 * one exception inside the hidden cases: the run's taxonomy, the public contract, shown read-only where
-  ``load_taxonomy()`` looks for it (:func:`taxonomy_files`); no case file;
+  ``load_taxonomy()`` looks for it (:func:`~diageval.run.box_policy.taxonomy_files`); no case file;
 * the environment without the harness's own settings (``DIAGEVAL_*``: they name the cache, the cases
   and the data) and without any value that names a hidden root; a diagnoser's own settings pass
   (``llm`` reads ``LLM_DIAGNOSER_*``);
@@ -194,7 +194,7 @@ def _mounts(box: Box, policy: SandboxPolicy) -> list[str]:
     for hidden in masked_paths(policy, bound):  # e.g. the corpus a wheel ships inside site-packages
         args += ["--tmpfs", str(hidden)] if hidden.is_dir() else ["--ro-bind", "/dev/null", str(hidden)]
     for host_file, inner in policy.shown_files:  # after the masks, so a file shows inside a masked folder
-        args += ["--ro-bind", str(_real(host_file)), str(inner)]
+        args += ["--ro-bind", str(real_path(host_file)), str(inner)]
     args += ["--ro-bind", str(box.host_in), str(BOX_IN), "--bind", str(box.host_out), str(BOX_OUT)]
     box._mounts = (policy, tuple(args))
     return args
@@ -208,24 +208,24 @@ def readable_paths(policy: SandboxPolicy) -> list[Path]:
     (a virtual environment inside the checkout); an explicitly visible path inside a hidden root (the
     package's source folders) is bound.
     """
-    homes = [_real(Path(p)) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
-    hidden = [_real(h) for h in policy.hidden]
-    exposing = [h for h in hidden if not any(_is_within(h, home) for home in homes)]  # inside Python: masked instead
+    homes = [real_path(Path(p)) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
+    hidden = [real_path(h) for h in policy.hidden]
+    exposing = [h for h in hidden if not any(is_within(h, home) for home in homes)]  # inside Python: masked instead
     wanted: list[Path] = []
     for p in _python_paths() + [Path(d) for d in os.environ.get("PATH", "").split(os.pathsep) if d]:
-        rp = _real(p)
-        if not rp.exists() or any(_is_within(h, rp) for h in exposing):
+        rp = real_path(p)
+        if not rp.exists() or any(is_within(h, rp) for h in exposing):
             continue
-        if any(_is_within(rp, h) for h in hidden) and not any(_is_within(rp, home) for home in homes):
+        if any(is_within(rp, h) for h in hidden) and not any(is_within(rp, home) for home in homes):
             continue
         wanted.append(rp)
     for p in policy.visible:
-        rp = _real(p)
-        if rp.exists() and not any(_is_within(h, rp) for h in hidden):
+        rp = real_path(p)
+        if rp.exists() and not any(is_within(h, rp) for h in hidden):
             wanted.append(rp)
     out: list[Path] = []
     for p in sorted(set(wanted), key=lambda q: (len(q.parts), str(q))):
-        if any(_is_within(p, Path(d)) for d in SYSTEM_DIRS) or any(_is_within(p, q) for q in out):
+        if any(is_within(p, Path(d)) for d in SYSTEM_DIRS) or any(is_within(p, q) for q in out):
             continue  # bound already, with the system or an enclosing folder
         out.append(p)
     return out
@@ -234,20 +234,20 @@ def readable_paths(policy: SandboxPolicy) -> list[Path]:
 def masked_paths(policy: SandboxPolicy, bound: list[Path]) -> list[Path]:
     """Hidden roots that lie inside a bound folder (only inside the Python installation: a wheel ships the
     labeled corpus as ``site-packages/diageval/corpus``): each is covered with an empty tmpfs."""
-    return [h for h in (_real(p) for p in policy.hidden) if h.exists() and any(_is_within(h, b) and h != b for b in bound)]
+    return [h for h in (real_path(p) for p in policy.hidden) if h.exists() and any(is_within(h, b) and h != b for b in bound)]
 
 
 def _links_to(bound: list[Path], policy: SandboxPolicy) -> list[tuple[Path, Path]]:
     """(real path, path as named) for named Python and ``$PATH`` folders that resolve into ``bound`` under
     another name, and whose name is not itself inside a bound or hidden folder."""
-    hidden = [_real(h) for h in policy.hidden]
+    hidden = [real_path(h) for h in policy.hidden]
     out = []
     for p in _python_paths() + [Path(d) for d in os.environ.get("PATH", "").split(os.pathsep) if d]:
         p = Path(os.path.abspath(p))
-        real = _real(p)
-        if p == real or real not in bound or any(_is_within(p, q) for q in bound) or any(_is_within(p, h) for h in hidden):
+        real = real_path(p)
+        if p == real or real not in bound or any(is_within(p, q) for q in bound) or any(is_within(p, h) for h in hidden):
             continue
-        if any(_is_within(p, Path(d)) for d in SYSTEM_DIRS + SYSTEM_LINKS) or (real, p) in out:
+        if any(is_within(p, Path(d)) for d in SYSTEM_DIRS + SYSTEM_LINKS) or (real, p) in out:
             continue
         out.append((real, p))
     return out
@@ -261,11 +261,11 @@ def _python_paths() -> list[Path]:
     return paths + [Path(p) for p in sys.path if p and p != cwd]
 
 
-def _real(p: Path) -> Path:
+def real_path(p: Path) -> Path:
     return Path(os.path.realpath(p))
 
 
-def _is_within(p: Path, root: Path) -> bool:
+def is_within(p: Path, root: Path) -> bool:
     return p == root or root in p.parents
 
 
@@ -274,7 +274,7 @@ def scrubbed_env(environ: Mapping[str, str], policy: SandboxPolicy, *, home: Pat
 
     ``HOME``, ``PWD`` and ``TMPDIR`` point into the box; ``policy.extra_env`` is added last.
     """
-    hidden = [str(_real(h)) for h in policy.hidden] + [str(h) for h in policy.hidden]
+    hidden = [str(real_path(h)) for h in policy.hidden] + [str(h) for h in policy.hidden]
     env = {}
     names_hidden = lambda text: any(h in text for h in hidden if h and h != "/")  # noqa: E731
     for key, value in environ.items():
@@ -295,14 +295,14 @@ def hidden_roots(*paths: Path | None) -> tuple[Path, ...]:
     for p in paths:
         if p is None:
             continue
-        rp = _real(Path(p))
+        rp = real_path(Path(p))
         if rp not in out and str(rp) != "/":
             out.append(rp)
     return tuple(out)
 
 
 def visible_sources(package_dirs: Iterable[Path]) -> tuple[Path, ...]:
-    return tuple(_real(Path(p)) for p in package_dirs if Path(p).is_dir())
+    return tuple(real_path(Path(p)) for p in package_dirs if Path(p).is_dir())
 
 
 IsolationKind = Literal["bwrap", "none"]
@@ -328,78 +328,3 @@ def choose_isolation(requested: Literal["auto", "none"], policy: SandboxPolicy) 
         return Isolation("none", policy, "turned off for this run")
     why = probe()
     return Isolation("none", policy, why) if why else Isolation("bwrap", policy)
-
-
-def package_source_dirs() -> tuple[Path, ...]:
-    """The folders the ``diageval`` package imports from (an editable install points into the checkout)."""
-    import diageval
-    import diageval.diagnosers
-    import diageval.reports
-    import diageval.scoring
-
-    return visible_sources(Path(m.__file__).parent for m in (diageval, diageval.diagnosers, diageval.scoring, diageval.reports))
-
-
-@dataclass(frozen=True)
-class HiddenRoots:
-    """The roots a run hides. ``secret`` ones (the cache, the runs, the cases) show nothing inside, ever;
-    inside the ``checkout`` only the package's source folders and single files a diagnoser spec names
-    (its program or script) are shown."""
-
-    checkout: Path | None
-    secret: tuple[Path, ...]
-    taxonomy: Path | None = None  # the run's taxonomy: public, the one file under a hidden root a diagnoser reads
-
-    @property
-    def all(self) -> tuple[Path, ...]:
-        return hidden_roots(self.checkout, *self.secret)
-
-    def may_show(self, path: Path) -> Path | None:
-        """What to bind so that ``path`` (a file or folder a diagnoser spec needs) is visible: the path,
-        its folder (for a file outside every root, so that its siblings import), or None: refused."""
-        p = _real(Path(path))
-        if any(_is_within(p, h) or _is_within(h, p) for h in self.secret):
-            return None
-        if self.checkout is not None and (_is_within(self.checkout, p) or _is_within(p, self.checkout)):
-            return p if p.is_file() and p != self.checkout else None
-        if p.is_file() and not any(_is_within(h, p.parent) for h in self.all):
-            return p.parent
-        return p if not any(_is_within(h, p) for h in self.all) else None
-
-
-def run_roots(*, runs_dir: Path | None, cases_dir: Path | None) -> HiddenRoots:
-    """The checkout (when the package runs from one), ``$DIAGEVAL_HOME``, the run folders, the cases and
-    the corpus shipped with the package (in a checkout, its ``cases/``; in a wheel, inside site-packages)."""
-    from diageval.paths import SOURCE_ROOT, builtin_cases_dir, default_taxonomy_path, home_dir
-
-    checkout = SOURCE_ROOT if (SOURCE_ROOT / "pyproject.toml").is_file() or (SOURCE_ROOT / "cases").is_dir() else None
-    secret = hidden_roots(home_dir(), runs_dir, cases_dir, builtin_cases_dir())
-    taxonomy = default_taxonomy_path(cases_dir)
-    return HiddenRoots(checkout=_real(checkout) if checkout else None, secret=secret,
-                       taxonomy=_real(taxonomy) if taxonomy.is_file() else None)
-
-
-def run_policy(roots: HiddenRoots, *, allow_network: bool = False, visible: Iterable[Path] = ()) -> SandboxPolicy:
-    """The policy of a run: hide ``roots``; show the package's source folders and ``visible`` read-only, and
-    the run's taxonomy where a diagnoser looks for it (:func:`taxonomy_files`)."""
-    return SandboxPolicy(hidden=roots.all, visible=package_source_dirs() + tuple(visible), allow_network=allow_network,
-                         shown_files=taxonomy_files(roots.taxonomy))
-
-
-def taxonomy_files(taxonomy: Path | None) -> tuple[tuple[Path, Path], ...]:
-    """(host file, path in the box) that make ``diageval.cases.taxonomy.load_taxonomy()`` work in a box.
-
-    The taxonomy is the public contract every diagnoser may read (categories, definitions, the evidence
-    that tells each apart); it lives beside the labeled cases, which stay hidden. The box shows the
-    built-in corpus package with two files only: its ``__init__.py`` (so that ``importlib.resources``
-    finds the package) and, as its ``taxonomy.yaml``, the run's taxonomy (the ``--cases`` folder's, which
-    may differ from the built-in one). No case file is shown.
-    """
-    from diageval.paths import builtin_cases_dir
-
-    if taxonomy is None:
-        return ()
-    corpus = _real(builtin_cases_dir())
-    package_marker = corpus / "__init__.py"
-    shown = [(package_marker, package_marker)] if package_marker.is_file() else []
-    return (*shown, (_real(taxonomy), corpus / "taxonomy.yaml"))

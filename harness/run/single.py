@@ -18,10 +18,11 @@ from typing import Any, Literal
 from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosis import DEFAULT_LIMITS, Diagnosis, DiagnosisLimits
 from diageval.run.attempt import Attempt
+from diageval.run.box_policy import run_roots
 from diageval.run.case_box import STDERR_NAME, STDOUT_NAME
 from diageval.run.hosting import host_diagnoser
 from diageval.run.process_groups import LiveGroups
-from diageval.run.sandbox import remove_stale_boxes, run_roots
+from diageval.run.sandbox import remove_stale_boxes
 
 
 def diagnose_bundle(spec: str, bundle_dir: Path, *, timeout: float, cases_dir: Path | None = None,

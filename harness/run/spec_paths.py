@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from importlib.machinery import PathFinder
 from pathlib import Path
 
-from diageval.run.sandbox import HiddenRoots
+from diageval.run.box_policy import HiddenRoots
 
 
 class SpecPathError(Exception):

@@ -36,10 +36,10 @@ import socket
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal, TypeVar
 
