@@ -108,7 +108,9 @@ class CaseResult(_Record):
     case_id: str
     status: Status
     expect: Literal["diagnose", "healthy", "abstain"]
-    difficulty: Literal["easy", "medium", "hard"]
+    difficulty: Literal["easy", "medium", "hard"] | None = Field(
+        None, description="Measured, for an injected positive case: its injection's effect over its healthy "
+        "twin's noise (easy >= 10 spreads, hard < 3); None where nothing was injected or measured")
     evidence: Literal["injected", "recorded"] = Field(
         "injected", description="injected-and-verified (a live reproduction) or recorded-and-measured (a real job's traces)"
     )

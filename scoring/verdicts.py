@@ -38,6 +38,8 @@ The rules are design.md's "Scoring"; what it leaves open is decided here:
 
 from __future__ import annotations
 
+from typing import Literal
+
 from diageval.cases.model import Case, CauseLabel
 from diageval.cases.taxonomy import Taxonomy, is_symptom_id
 from diageval.diagnosis import Diagnosis, Finding
@@ -60,6 +62,7 @@ def score_case(
     taxonomy: Taxonomy,
     status: Status = "ok",
     measured_impact: float | None = None,
+    difficulty: Literal["easy", "medium", "hard"] | None = None,
     seconds: float | None = None,
     error: str | None = None,
     bundle_id: str | None = None,
@@ -78,7 +81,7 @@ def score_case(
         case_id=case.id,
         status=status,
         expect=case.labels.expect,
-        difficulty=case.difficulty,
+        difficulty=difficulty,
         evidence=case.evidence_kind,
         tags=list(case.tags),
         categories=[label.category for label in case.labels.causes],

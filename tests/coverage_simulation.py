@@ -46,8 +46,7 @@ def _case(case_id: str, expect: str, category: str | None = None, ranks=None, wo
     data = {"id": case_id, "title": "simulated", "workload": {"name": "mlp_ddp", "world_size": world_size, "steps": 40},
             "labels": {"expect": expect, "causes": [{"category": category, "ranks": ranks}] if category else [],
                        "symptoms": ["symptom.slow_step"] if category else []},
-            "faults": [{"name": "slow_rank"}] if expect != "healthy" else [],
-            "difficulty": "medium"}
+            "faults": [{"name": "slow_rank"}] if expect != "healthy" else []}
     if expect == "diagnose":
         data["manifest"] = {"metric": "step_time_median", "min_ratio": 1.3}
     return Case.model_validate(data)

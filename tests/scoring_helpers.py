@@ -6,7 +6,7 @@ from diageval.cases.model import Case
 from diageval.diagnosis import Diagnosis, Finding
 
 
-def make_case(case_id: str, causes=(), *, expect=None, symptoms=(), difficulty="medium", world_size=2) -> Case:
+def make_case(case_id: str, causes=(), *, expect=None, symptoms=(), world_size=2) -> Case:
     """A case labeled with ``causes`` (dicts of category/ranks); healthy when there are none."""
     expect = expect or ("diagnose" if causes else "healthy")
     data = {
@@ -15,7 +15,6 @@ def make_case(case_id: str, causes=(), *, expect=None, symptoms=(), difficulty="
         "workload": {"name": "mlp_ddp", "world_size": world_size, "steps": 40},
         "faults": [{"name": "slow_rank", "params": {}}] if expect != "healthy" else [],
         "labels": {"causes": list(causes), "symptoms": list(symptoms), "expect": expect},
-        "difficulty": difficulty,
     }
     if expect == "diagnose":
         data["manifest"] = {"metric": "step_time_median", "min_ratio": 1.3}

@@ -18,7 +18,6 @@ HEALTHY = {
     "faults": [],
     "labels": {"causes": [], "symptoms": [], "expect": "healthy"},
     "tags": ["control"],
-    "difficulty": "easy",
 }
 
 
@@ -165,3 +164,10 @@ def test_the_readme_example_case_is_valid(tmp_path):
     example = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
     result = validate(write(tmp_path, example))
     assert result.exit_code == 0, result.output
+
+
+def test_a_declared_difficulty_is_refused_with_the_reason(tmp_path):
+    path = write(tmp_path, {**HEALTHY, "difficulty": "easy"})
+    result = validate(path)
+    assert result.exit_code != 0
+    assert str(path) in result.output and "difficulty" in result.output and "measured" in result.output

@@ -43,7 +43,6 @@ labels:
   symptoms: [symptom.long_collective, symptom.slow_step]
   expect: diagnose
 manifest: {metric: step_time_median, min_ratio: 1.5}
-difficulty: medium
 """,
     "starved": """
 id: starved
@@ -57,7 +56,6 @@ labels:
   symptoms: [symptom.slow_step, symptom.low_utilization]
   expect: diagnose
 manifest: {metric: step_time_median, min_ratio: 1.5}
-difficulty: easy
 """,
     "weak-straggler": """
 id: weak-straggler
@@ -71,7 +69,6 @@ labels:
   symptoms: [symptom.long_collective]
   expect: diagnose
 manifest: {metric: step_time_median, min_ratio: 1.2}
-difficulty: hard
 """,
     "healthy": """
 id: healthy
@@ -79,7 +76,6 @@ title: Healthy control
 workload: {name: mlp_ddp, world_size: 2, steps: 30}
 faults: []
 labels: {causes: [], symptoms: [], expect: healthy}
-difficulty: easy
 """,
     "trace-missing": """
 id: trace-missing
@@ -89,7 +85,6 @@ faults:
   - {name: slow_rank, params: {target_rank: 1, slowdown_factor: 8.0, start_step: 5}}
   - {name: drop_rank_trace, params: {missing_rank: 1}}
 labels: {causes: [], symptoms: [symptom.long_collective], expect: abstain}
-difficulty: hard
 """,
 }
 IMPACT = {"straggler": 0.85, "starved": 0.62, "weak-straggler": 0.15}

@@ -185,7 +185,16 @@ class Case(_Strict):
     manifest: ManifestationCheck | None = None
     requires: Requires = Field(default_factory=Requires)
     tags: list[str] = Field(default_factory=list)
-    difficulty: Literal["easy", "medium", "hard"] = "medium"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _difficulty_is_measured(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "difficulty" in data:
+            raise ValueError(
+                "difficulty: not a case field any more: a case's difficulty is measured (its injection's effect over "
+                "its healthy twin's noise, `diageval verify`), not declared; remove this line"
+            )
+        return data
 
     @model_validator(mode="after")
     def _internal(self) -> "Case":

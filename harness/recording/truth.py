@@ -6,7 +6,20 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
+
+Difficulty = Literal["easy", "medium", "hard"]
+
+# A case's difficulty is how far its injection's effect stands above the run-to-run noise of its healthy
+# twin: z = (ratio - 1) / max(noise, NOISE_FLOOR), where ratio is the manifest metric injected/healthy and
+# noise the twin's relative range over the repeats. Below 3 spreads the effect is one a diagnoser can
+# mistake for ordinary variation (hard); at 10 or more it is an order of magnitude above it (easy).
+# NOISE_FLOOR: the range of 3 repeats can come out near 0 by chance; step times on this class of machine
+# vary by more than 5% between runs (measured: healthy step-time CV 10-26% within a run), so a smaller
+# measured spread is not trusted.
+HARD_BELOW_Z = 3.0
+EASY_FROM_Z = 10.0
+NOISE_FLOOR = 0.05
 
 
 class Verification(BaseModel):
@@ -29,6 +42,18 @@ class Verification(BaseModel):
         description="Measured fraction of step time lost: 1 - healthy/injected mean step time over the "
         "labeled steps (medians over repeats)"
     )
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def effect_to_noise(self) -> float:
+        """(ratio - 1) over the twin's noise (floored at NOISE_FLOOR): how many run-to-run spreads the effect is."""
+        return (self.ratio - 1.0) / max(self.noise, NOISE_FLOOR)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def difficulty(self) -> Difficulty:
+        z = self.effect_to_noise
+        return "hard" if z < HARD_BELOW_Z else "easy" if z >= EASY_FROM_Z else "medium"
 
 
 class TruthRecord(BaseModel):

@@ -93,6 +93,7 @@ def rescore_run(run_dir: Path, *, case_set: CaseSet | None = None):
             taxonomy=case_set.taxonomy,
             status=status,
             measured_impact=row.measured_impact,
+            difficulty=row.difficulty,
             seconds=row.seconds,
             error=row.error,
             bundle_id=row.bundle_id,

@@ -89,6 +89,7 @@ class _Ready:
     bundle_id: str
     bundle_sha256: str
     measured_impact: float | None
+    difficulty: str | None  # measured (the verification's effect over noise); None for cases without an injection
 
 
 def default_run_id(diagnoser_name: str, case_set_hash: str) -> str:
@@ -309,7 +310,8 @@ class _Pipeline:
                 ratio = getattr(verification, "ratio", None)
                 detail = f": ratio {ratio:.3g} below min_ratio {case.manifest.min_ratio:g}" if ratio is not None and case.manifest else ""
                 return {"status": "invalid", "error": f"the injection did not manifest{detail}", "measured_impact": impact, **ids}
-        return _Ready(loaded, bundle_dir, prepared.bundle_id, prepared.manifest_sha256, impact)
+        difficulty = getattr(verification, "difficulty", None)
+        return _Ready(loaded, bundle_dir, prepared.bundle_id, prepared.manifest_sha256, impact, difficulty)
 
     def diagnose_all(self, ready: list[_Ready]) -> int:
         """Diagnose ``ready`` with ``jobs`` slots; return how many cases finished."""
@@ -338,7 +340,8 @@ class _Pipeline:
             if stop.is_set():
                 return
             ex = slots.get()
-            ids = {"bundle_id": item.bundle_id, "bundle_sha256": item.bundle_sha256, "measured_impact": item.measured_impact}
+            ids = {"bundle_id": item.bundle_id, "bundle_sha256": item.bundle_sha256, "measured_impact": item.measured_impact,
+                   "difficulty": item.difficulty}
             try:
                 attempt: Attempt | None = ex.attempt(item.bundle_dir, self.store.case_dir(item.loaded.case.id), self.timeout,
                                                      bundle_id=shown_ids[item.loaded.case.id])

@@ -123,6 +123,7 @@ class SavedOutcome(BaseModel):
     case_id: str
     status: Status
     measured_impact: float | None = None
+    difficulty: Literal["easy", "medium", "hard"] | None = None  # in runs before it was measured: as declared
     seconds: float | None = None
     error: str | None = None
     bundle_id: str | None = None

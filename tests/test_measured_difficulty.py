@@ -1,0 +1,37 @@
+"""A case's difficulty is measured: its injection's effect over its healthy twin's noise (issue 11)."""
+
+from __future__ import annotations
+
+import pytest
+
+from diageval.recording.truth import EASY_FROM_Z, HARD_BELOW_Z, NOISE_FLOOR, Verification
+
+
+def verification(ratio: float, noise: float) -> Verification:
+    return Verification(metric="step_time_median", min_ratio=1.2, injected=ratio, healthy=1.0, ratio=ratio,
+                        noise=noise, repeats=3, manifested=True, impact=1 - 1 / ratio)
+
+
+@pytest.mark.parametrize(("ratio", "noise", "level"), [
+    (1.3, 0.20, "hard"),     # 1.5 spreads
+    (1.3, 0.05, "medium"),   # 6 spreads
+    (2.0, 0.25, "medium"),   # 4 spreads
+    (2.0, 0.05, "easy"),     # 20 spreads
+    (8.0, 0.60, "easy"),     # gross even on a noisy twin
+])
+def test_difficulty_is_effect_over_noise(ratio, noise, level):
+    assert verification(ratio, noise).difficulty == level
+
+
+def test_the_boundaries_and_the_noise_floor():
+    assert verification(1 + HARD_BELOW_Z * 0.1, 0.1).difficulty == "medium"
+    assert verification(1 + EASY_FROM_Z * 0.1, 0.1).difficulty == "easy"
+    # a twin whose three repeats happen to agree closely is not trusted below the floor
+    assert verification(1.2, 0.0).effect_to_noise == pytest.approx(0.2 / NOISE_FLOOR)
+
+
+def test_the_truth_file_keeps_it():
+    v = verification(1.5, 0.1)
+    dumped = v.model_dump(mode="json")
+    assert dumped["difficulty"] == "medium" and dumped["effect_to_noise"] == pytest.approx(5.0)
+    assert Verification.model_validate(dumped).difficulty == "medium"  # read back from an older or newer file
