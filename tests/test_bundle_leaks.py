@@ -1,7 +1,8 @@
 """No bundle may name its case: not the case id, a fault name, a fault parameter name, a taxonomy id,
 or an injector's class name, in any file name or any file's bytes (gzipped traces decompressed).
 
-Records every case of the built-in corpus once (about a minute on 2 cores), so it is marked ``slow``.
+Reads every injected case's bundle (the ``corpus_bundles`` fixture of conftest.py: recorded once through the
+bundle cache, about a minute on 2 cores when the cache is cold), so it is marked ``slow``.
 """
 
 from __future__ import annotations
@@ -39,19 +40,6 @@ def bundle_texts(root: Path):
             except EOFError:  # a deliberately truncated trace: check what is there
                 data = gzip.GzipFile(fileobj=__import__("io").BytesIO(data)).read1(1 << 30)
         yield p.relative_to(root).as_posix(), data.decode("utf-8", errors="replace").lower()
-
-
-@pytest.fixture(scope="module")
-def corpus_bundles(tmp_path_factory) -> dict[str, Path]:
-    from diageval.recording.record import record_case
-
-    out = tmp_path_factory.mktemp("corpus")
-    bundles = {}
-    for i, lc in enumerate(lc for lc in load_case_set().cases if lc.case.recorded is None):  # recorded: not ours
-        dest = out / f"b{i:02d}"
-        record_case(lc.case, dest, device="cpu")
-        bundles[lc.case.id] = dest
-    return bundles
 
 
 def test_forbidden_words_cover_what_they_should():

@@ -1,0 +1,31 @@
+"""Fixtures shared by test modules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def corpus_bundles() -> dict[str, Path]:
+    """case id -> bundle folder, for every injected case of the built-in corpus that records on CPU.
+
+    Recorded once per machine through the bundle cache (``$DIAGEVAL_HOME``, as ``diageval run`` records
+    them: the very bundles a diagnoser is shown), so the tests that read the whole corpus (leaks,
+    metadata) share one recording, and CI, whose board runs first, records nothing twice. Recorded cases
+    (others' traces) and cases that need CUDA are left out.
+    """
+    from diageval.cases.load import load_case_set
+    from diageval.paths import bundle_cache_dir
+    from diageval.recording.cache import ensure_bundle
+
+    cache = bundle_cache_dir()
+    bundles = {}
+    for lc in load_case_set().cases:
+        case = lc.case
+        if case.recorded is not None or case.requires.device == "cuda":
+            continue
+        _, folder, _ = ensure_bundle(case, "cpu", repeat=0, cache_dir=cache)
+        bundles[case.id] = folder
+    return bundles
