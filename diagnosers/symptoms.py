@@ -19,7 +19,6 @@ from diageval.diagnosis import Diagnosis
 class SymptomsDiagnoser:
     name: ClassVar[str] = "symptoms"
     version: ClassVar[str] = "0.1.0"
-    reference: ClassVar[bool] = True
 
     def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:
         return Diagnosis(findings=observe_symptoms(gather_evidence(bundle), kind="cause"))

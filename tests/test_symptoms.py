@@ -35,5 +35,8 @@ def test_quiet_run_claims_nothing(tmp_path):
     assert claims(tmp_path, lambda r, k: StepShape()) == {}
 
 
-def test_reference_flag_and_name():
-    assert SymptomsDiagnoser.reference is True and SymptomsDiagnoser.name == "symptoms"
+def test_it_is_a_reference_by_the_harness_table_not_its_own_say():
+    from diageval.run.handover import BUILTIN_ROLES
+
+    assert SymptomsDiagnoser.name == "symptoms" and not hasattr(SymptomsDiagnoser, "reference")
+    assert BUILTIN_ROLES["symptoms"].reference
