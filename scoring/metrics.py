@@ -34,11 +34,11 @@ from pydantic import BaseModel, Field, create_model
 from diageval.scoring.intervals import (
     CONFIDENCE_LEVEL,
     Totals,
-    bca_interval,
     bootstrap_weights,
     effective_counts,
     jackknife_totals,
     jeffreys,
+    ratio_interval,
 )
 from diageval.scoring.tallies import CALIBRATION_BINS, TallyTable, category_column
 
@@ -47,8 +47,9 @@ Direction = Literal["higher", "lower"]
 
 class MetricValue(BaseModel):
     value: float | None = Field(description="Point estimate; null when undefined (its denominator is 0)")
-    ci: tuple[float, float] | None = Field(description="95% interval (Jeffreys for proportions, BCa bootstrap "
-                                                       "over cases for other ratios); null when undefined")
+    ci: tuple[float, float] | None = Field(description="95% interval (Jeffreys for proportions; for other ratios "
+                                                       "the hull of the BCa bootstrap over cases and the jackknife-t "
+                                                       "interval); null when undefined")
     n: int = Field(description="Size of the denominator at the point estimate (see the metric's definition)")
 
 
@@ -72,9 +73,9 @@ class MetricSpec:
     n_counts: str = ""          # what its n counts
     n_column: str = "cases"     # the tally column whose total is n
     proportion: tuple[str, str] | None = None  # (successes, trials) columns: a Jeffreys interval
-    ratio: tuple[str, str] | None = None       # (numerator, denominator) columns: a BCa interval
+    ratio: tuple[str, str] | None = None       # (numerator, denominator) columns: BCa ∪ jackknife-t
     one_minus: bool = False                    # the metric is 1 − ratio (skill)
-    formula: Callable[[Totals], np.ndarray] | None = None  # any other function of totals: a BCa interval
+    formula: Callable[[Totals], np.ndarray] | None = None  # any other function of totals: BCa ∪ jackknife-t
     headline: bool = False      # ranks the board and gets a verdict in compare
     board: bool = True          # a column of the leaderboard and of a run's closing lines
 
@@ -82,7 +83,7 @@ class MetricSpec:
     def interval_kind(self) -> str:
         if self.proportion is not None:
             return "Jeffreys (effective n)"
-        return "BCa bootstrap"
+        return "BCa ∪ jackknife-t"
 
     def values(self, t: Totals) -> np.ndarray:
         if self.proportion is not None:
@@ -287,8 +288,8 @@ class Resampled:
             if others:
                 boot, jack = self._boot_and_jack(others)
                 for name, s in others.items():
-                    intervals[name] = bca_interval(values[name], s.values(boot), s.values(jack), CONFIDENCE_LEVEL,
-                                                   self.contributing(s))
+                    intervals[name] = ratio_interval(values[name], s.values(boot), s.values(jack),
+                                                     self.table.column(s.n_column) != 0, CONFIDENCE_LEVEL)
         return {
             name: MetricValue(value=values[name] if name in defined else None, ci=intervals[name],
                               n=int(self.point[s.n_column][0]))

@@ -131,7 +131,8 @@ class BootstrapInfo(_Model):
     seed: int
     level: float = CONFIDENCE_LEVEL
     unit: str = "case"
-    intervals: str = "Jeffreys at the effective sample size for proportions; BCa bootstrap over cases for other ratios"
+    intervals: str = ("Jeffreys at the effective sample size for proportions; for other ratios the hull of the BCa "
+                      "bootstrap over cases and the jackknife-t interval")
 
 
 class Summary(_Model):

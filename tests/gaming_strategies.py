@@ -1,8 +1,8 @@
 """Strategies that try to game the score, simulated on the built-in corpus without recording anything.
 
 Scoring works on (case, diagnosis) pairs, so each strategy is a function case -> diagnosis; the
-``label-blind`` ones never look at the case's labels (the prior looks only at the corpus' label counts,
-like the ``prior`` baseline). The others know the right answer and game how it is stated. Every
+``label-blind`` ones never look at the case's labels (the two priors look only at the corpus' label
+counts, like the ``prior`` baseline, and are computed from the live corpus, so the table follows it). The others know the right answer and game how it is stated. Every
 strategy's results are summarised and ranked with the leaderboard's own key
 (:func:`diageval.reports.leaderboard.rank_key`).
 
@@ -86,11 +86,30 @@ def _prior(cases: list[Case]) -> Strategy:
     return lambda case: Diagnosis(findings=[claim])
 
 
+def base_rates(cases: list[Case]) -> dict[str, float]:
+    """π_k: the share of the cases labeled with cause k (a case counts once per cause)."""
+    counts = Counter(category for case in cases for category in {c.category for c in case.labels.causes})
+    return {category: count / len(cases) for category, count in sorted(counts.items())}
+
+
 def _prior_spray(cases: list[Case], taxonomy: Taxonomy) -> Strategy:
     """Every taxonomy cause at the share of cases it is labeled on (the corpus' base rates)."""
-    counts = Counter(c.category for case in cases for c in {x.category: x for x in case.labels.causes}.values())
-    claims = [_claim(c, counts[c] / len(cases)) for c in taxonomy.causes if counts[c]]
+    rates = base_rates(cases)
+    claims = [_claim(c, rates[c]) for c in taxonomy.causes if c in rates]
     return lambda case: Diagnosis(findings=claims)
+
+
+def base_rate_spray_skill(cases: list[Case]) -> tuple[float, float]:
+    """(skill, bound) of the base-rate spray, from the corpus' labels alone (docs/scoring.md derives them):
+    skill = Σ_k π_k² / (λ + α) ≤ max_k π_k · λ / (λ + α), with λ = Σ_k π_k the labeled causes per case and
+    α the share of cases that expect abstention."""
+    rates = base_rates(cases)
+    labeled = sum(rates.values())
+    abstain = sum(c.labels.expect == "abstain" for c in cases) / len(cases)
+    if labeled + abstain == 0:
+        return float("nan"), float("nan")
+    return (sum(p * p for p in rates.values()) / (labeled + abstain),
+            max(rates.values(), default=0.0) * labeled / (labeled + abstain))
 
 
 def _symptoms_as_causes(confidence: float) -> Strategy:
@@ -122,7 +141,7 @@ def strategies(cases: list[Case], taxonomy: Taxonomy) -> list[Entry]:
         Entry("spray every cause at 1.0", "label-blind", _spray(taxonomy, 1.0)),
         Entry("always abstain", "label-blind", lambda case: Diagnosis(abstain=Abstention(reason="always"))),
         Entry("prior (most frequent cause)", "label-blind", _prior(cases)),
-        Entry("prior spray (every cause at its base rate)", "corpus base rates", _prior_spray(cases, taxonomy)),
+        Entry("prior spray (every cause at its base rate)", "label-blind", _prior_spray(cases, taxonomy)),
         Entry("perfect plus junk at 0.01", "knows the answer", _junk_padded(taxonomy)),
         Entry("perfect at 0.01", "knows the answer", _perfect(0.01)),
         Entry("perfect, every rank named", "knows the answer", _perfect(0.9, every_rank=True)),
@@ -153,8 +172,14 @@ def summaries(n_boot: int = 0) -> list[tuple[Entry, Summary]]:
 
 def table(n_boot: int = 1000) -> str:
     rows = summaries(n_boot)
-    cases = rows[0][1].counts.scored
-    lines = [f"gaming table: {cases} built-in cases, ranked by the leaderboard's key (skill, then skill with rank credit)",
+    cases, taxonomy = builtin_corpus()
+    skill, bound = base_rate_spray_skill(cases)
+    rates = base_rates(cases)
+    lines = [f"gaming table: {len(cases)} built-in cases, {len(taxonomy.causes)} taxonomy causes, ranked by the "
+             "leaderboard's key (skill, then skill with rank credit)",
+             f"base-rate spray, analytic: skill = Σπ²/(λ+α) = {skill:.4f} <= max π · λ/(λ+α) = {bound:.4f} "
+             f"(λ = {sum(rates.values()):.3f} labeled causes per case, max π = {max(rates.values(), default=0):.3f}, "
+             f"α = {sum(c.labels.expect == 'abstain' for c in cases) / len(cases):.3f} expect abstention)",
              "", "| rank | strategy | kind | skill [95% CI] | skill (ranks) | F1 | Brier | ECE |",
              "|---:|---|---|---:|---:|---:|---:|---:|"]
     for i, (entry, s) in enumerate(rows, 1):

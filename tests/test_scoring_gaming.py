@@ -9,7 +9,7 @@ import pytest
 from diageval.diagnosis import Diagnosis, Finding
 from diageval.scoring.summary import DiagnoserInfo, summarize
 from diageval.scoring.verdicts import score_case
-from gaming_strategies import builtin_corpus, summaries
+from gaming_strategies import base_rate_spray_skill, base_rates, builtin_corpus, summaries
 
 SKILL_CEILING_LABEL_BLIND = 0.1
 
@@ -70,17 +70,37 @@ def test_no_label_blind_strategy_reaches_skill_0_1(board):
         assert s.metrics.skill.value < SKILL_CEILING_LABEL_BLIND, name
 
 
+def test_the_base_rate_spray_scores_what_the_analysis_says(board):
+    """skill = Σ π_k² / (λ + α) (docs/scoring.md), computed from the live corpus' labels, is what scoring
+    gives the base-rate spray; it is below the bound max π · λ / (λ + α) and below the 0.1 ceiling."""
+    cases, _ = builtin_corpus()
+    skill, bound = base_rate_spray_skill(cases)
+    simulated = board["prior spray (every cause at its base rate)"][2].metrics.skill.value
+    assert simulated == pytest.approx(skill, abs=1e-9)
+    assert 0 < skill <= bound < 1
+    assert skill < SKILL_CEILING_LABEL_BLIND, (skill, base_rates(cases))
+
+
 def test_no_constant_spray_reaches_skill_0_1_at_any_confidence():
+    """The best constant is λ / K (labeled causes per case over taxonomy causes) and earns λ² / (K (λ + α)),
+    the base-rate spray's skill on a corpus whose causes are equally frequent (docs/scoring.md)."""
     cases, taxonomy = builtin_corpus()
     best = -1.0
+    labeled = sum(base_rates(cases).values())
+    abstain = sum(c.labels.expect == "abstain" for c in cases) / len(cases)
+    optimum = labeled / len(taxonomy.causes)
+    optimum_skill = labeled**2 / (len(taxonomy.causes) * (labeled + abstain))
     for step in range(1, 41):
-        p = step / 200  # 0.005 .. 0.2; the optimum is near the pairs' base rate (about 0.08 here)
+        p = step / 200  # 0.005 .. 0.2
         d = Diagnosis(findings=[Finding(category=c, kind="cause", confidence=p) for c in taxonomy.causes])
         results = [score_case(case, d, taxonomy=taxonomy) for case in cases]
         s = summarize(results, diagnoser=DiagnoserInfo(spec="spray", name="spray"), case_set_hash="x",
                       taxonomy_version=taxonomy.version, n_boot=0)
         best = max(best, s.metrics.skill.value)
     assert 0 < best < SKILL_CEILING_LABEL_BLIND
+    assert 0.005 <= optimum <= 0.2  # inside the grid: the grid's best is near the true optimum
+    assert optimum_skill - 0.01 < best <= optimum_skill + 1e-9
+    assert best <= base_rate_spray_skill(cases)[0] + 1e-9  # knowing the base rates is worth at least as much
 
 
 def test_always_abstaining_is_judged_both_ways(board):
