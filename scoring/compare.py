@@ -22,7 +22,7 @@ Decided here (the design is silent):
 * The interval of a difference is the BCa interval of B − A (:mod:`diageval.scoring.intervals`) over
   the resamples where the metric is defined for both runs, its acceleration from the paired jackknife
   (the same case left out of both); a metric undefined at the point for either run has no difference
-  (null). Each run's own interval is the one its summary has (Jeffreys or BCa, same resamples).
+  (null). Each run's own interval is the one its summary has (Jeffreys, or BCa ∪ jackknife-t; same resamples).
 * "B better" is direction-aware (each metric's ``better`` in :data:`~diageval.scoring.metrics.METRICS`).
   ``p_b_better`` / ``p_b_worse`` are the shares of those resamples where B is strictly better / worse;
   the rest are ties (differences within :data:`TIE_TOLERANCE`, floating-point noise), so identical runs
