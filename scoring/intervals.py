@@ -21,7 +21,7 @@ so a resample of cases is a weighted total: ``weights @ table``. Two kinds of in
   (the percentile bootstrap of Brier covered 90.5% at 16 cases), but its endpoints are quantiles of
   the resamples, and a mean over a few cases of a skewed quantity (impact error over about 8
   statements, seconds with rare timeouts) has a bootstrap distribution with short tails: it covered
-  92-93%. The jackknife-t interval is symmetric (it misses on the long side of a skewed statistic) but
+  92-94%. The jackknife-t interval is symmetric (it misses on the long side of a skewed statistic) but
   its variance estimate is biased upward (Efron & Stein 1981), and it stays valid for the ECE, a sum
   of absolute values whose bootstrap distribution is not consistent where a bin's gap is near 0 (BCa
   covered 92% there). The hull covers whenever either does; measured, every metric covers >= 93% at 16,
