@@ -37,14 +37,14 @@ def synthetic_results(n: int, seed: int = 0):
             "labels": {"causes": [{"category": label, "ranks": [rng.randrange(2)]}] if expect == "diagnose" else [],
                        "expect": expect},
             "manifest": {"metric": "step_time_median", "min_ratio": 1.3} if expect == "diagnose" else None,
-            "difficulty": rng.choice(["easy", "medium", "hard"]),
         })
         findings = [Finding(category=rng.choice(categories + [label] * 4), confidence=rng.random(),
                             ranks=[rng.randrange(2)], impact=rng.random() * 0.5) for _ in range(rng.randrange(4))]
         status = rng.choice(["ok"] * 18 + ["timeout", "invalid"])
         diagnosis = Diagnosis(findings=findings) if status == "ok" else None
         results.append(score_case(case, diagnosis, taxonomy=tax, status=status, seconds=rng.random() * 3,
-                                  measured_impact=rng.random() * 0.5 if expect == "diagnose" else None))
+                                  measured_impact=rng.random() * 0.5 if expect == "diagnose" else None,
+                                  difficulty=rng.choice(["easy", "medium", "hard"])))
     return results
 
 
