@@ -274,13 +274,18 @@ class StatsCollector:
     ``trace_summary`` feeds one of these during its own pass, so ``rules`` reads each trace once. Memory:
     the columns hold one entry per event; ``drop_columns`` empties them and from then on only the facts
     about the whole trace are kept (step markers, threads, kernel classes, flags, ``margin_us``). A
-    collector made with a ``TimeRange`` keeps columns only for that slice; ``measure_windows`` then measures
-    the step windows inside it exactly as ``measure`` would over the whole trace (``trace_summary`` reads a
-    trace too large for its budget in such slices).
+    collector made with a ``TimeRange`` keeps columns only for that slice, and takes the whole trace's
+    threads and kernel classes from ``facts_of`` (the first pass's collector); ``measure_windows`` then
+    measures the step windows inside it exactly as ``measure`` would over the whole trace (``trace_summary``
+    reads a trace too large for its budget in such slices).
     """
 
-    def __init__(self, keep: TimeRange | None = None) -> None:
+    def __init__(self, keep: TimeRange | None = None, facts_of: StatsCollector | None = None) -> None:
         self.cols = _Cols()
+        if facts_of is not None:  # a slice pass: the whole trace's threads and kernel classes come from the first
+            self.cols.host_tids = set(facts_of.cols.host_tids)
+            self.cols.autograd_tids = set(facts_of.cols.autograd_tids)
+            self.cols.class_of = dict(facts_of.cols.class_of)
         self.keep = keep
         self.columns = True
         self.join: _Join | None = None

@@ -65,9 +65,11 @@ from diageval.bundle.trace_stats import StatsCollector, StepStats, TimeRange
 from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, iter_trace_events
 
 SHORT_OP_US = 50.0
-MAX_COLUMN_ENTRIES = 2_000_000
-"""Column entries one pass may hold (each 8-17 bytes in arrays, ~60 in the few lists and dicts): a trace
-that needs more is summarised in slices of steps, so memory stays bounded whatever the trace's size."""
+MAX_COLUMN_ENTRIES = 1_000_000
+"""Column entries one pass may hold: a trace that needs more is summarised in slices of steps, so memory
+stays bounded whatever the trace's size. Measured on the A100 trace of ``benchmarks/big_trace.py``: about
+73 bytes per entry at the peak (the columns, then the sorted copies the per-step measurement makes), so
+1 M entries keep ``rules`` near 125 MB with the interpreter's ~50 MB, under the 200 MB of issue 14."""
 _CHECK_EVERY = (1 << 14) - 1
 
 
@@ -441,11 +443,22 @@ def summarize_trace(path: Path, *, max_entries: int = MAX_COLUMN_ENTRIES) -> Tra
     )
 
 
-def _stream(path: Path, state: StreamState, cols: _Columns, gpu: StatsCollector, max_entries: int | None) -> None:
-    """One pass over the trace into both collectors; past ``max_entries`` column entries both drop theirs."""
+def _stream(path: Path, state: StreamState, cols: _Columns, gpu: StatsCollector, max_entries: int | None,
+            keep: TimeRange | None = None) -> None:
+    """One pass over the trace into both collectors; past ``max_entries`` column entries both drop theirs.
+
+    With ``keep`` (a slice pass) events that cannot reach the slice are passed over before either collector
+    looks at them: their facts were gathered by the first pass.
+    """
     n = 0
+    lo, hi = (keep.lo - keep.margin, keep.hi + keep.margin) if keep is not None else (0.0, 0.0)
     try:
         for ev in iter_trace_events(path, state):
+            if keep is not None:
+                ts, dur = ev.ts, ev.dur
+                if ev.ph != "X" or not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) \
+                        or ts >= hi or ts + max(0.0, dur) <= lo:
+                    continue
             cols.add(ev)
             gpu.add(ev)
             n += 1
@@ -483,8 +496,8 @@ def _summarize_in_slices(path: Path, first: _Columns, gpu: StatsCollector, base_
         chunk = markers[i : i + per_slice]
         keep = TimeRange(lo=chunk[0][1], hi=max(m[1] + max(0.0, m[2]) for m in chunk), margin=margin)
         cols = _Columns(keep)
-        sliced = StatsCollector(keep)
-        _stream(path, StreamState(), cols, sliced, None)
+        sliced = StatsCollector(keep, facts_of=gpu)
+        _stream(path, StreamState(), cols, sliced, None, keep)
         built = _build_steps(cols, base_us, main_tid, chunk)
         if gpu.has_device_events:
             built = _with_gpu(built, sliced.measure_windows(main_tid, [(n, ts, dur) for n, ts, dur, _ in chunk]))
