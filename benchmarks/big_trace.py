@@ -15,9 +15,11 @@ of trace JSON, and peak RSS from ``wait4``):
     orjson       the same with orjson.loads, when installed
     import       ``diageval bundle import`` of the plain JSON (reads it once, gzips it into the bundle)
     trace stats  ``diageval trace stats BUNDLE``, when this checkout has that command
-    rules        ``diageval diagnose -d rules BUNDLE`` (reads the bundle's gzipped trace)
-    hta          ``diageval diagnose -d hta BUNDLE``, when traceinsight is installed and the trace is at most
-                 ``--hta-max-mb`` (HTA held 13.9 GB for 452 MB in issue 14)
+    rules        the rules diagnoser on the bundle (reads its gzipped trace), in the measured process: the
+                 sandbox of ``diageval diagnose`` reaps its processes in their own pid namespace, so their
+                 CPU time and RSS never reach ``wait4``
+    hta          the same for hta, when traceinsight is installed and the trace is at most ``--hta-max-mb``
+                 (HTA held 13.9 GB for 452 MB in issue 14)
 
 The machine may be shared: the load average is printed before and after each size, and every row of one
 size is measured in the same minutes, so compare rows within a column rather than with other days'
@@ -77,6 +79,18 @@ with open(sys.argv[1], "rb") as fh:
 print(json.dumps({"seconds": time.perf_counter() - t, "cpu": time.process_time() - c, "bytes": n}))
 """
 _CLI = "from diageval.cli import main; main()"
+# A diagnoser run in this process, not in the sandbox `diageval diagnose` uses: the box's processes are
+# reaped inside their own pid namespace, so wait4 on the CLI sees neither their CPU time nor their RSS.
+_DIAGNOSE = """
+import json, sys, time
+from pathlib import Path
+from diageval.bundle.model import EvidenceBundle
+from diageval.run.registry import resolve_diagnoser
+diagnoser = resolve_diagnoser(sys.argv[1]).factory()
+t = time.perf_counter()
+d = diagnoser.diagnose(EvidenceBundle.open(Path(sys.argv[2])))
+print(json.dumps({"seconds": time.perf_counter() - t, "findings": len(d.findings), "abstain": d.abstain is not None}))
+"""
 
 
 def build_trace(source: Path, target_mb: float, out: Path) -> tuple[int, int]:
@@ -174,17 +188,22 @@ def median_of(argv: list[str], repeat: int) -> dict:
                       "runs": len(runs)}
 
 
-def run_size(trace: Path, n_bytes: int, work: Path, hta_max_mb: float, repeat: int) -> dict[str, dict]:
+def run_size(trace: Path, n_bytes: int, work: Path, hta_max_mb: float, repeat: int,
+             only: set[str]) -> dict[str, dict]:
+    """The rows in ``only`` (import always runs: the others read its bundle; it is shown when asked for)."""
     rows: dict[str, dict] = {}
     py = sys.executable
-    rows["reader"] = median_of([py, "-c", _READER, str(trace)], repeat)
-    rows["json.loads"] = median_of([py, "-c", _WHOLE, str(trace), "json"], repeat)
-    rows["orjson"] = (median_of([py, "-c", _WHOLE, str(trace), "orjson"], repeat) if _has_module("orjson")
-                      else {"skipped": "orjson not installed"})
+    if "reader" in only:
+        rows["reader"] = median_of([py, "-c", _READER, str(trace)], repeat)
+    if "json.loads" in only:
+        rows["json.loads"] = median_of([py, "-c", _WHOLE, str(trace), "json"], repeat)
+    if "orjson" in only:
+        rows["orjson"] = (median_of([py, "-c", _WHOLE, str(trace), "orjson"], repeat) if _has_module("orjson")
+                          else {"skipped": "orjson not installed"})
     bundle = work / f"bundle-{n_bytes}"
     cli_import = [py, "-c", _CLI, "bundle", "import", str(trace), "--out", str(bundle)]
     imports = []
-    for _ in range(repeat):
+    for _ in range(repeat if "import" in only else 1):
         shutil.rmtree(bundle, ignore_errors=True)
         imports.append(measure(cli_import))
         if imports[-1]["rc"] != 0:
@@ -193,17 +212,24 @@ def run_size(trace: Path, n_bytes: int, work: Path, hta_max_mb: float, repeat: i
     rows["import"] = imports[0] | {"seconds": statistics.median(r["wall"] for r in imports),
                                    "cpu": statistics.median(r["cpu"] for r in imports),
                                    "rss_mb": max(r["rss_mb"] for r in imports)}
+    if "import" not in only:
+        del rows["import"]
     gz = next(bundle.glob("rank*/trace.json.gz"))
-    rows["gunzip"] = median_of([py, "-c", _GUNZIP, str(gz)], repeat)
-    rows["trace stats"] = (median_of([py, "-c", _CLI, "trace", "stats", str(bundle)], repeat) if _has_trace_stats()
-                           else {"skipped": "no 'diageval trace stats' in this checkout"})
-    rows["rules"] = median_of([py, "-c", _CLI, "diagnose", "-d", "rules", str(bundle)], repeat)
-    if not _has_module("hta"):
+    if "gunzip" in only:
+        rows["gunzip"] = median_of([py, "-c", _GUNZIP, str(gz)], repeat)
+    if "trace stats" in only:
+        rows["trace stats"] = (median_of([py, "-c", _CLI, "trace", "stats", str(bundle)], repeat)
+                               if _has_trace_stats() else {"skipped": "no 'diageval trace stats' in this checkout"})
+    if "rules" in only:
+        rows["rules"] = median_of([py, "-c", _DIAGNOSE, "rules", str(bundle)], repeat)
+    if "hta" not in only:
+        pass
+    elif not _has_module("hta"):
         rows["hta"] = {"skipped": "traceinsight not installed"}
     elif n_bytes / 1e6 > hta_max_mb:
         rows["hta"] = {"skipped": f"trace over --hta-max-mb {hta_max_mb:g}"}
-    else:
-        rows["hta"] = measure([py, "-c", _CLI, "diagnose", "-d", "hta", str(bundle)])
+    elif "hta" in only:
+        rows["hta"] = measure([py, "-c", _DIAGNOSE, "hta", str(bundle)])
     shutil.rmtree(bundle, ignore_errors=True)
     return rows
 
@@ -229,6 +255,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "diageval-big-trace")
     ap.add_argument("--hta-max-mb", type=float, default=100.0)
     ap.add_argument("--repeat", type=int, default=3, help="runs of each row (hta: one); the median is shown")
+    ap.add_argument("--rows", nargs="+", choices=ORDER, default=ORDER, help="the measurements to make (default: all)")
     ap.add_argument("--build-one", nargs=3, metavar=("SOURCE", "MB", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.build_one:  # in its own process, so that the measured children do not inherit its memory
@@ -255,8 +282,8 @@ def main(argv: list[str]) -> int:
             n_events = built["events"]
             print(f"built {trace} ({built['bytes'] / 1e6:.0f} MB, {n_events} events) in {built['wall']:.0f} s")
         n_bytes = trace.stat().st_size
-        rows = run_size(trace, n_bytes, args.workdir, args.hta_max_mb, args.repeat)
-        n_events = rows["reader"].get("events", n_events)
+        rows = run_size(trace, n_bytes, args.workdir, args.hta_max_mb, args.repeat, set(args.rows))
+        n_events = rows.get("reader", {}).get("events", n_events)
         columns.append((f"{size:g} MB", n_bytes, n_events or 0, rows))
         loads.append(os.getloadavg())
         print(f"measured {size:g} MB; load average now {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
@@ -266,7 +293,7 @@ def main(argv: list[str]) -> int:
     heads = [f"{name}: {b / 1e6:.0f} MB JSON, {e} events" for name, b, e, _ in columns]
     print(f"{'':12s}" + "".join(f"{h:>{width}s}" for h in heads))
     print(f"{'':12s}" + "".join(f"{'seconds      MB/s   MB/cpu-s  peak RSS':>{width}s}" for _ in columns))
-    for key in ORDER:
+    for key in [k for k in ORDER if k in args.rows]:
         print(f"{key:12s}" + "".join(f"{_cell(rows.get(key, {'skipped': 'not run'}), b):>{width}s}"
                                      for _, b, _, rows in columns))
     print(f"\nload average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())} "
