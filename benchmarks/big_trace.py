@@ -15,13 +15,18 @@ of trace JSON, and peak RSS from ``wait4``):
     orjson       the same with orjson.loads, when installed
     import       ``diageval bundle import`` of the plain JSON (reads it once, gzips it into the bundle)
     trace stats  ``diageval trace stats BUNDLE``, when this checkout has that command
-    rules        ``diageval diagnose -d rules BUNDLE`` (reads the bundle's gzipped trace)
-    hta          ``diageval diagnose -d hta BUNDLE``, when traceinsight is installed and the trace is at most
-                 ``--hta-max-mb`` (HTA held 13.9 GB for 452 MB in issue 14)
+    rules        the rules diagnoser on the bundle (reads its gzipped trace), in the measured process: the
+                 sandbox of ``diageval diagnose`` reaps its processes in their own pid namespace, so their
+                 CPU time and RSS never reach ``wait4``
+    hta          the same for hta, when traceinsight is installed and the trace is at most ``--hta-max-mb``
+                 (HTA held 13.9 GB for 452 MB in issue 14)
 
-The machine may be shared: the load average is printed before and after, and every row of one size is
-measured in the same minutes, so compare rows within a column rather than with other days' numbers; gunzip
-and reader run ``--repeat`` times (default 3) and show the fastest run, the others run once.
+The machine may be shared: the load average is printed before and after each size, and every row of one
+size is measured in the same minutes, so compare rows within a column rather than with other days'
+numbers. Every row runs ``--repeat`` times (default 3; hta once) and shows the median seconds and the
+largest peak RSS. Beside wall-clock MB/s it prints MB per CPU-second (user + system time of the process
+and its children, or of the decode alone for reader/json.loads/orjson): on a loaded machine a process
+gets a fraction of a core, and CPU time is what the code costs.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,30 +54,43 @@ _READER = """
 import json, sys, time
 from diageval.bundle.trace_stream import StreamState, iter_trace_events
 state = StreamState()
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 for _ in iter_trace_events(sys.argv[1], state):
     pass
-print(json.dumps({"seconds": time.perf_counter() - t, "events": state.n_events, "truncated": state.truncated}))
+print(json.dumps({"seconds": time.perf_counter() - t, "cpu": time.process_time() - c, "events": state.n_events,
+                  "truncated": state.truncated}))
 """
 _WHOLE = """
 import json, sys, time
 decode = __import__(sys.argv[2]).loads
 data = open(sys.argv[1], "rb").read()
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 doc = decode(data)
-print(json.dumps({"seconds": time.perf_counter() - t, "events": len(doc["traceEvents"])}))
+print(json.dumps({"seconds": time.perf_counter() - t, "cpu": time.process_time() - c, "events": len(doc["traceEvents"])}))
 """
 _GUNZIP = """
 import json, sys, time, zlib
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 z = zlib.decompressobj(wbits=31)
 n = 0
 with open(sys.argv[1], "rb") as fh:
     while block := fh.read(1 << 20):
         n += len(z.decompress(block))
-print(json.dumps({"seconds": time.perf_counter() - t, "bytes": n}))
+print(json.dumps({"seconds": time.perf_counter() - t, "cpu": time.process_time() - c, "bytes": n}))
 """
 _CLI = "from diageval.cli import main; main()"
+# A diagnoser run in this process, not in the sandbox `diageval diagnose` uses: the box's processes are
+# reaped inside their own pid namespace, so wait4 on the CLI sees neither their CPU time nor their RSS.
+_DIAGNOSE = """
+import json, sys, time
+from pathlib import Path
+from diageval.bundle.model import EvidenceBundle
+from diageval.run.registry import resolve_diagnoser
+diagnoser = resolve_diagnoser(sys.argv[1]).factory()
+t = time.perf_counter()
+d = diagnoser.diagnose(EvidenceBundle.open(Path(sys.argv[2])))
+print(json.dumps({"seconds": time.perf_counter() - t, "findings": len(d.findings), "abstain": d.abstain is not None}))
+"""
 
 
 def build_trace(source: Path, target_mb: float, out: Path) -> tuple[int, int]:
@@ -138,7 +157,8 @@ def measure(argv: list[str], cwd: Path | None = None) -> dict:
         out.seek(0)
         err.seek(0)
         text, errors = out.read().decode(errors="replace"), err.read().decode(errors="replace")
-    result = {"wall": wall, "rss_mb": usage.ru_maxrss / 1024, "rc": proc.returncode}
+    result = {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss_mb": usage.ru_maxrss / 1024,
+              "rc": proc.returncode}
     try:
         result.update(json.loads(text.strip().splitlines()[-1]))
     except (ValueError, IndexError):
@@ -156,36 +176,60 @@ def _has_trace_stats() -> bool:
     return subprocess.run([sys.executable, "-c", _CLI, "trace", "stats", "--help"], capture_output=True).returncode == 0
 
 
-def best_of(argv: list[str], repeat: int) -> dict:
-    """The fastest of ``repeat`` runs (other work on a shared machine only ever slows a run down)."""
+def median_of(argv: list[str], repeat: int) -> dict:
+    """``repeat`` runs: the median seconds and CPU seconds, the largest peak RSS (a failed run is shown)."""
     runs = [measure(argv) for _ in range(repeat)]
-    best = min(runs, key=lambda r: (r["rc"] != 0, r.get("seconds", r["wall"])))
-    return best | {"rss_mb": max(r["rss_mb"] for r in runs), "runs": len(runs)}
+    failed = [r for r in runs if r["rc"] != 0]
+    if failed:
+        return failed[0]
+    def med(key: str) -> float:
+        return statistics.median(r.get(key, r["wall"]) for r in runs)
+    return runs[0] | {"seconds": med("seconds"), "cpu": med("cpu"), "rss_mb": max(r["rss_mb"] for r in runs),
+                      "runs": len(runs)}
 
 
-def run_size(trace: Path, n_bytes: int, work: Path, hta_max_mb: float, repeat: int) -> dict[str, dict]:
+def run_size(trace: Path, n_bytes: int, work: Path, hta_max_mb: float, repeat: int,
+             only: set[str]) -> dict[str, dict]:
+    """The rows in ``only`` (import always runs: the others read its bundle; it is shown when asked for)."""
     rows: dict[str, dict] = {}
     py = sys.executable
-    rows["reader"] = best_of([py, "-c", _READER, str(trace)], repeat)
-    rows["json.loads"] = measure([py, "-c", _WHOLE, str(trace), "json"])
-    rows["orjson"] = (measure([py, "-c", _WHOLE, str(trace), "orjson"]) if _has_module("orjson")
-                      else {"skipped": "orjson not installed"})
+    if "reader" in only:
+        rows["reader"] = median_of([py, "-c", _READER, str(trace)], repeat)
+    if "json.loads" in only:
+        rows["json.loads"] = median_of([py, "-c", _WHOLE, str(trace), "json"], repeat)
+    if "orjson" in only:
+        rows["orjson"] = (median_of([py, "-c", _WHOLE, str(trace), "orjson"], repeat) if _has_module("orjson")
+                          else {"skipped": "orjson not installed"})
     bundle = work / f"bundle-{n_bytes}"
-    shutil.rmtree(bundle, ignore_errors=True)
-    rows["import"] = measure([py, "-c", _CLI, "bundle", "import", str(trace), "--out", str(bundle)])
-    if rows["import"]["rc"] != 0:
-        return rows
+    cli_import = [py, "-c", _CLI, "bundle", "import", str(trace), "--out", str(bundle)]
+    imports = []
+    for _ in range(repeat if "import" in only else 1):
+        shutil.rmtree(bundle, ignore_errors=True)
+        imports.append(measure(cli_import))
+        if imports[-1]["rc"] != 0:
+            rows["import"] = imports[-1]
+            return rows
+    rows["import"] = imports[0] | {"seconds": statistics.median(r["wall"] for r in imports),
+                                   "cpu": statistics.median(r["cpu"] for r in imports),
+                                   "rss_mb": max(r["rss_mb"] for r in imports)}
+    if "import" not in only:
+        del rows["import"]
     gz = next(bundle.glob("rank*/trace.json.gz"))
-    rows["gunzip"] = best_of([py, "-c", _GUNZIP, str(gz)], repeat)
-    rows["trace stats"] = (measure([py, "-c", _CLI, "trace", "stats", str(bundle)]) if _has_trace_stats()
-                           else {"skipped": "no 'diageval trace stats' in this checkout"})
-    rows["rules"] = measure([py, "-c", _CLI, "diagnose", "-d", "rules", str(bundle)])
-    if not _has_module("hta"):
+    if "gunzip" in only:
+        rows["gunzip"] = median_of([py, "-c", _GUNZIP, str(gz)], repeat)
+    if "trace stats" in only:
+        rows["trace stats"] = (median_of([py, "-c", _CLI, "trace", "stats", str(bundle)], repeat)
+                               if _has_trace_stats() else {"skipped": "no 'diageval trace stats' in this checkout"})
+    if "rules" in only:
+        rows["rules"] = median_of([py, "-c", _DIAGNOSE, "rules", str(bundle)], repeat)
+    if "hta" not in only:
+        pass
+    elif not _has_module("hta"):
         rows["hta"] = {"skipped": "traceinsight not installed"}
     elif n_bytes / 1e6 > hta_max_mb:
         rows["hta"] = {"skipped": f"trace over --hta-max-mb {hta_max_mb:g}"}
-    else:
-        rows["hta"] = measure([py, "-c", _CLI, "diagnose", "-d", "hta", str(bundle)])
+    elif "hta" in only:
+        rows["hta"] = measure([py, "-c", _DIAGNOSE, "hta", str(bundle)])
     shutil.rmtree(bundle, ignore_errors=True)
     return rows
 
@@ -199,7 +243,9 @@ def _cell(row: dict, n_bytes: int) -> str:
     if row.get("rc"):
         return f"FAILED rc={row['rc']}: {row.get('error', '')}"
     seconds = row.get("seconds", row["wall"])
-    return f"{seconds:7.2f} s {n_bytes / seconds / 1e6:6.1f} MB/s {row['rss_mb']:7.0f} MB"
+    cpu = row.get("cpu") or seconds
+    return (f"{seconds:7.2f} s {n_bytes / seconds / 1e6:6.1f} MB/s {n_bytes / cpu / 1e6:6.1f} MB/cpu-s "
+            f"{row['rss_mb']:6.0f} MB")
 
 
 def main(argv: list[str]) -> int:
@@ -208,7 +254,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--source", type=Path, default=None, help="a real Kineto trace to repeat")
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "diageval-big-trace")
     ap.add_argument("--hta-max-mb", type=float, default=100.0)
-    ap.add_argument("--repeat", type=int, default=3, help="runs of gunzip and reader; the fastest is shown")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each row (hta: one); the median is shown")
+    ap.add_argument("--rows", nargs="+", choices=ORDER, default=ORDER, help="the measurements to make (default: all)")
     ap.add_argument("--build-one", nargs=3, metavar=("SOURCE", "MB", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.build_one:  # in its own process, so that the measured children do not inherit its memory
@@ -223,6 +270,7 @@ def main(argv: list[str]) -> int:
     print(f"source {source}; traces in {args.workdir}; {os.cpu_count()} CPUs; "
           f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     columns: list[tuple[str, int, int, dict]] = []
+    loads: list[tuple[float, float, float]] = []
     for size in args.sizes:
         trace = args.workdir / f"{source.name.split('.')[0]}-{size:g}MB.rank0.json"
         n_events = None
@@ -234,23 +282,26 @@ def main(argv: list[str]) -> int:
             n_events = built["events"]
             print(f"built {trace} ({built['bytes'] / 1e6:.0f} MB, {n_events} events) in {built['wall']:.0f} s")
         n_bytes = trace.stat().st_size
-        rows = run_size(trace, n_bytes, args.workdir, args.hta_max_mb, args.repeat)
-        n_events = rows["reader"].get("events", n_events)
+        rows = run_size(trace, n_bytes, args.workdir, args.hta_max_mb, args.repeat, set(args.rows))
+        n_events = rows.get("reader", {}).get("events", n_events)
         columns.append((f"{size:g} MB", n_bytes, n_events or 0, rows))
+        loads.append(os.getloadavg())
         print(f"measured {size:g} MB; load average now {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
 
-    width = 44
+    width = 58
     print()
     heads = [f"{name}: {b / 1e6:.0f} MB JSON, {e} events" for name, b, e, _ in columns]
     print(f"{'':12s}" + "".join(f"{h:>{width}s}" for h in heads))
-    print(f"{'':12s}" + "".join(f"{'seconds     MB/s   peak RSS':>{width}s}" for _ in columns))
-    for key in ORDER:
+    print(f"{'':12s}" + "".join(f"{'seconds      MB/s   MB/cpu-s  peak RSS':>{width}s}" for _ in columns))
+    for key in [k for k in ORDER if k in args.rows]:
         print(f"{key:12s}" + "".join(f"{_cell(rows.get(key, {'skipped': 'not run'}), b):>{width}s}"
                                      for _, b, _, rows in columns))
     print(f"\nload average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())} "
           "(1, 5, 15 min; above the CPU count means other work shared the cores)")
-    print("reader, json.loads and orjson: decode seconds only; import, stats, rules, hta: the whole command;"
-          " MB/s always of the trace's JSON bytes")
+    print("load average (1, 5, 15 min) after each size: "
+          + "; ".join(f"{name}: {' '.join(f'{x:.1f}' for x in la)}" for (name, _, _, _), la in zip(columns, loads)))
+    print("reader, json.loads, orjson, gunzip: decode seconds and CPU only; import, stats, rules, hta: the whole"
+          " command (CPU of it and its children); MB/s always of the trace's JSON bytes; median of --repeat runs")
     return 0
 
 

@@ -1,6 +1,7 @@
 """Speed and memory of the shared trace reader, against gunzip alone and ``json.load`` of the same file.
 
     python benchmarks/trace_reader.py [TRACE_OR_BUNDLE ...]
+    python benchmarks/trace_reader.py --stages TRACE     # where the reader's time goes, stage by stage
 
 With no argument it reads the real traces in the real-traces folder (``$DIAGEVAL_DATA``, else
 shared/real-traces beside the checkout). Prints, per file: events, MB of JSON, MB/s of inflating alone
@@ -8,6 +9,11 @@ shared/real-traces beside the checkout). Prints, per file: events, MB of JSON, M
 diagnoser's reader + aggregation) and of ``json.load``, and the peak Python heap of the reader and of
 ``json.load`` (tracemalloc; it slows both, so speed and memory are measured in separate passes). Each
 speed is the fastest of three runs: on a shared machine other work only ever slows a run down.
+
+``--stages`` times the reader's stages alone on one file, in wall seconds and CPU seconds (on a loaded
+machine a process gets a fraction of a core; CPU time is what the code costs): the decompressed source
+alone, msgspec decoding the very windows the reader cuts (typed and generic), the reader yielding
+windows (no per-event generator step), and ``iter_trace_events`` itself.
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ import tracemalloc
 import zlib
 from pathlib import Path
 
+import msgspec
+
+from diageval.bundle import trace_stream
 from diageval.bundle.trace_stream import StreamState, iter_trace_events
 from diageval.bundle.trace_summary import summarize_trace
 from diageval.paths import real_traces_dir
@@ -82,7 +91,66 @@ def _peak_mb(fn) -> float:
         tracemalloc.stop()
 
 
+def _cut_windows(path: Path) -> list[bytes]:
+    """The byte windows the reader hands to msgspec for ``path``, captured by reading it once."""
+    windows: list[bytes] = []
+    decode = trace_stream._decode_events
+
+    def spy(data, buffer, index):
+        windows.append(bytes(data))
+        return decode(data, buffer, index)
+
+    trace_stream._decode_events = spy
+    try:
+        for _ in iter_trace_events(path, StreamState()):
+            pass
+    finally:
+        trace_stream._decode_events = decode
+    return windows
+
+
+def stages(path: Path) -> int:
+    n_bytes = _read_all(path)
+    windows = _cut_windows(path)
+    generic = msgspec.json.Decoder()
+
+    def source() -> None:
+        src = trace_stream._Source(path, StreamState(), None)
+        while src.read(trace_stream.CHUNK_BYTES):
+            pass
+        src.close()
+
+    def windows_only() -> None:
+        state = StreamState()
+        buffer = trace_stream._Buffer(trace_stream._Source(path, state, None), path)
+        for _ in trace_stream._read_document(buffer, state):
+            pass
+        buffer.source.close()
+
+    rows = [
+        ("source (read, gunzip when .gz)", source),
+        ("msgspec: decode the windows (TraceEvent)", lambda: [trace_stream._EVENTS.decode(w) for w in windows]),
+        ("msgspec: decode the windows (generic)", lambda: [generic.decode(w) for w in windows]),
+        ("reader: windows, no per-event yield", windows_only),
+        ("reader: iter_trace_events", lambda: _read_all(path)),
+        ("json.load of the whole file", lambda: _json_load(path)),
+    ]
+    print(f"{path}: {n_bytes / 1e6:.1f} MB of JSON in {len(windows)} windows; load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs; best of {REPEAT}")
+    print(f"{'stage':44s} {'wall s':>7s} {'MB/s':>7s} {'cpu s':>7s} {'MB/cpu-s':>8s}")
+    for name, fn in rows:
+        wall = cpu = float("inf")
+        for _ in range(REPEAT):
+            w, c = time.perf_counter(), time.process_time()
+            fn()
+            wall, cpu = min(wall, time.perf_counter() - w), min(cpu, time.process_time() - c)
+        print(f"{name:44s} {wall:7.2f} {n_bytes / wall / 1e6:7.1f} {cpu:7.2f} {n_bytes / cpu / 1e6:8.1f}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--stages"] and len(argv) == 2:
+        return stages(Path(argv[1]))
     files = _files(argv)
     if not files:
         print(f"no trace files found (looked in {', '.join(argv) or REAL})", file=sys.stderr)

@@ -97,3 +97,46 @@ def test_reader_on_real_traces_matches_json_load(path):
         assert 0 <= st.device_busy_us <= st.dur_us + 1e-6
     if any(e.get("cat") == "kernel" for e in doc["traceEvents"]):
         assert s.has_device
+
+
+# Slices: a trace over the column budget is read again per slice of steps; every figure must stay the same.
+SLICED_REAL = [REAL_TRACES / "gpu-jobs/hta-negative-queue/rank0.json.gz",  # A100, NCCL, negative queue delays
+               REAL_TRACES / "gpu-jobs/kineto-resnet50-workers0/worker0.1623143089861.pt.trace.json.gz"]  # torch 1.9
+
+
+def _summary_dump(s):
+    return s.model_dump(exclude={"parse_seconds"})
+
+
+def test_sliced_summary_of_a_hand_made_trace_is_the_single_pass_one(tmp_path, monkeypatch):
+    import diageval.bundle.trace_summary as ts
+
+    shape = StepShape(data_us=1000, compute_us=3000, n_ops=30, gap_us=500, comm_us=2000, tail_us=400)
+    events = build_events(2, 12, lambda r, k: shape)
+    write_trace(tmp_path / "t.json.gz", 0, 2, events[0])
+    whole = summarize_trace(tmp_path / "t.json.gz")
+    monkeypatch.setattr(ts, "_CHECK_EVERY", 0)  # look at the budget after every event
+    sliced = summarize_trace(tmp_path / "t.json.gz", max_entries=200)
+    assert len(whole.steps) == 12
+    assert _summary_dump(sliced) == _summary_dump(whole)
+
+
+@pytest.mark.skipif(not all(p.is_file() for p in SLICED_REAL), reason=f"real traces not found at {REAL_TRACES}")
+@pytest.mark.parametrize("path", SLICED_REAL, ids=lambda p: p.parent.name)
+def test_sliced_summary_of_real_traces_is_the_single_pass_one(path):
+    whole = summarize_trace(path)
+    per_step = max(1, whole.n_events // len(whole.steps))
+    sliced = summarize_trace(path, max_entries=2 * per_step)  # a slice of about one step
+    assert len(whole.steps) >= 5 and any(st.gpu is not None for st in whole.steps)
+    assert _summary_dump(sliced) == _summary_dump(whole)
+
+
+@pytest.mark.skipif(not SLICED_REAL[0].is_file(), reason=f"real traces not found at {REAL_TRACES}")
+def test_sliced_summary_without_a_margin_keeps_device_activity_whole(monkeypatch):
+    """When the call-to-device join gives up (too many unmatched ids), slices keep all device activity."""
+    import diageval.bundle.trace_stats as stats
+
+    whole = summarize_trace(SLICED_REAL[0])
+    monkeypatch.setattr(stats, "JOIN_PENDING_LIMIT", 10)
+    sliced = summarize_trace(SLICED_REAL[0], max_entries=50_000)
+    assert _summary_dump(sliced) == _summary_dump(whole)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
@@ -164,14 +165,12 @@ class TraceStats(BaseModel):
 
 class _Cols:
     def __init__(self) -> None:
-        self.steps: list[tuple[int, float, float, str]] = []
+        # columns: one entry per event (dropped by ``StatsCollector.drop_columns``)
         self.host: dict[str, tuple[array, array]] = defaultdict(lambda: (array("d"), array("d")))
         self.op_starts: dict[str, array] = defaultdict(lambda: array("d"))
-        self.autograd_tids: set[str] = set()
         self.dev_ts = array("d")
         self.dev_dur = array("d")
         self.dev_class: list[str] = []
-        self.class_of: dict[tuple[str, str], str] = {}
         self.dev_corr: list[Any] = []
         self.pageable_corr: set[Any] = set()
         self.launch_ts: dict[Any, float] = {}
@@ -179,10 +178,87 @@ class _Cols:
         self.calls: list[tuple[str, float, float, Any]] = []  # (kind or name, ts, dur, correlation)
         self.alloc_starts = array("d")
         self.waits: tuple[array, array] = (array("d"), array("d"))
+        # facts about the whole trace: as many as there are steps, threads or distinct kernel names
+        self.steps: list[tuple[int, float, float, str]] = []
+        self.host_tids: set[str] = set()  # threads with host ops (step markers aside)
+        self.autograd_tids: set[str] = set()
+        self.class_of: dict[tuple[str, str], str] = {}
+        self.n_device = 0
         self.legacy = False
         self.accel_cat = False
         self.lo = math.inf
         self.hi = -math.inf
+
+    def size(self) -> int:
+        """Entries held in the per-event columns (what grows with the trace)."""
+        return (sum(len(ts) for ts, _ in self.host.values()) + sum(len(v) for v in self.op_starts.values())
+                + len(self.dev_ts) + len(self.launch_ts) + len(self.launch_starts) + len(self.calls)
+                + len(self.alloc_starts) + len(self.waits[0]) + len(self.pageable_corr))
+
+
+@dataclass(frozen=True)
+class TimeRange:
+    """The slice of a trace one pass keeps columns for: records that can change a step window in [lo, hi).
+
+    Host activity that overlaps the range is kept; device activity and runtime calls within ``margin`` of it
+    too, because a window's figures reach past it through them: a kernel's launch call (launch delay), an
+    async copy's device copy (pageable or not) and the device activity under a blocking call that starts in
+    the window. ``margin`` bounds all three for the trace (``StatsCollector.margin_us``).
+    """
+
+    lo: float
+    hi: float
+    margin: float = 0.0
+
+
+class _Join:
+    """The largest gap between a runtime call and the device activity it queued (matched by correlation),
+    found while streaming: calls and device events wait here until their partner comes. Gives up (``None``)
+    when more than ``JOIN_PENDING_LIMIT`` wait at once, so that it never holds a column itself."""
+
+    def __init__(self) -> None:
+        self.calls: dict[Any, float] = {}
+        self.devices: dict[Any, float] = {}
+        self.recent: dict[Any, float] = {}  # matched calls: a CUDA graph launch queues many kernels under one id
+        self.max_gap: float | None = 0.0
+
+    def call(self, corr: Any, ts: float) -> None:
+        if self.max_gap is None or corr is None:
+            return
+        dev_ts = self.devices.pop(corr, None)
+        if dev_ts is None:
+            self.calls[corr] = ts
+            self._check()
+        else:
+            self._matched(corr, ts, dev_ts)
+
+    def device(self, corr: Any, ts: float) -> None:
+        if self.max_gap is None or corr is None:
+            return
+        call_ts = self.calls.pop(corr, None)
+        if call_ts is None:
+            call_ts = self.recent.get(corr)
+        if call_ts is None:
+            self.devices[corr] = ts
+            self._check()
+        else:
+            self._matched(corr, call_ts, ts)
+
+    def _matched(self, corr: Any, call_ts: float, dev_ts: float) -> None:
+        self.max_gap = max(self.max_gap, abs(dev_ts - call_ts))  # type: ignore[type-var]
+        self.recent[corr] = call_ts
+        if len(self.recent) > _RECENT_LIMIT:
+            del self.recent[next(iter(self.recent))]
+
+    def _check(self) -> None:
+        if len(self.calls) + len(self.devices) > JOIN_PENDING_LIMIT:
+            self.max_gap = None
+            self.calls, self.devices, self.recent = {}, {}, {}
+
+
+JOIN_PENDING_LIMIT = 1 << 17
+_RECENT_LIMIT = 1 << 12
+_JOINED_CALLS = K.LAUNCH_NAMES | K.ASYNC_COPY_NAMES | K.SYNC_COPY_NAMES
 
 
 def _correlation(ev: TraceEvent) -> Any:
@@ -195,11 +271,55 @@ def _correlation(ev: TraceEvent) -> Any:
 class StatsCollector:
     """Feed it every event of one trace (``add``), then ask for the per-step figures (``measure``).
 
-    ``trace_summary`` feeds one of these during its own pass, so ``rules`` reads each trace once.
+    ``trace_summary`` feeds one of these during its own pass, so ``rules`` reads each trace once. Memory:
+    the columns hold one entry per event; ``drop_columns`` empties them and from then on only the facts
+    about the whole trace are kept (step markers, threads, kernel classes, flags, ``margin_us``). A
+    collector made with a ``TimeRange`` keeps columns only for that slice, and takes the whole trace's
+    threads and kernel classes from ``facts_of`` (the first pass's collector); ``measure_windows`` then
+    measures the step windows inside it exactly as ``measure`` would over the whole trace (``trace_summary``
+    reads a trace too large for its budget in such slices).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, keep: TimeRange | None = None, facts_of: StatsCollector | None = None) -> None:
         self.cols = _Cols()
+        if facts_of is not None:  # a slice pass: the whole trace's threads and kernel classes come from the first
+            self.cols.host_tids = set(facts_of.cols.host_tids)
+            self.cols.autograd_tids = set(facts_of.cols.autograd_tids)
+            self.cols.class_of = dict(facts_of.cols.class_of)
+        self.keep = keep
+        self.columns = True
+        self.join: _Join | None = None
+        self.max_block_us = 0.0
+
+    def drop_columns(self) -> None:
+        """Free the per-event columns; later events only update the facts (and the margin's join)."""
+        c = self.cols
+        self.join = _Join()
+        for corr, ts in c.launch_ts.items():
+            self.join.call(corr, ts)
+        for _, ts, _, corr in c.calls:
+            self.join.call(corr, ts)
+        for ts, corr in zip(c.dev_ts, c.dev_corr):
+            self.join.device(corr, ts)
+        self.max_block_us = max((dur for _, _, dur, _ in c.calls), default=0.0)
+        fresh = _Cols()
+        for name in ("steps", "host_tids", "autograd_tids", "class_of", "n_device", "legacy", "accel_cat", "lo", "hi"):
+            setattr(fresh, name, getattr(c, name))
+        fresh.host_tids.update(c.host)
+        self.cols = fresh
+        self.columns = False
+
+    @property
+    def margin_us(self) -> float | None:
+        """How far past a window its figures reach (see ``TimeRange``): the longest blocking call and the
+        longest call-to-device gap; None when the join gave up. Known only after ``drop_columns`` and the
+        whole stream."""
+        if self.join is None or self.join.max_gap is None:
+            return None
+        return max(self.join.max_gap, self.max_block_us)
+
+    def size(self) -> int:
+        return self.cols.size()
 
     def add(self, ev: TraceEvent) -> None:
         if ev.ph != "X":
@@ -213,22 +333,38 @@ class StatsCollector:
         name = ev.name
         if not isinstance(name, str):
             name = str(name)
+        keep = self.keep
         if cat in K.DEVICE_CATEGORIES:
-            corr = _correlation(ev)
-            c.dev_ts.append(ts)
-            c.dev_dur.append(dur)
             cls = c.class_of.get((cat, name))
             if cls is None:  # a few dozen distinct kernels repeat thousands of times: classify each once
                 cls = c.class_of[(cat, name)] = K.kernel_class(cat, name)
+            c.n_device += 1
+            c.accel_cat = True
+            if cat == "Kernel":
+                c.legacy = True
+            if not self.columns:
+                if self.join is not None and (cat in K.KERNEL_CATEGORIES or cat in K.MEMCPY_CATEGORIES):
+                    self.join.device(_correlation(ev), ts)
+                return
+            if keep is not None and not (ts < keep.hi + keep.margin and ts + max(0.0, dur) > keep.lo - keep.margin):
+                return
+            corr = _correlation(ev)
+            c.dev_ts.append(ts)
+            c.dev_dur.append(dur)
             c.dev_class.append(cls)
             c.dev_corr.append(corr)
             if cat in K.MEMCPY_CATEGORIES and K.PAGEABLE_MARK in name and corr is not None:
                 c.pageable_corr.add(corr)
-            c.accel_cat = True
-            if cat == "Kernel":
-                c.legacy = True
         elif cat in K.RUNTIME_CATEGORIES:
             c.accel_cat = True
+            if not self.columns:
+                if name in _KIND_OF_CALL or name in K.ASYNC_COPY_NAMES:
+                    self.max_block_us = max(self.max_block_us, dur)
+                if self.join is not None and name in _JOINED_CALLS:
+                    self.join.call(_correlation(ev), ts)
+                return
+            if keep is not None and not (keep.lo - keep.margin <= ts < keep.hi + keep.margin):
+                return
             if name in K.LAUNCH_NAMES:
                 c.launch_starts.append(ts)
                 corr = _correlation(ev)
@@ -248,29 +384,42 @@ class StatsCollector:
                 if n is not None:
                     c.steps.append((n, ts, dur, tid))
                 return
+            if cat in K.CPU_OP_CATEGORIES and name.startswith(K.AUTOGRAD_PREFIX):
+                c.autograd_tids.add(tid)
+            if ts < c.lo:
+                c.lo = ts
+            if ts + dur > c.hi:
+                c.hi = ts + dur
+            if not self.columns:
+                c.host_tids.add(tid)
+                return
+            if keep is not None:
+                c.host_tids.add(tid)
+                if not (ts < keep.hi and (ts >= keep.lo or ts + max(0.0, dur) > keep.lo)):
+                    return
             cols = c.host[tid]
             cols[0].append(ts)
             cols[1].append(dur)
             if cat in K.CPU_OP_CATEGORIES:
                 c.op_starts[tid].append(ts)
-                if name.startswith(K.AUTOGRAD_PREFIX):
-                    c.autograd_tids.add(tid)
             if name.startswith(K.DATALOADER_NEXT_PREFIX):
                 c.waits[0].append(ts)
                 c.waits[1].append(dur)
-            if ts < c.lo:
-                c.lo = ts
-            if ts + dur > c.hi:
-                c.hi = ts + dur
         elif cat in K.GPU_EVENT_CATEGORIES:
             c.accel_cat = True
 
     def measure(self) -> tuple[list[StepStats], bool]:
+        """Every step window of the trace (or the whole trace when it has no step markers)."""
         return _measure(self.cols)
+
+    def measure_windows(self, main_tid: str, windows: list[tuple[int, float, float]]) -> list[StepStats]:
+        """The given step windows of the main thread (``(number, start, duration)``, in time order), from
+        columns that hold at least this collector's ``TimeRange`` around them."""
+        return _measure(self.cols, (main_tid, windows))[0]
 
     @property
     def has_device_events(self) -> bool:
-        return len(self.cols.dev_ts) > 0
+        return self.cols.n_device > 0
 
     @property
     def saw_accelerator_events(self) -> bool:
@@ -291,12 +440,15 @@ def _count_in(sorted_starts: list[float], lo: float, hi: float) -> int:
     return bisect_left(sorted_starts, hi) - bisect_left(sorted_starts, lo)
 
 
-def _measure(c: _Cols) -> tuple[list[StepStats], bool]:
+def _measure(c: _Cols, only: tuple[str, list[tuple[int, float, float]]] | None = None) -> tuple[list[StepStats], bool]:
     # step windows: the thread with the most markers (the training thread), in time order
     tids = defaultdict(int)
     for _, _, _, tid in c.steps:
         tids[tid] += 1
-    if tids:
+    if only is not None:  # a slice of a trace: the caller chose the windows
+        main, windows = only
+        whole = False
+    elif tids:
         main = max(tids, key=tids.get)
         windows = sorted(((n, ts, dur) for n, ts, dur, t in c.steps if t == main), key=lambda w: w[1])
         whole = False
@@ -308,6 +460,11 @@ def _measure(c: _Cols) -> tuple[list[StepStats], bool]:
 
     device = Coverage(c.dev_ts, c.dev_dur)
     by_class: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+    if only is not None:  # every class and thread of the whole trace shows, as in a full measurement
+        for cls in c.class_of.values():
+            by_class[cls]
+        for tid in c.host_tids:
+            c.host[tid]
     for ts, dur, cls in zip(c.dev_ts, c.dev_dur, c.dev_class):
         by_class[cls][0].append(ts)
         by_class[cls][1].append(dur)
@@ -446,5 +603,5 @@ def trace_files_of(path: Path) -> list[Path]:
     return find_trace_files([path])
 
 
-__all__ = ["trace_files_of", "StatsCollector", "Coverage", "StepStats", "TraceStats", "ThreadStats", "BlockingStats",
+__all__ = ["trace_files_of", "StatsCollector", "TimeRange", "JOIN_PENDING_LIMIT", "Coverage", "StepStats", "TraceStats", "ThreadStats", "BlockingStats",
            "trace_stats", "quantile", "GAP_BINS_US", "SHORT_GAP_US", "BLOCKING_KINDS"]

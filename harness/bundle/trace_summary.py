@@ -5,6 +5,22 @@ start/duration pairs per host thread (no names), the few named events the rules 
 collectives, synchronisations, step markers), and device activity. It then cuts everything into step
 windows and returns a ``TraceSummary``: per step, how long it took and where the time went.
 
+Memory is bounded whatever the trace's size (``MAX_COLUMN_ENTRIES``). The columns are needed because a
+step's events are not together in the file: Kineto writes a step's marker after thousands of its ops
+(5 of the 10 real traces), torch 1.9 writes every host op before any kernel, and a kernel's launch call
+may sit anywhere before it. So no step is complete before the file ends, and a step-by-step reduction
+in one pass would be exact only for files in time order. When the columns outgrow the budget, the first
+pass drops them and keeps only what is O(steps, threads, names): step markers, flags, collectives by
+name, and the largest gap between a runtime call and the device work it queued (``trace_stats``'s join,
+for the margin). The trace is then read again once per slice of consecutive steps, each pass keeping
+only events that can change those steps (``trace_stats.TimeRange``), and every step is computed from
+exactly the events a single pass would have used: the result is the same, at the cost of
+``1 + entries / MAX_COLUMN_ENTRIES`` reads (``benchmarks/big_trace.py`` measures both).
+
+Size: the collector, the per-step build and the slicing driver are one unit: a slice re-runs the same
+collector and build over a ``TimeRange``, and the exactness of slices rests on both reading the same
+columns the same way; apart, that contract would be spread over two modules.
+
 Decisions where the design is silent:
 
 * A step is a ``ProfilerStep#N`` window on the thread that carries the step markers (the training
@@ -33,6 +49,7 @@ Decisions where the design is silent:
 
 from __future__ import annotations
 
+import math
 import time
 from array import array
 from bisect import bisect_left
@@ -44,10 +61,16 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from diageval.bundle import kineto as k
-from diageval.bundle.trace_stats import StatsCollector, StepStats
+from diageval.bundle.trace_stats import StatsCollector, StepStats, TimeRange
 from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, iter_trace_events
 
 SHORT_OP_US = 50.0
+MAX_COLUMN_ENTRIES = 1_000_000
+"""Column entries one pass may hold: a trace that needs more is summarised in slices of steps, so memory
+stays bounded whatever the trace's size. Measured on the A100 trace of ``benchmarks/big_trace.py``: about
+73 bytes per entry at the peak (the columns, then the sorted copies the per-step measurement makes), so
+1 M entries keep ``rules`` near 125 MB with the interpreter's ~50 MB, under the 200 MB of issue 14."""
+_CHECK_EVERY = (1 << 14) - 1
 
 
 class Collective(BaseModel):
@@ -115,9 +138,14 @@ class TraceSummary(BaseModel):
 
 
 class _Columns:
-    """Compact columns filled by the single pass; names are kept only for the few events that matter."""
+    """Compact columns filled by the single pass; names are kept only for the few events that matter.
 
-    def __init__(self) -> None:
+    With ``keep`` only events that start in ``[keep.lo, keep.hi)`` enter the columns (a slice of the
+    trace); after ``drop`` none do. The facts about the whole trace (step markers, device events seen,
+    collectives by name) are kept either way.
+    """
+
+    def __init__(self, keep: TimeRange | None = None) -> None:
         self.host: dict[str, tuple[array, array, array]] = defaultdict(lambda: (array("d"), array("d"), array("b")))
         self.steps: list[tuple[int, float, float, str]] = []
         self.data_waits: list[tuple[float, float, str]] = []
@@ -125,6 +153,26 @@ class _Columns:
         self.device: tuple[array, array] = (array("d"), array("d"))
         self.launches = array("d")
         self.syncs: list[tuple[float, float]] = []
+        self.keep = keep
+        self.columns = True
+        self.n_device = 0
+        self.n_timed = 0  # complete events with a numeric start and duration
+        self.collective_names: Counter[str] = Counter()
+        self.dropped_at_entries = self.dropped_at_events = 0
+
+    def size(self) -> int:
+        """Entries held in the per-event columns (what grows with the trace)."""
+        return (sum(len(c[0]) for c in self.host.values()) + len(self.data_waits) + len(self.collectives)
+                + len(self.device[0]) + len(self.launches) + len(self.syncs))
+
+    def drop(self, entries_held: int) -> None:
+        """Free the per-event columns (``entries_held`` in all, with the other collector's); later events
+        only update the facts."""
+        self.dropped_at_entries, self.dropped_at_events = entries_held, self.n_timed
+        self.host.clear()
+        self.data_waits, self.collectives, self.syncs = [], [], []
+        self.device, self.launches = (array("d"), array("d")), array("d")
+        self.columns = False
 
     def add(self, ev: TraceEvent) -> None:
         if ev.ph != "X":
@@ -132,35 +180,51 @@ class _Columns:
         ts, dur = ev.ts, ev.dur
         if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
             return
+        self.n_timed += 1
         name = ev.name
         if not isinstance(name, str):
             name = str(name)
         cat = ev.cat
-        tid = str(ev.tid)
+        keep = self.keep
+        kept = self.columns and (keep is None or keep.lo <= ts < keep.hi)
         if cat in k.DEVICE_CATEGORIES:
+            self.n_device += 1
+            comm = cat in k.KERNEL_CATEGORIES and k.is_comm_kernel(name)
+            if comm:
+                self.collective_names[name.split("(")[0]] += 1
+            if not kept:
+                return
             self.device[0].append(ts)
             self.device[1].append(dur)
-            if cat in k.KERNEL_CATEGORIES and k.is_comm_kernel(name):
+            if comm:
                 self.collectives.append((name.split("(")[0], ts, dur, True, None))
             return
         if cat in k.RUNTIME_CATEGORIES:
+            if not kept:
+                return
             if name in k.LAUNCH_NAMES:
                 self.launches.append(ts)
             elif name in k.SYNC_NAMES:
                 self.syncs.append((ts, dur))
             return
         if cat == k.SYNC_CATEGORY:
-            self.syncs.append((ts, dur))
+            if kept:
+                self.syncs.append((ts, dur))
             return
         if cat not in k.HOST_OP_CATEGORIES:
             return
+        tid = str(ev.tid)
         if name.startswith(k.PROFILER_STEP_PREFIX):
             number = k.profiler_step_number(name) if cat in k.STEP_MARKER_CATEGORIES else None
             if number is not None:
                 self.steps.append((number, ts, dur, tid))
             return
         if name.startswith(k.GLOO_COLLECTIVE_PREFIX):
-            self.collectives.append((name, ts, dur, False, _payload_bytes(ev.decoded_args())))
+            self.collective_names[name] += 1
+            if kept:
+                self.collectives.append((name, ts, dur, False, _payload_bytes(ev.decoded_args())))
+            return
+        if not kept:
             return
         if name.startswith(k.DATALOADER_NEXT_PREFIX):
             self.data_waits.append((ts, dur, tid))
@@ -249,11 +313,19 @@ def _self_times(ts: Sequence[float], dur: Sequence[float], idx: list[int]) -> tu
     return self_t, set(order) - parents
 
 
-def _build_steps(cols: _Columns, base_us: float) -> tuple[str | None, list[StepSummary]]:
-    if not cols.steps:
+def _main_markers(steps: list[tuple[int, float, float, str]]) -> tuple[str | None, list[tuple[int, float, float, str]]]:
+    """The training thread (the one with the most step markers) and its markers in time order."""
+    if not steps:
         return None, []
-    main_tid = Counter(t for _, _, _, t in cols.steps).most_common(1)[0][0]
-    markers = sorted((s for s in cols.steps if s[3] == main_tid), key=lambda s: s[1])
+    main_tid = Counter(t for _, _, _, t in steps).most_common(1)[0][0]
+    return main_tid, sorted((s for s in steps if s[3] == main_tid), key=lambda s: s[1])
+
+
+def _build_steps(cols: _Columns, base_us: float, main_tid: str | None,
+                 markers: list[tuple[int, float, float, str]]) -> list[StepSummary]:
+    """The summary of each step window in ``markers``, from columns that hold every event starting in them."""
+    if not markers:
+        return []
     host_ts, host_dur, host_is_op = cols.host.get(main_tid, (array("d"), array("d"), array("b")))
     h_starts, h_order = _sorted_index(host_ts)
     d_starts, d_order = _sorted_index(cols.device[0])
@@ -318,46 +390,45 @@ def _build_steps(cols: _Columns, base_us: float) -> tuple[str | None, list[StepS
                 sync_us=union_length(sync_iv, lo, hi),
             )
         )
-    return main_tid, steps
+    return steps
 
 
 def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def summarize_trace(path: Path) -> TraceSummary:
+def summarize_trace(path: Path, *, max_entries: int = MAX_COLUMN_ENTRIES) -> TraceSummary:
     """Read ``path`` (``.json`` or ``.json.gz``) once and summarise it per step.
 
     Never raises on a file that is merely cut short (``truncated`` says so); raises
-    ``TraceFormatError`` on a file that is not a Chrome trace at all.
+    ``TraceFormatError`` on a file that is not a Chrome trace at all. Memory stays under ``max_entries``
+    column entries: a trace that needs more is read again in slices of steps (see the module notes).
     """
     path = Path(path)
     state = StreamState()
     cols = _Columns()
     gpu = StatsCollector()
     started = time.perf_counter()
-    try:
-        for ev in iter_trace_events(path, state):
-            cols.add(ev)
-            gpu.add(ev)
-    except UnicodeDecodeError as exc:
-        raise TraceFormatError(f"{path}: not UTF-8 JSON: {exc}") from exc
+    _stream(path, state, cols, gpu, max_entries)
     header = state.header
     base_ns = header.get("baseTimeNanoseconds")
     base_us = base_ns / 1000.0 if isinstance(base_ns, (int, float)) else 0.0
     dist = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
-    main_tid, steps = _build_steps(cols, base_us)
+    main_tid, markers = _main_markers(cols.steps)
+    if cols.columns:
+        steps = _build_steps(cols, base_us, main_tid, markers)
+        if gpu.has_device_events and steps:
+            steps = _with_gpu(steps, gpu.measure()[0])
+    else:
+        steps = _summarize_in_slices(path, cols, gpu, base_us, main_tid, markers, max_entries)
     props = header.get("deviceProperties") if isinstance(header.get("deviceProperties"), list) else []
     devices = [d["name"] for d in props if isinstance(d, dict) and isinstance(d.get("name"), str)]
-    if gpu.has_device_events and steps:
-        by_number = {st.number: st for st in gpu.measure()[0] if st.number is not None}
-        steps = [st.model_copy(update={"gpu": by_number.get(st.number)}) for st in steps]
     return TraceSummary(
         path=str(path),
         rank=_int_or_none(dist.get("rank")),
         world_size=_int_or_none(dist.get("world_size")),
         backend=dist.get("backend") if isinstance(dist.get("backend"), str) else None,
-        has_device=len(cols.device[0]) > 0,
+        has_device=cols.n_device > 0,
         has_accelerator=bool(devices) or gpu.saw_accelerator_events,
         devices=devices,
         base_time_us=base_us,
@@ -367,9 +438,71 @@ def summarize_trace(path: Path) -> TraceSummary:
         parse_seconds=time.perf_counter() - started,
         truncated=state.truncated,
         main_tid=main_tid,
-        collective_names=dict(Counter(c[0] for c in cols.collectives)),
+        collective_names=dict(cols.collective_names),
         steps=steps,
     )
+
+
+def _stream(path: Path, state: StreamState, cols: _Columns, gpu: StatsCollector, max_entries: int | None,
+            keep: TimeRange | None = None) -> None:
+    """One pass over the trace into both collectors; past ``max_entries`` column entries both drop theirs.
+
+    With ``keep`` (a slice pass) events that cannot reach the slice are passed over before either collector
+    looks at them: their facts were gathered by the first pass.
+    """
+    n = 0
+    lo, hi = (keep.lo - keep.margin, keep.hi + keep.margin) if keep is not None else (0.0, 0.0)
+    try:
+        for ev in iter_trace_events(path, state):
+            if keep is not None:
+                ts, dur = ev.ts, ev.dur
+                if ev.ph != "X" or not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) \
+                        or ts >= hi or ts + max(0.0, dur) <= lo:
+                    continue
+            cols.add(ev)
+            gpu.add(ev)
+            n += 1
+            if not n & _CHECK_EVERY and max_entries is not None and cols.columns:
+                held = cols.size() + gpu.size()
+                if held > max_entries:
+                    cols.drop(held)
+                    gpu.drop_columns()
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(f"{path}: not UTF-8 JSON: {exc}") from exc
+
+
+def _with_gpu(steps: list[StepSummary], measured: list[StepStats]) -> list[StepSummary]:
+    by_number = {st.number: st for st in measured if st.number is not None}
+    return [st.model_copy(update={"gpu": by_number.get(st.number)}) for st in steps]
+
+
+def _summarize_in_slices(path: Path, first: _Columns, gpu: StatsCollector, base_us: float, main_tid: str | None,
+                         markers: list[tuple[int, float, float, str]], max_entries: int) -> list[StepSummary]:
+    """The steps of a trace too large to hold: read it again once per slice of consecutive step windows,
+    keeping only the events that can change those windows (``TimeRange``), so each pass stays in budget.
+
+    Slices are sized from the first pass (entries per event until the budget ran out, events per step);
+    a GPU trace whose call-to-device join gave up (``StatsCollector.margin_us`` None) keeps its device
+    activity and runtime calls whole in every pass.
+    """
+    if not markers:
+        return []
+    margin = gpu.margin_us if gpu.has_device_events else 0.0
+    margin = math.inf if margin is None else margin
+    per_step = max(1.0, first.dropped_at_entries / max(1, first.dropped_at_events) * first.n_timed / len(markers))
+    per_slice = max(1, int(max_entries / per_step))
+    steps: list[StepSummary] = []
+    for i in range(0, len(markers), per_slice):
+        chunk = markers[i : i + per_slice]
+        keep = TimeRange(lo=chunk[0][1], hi=max(m[1] + max(0.0, m[2]) for m in chunk), margin=margin)
+        cols = _Columns(keep)
+        sliced = StatsCollector(keep, facts_of=gpu)
+        _stream(path, StreamState(), cols, sliced, None, keep)
+        built = _build_steps(cols, base_us, main_tid, chunk)
+        if gpu.has_device_events:
+            built = _with_gpu(built, sliced.measure_windows(main_tid, [(n, ts, dur) for n, ts, dur, _ in chunk]))
+        steps += built
+    return steps
 
 
 __all__ = ["Collective", "StepSummary", "TraceSummary", "TraceFormatError", "summarize_trace", "union_length"]
