@@ -35,5 +35,16 @@ FAULTS: dict[str, FaultInfo] = {
                   p.DropRankTraceParams, "diageval.recording.faults.bundle_edits:DropRankTrace", p.check_drop_rank_trace),
         FaultInfo("truncate_trace", "Cut one rank's profiler trace short (invalid JSON)",
                   p.TruncateTraceParams, "diageval.recording.faults.bundle_edits:TruncateTrace", p.check_truncate_trace),
+        FaultInfo("clock_offset", "One rank's host clock is off (trace, step log, metrics, log stamps shifted)",
+                  p.ClockOffsetParams, "diageval.recording.faults.bundle_edits:ClockOffset", p.check_clock_offset),
+        FaultInfo("sample_rank_traces", "Keep the profiler traces of a sample of ranks only",
+                  p.SampleRankTracesParams, "diageval.recording.faults.bundle_edits:SampleRankTraces",
+                  p.check_sample_rank_traces),
+        FaultInfo("trace_window", "Keep a shorter window of profiled steps in every trace",
+                  p.TraceWindowParams, "diageval.recording.faults.bundle_edits:TraceWindow", p.check_trace_window),
+        FaultInfo("drop_step_markers", "Remove the ProfilerStep markers from every trace (no profiler schedule)",
+                  p.DropStepMarkersParams, "diageval.recording.faults.bundle_edits:DropStepMarkers"),
+        FaultInfo("drop_device_events", "Remove the device events of every trace, keeping the host's runtime calls",
+                  p.DropDeviceEventsParams, "diageval.recording.faults.bundle_edits:DropDeviceEvents"),
     ]
 }
