@@ -46,5 +46,12 @@ FAULTS: dict[str, FaultInfo] = {
                   p.DropStepMarkersParams, "diageval.recording.faults.bundle_edits:DropStepMarkers"),
         FaultInfo("drop_device_events", "Remove the device events of every trace, keeping the host's runtime calls",
                   p.DropDeviceEventsParams, "diageval.recording.faults.bundle_edits:DropDeviceEvents"),
+        FaultInfo("host_device_sync", "The host waits for the device inside the step (.item() or synchronize) [CUDA]",
+                  p.HostDeviceSyncParams, "diageval.recording.faults.cuda:HostDeviceSync", injects=("host.device_sync",)),
+        FaultInfo("pageable_copies", "Host data in pageable memory copied to the device inside the step [CUDA]",
+                  p.PageableCopiesParams, "diageval.recording.faults.cuda:PageableCopies", injects=("host.device_sync",)),
+        FaultInfo("allocator_churn", "The CUDA caching allocator is emptied every step [CUDA]",
+                  p.AllocatorChurnParams, "diageval.recording.faults.cuda:AllocatorChurn", p.check_allocator_churn,
+                  injects=("memory.allocator_churn",)),
     ]
 }

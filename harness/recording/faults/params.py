@@ -213,3 +213,27 @@ def check_trace_window(p: TraceWindowParams, w: WorkloadSpec) -> list[tuple[str,
     if p.window_steps == len(profiled):
         return [("window_steps", f"keeps all {len(profiled)} profiled steps: the window is not shorter")]
     return []
+
+
+# --- CUDA-only faults (harness/recording/faults/cuda.py) ---------------------------------------------
+
+
+class HostDeviceSyncParams(_Params):
+    sync_call: Literal["item", "synchronize"] = Field(
+        description="item: read one value of a layer's output on the host; synchronize: torch.cuda.synchronize()")
+    syncs_per_step: int = Field(ge=1, le=256, description="After how many parametrised layers' forward the host waits")
+
+
+class PageableCopiesParams(_Params):
+    copy_mb: float = Field(gt=0, le=1024, description="MB of host data in pageable memory copied to the device each time")
+    copies_per_step: int = Field(1, ge=1, le=256, description="Before how many parametrised layers' forward a copy is made")
+
+
+class AllocatorChurnParams(_Params):
+    empty_every_steps: int = Field(1, ge=1, description="torch.cuda.empty_cache() at the start of every N-th step")
+
+
+def check_allocator_churn(p: AllocatorChurnParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    if p.empty_every_steps >= w.steps:
+        return [("empty_every_steps", f"{p.empty_every_steps} is not below the workload's {w.steps} steps: at most one empty")]
+    return []
