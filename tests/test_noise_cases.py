@@ -74,3 +74,36 @@ def test_the_edits_show_in_the_recorded_noise_bundles(noise_bundles):
         ["ProfilerStep#22", "ProfilerStep#23"]
     markers = noise_bundles["many-tiny-ops-no-step-markers"].load_trace(1)["traceEvents"]
     assert not any(e.get("name", "").startswith("ProfilerStep#") for e in markers)
+
+
+def _rules_with_offset(tmp_path, shape, offset_ms: float | None, rank: int = 1):
+    from diageval.diagnosers.rules.diagnoser import RulesDiagnoser
+    from synthetic_traces import StepShape, build_bundle  # noqa: F401
+
+    root = build_bundle(tmp_path / f"b{offset_ms}", shape, n_steps=20)
+    if offset_ms is not None:
+        info = FAULTS["clock_offset"]
+        info.load()(info.params_model.model_validate({"offset_rank": rank, "offset_ms": offset_ms})).apply(root)
+    return RulesDiagnoser().diagnose(EvidenceBundle.open(root))
+
+
+@pytest.mark.parametrize("offset_ms", [350.0, -1200.0, 5.0])
+def test_rules_reads_a_skewed_clock_as_the_unskewed_one(tmp_path, offset_ms):
+    """A rank on a host whose clock is off: rules aligns ranks by their collectives' ends, so a healthy run
+    stays quiet, a straggler is named on the same rank and a stall stays a stall (before that alignment a
+    350 ms skew read as rank 1 arriving 350 ms late every step)."""
+    from synthetic_traces import StepShape
+
+    def claims(shape, rank=1):
+        return sorted((f.category, tuple(f.ranks or ())) for f in _rules_with_offset(tmp_path, shape, offset_ms, rank).causes)
+
+    def plain(shape):
+        return sorted((f.category, tuple(f.ranks or ())) for f in _rules_with_offset(tmp_path, shape, None).causes)
+
+    healthy = lambda r, k: StepShape()  # noqa: E731
+    straggler = lambda r, k: StepShape(compute_us=14000 if r == 0 and k >= 5 else 4000)  # noqa: E731
+    stall = lambda r, k: StepShape(comm_us=9000 if k >= 5 else 800)  # noqa: E731
+    assert claims(healthy) == plain(healthy) == []
+    assert claims(straggler) == plain(straggler) == [("compute.straggler_rank", (0,))]
+    assert claims(straggler, rank=0) == plain(straggler)
+    assert claims(stall) == plain(stall) and plain(stall) == [("comm.collective_stall", (0, 1))]
