@@ -45,12 +45,10 @@ def test_titles_say_why_the_label_holds_and_no_difficulty_is_declared():
 
 
 @pytest.fixture(scope="module")
-def noise_bundles(tmp_path_factory):
-    from diageval.recording.cache import ensure_bundle
-
-    cache = tmp_path_factory.mktemp("cache")
-    return {lc.case.id: EvidenceBundle.open(ensure_bundle(lc.case, "cpu", cache_dir=cache)[1])
-            for lc in _in("noise") if lc.case.requires.device != "cuda"}
+def noise_bundles(corpus_bundles):
+    """The noise cases' bundles, from conftest's corpus recording (derived from their bases' recordings)."""
+    return {lc.case.id: EvidenceBundle.open(corpus_bundles[lc.case.id]) for lc in _in("noise")
+            if lc.case.requires.device != "cuda"}
 
 
 @pytest.mark.slow
