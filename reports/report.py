@@ -66,7 +66,7 @@ def report_runs(run_dirs: list[Path], output: Path | None = None, step_summary: 
     ``step_summary`` (default ``$GITHUB_STEP_SUMMARY``, when set). Returns the markdown."""
     summaries = read_summaries(run_dirs)
     try:
-        markdown = render_leaderboard(summaries)
+        markdown = render_leaderboard(summaries) + skipped_note(run_dirs)
     except LeaderboardError as err:
         raise ReportError(f"{err} (runs: {', '.join(map(str, run_dirs))})") from None
     if output is not None:
@@ -76,3 +76,18 @@ def report_runs(run_dirs: list[Path], output: Path | None = None, step_summary: 
         with open(step_summary, "a", encoding="utf-8") as fh:
             fh.write(markdown + "\n")
     return markdown
+
+
+def skipped_note(run_dirs: list[Path]) -> str:
+    """A markdown line listing the cases the runs could not run on their machine (e.g. CUDA-only cases on a
+    CPU box) with the reason: skipped, never failed or scored, and said so under the board."""
+    skipped: dict[str, str] = {}
+    for d in run_dirs:
+        store = RunStore(d)
+        if store.info_path.is_file():
+            for s in store.read_info().skipped:
+                skipped.setdefault(s.case_id, s.reason)
+    if not skipped:
+        return ""
+    items = "; ".join(f"`{case}` ({reason})" for case, reason in sorted(skipped.items()))
+    return f"\nSkipped on this machine, not scored: {len(skipped)} case(s): {items}.\n"

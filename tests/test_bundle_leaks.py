@@ -64,7 +64,8 @@ def test_every_corpus_bundle_is_intact(corpus_bundles: dict[str, Path]):
     for case_id, root in corpus_bundles.items():
         b = EvidenceBundle.open(root)
         assert b.verify_checksums() == [], case_id
-        assert {s.rank for s in b.steps()} == set(range(b.world_size)), case_id
+        if (root / "steps.jsonl").is_file():  # a case may remove the step log (drop_step_markers)
+            assert {s.rank for s in b.steps()} == set(range(b.world_size)), case_id
 
 
 def test_abstain_cases_lack_the_evidence_they_should(corpus_bundles: dict[str, Path]):

@@ -155,3 +155,59 @@ def test_every_diagnoser_ends_each_recorded_case_with_a_status(lc, bundles):
             diagnoser.diagnose(bundles[lc.case.id])
         except DiagnoserFailed as exc:  # a status with its message, never a crash
             assert str(exc)
+
+
+def test_a_recorded_case_takes_evidence_edits_only(tmp_path):
+    """A derived recorded case lists bundle faults (edits of the real traces); a live fault is refused by name."""
+    from diageval.cases.load import check_case
+    from diageval.cases.taxonomy import load_taxonomy
+
+    sha = "0" * 64
+    edited = Case.model_validate(_recorded("a/t.json.gz", sha, faults=[{"name": "drop_device_events", "params": {}}],
+                                           labels={"expect": "abstain"}))
+    assert check_case(edited, "c.yaml", load_taxonomy()) == []
+    assert edited.spec_hash() != Case.model_validate(_recorded("a/t.json.gz", sha)).spec_hash()
+    live = Case.model_validate(_recorded("a/t.json.gz", sha, faults=[{"name": "one_off_pause",
+                                                                    "params": {"pause_step": 1, "pause_ms": 5}}]))
+    (problem,) = check_case(live, "c.yaml", load_taxonomy())
+    assert problem.field == "faults[0].name" and "evidence edits" in problem.message
+    bad = Case.model_validate(_recorded("a/t.json.gz", sha, faults=[{"name": "drop_step_markers", "params": {"x": 1}}]))
+    assert [p.field for p in check_case(bad, "c.yaml", load_taxonomy())] == ["faults[0].params.x"]
+
+
+def test_a_derived_recorded_case_edits_a_copy_of_the_plain_import(tmp_path):
+    trace = gpu_trace(tmp_path / "data" / "job" / "rank0.json.gz")
+    sha = hashlib.sha256(trace.read_bytes()).hexdigest()
+    plain = _loaded(tmp_path, Case.model_validate(_recorded("job/rank0.json.gz", sha)))
+    edited = _loaded(tmp_path, Case.model_validate(_recorded(
+        "job/rank0.json.gz", sha, faults=[{"name": "drop_device_events", "params": {}}], labels={"expect": "abstain"})))
+    prepare = functools.partial(prepare_evidence, cache_dir=tmp_path / "cache", data_dir=tmp_path / "data")
+    a, b = prepare(plain), prepare(edited)
+    assert a.bundle_dir != b.bundle_dir and a.bundle_id != b.bundle_id
+    cats = lambda d: {e.get("cat") for e in EvidenceBundle.open(d).load_trace(0)["traceEvents"]}  # noqa: E731
+    assert "kernel" in cats(a.bundle_dir) and "kernel" not in cats(b.bundle_dir)
+    assert "cuda_runtime" in cats(b.bundle_dir)
+    assert EvidenceBundle.open(b.bundle_dir).verify_checksums() == []
+    assert prepare(edited).bundle_dir == b.bundle_dir  # cached
+
+
+DERIVED = [lc for lc in RECORDED if lc.case.faults]
+
+
+def test_the_corpus_has_a_gpu_job_whose_device_events_are_missing():
+    assert any(f.name == "drop_device_events" for lc in DERIVED for f in lc.case.faults)
+    assert all(lc.case.labels.expect == "abstain" and "DERIVED" in lc.case.recorded.job for lc in DERIVED)
+
+
+@needs_data
+@pytest.mark.parametrize("lc", DERIVED, ids=lambda lc: lc.case.id)
+def test_a_derived_case_keeps_the_host_side_and_loses_the_device_side(lc, bundles):
+    bundle = bundles[lc.case.id]
+    original = trace_stats(DATA / lc.case.recorded.files[0].path)
+    derived = trace_stats(next(iter(bundle.trace_paths().values())))
+    rows, before = dict(summary_rows(derived)), dict(summary_rows(original))
+    assert "device events: True" in before["devices"] and "device events: False" in rows["devices"]
+    for same in ("steps", "launches / step", "rank / world"):
+        assert rows[same] == before[same], same
+    d = RulesDiagnoser().diagnose(bundle)
+    assert d.abstain is not None and "no device events" in d.abstain.reason and d.causes == []

@@ -11,7 +11,12 @@ Collective calls are lined up across ranks by their order within the same profil
 issues the same collectives in the same order). A step where the ranks' call counts differ is left out.
 A step's skew is its largest per-call arrival skew, not the sum: DDP issues several bucket all_reduces
 back to back, and a rank late for the first is late for the next ones by the same wait.
-Timestamps are epoch microseconds, comparable across ranks recorded on one host (notes/measured.md).
+Timestamps are epoch microseconds, each rank's on its own host's clock. Ranks on different hosts can
+disagree by milliseconds to seconds, so before comparing arrivals each rank's clock is aligned to the
+first rank's by the collectives' *ends*: a collective completes on every rank at the same true moment
+(each leaves when the last one's data has arrived, within a transfer's latency), whoever arrived first,
+so the median over the calls of a rank's end minus the first rank's end is its clock offset
+(:func:`clock_offsets`; about zero for ranks on one host).
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ def measure_collectives(ev: RunEvidence) -> list[StepCollectives]:
         return []
     by_rank = {r: {st.number: st for st in ev.traces[r].steps} for r in ranks}
     common = sorted(set.intersection(*(set(m) for m in by_rank.values())))
+    offset = clock_offsets(by_rank, ranks, common)
     table = []
     for n in common:
         steps = {r: by_rank[r][n] for r in ranks}
@@ -63,12 +69,12 @@ def measure_collectives(ev: RunEvidence) -> list[StepCollectives]:
             continue
         skew = 0.0
         late_rank = ranks[0]
-        arrivals = {r: steps[r].collectives[0].start_us for r in ranks}
+        arrivals = {r: steps[r].collectives[0].start_us - offset[r] for r in ranks}
         together: list[tuple[float, float]] = []
         for k in range(counts.pop()):
             calls = {r: steps[r].collectives[k] for r in ranks}
-            starts = {r: c.start_us for r, c in calls.items()}
-            ends = {r: c.start_us + c.dur_us for r, c in calls.items()}
+            starts = {r: c.start_us - offset[r] for r, c in calls.items()}
+            ends = {r: c.start_us - offset[r] + c.dur_us for r, c in calls.items()}
             first, last = min(starts.values()), max(starts.values())
             if last - first > skew:
                 skew, late_rank, arrivals = last - first, max(starts, key=starts.get), starts
@@ -87,11 +93,27 @@ def measure_collectives(ev: RunEvidence) -> list[StepCollectives]:
                 shared_us=shared,
                 payload_bytes=payload,
                 inside_us={r: st.collective_us for r, st in steps.items()},
-                work_us={r: _pre_collective(st, arrivals[r]) for r, st in steps.items()},
+                work_us={r: _pre_collective(st, arrivals[r] + offset[r]) for r, st in steps.items()},
                 data_us={r: st.data_wait_us for r, st in steps.items()},
             )
         )
     return table
+
+
+def clock_offsets(by_rank: dict[int, dict[int, StepSummary]], ranks: list[int], common: list[int]) -> dict[int, float]:
+    """Rank -> how far its clock runs ahead of ``ranks[0]``'s (µs): the median, over the collectives of the
+    steps both hold with the same call count, of its end minus the first rank's end (0 with none)."""
+    ref = ranks[0]
+    out = {ref: 0.0}
+    for r in ranks[1:]:
+        diffs = [
+            (mine.start_us + mine.dur_us) - (theirs.start_us + theirs.dur_us)
+            for n in common
+            if len(by_rank[r][n].collectives) == len(by_rank[ref][n].collectives)
+            for mine, theirs in zip(by_rank[r][n].collectives, by_rank[ref][n].collectives)
+        ]
+        out[r] = median(diffs) if diffs else 0.0
+    return out
 
 
 def _step_range(ev: RunEvidence, table: list[StepCollectives], seg: tuple[int, int]) -> tuple[int, int]:

@@ -125,8 +125,20 @@ def check_case(case: Case, file: str, taxonomy: Taxonomy) -> list[CaseProblem]:
             bad(field, f"{sym!r} is a cause; list it under labels.causes, not labels.symptoms")
     if case.manifest and case.manifest.rank is not None and case.manifest.rank >= case.world_size:
         bad("manifest.rank", f"rank {case.manifest.rank} is out of range for world_size {case.world_size}")
-    if case.workload is None:
-        return problems  # recorded: no workload or fault to look up
+    if case.workload is None:  # recorded: no workload; its faults may only edit the imported evidence
+        for i, fault_spec in enumerate(case.faults):
+            fault = FAULTS.get(fault_spec.name)
+            if fault is None:
+                bad(f"faults[{i}].name", f"unknown fault {fault_spec.name!r}; registered: {', '.join(sorted(FAULTS))}")
+            elif fault.load().stage != "bundle":
+                bad(f"faults[{i}].name", f"{fault_spec.name!r} injects into a live run; a recorded case's faults can only "
+                                         "be evidence edits (bundle faults) of its traces")
+            else:
+                try:
+                    fault.params_model.model_validate(fault_spec.params)
+                except ValidationError as err:
+                    problems.extend(_pydantic_problems(file, err, prefix=f"faults[{i}].params"))
+        return problems
 
     workload = WORKLOADS.get(case.workload.name)
     if workload is None:

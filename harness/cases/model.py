@@ -16,7 +16,8 @@ Conventions decided here (the design is silent):
   sha256 with their provenance, labeled from measurements written in the case). Exactly one of
   ``workload`` and ``recorded``. A recorded case has no faults and no manifest (nothing was injected);
   its ``recorded.measured`` figures are what ``diageval trace stats`` prints for its files (a test
-  re-derives them), and ``recorded.rationale`` says how they lead to the labels. The trace files are
+  re-derives them); its ``faults`` may only be evidence edits (a derived case: part of the real traces
+  removed, e.g. their device events, applied to the imported bundle), and ``recorded.rationale`` says how they lead to the labels. The trace files are
   never in the repository: the harness finds them under the data folder (``paths.real_traces_dir``).
 """
 
@@ -201,8 +202,8 @@ class Case(_Strict):
         if (self.workload is None) == (self.recorded is None):
             raise ValueError("workload: a case has exactly one of workload (injected evidence) and recorded (a real job's traces)")
         if self.recorded is not None:
-            if self.faults:
-                raise ValueError("faults: a recorded case injects nothing")
+            # faults: a recorded case injects nothing; it may list evidence edits (bundle faults: part of a
+            # real trace removed, e.g. its device events), which the loader checks are edits and nothing else
             if self.manifest is not None:
                 raise ValueError("manifest: a recorded case has no injection to check; its labels rest on recorded.measured")
             return self
@@ -236,6 +237,8 @@ class Case(_Strict):
         """Hash of everything that shapes a recording or an import (not title, tags or labels)."""
         if self.recorded is not None:
             payload = {"recorded": [(f.rank, f.sha256) for f in sorted(self.recorded.files, key=lambda f: f.rank)]}
+            if self.faults:  # evidence edits of the real traces
+                payload["faults"] = [f.model_dump() for f in self.faults]
             return sha256_text(yaml.safe_dump(payload, sort_keys=True))
         payload = {"workload": self.workload.model_dump(), "faults": [f.model_dump() for f in self.faults]}
         return sha256_text(yaml.safe_dump(payload, sort_keys=True))

@@ -15,6 +15,12 @@ version (a hash of the recording, workload and fault sources), the resolved devi
 and the repeat number. Repeat 0 is the bundle diagnosers see; repeats 1.. exist only to measure noise in
 verification. A healthy twin has the same spec as a healthy control of the same workload, so they
 share cache entries.
+
+A case whose faults include evidence edits (``BundleFault``: a trace dropped, a clock skewed, ...) is
+not recorded again: its bundle is derived from the cached recording of the same case without those edits
+(its "base", recorded first if missing, under the base's own key, so the base case shares it), copied,
+edited and given a fresh manifest and bundle id. ``force`` re-derives it from the base; it does not
+re-record the base (force the case without the edits for that).
 """
 
 from __future__ import annotations
@@ -97,7 +103,17 @@ def ensure_bundle(case: Case, device: str, *, repeat: int = 0, force: bool = Fal
     folder = bundles_root(cache) / key
     if not force and (folder / MANIFEST_NAME).is_file():
         return key, folder, False
-    record_case(case, folder, device=device)
+    live_case, edits = split_bundle_edits(case)
+    if edits:  # evidence edits run on the cached recording of the same case without them: no re-recording
+        base_key = cache_key(live_case, device, repeat)
+        base = bundles_root(cache) / base_key
+        if not (base / MANIFEST_NAME).is_file():
+            record_case(live_case, base, device=device)
+            append_jsonl(cache / "index.jsonl", {"case_id": case.id, "role": "base", "key": base_key, "repeat": repeat,
+                                                 "device": device, "recorded": datetime.now(timezone.utc).isoformat()})
+        derive_bundle(base, folder, edits)
+    else:
+        record_case(case, folder, device=device)
     previous = read_truth(cache, key)
     if previous is None or previous.case_id != case.id or previous.role != role or force:
         write_truth(cache, TruthRecord(case_id=case.id, role=role, key=key, repeat=repeat,
@@ -105,3 +121,46 @@ def ensure_bundle(case: Case, device: str, *, repeat: int = 0, force: bool = Fal
     append_jsonl(cache / "index.jsonl", {"case_id": case.id, "role": role, "key": key, "repeat": repeat,
                                          "device": device, "recorded": datetime.now(timezone.utc).isoformat()})
     return key, folder, True
+
+
+def split_bundle_edits(case: Case) -> tuple[Case, list]:
+    """The case without its evidence edits, and those edits (instantiated), in case order."""
+    from diageval.recording.faults import FAULTS
+
+    live, edits = [], []
+    for spec in case.faults:
+        info = FAULTS[spec.name]
+        impl = info.load()
+        if impl.stage == "bundle":
+            edits.append(impl(info.params_model.model_validate(spec.params)))
+        else:
+            live.append(spec)
+    return case.model_copy(update={"faults": live}), edits
+
+
+def derive_bundle(base: Path, dest: Path, edits: list) -> None:
+    """Copy the bundle ``base`` to ``dest`` (replaced), apply ``edits``, write a fresh manifest; atomic."""
+    import shutil
+
+    import uuid
+
+    from diageval.bundle.model import MANIFEST_NAME, BundleManifest, describe_files
+    from diageval.fileio import owned_temp_dir
+    from diageval.recording.record import TMP_PREFIX
+
+    source = BundleManifest.model_validate_json((base / MANIFEST_NAME).read_text(encoding="utf-8"))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = owned_temp_dir(dest.parent, TMP_PREFIX)
+    try:
+        shutil.copytree(base, tmp, dirs_exist_ok=True)
+        (tmp / MANIFEST_NAME).unlink()
+        for edit in edits:
+            edit.apply(tmp)
+        manifest = source.model_copy(update={"bundle_id": uuid.uuid4().hex, "created": datetime.now(timezone.utc),
+                                             "files": describe_files(tmp)})
+        atomic_write_text(tmp / MANIFEST_NAME, manifest.model_dump_json(indent=2) + "\n")
+        if dest.exists():
+            shutil.rmtree(dest)
+        tmp.rename(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -67,9 +67,12 @@ def prepare_evidence(loaded: LoadedCase, *, device: str = "auto", force: bool = 
 
 def record_cases(case_ids: list[str], *, cases_dir: Path | None = None, device: str = "auto", force: bool = False,
                  cache_dir: Path | None = None, progress: Progress | None = None) -> list[tuple[str, Path, bool]]:
-    """Record (or reuse) the bundles of the named cases: (case id, bundle folder, recorded now)."""
+    """Record (or reuse) the bundles of the named cases: (case id, bundle folder, recorded now). Cases this
+    machine cannot record on ``device`` are skipped with the reason through ``progress``."""
     from diageval.cases.load import load_case_set
     from diageval.recording.record import resolve_device
+
+    from diageval.recording.record import device_problem
 
     case_set = load_case_set(cases_dir)
     out = []
@@ -82,6 +85,12 @@ def record_cases(case_ids: list[str], *, cases_dir: Path | None = None, device: 
 
             out.append((lc.case.id, import_recorded(lc, cache_dir=cache_dir, force=force), force))
             if progress:
+                progress.advance("record")
+            continue
+        problem = device_problem(device, lc.case)
+        if problem:  # not recordable here (a CUDA-only case without a GPU): skipped, said why
+            if progress:
+                progress.line(f"{lc.case.id}: skipped, {problem}")
                 progress.advance("record")
             continue
         dev = resolve_device(device, lc.case)

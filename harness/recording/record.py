@@ -26,25 +26,51 @@ SCRATCH_PREFIX = "diageval-rec-"  # the ranks' rendezvous store and step logs
 
 def resolve_device(requested: str, case: Case) -> str:
     """``auto`` -> ``cuda`` when there is one CUDA device per rank and every live fault works on NCCL,
-    else ``cpu``. ``cuda`` when that is impossible raises RecordingError saying why."""
-    if requested not in ("auto", "cpu", "cuda"):
-        raise ValueError(f"device must be auto, cpu or cuda, got {requested!r}")
+    else ``cpu`` (a case that ``requires: {device: cuda}`` is never recorded on CPU). When the case cannot
+    be recorded on the device asked for, raises RecordingError saying why (:func:`device_problem`)."""
+    problem = device_problem(requested, case)
+    if problem:
+        raise RecordingError(f"case {case.id}: {problem}")
     if requested == "cpu":
         return "cpu"
+    if requested == "cuda" or case.requires.device == "cuda":
+        return "cuda"
+    return "cuda" if _cuda_count() >= case.workload.world_size and not _gloo_only(case) else "cpu"
+
+
+def device_problem(requested: str, case: Case) -> str | None:
+    """Why ``case`` cannot be recorded on ``requested`` (auto, cpu or cuda) on this machine; None if it can.
+
+    The run pipeline, ``diageval verify`` and ``diageval record`` list such cases as skipped with this reason.
+    """
+    if requested not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"device must be auto, cpu or cuda, got {requested!r}")
+    needs_cuda = case.requires.device == "cuda"
+    if requested == "cpu":
+        return "needs CUDA (requires: {device: cuda}); --device cpu" if needs_cuda else None
+    if requested == "auto" and not needs_cuda:
+        return None
+    need = max(case.workload.world_size, case.requires.min_devices if needs_cuda else 1)
+    have = _cuda_count()
+    if have < need:
+        why = "needs CUDA (requires: {device: cuda})" if needs_cuda else "--device cuda"
+        return f"{why}: {need} CUDA device(s) needed, this machine has {have}"
+    gloo_only = _gloo_only(case)
+    if gloo_only:
+        return f"its injection ({', '.join(gloo_only)}) works on CPU (gloo) only; use --device cpu or auto"
+    return None
+
+
+def _cuda_count() -> int:
     import torch
 
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _gloo_only(case: Case) -> list[str]:
     from diageval.recording.faults import FAULTS
 
-    world_size = case.workload.world_size
-    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    gloo_only = [f.name for f in case.faults if "nccl" not in getattr(FAULTS[f.name].load(), "backends", ("nccl",))]
-    if requested == "cuda":
-        if have < world_size:
-            raise RecordingError(f"case {case.id}: --device cuda needs {world_size} CUDA device(s), this machine has {have}")
-        if gloo_only:
-            raise RecordingError(f"case {case.id}: its injection works on CPU (gloo) only; use --device cpu or auto")
-        return "cuda"
-    return "cuda" if have >= world_size and not gloo_only else "cpu"
+    return [f.name for f in case.faults if "nccl" not in getattr(FAULTS[f.name].load(), "backends", ("nccl",))]
 
 
 def record_case(case: Case, dest: Path, *, device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> BundleManifest:

@@ -9,6 +9,9 @@ same traces share one bundle and a second run imports nothing.
 * A file that is absent: :class:`EvidenceUnavailable` listing every absent file and the folder searched.
   The run pipeline reports the case ``unavailable``, apart from every other status and never blamed on
   a diagnoser (the repository ships no copy of others' traces; a machine without the data cannot run it).
+* A case with evidence edits (``faults``: bundle faults only, e.g. ``drop_device_events``) is the plain
+  import of its files (cached under the key without edits, shared with a case on the same files) copied
+  and edited, under a key that adds the edits.
 * A file whose sha256 differs: :class:`EvidenceChecksumError` naming the file, the expected and the
   actual checksum (a different file under the same name must not be judged against these labels).
 """
@@ -59,11 +62,14 @@ def locate_files(loaded: LoadedCase, data_dir: Path) -> list[Path]:
     return paths
 
 
-def recorded_bundle_key(loaded: LoadedCase) -> str:
-    """Opaque cache key: the files' ranks and checksums and the import version (no case id)."""
+def recorded_bundle_key(loaded: LoadedCase, *, with_edits: bool = True) -> str:
+    """Opaque cache key: the files' ranks and checksums, the import version and the case's evidence edits
+    (their registry names and params; no case id). ``with_edits=False``: the key of the plain import."""
     files = sorted((f.rank, f.sha256) for f in loaded.case.recorded.files)
-    payload = json.dumps({"files": files, "import": IMPORT_VERSION}, sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+    data = {"files": files, "import": IMPORT_VERSION}
+    if with_edits and loaded.case.faults:
+        data["edits"] = [f.model_dump() for f in loaded.case.faults]
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:32]
 
 
 def import_recorded(loaded: LoadedCase, *, data_dir: Path | None = None, cache_dir: Path | None = None,
@@ -79,6 +85,15 @@ def import_recorded(loaded: LoadedCase, *, data_dir: Path | None = None, cache_d
 
     files = locate_files(loaded, real_traces_dir(data_dir))
     cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
+    if loaded.case.faults:  # a derived case: the plain import (shared with the case without edits), edited
+        from diageval.recording.cache import derive_bundle, split_bundle_edits
+
+        plain = import_recorded(LoadedCase(case=loaded.case.model_copy(update={"faults": []}), path=loaded.path,
+                                           file_sha256=loaded.file_sha256), data_dir=data_dir, cache_dir=cache)
+        folder = bundles_root(cache) / recorded_bundle_key(loaded)
+        if force or not (folder / MANIFEST_NAME).is_file():
+            derive_bundle(plain, folder, split_bundle_edits(loaded.case)[1])
+        return folder
     folder = bundles_root(cache) / recorded_bundle_key(loaded)
     if force and folder.exists():
         shutil.rmtree(folder)

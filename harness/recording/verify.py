@@ -131,10 +131,12 @@ def verify_cases(case_ids: list[str], *, cases_dir: Path | None = None, repeats:
     """Verify the named positive cases (all positive cases when ``case_ids`` is empty).
 
     Named cases that are not positive (healthy controls, confounders, abstain cases) are skipped with a
-    note through ``progress``: they have no injection to verify.
+    note through ``progress``: they have no injection to verify. Cases this machine cannot record on
+    ``device`` (``requires: {device: cuda}`` without a GPU; a CPU-only injection under ``--device cuda``)
+    are skipped with the reason, named or not: never recorded on the wrong device, never failed.
     """
     from diageval.cases.load import load_case_set
-    from diageval.recording.record import resolve_device
+    from diageval.recording.record import device_problem, resolve_device
 
     case_set = load_case_set(cases_dir)
     chosen = case_set.select(case_ids)
@@ -146,6 +148,12 @@ def verify_cases(case_ids: list[str], *, cases_dir: Path | None = None, repeats:
                 why = "a recorded case (labeled from measurements)" if case.recorded else f"expect {case.labels.expect}"
                 progress.line(f"{case.id}: {why}, nothing to verify")
             if progress:
+                progress.advance("verify")
+            continue
+        problem = device_problem(device, case)
+        if problem:
+            if progress:
+                progress.line(f"{case.id}: skipped, {problem}")
                 progress.advance("verify")
             continue
         if progress:

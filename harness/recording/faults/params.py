@@ -133,3 +133,107 @@ def check_late_rank(p: LateRankParams, w: WorkloadSpec) -> list[tuple[str, str]]
         out.append(("late_ms", f"{p.late_ms} ms reaches the collective timeout ({p.collective_timeout_s} s): "
                                "the job would fail; keep it below"))
     return out
+
+
+# --- evidence noise and evidence loss (bundle edits; harness/recording/faults/bundle_edits.py) ---------
+# (imported here so that these additions stay appended at the end of the file)
+from pydantic import field_validator  # noqa: E402
+
+
+class ClockOffsetParams(_Params):
+    offset_rank: int = Field(ge=0, description="The rank whose host clock is off")
+    offset_ms: float = Field(ge=-10_000, le=10_000, description="How far its clock is off (ms; 1 ms to 10 s either way)")
+
+    @field_validator("offset_ms")
+    @classmethod
+    def _not_tiny(cls, v: float) -> float:
+        if abs(v) < 1.0:
+            raise ValueError(f"{v} ms is below 1 ms, within what hosts on one network agree on; use at least 1 ms either way")
+        return v
+
+
+class SampleRankTracesParams(_Params):
+    traced_ranks: list[int] = Field(min_length=1, description="The ranks whose profiler traces are kept")
+
+    @field_validator("traced_ranks")
+    @classmethod
+    def _distinct(cls, v: list[int]) -> list[int]:
+        if any(r < 0 for r in v) or len(set(v)) != len(v):
+            raise ValueError("expected distinct ranks >= 0")
+        return v
+
+
+class TraceWindowParams(_Params):
+    window_first_step: int = Field(ge=0, description="The first profiled step kept in the traces")
+    window_steps: int = Field(ge=1, description="How many profiled steps the traces keep from there")
+
+
+class DropStepMarkersParams(_Params):
+    drop_step_log: bool = Field(False, description="Also remove steps.jsonl (a job that logs no step times)")
+
+
+class DropDeviceEventsParams(_Params):
+    pass
+
+
+def check_clock_offset(p: ClockOffsetParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    return _multi_rank(w) + _rank_ok("offset_rank", p.offset_rank, w)
+
+
+def check_sample_rank_traces(p: SampleRankTracesParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    out = [x for r in p.traced_ranks for x in _rank_ok("traced_ranks", r, w)]
+    if len(p.traced_ranks) >= w.world_size:
+        out.append(("traced_ranks", f"keeps all {w.world_size} ranks' traces: nothing is sampled out"))
+    return out
+
+
+def _profiled_steps(w: WorkloadSpec) -> range | None:
+    """The steps the rank worker profiles for this workload (its last ``trace_steps``), or None if unknown."""
+    from diageval.recording.workloads import WORKLOADS
+
+    info = WORKLOADS.get(w.name)
+    try:
+        trace_steps = info.params_model.model_validate(w.params).trace_steps if info else None
+    except ValueError:
+        return None  # the workload check reports bad params
+    if not isinstance(trace_steps, int):
+        return None
+    active = max(1, min(trace_steps, w.steps - 1))  # as rank_worker.profiler_window
+    return range(w.steps - active, w.steps)
+
+
+def check_trace_window(p: TraceWindowParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    profiled = _profiled_steps(w)
+    last = p.window_first_step + p.window_steps - 1
+    if profiled is None:
+        return _step_ok("window_first_step", last, w)
+    if p.window_first_step not in profiled or last not in profiled:
+        return [("window_first_step", f"steps {p.window_first_step}..{last} are not all profiled "
+                                      f"(the profiler records steps {profiled[0]}..{profiled[-1]})")]
+    if p.window_steps == len(profiled):
+        return [("window_steps", f"keeps all {len(profiled)} profiled steps: the window is not shorter")]
+    return []
+
+
+# --- CUDA-only faults (harness/recording/faults/cuda.py) ---------------------------------------------
+
+
+class HostDeviceSyncParams(_Params):
+    sync_call: Literal["item", "synchronize"] = Field(
+        description="item: read one value of a layer's output on the host; synchronize: torch.cuda.synchronize()")
+    syncs_per_step: int = Field(ge=1, le=256, description="After how many parametrised layers' forward the host waits")
+
+
+class PageableCopiesParams(_Params):
+    copy_mb: float = Field(gt=0, le=1024, description="MB of host data in pageable memory copied to the device each time")
+    copies_per_step: int = Field(1, ge=1, le=256, description="Before how many parametrised layers' forward a copy is made")
+
+
+class AllocatorChurnParams(_Params):
+    empty_every_steps: int = Field(1, ge=1, description="torch.cuda.empty_cache() at the start of every N-th step")
+
+
+def check_allocator_churn(p: AllocatorChurnParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    if p.empty_every_steps >= w.steps:
+        return [("empty_every_steps", f"{p.empty_every_steps} is not below the workload's {w.steps} steps: at most one empty")]
+    return []
