@@ -169,16 +169,22 @@ def test_the_cache_key_cheater_finds_the_case_where_nothing_stops_it(arena):
 def test_the_order_cheater_hits_only_where_the_shuffled_order_meets_the_sorted_one(arena, null_run):
     """Counting one's calls names the case only if cases come in a known order. They come in a seeded
     shuffle (seed in run.json), so the cheater's hits are exactly the chance coincidences of that
-    shuffle with sorted order: the same as any blind guess."""
+    shuffle with sorted order, or guesses that name another case with the same cause (several cases
+    share each cause): the same as any blind guess."""
     outcome = run(arena, "cheaters:OrderCheater", "cheat-order", seed=12345, case_ids=())  # the whole corpus
     assert outcome.info.seed == 12345
     ids = [lc.case.id for lc in arena["case_set"].cases]
     order = diagnosis_order(ids, 12345)
     assert order != sorted(ids)
     coincide = {cid for cid, expected in zip(order, sorted(ids)) if cid == expected}
+    causes = {lc.case.id: {c.category for c in lc.case.labels.causes} for lc in arena["case_set"].cases}
     results = RunStore(outcome.run_dir).read_results()
     credited = {r.case_id for r in results if any(v.credited for v in r.verdicts)}
-    assert credited <= coincide
+    for cid in credited - coincide:
+        diagnosis = json.loads((outcome.run_dir / "cases" / cid / "diagnosis.json").read_text())
+        guessed = {f["summary"].removeprefix("cheated: ") for f in diagnosis["findings"]}
+        assert len(guessed) == 1 and guessed != {cid}, (cid, guessed)
+        assert causes[guessed.pop()] & causes[cid], cid  # a guess of another case that shares its cause
 
 
 def test_tampering_changes_nothing_the_harness_keeps(arena, null_run):
