@@ -35,5 +35,11 @@ FAULTS: dict[str, FaultInfo] = {
                   p.DropRankTraceParams, "diageval.recording.faults.bundle_edits:DropRankTrace", p.check_drop_rank_trace),
         FaultInfo("truncate_trace", "Cut one rank's profiler trace short (invalid JSON)",
                   p.TruncateTraceParams, "diageval.recording.faults.bundle_edits:TruncateTrace", p.check_truncate_trace),
+        FaultInfo("cpu_contention", "Other busy processes share the core one rank is bound to",
+                  p.CpuContentionParams, "diageval.recording.faults.host:CpuContention", p.check_cpu_contention,
+                  injects=("host.cpu_contention",)),
+        FaultInfo("exposed_communication", "Gradients all-reduced in one blocking call after backward instead of overlapped with it",
+                  p.ExposedCommunicationParams, "diageval.recording.faults.overlap:ExposedCommunication",
+                  p.check_exposed_communication, injects=("comm.exposed_communication",)),
     ]
 }

@@ -133,3 +133,31 @@ def check_late_rank(p: LateRankParams, w: WorkloadSpec) -> list[tuple[str, str]]
         out.append(("late_ms", f"{p.late_ms} ms reaches the collective timeout ({p.collective_timeout_s} s): "
                                "the job would fail; keep it below"))
     return out
+
+
+class CpuContentionParams(_Params):
+    target_rank: int = Field(ge=0, description="The rank whose core the competing processes run on")
+    competitors: int = Field(1, ge=1, le=8, description="How many busy processes compete for that core")
+    duty_cycle: float = Field(gt=0, le=1, description="Share of every 10 ms period each competitor spins (it sleeps the rest)")
+    niceness: int = Field(0, ge=0, le=19, description="Nice level of the competitors (19: they only take cycles nobody else wants)")
+    start_step: int = Field(0, ge=0, description="The competitors start at the start of this step")
+
+
+def check_cpu_contention(p: CpuContentionParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    return _rank_ok("target_rank", p.target_rank, w) + _step_ok("start_step", p.start_step, w)
+
+
+# Workloads whose gradients DDP all-reduces during backward (the only ones with an overlap to lose).
+OVERLAPPING_WORKLOADS = ("mlp_ddp",)
+
+
+class ExposedCommunicationParams(_Params):
+    exposed_fraction: float = Field(gt=0, le=1, description="Share of the gradient bytes all-reduced after backward instead of during it")
+
+
+def check_exposed_communication(p: ExposedCommunicationParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    out = _multi_rank(w)
+    if w.name not in OVERLAPPING_WORKLOADS:
+        out.append(("", f"workload {w.name!r} does not overlap its gradient all-reduce with backward, so there "
+                        f"is no overlap to lose (expected one of {', '.join(OVERLAPPING_WORKLOADS)})"))
+    return out
