@@ -29,14 +29,14 @@ def _case(params: dict, world_size: int = 2, steps: int = 10) -> Case:
 
 
 @pytest.mark.parametrize("params, field, message", [
-    ({"target_rank": 2, "duty_cycle": 1.0}, "target_rank", "out of range for world_size 2"),
-    ({"target_rank": 0, "duty_cycle": 1.0, "start_step": 10}, "start_step", "not before the workload's 10 steps"),
-    ({"target_rank": 0, "duty_cycle": 0}, "duty_cycle", "greater than 0"),
-    ({"target_rank": 0, "duty_cycle": 1.5}, "duty_cycle", "less than or equal to 1"),
-    ({"target_rank": 0, "duty_cycle": 1.0, "competitors": 0}, "competitors", "greater than or equal to 1"),
-    ({"target_rank": 0, "duty_cycle": 1.0, "niceness": 20}, "niceness", "less than or equal to 19"),
-    ({"target_rank": 0}, "duty_cycle", "required field is missing"),
-    ({"target_rank": 0, "duty_cycle": 1.0, "rank": 1}, "rank", "unknown field"),
+    ({"contended_rank": 2, "duty_cycle": 1.0}, "contended_rank", "out of range for world_size 2"),
+    ({"contended_rank": 0, "duty_cycle": 1.0, "contention_start_step": 10}, "contention_start_step", "not before the workload's 10 steps"),
+    ({"contended_rank": 0, "duty_cycle": 0}, "duty_cycle", "greater than 0"),
+    ({"contended_rank": 0, "duty_cycle": 1.5}, "duty_cycle", "less than or equal to 1"),
+    ({"contended_rank": 0, "duty_cycle": 1.0, "competitors": 0}, "competitors", "greater than or equal to 1"),
+    ({"contended_rank": 0, "duty_cycle": 1.0, "niceness": 20}, "niceness", "less than or equal to 19"),
+    ({"contended_rank": 0}, "duty_cycle", "required field is missing"),
+    ({"contended_rank": 0, "duty_cycle": 1.0, "rank": 1}, "rank", "unknown field"),
 ])
 def test_bad_params_are_rejected_with_their_field(params, field, message):
     problems = check_case(_case(params), "x.yaml", load_taxonomy())
@@ -44,7 +44,7 @@ def test_bad_params_are_rejected_with_their_field(params, field, message):
 
 
 def test_good_params_pass():
-    assert check_case(_case({"target_rank": 1, "competitors": 2, "duty_cycle": 0.5, "niceness": 19, "start_step": 3}),
+    assert check_case(_case({"contended_rank": 1, "competitors": 2, "duty_cycle": 0.5, "niceness": 19, "contention_start_step": 3}),
                       "x.yaml", load_taxonomy()) == []
 
 
@@ -58,10 +58,10 @@ RANK = textwrap.dedent("""
     from diageval.recording.faults import FAULTS
 
     info = FAULTS["cpu_contention"]
-    params = info.params_model(target_rank=1, competitors=2, duty_cycle=1.0, niceness=int(sys.argv[2]), start_step=3)
+    params = info.params_model(contended_rank=1, competitors=2, duty_cycle=1.0, niceness=int(sys.argv[2]), contention_start_step=3)
     ctx = RankContext(rank=1, world_size=2, steps=10, device="cpu", backend="gloo", scratch_dir=Path("."))
     fault = info.load()(params, ctx)
-    fault.on_step_start(2)  # before start_step: nothing yet
+    fault.on_step_start(2)  # before contention_start_step: nothing yet
     print("before", len(fault.pidfds), flush=True)
     fault.on_step_start(3)
     print("pids", *fault.pids, flush=True)

@@ -1,7 +1,7 @@
 """CPU contention: other busy processes on the cores a rank runs on (``host.cpu_contention``).
 
-From ``start_step`` on, ``target_rank`` binds itself (every thread of the rank process, as a launcher's
-``--cpu-bind`` / ``numactl`` would) to one core, and ``competitors`` busy processes are started on that
+From ``contention_start_step`` on, ``contended_rank`` binds itself (every thread of the rank process,
+as a launcher's ``--cpu-bind`` / ``numactl`` would) to one core, and ``competitors`` busy processes are started on that
 same core. Each one spins for ``duty_cycle`` of every 10 ms period and sleeps the rest, at nice level
 ``niceness`` (0: competes as an equal; 19: only takes cycles nobody else wants, the benign look-alike).
 The rank's ops, their shapes and their count stay the same; they simply get less of the core.
@@ -76,9 +76,9 @@ def bind_process(cpus: set[int]) -> None:
             pass  # a thread that ended meanwhile
 
 
-def rank_core(target_rank: int) -> int:
+def rank_core(contended_rank: int) -> int:
     cpus = sorted(os.sched_getaffinity(0))
-    return cpus[target_rank % len(cpus)]
+    return cpus[contended_rank % len(cpus)]
 
 
 def start_competitor(core: int, duty: float, niceness: int, lifeline_r: int) -> int:
@@ -119,13 +119,13 @@ class CpuContention(LiveFault):
         self.lifeline_w: int | None = None
 
     def on_step_start(self, step: int) -> None:
-        if step == self.params.start_step and self.ctx.rank == self.params.target_rank:
+        if step == self.params.contention_start_step and self.ctx.rank == self.params.contended_rank:
             self.start()
 
     def start(self) -> None:
         from multiprocessing import util
 
-        core = rank_core(self.params.target_rank)
+        core = rank_core(self.params.contended_rank)
         bind_process({core})
         lifeline_r, self.lifeline_w = os.pipe()
         os.set_inheritable(lifeline_r, True)

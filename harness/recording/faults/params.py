@@ -136,15 +136,15 @@ def check_late_rank(p: LateRankParams, w: WorkloadSpec) -> list[tuple[str, str]]
 
 
 class CpuContentionParams(_Params):
-    target_rank: int = Field(ge=0, description="The rank whose core the competing processes run on")
+    contended_rank: int = Field(ge=0, description="The rank whose core the competing processes run on")
     competitors: int = Field(1, ge=1, le=8, description="How many busy processes compete for that core")
     duty_cycle: float = Field(gt=0, le=1, description="Share of every 10 ms period each competitor spins (it sleeps the rest)")
     niceness: int = Field(0, ge=0, le=19, description="Nice level of the competitors (19: they only take cycles nobody else wants)")
-    start_step: int = Field(0, ge=0, description="The competitors start at the start of this step")
+    contention_start_step: int = Field(0, ge=0, description="The competitors start at the start of this step")
 
 
 def check_cpu_contention(p: CpuContentionParams, w: WorkloadSpec) -> list[tuple[str, str]]:
-    return _rank_ok("target_rank", p.target_rank, w) + _step_ok("start_step", p.start_step, w)
+    return _rank_ok("contended_rank", p.contended_rank, w) + _step_ok("contention_start_step", p.contention_start_step, w)
 
 
 # Workloads whose gradients DDP all-reduces during backward (the only ones with an overlap to lose).
