@@ -141,3 +141,53 @@ def test_stop_waits_until_every_competitor_has_exited():
             assert _reaped_within(pid, 1.0)
     finally:
         _cleanup(proc, pids)
+
+
+def _op_shapes(trace: Path) -> list[tuple[str, str]]:
+    """The training thread's ops of every recorded step: (name, input dims), in order."""
+    import gzip
+    import json
+
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    steps = [e for e in events if e.get("name", "").startswith("ProfilerStep#")]
+    main = steps[0]["tid"]
+    ops = sorted((e for e in events if e.get("tid") == main and e.get("cat") == "cpu_op"), key=lambda e: e["ts"])
+    return [(e["name"], json.dumps(e.get("args", {}).get("Input Dims"))) for e in ops]
+
+
+def _live_competitors() -> list[int]:
+    from diageval.recording.faults.host import _COMPETITOR
+
+    found = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if len(argv) > 3 and argv[3] == _COMPETITOR.encode() and state != "Z":
+            found.append(int(d.name))
+    return found
+
+
+@pytest.mark.slow
+def test_recorded_bundle_keeps_the_ops_and_leaves_no_competitor(tmp_path: Path):
+    """The contended rank runs exactly the ops (names, shapes, order) of its healthy twin; only their
+    timing changes, which is not asserted here. Every competitor is gone once the recording returns."""
+    from diageval.recording.record import record_case
+
+    def case(faults):
+        return Case.model_validate({
+            "id": "fault-test", "title": "t", "faults": faults, "labels": {"expect": "healthy"},
+            "workload": {"name": "mlp_ddp", "world_size": 2, "steps": 8, "params": {"trace_steps": 4}},
+        })
+
+    record_case(case([]), tmp_path / "twin", device="cpu")
+    record_case(case([{"name": "cpu_contention", "params": {"contended_rank": 1, "competitors": 2, "duty_cycle": 1.0}}]),
+                tmp_path / "contended", device="cpu")
+    twin = _op_shapes(tmp_path / "twin" / "rank1" / "trace.json.gz")
+    assert twin and _op_shapes(tmp_path / "contended" / "rank1" / "trace.json.gz") == twin
+    deadline = time.monotonic() + 2.0  # at most one spin period after the rank's exit, plus scheduling
+    while _live_competitors() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _live_competitors() == []
