@@ -53,5 +53,11 @@ FAULTS: dict[str, FaultInfo] = {
         FaultInfo("allocator_churn", "The CUDA caching allocator is emptied every step [CUDA]",
                   p.AllocatorChurnParams, "diageval.recording.faults.cuda:AllocatorChurn", p.check_allocator_churn,
                   injects=("memory.allocator_churn",)),
+        FaultInfo("cpu_contention", "Other busy processes share the core one rank is bound to",
+                  p.CpuContentionParams, "diageval.recording.faults.host:CpuContention", p.check_cpu_contention,
+                  injects=("host.cpu_contention",)),
+        FaultInfo("exposed_communication", "Gradients all-reduced in one blocking call after backward instead of overlapped with it",
+                  p.ExposedCommunicationParams, "diageval.recording.faults.overlap:ExposedCommunication",
+                  p.check_exposed_communication, injects=("comm.exposed_communication",)),
     ]
 }

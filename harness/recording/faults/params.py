@@ -237,3 +237,29 @@ def check_allocator_churn(p: AllocatorChurnParams, w: WorkloadSpec) -> list[tupl
     if p.empty_every_steps >= w.steps:
         return [("empty_every_steps", f"{p.empty_every_steps} is not below the workload's {w.steps} steps: at most one empty")]
     return []
+class CpuContentionParams(_Params):
+    contended_rank: int = Field(ge=0, description="The rank whose core the competing processes run on")
+    competitors: int = Field(1, ge=1, le=8, description="How many busy processes compete for that core")
+    duty_cycle: float = Field(gt=0, le=1, description="Share of every 10 ms period each competitor spins (it sleeps the rest)")
+    niceness: int = Field(0, ge=0, le=19, description="Nice level of the competitors (19: they only take cycles nobody else wants)")
+    contention_start_step: int = Field(0, ge=0, description="The competitors start at the start of this step")
+
+
+def check_cpu_contention(p: CpuContentionParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    return _rank_ok("contended_rank", p.contended_rank, w) + _step_ok("contention_start_step", p.contention_start_step, w)
+
+
+# Workloads whose gradients DDP all-reduces during backward (the only ones with an overlap to lose).
+OVERLAPPING_WORKLOADS = ("mlp_ddp",)
+
+
+class ExposedCommunicationParams(_Params):
+    exposed_fraction: float = Field(gt=0, le=1, description="Share of the gradient bytes all-reduced after backward instead of during it")
+
+
+def check_exposed_communication(p: ExposedCommunicationParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    out = _multi_rank(w)
+    if w.name not in OVERLAPPING_WORKLOADS:
+        out.append(("", f"workload {w.name!r} does not overlap its gradient all-reduce with backward, so there "
+                        f"is no overlap to lose (expected one of {', '.join(OVERLAPPING_WORKLOADS)})"))
+    return out

@@ -1,0 +1,193 @@
+"""``cpu_contention``: its params are checked, its competitors run where it says, are nobody's children
+but the rank's parent's, and never outlive the rank (a normal exit or a SIGKILL)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from diageval.cases.load import check_case
+from diageval.cases.model import Case
+from diageval.cases.taxonomy import load_taxonomy
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only (clone, /proc, CPU affinity)")
+
+
+def _case(params: dict, world_size: int = 2, steps: int = 10) -> Case:
+    return Case.model_validate({
+        "id": "fault-test", "title": "t",
+        "workload": {"name": "mlp_ddp", "world_size": world_size, "steps": steps},
+        "faults": [{"name": "cpu_contention", "params": params}], "labels": {"expect": "healthy"},
+    })
+
+
+@pytest.mark.parametrize("params, field, message", [
+    ({"contended_rank": 2, "duty_cycle": 1.0}, "contended_rank", "out of range for world_size 2"),
+    ({"contended_rank": 0, "duty_cycle": 1.0, "contention_start_step": 10}, "contention_start_step", "not before the workload's 10 steps"),
+    ({"contended_rank": 0, "duty_cycle": 0}, "duty_cycle", "greater than 0"),
+    ({"contended_rank": 0, "duty_cycle": 1.5}, "duty_cycle", "less than or equal to 1"),
+    ({"contended_rank": 0, "duty_cycle": 1.0, "competitors": 0}, "competitors", "greater than or equal to 1"),
+    ({"contended_rank": 0, "duty_cycle": 1.0, "niceness": 20}, "niceness", "less than or equal to 19"),
+    ({"contended_rank": 0}, "duty_cycle", "required field is missing"),
+    ({"contended_rank": 0, "duty_cycle": 1.0, "rank": 1}, "rank", "unknown field"),
+])
+def test_bad_params_are_rejected_with_their_field(params, field, message):
+    problems = check_case(_case(params), "x.yaml", load_taxonomy())
+    assert any(p.field == f"faults[0].params.{field}" and message in p.message for p in problems), problems
+
+
+def test_good_params_pass():
+    assert check_case(_case({"contended_rank": 1, "competitors": 2, "duty_cycle": 0.5, "niceness": 19, "contention_start_step": 3}),
+                      "x.yaml", load_taxonomy()) == []
+
+
+# A stand-in for a rank: it starts the fault's competitors, reports them, then either stops them as a
+# rank's normal exit does, or waits to be killed. Its parent (this test) is what the fork server is to
+# a real rank: the competitors' parent.
+RANK = textwrap.dedent("""
+    import os, sys, time
+    from pathlib import Path
+    from diageval.recording.context import RankContext
+    from diageval.recording.faults import FAULTS
+
+    info = FAULTS["cpu_contention"]
+    params = info.params_model(contended_rank=1, competitors=2, duty_cycle=1.0, niceness=int(sys.argv[2]), contention_start_step=3)
+    ctx = RankContext(rank=1, world_size=2, steps=10, device="cpu", backend="gloo", scratch_dir=Path("."))
+    fault = info.load()(params, ctx)
+    fault.on_step_start(2)  # before contention_start_step: nothing yet
+    print("before", len(fault.pidfds), flush=True)
+    fault.on_step_start(3)
+    print("pids", *fault.pids, flush=True)
+    print("affinity", *sorted(os.sched_getaffinity(0)), flush=True)
+    sys.stdin.readline()  # the test says when
+    if sys.argv[1] == "stop":
+        fault.stop()
+        print("stopped", flush=True)
+    time.sleep(60)
+""")
+
+
+def _start_rank(mode: str, niceness: int = 0) -> tuple[subprocess.Popen, list[int], set[int]]:
+    proc = subprocess.Popen([sys.executable, "-c", RANK, mode, str(niceness)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().split() == ["before", "0"]
+    pids = [int(x) for x in proc.stdout.readline().split()[1:]]
+    affinity = {int(x) for x in proc.stdout.readline().split()[1:]}
+    return proc, pids, affinity
+
+
+def _stat(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _reaped_within(pid: int, seconds: float) -> bool:
+    """Wait for our child ``pid`` to exit and reap it; False if it is still running after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _cleanup(proc: subprocess.Popen, pids: list[int]) -> None:
+    proc.kill()
+    proc.wait()
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+
+def test_competitors_share_the_ranks_core_as_siblings_and_die_when_the_rank_is_killed():
+    proc, pids, affinity = _start_rank("kill")
+    try:
+        assert len(pids) == 2
+        cores = sorted(os.sched_getaffinity(0))
+        core = cores[1 % len(cores)]
+        assert affinity == {core}  # the rank bound itself to its core
+        for pid in pids:
+            assert os.sched_getaffinity(pid) == {core}  # and its competitors share it
+            assert int(_stat(pid)[1]) == os.getpid()  # the rank's parent's children, not the rank's
+            assert _stat(pid)[0] in ("R", "S")
+        proc.kill()
+        proc.wait()
+        for pid in pids:  # the lifeline closed with the rank: each exits within a period, and we reap it
+            assert _reaped_within(pid, 5.0), f"competitor {pid} outlived its killed rank"
+    finally:
+        _cleanup(proc, pids)
+
+
+def test_stop_waits_until_every_competitor_has_exited():
+    proc, pids, _ = _start_rank("stop", niceness=19)
+    try:
+        for pid in pids:
+            assert os.getpriority(os.PRIO_PROCESS, pid) == 19
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "stopped"
+        for pid in pids:  # already exited when stop() returned (a zombie until its parent, we, reap it)
+            assert _stat(pid)[0] in ("Z", "X")
+            assert _reaped_within(pid, 1.0)
+    finally:
+        _cleanup(proc, pids)
+
+
+def _op_shapes(trace: Path) -> list[tuple[str, str]]:
+    """The training thread's ops of every recorded step: (name, input dims), in order."""
+    import gzip
+    import json
+
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    steps = [e for e in events if e.get("name", "").startswith("ProfilerStep#")]
+    main = steps[0]["tid"]
+    ops = sorted((e for e in events if e.get("tid") == main and e.get("cat") == "cpu_op"), key=lambda e: e["ts"])
+    return [(e["name"], json.dumps(e.get("args", {}).get("Input Dims"))) for e in ops]
+
+
+def _live_competitors() -> list[int]:
+    from diageval.recording.faults.host import _COMPETITOR
+
+    found = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if len(argv) > 3 and argv[3] == _COMPETITOR.encode() and state != "Z":
+            found.append(int(d.name))
+    return found
+
+
+@pytest.mark.slow
+def test_recorded_bundle_keeps_the_ops_and_leaves_no_competitor(tmp_path: Path):
+    """The contended rank runs exactly the ops (names, shapes, order) of its healthy twin; only their
+    timing changes, which is not asserted here. Every competitor is gone once the recording returns."""
+    from diageval.recording.record import record_case
+
+    def case(faults):
+        return Case.model_validate({
+            "id": "fault-test", "title": "t", "faults": faults, "labels": {"expect": "healthy"},
+            "workload": {"name": "mlp_ddp", "world_size": 2, "steps": 8, "params": {"trace_steps": 4}},
+        })
+
+    record_case(case([]), tmp_path / "twin", device="cpu")
+    record_case(case([{"name": "cpu_contention", "params": {"contended_rank": 1, "competitors": 2, "duty_cycle": 1.0}}]),
+                tmp_path / "contended", device="cpu")
+    twin = _op_shapes(tmp_path / "twin" / "rank1" / "trace.json.gz")
+    assert twin and _op_shapes(tmp_path / "contended" / "rank1" / "trace.json.gz") == twin
+    deadline = time.monotonic() + 2.0  # at most one spin period after the rank's exit, plus scheduling
+    while _live_competitors() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _live_competitors() == []
