@@ -35,5 +35,8 @@ FAULTS: dict[str, FaultInfo] = {
                   p.DropRankTraceParams, "diageval.recording.faults.bundle_edits:DropRankTrace", p.check_drop_rank_trace),
         FaultInfo("truncate_trace", "Cut one rank's profiler trace short (invalid JSON)",
                   p.TruncateTraceParams, "diageval.recording.faults.bundle_edits:TruncateTrace", p.check_truncate_trace),
+        FaultInfo("load_imbalance", "One rank's batches are larger (longer sequences or more rows); its peers wait for it",
+                  p.LoadImbalanceParams, "diageval.recording.faults.imbalance:UnevenShards", p.check_load_imbalance,
+                  injects=("compute.load_imbalance",)),
     ]
 }
