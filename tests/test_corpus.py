@@ -11,7 +11,8 @@ from diageval.cases.load import load_case_set, validate_case_files
 from diageval.cases.taxonomy import load_taxonomy
 from diageval.paths import default_cases_dir
 
-LIVE_FAULTS = {"dataloader_starvation", "blocking_checkpoint", "collective_stall", "slow_rank", "kernel_launch_overhead"}
+LIVE_FAULTS = {"dataloader_starvation", "blocking_checkpoint", "collective_stall", "slow_rank", "kernel_launch_overhead",
+               "load_imbalance"}
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +51,7 @@ def test_controls_confounders_and_abstain_cases_are_there(corpus):
     assert expects["abstain"] >= 1
     controls = [lc.case for lc in corpus.cases
                 if lc.case.labels.expect == "healthy" and not lc.case.faults and lc.case.recorded is None]
-    assert {c.workload.name for c in controls} == {"mlp_ddp", "convnet_allreduce"}
+    assert {c.workload.name for c in controls} >= {"mlp_ddp", "convnet_allreduce", "transformer_lm"}
     confounders = [lc.case for lc in corpus.cases if lc.case.labels.expect == "healthy" and lc.case.faults]
     assert confounders
     assert all(lc.case.labels.symptoms for lc in corpus.cases if lc.case.labels.expect == "diagnose")
