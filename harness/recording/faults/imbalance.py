@@ -2,7 +2,7 @@
 
 Real jobs get here through their data, not their hardware: a length-bucketing sampler that is not
 synchronised across ranks (one rank draws the long-sequence buckets), or shards of unequal size (one
-rank's batches carry more rows). From ``start_step`` on, ``target_rank``'s batches are ``work_factor``
+rank's batches carry more rows). From ``from_step`` on, ``heavier_rank``'s batches are ``work_factor``
 times as large along the workload's natural axis: the dataset's own ``resized(factor)`` decides which
 (sequence length for token batches, rows for tabular and image batches). The rank then runs the same
 ops as its peers on bigger inputs, so its compute between collectives is longer and its peers wait for
@@ -34,9 +34,9 @@ class _FromIndex:
 
 class UnevenShards(LiveFault):
     def dataset(self, dataset: Any) -> Any:
-        if self.ctx.rank != self.params.target_rank:
+        if self.ctx.rank != self.params.heavier_rank:
             return dataset
         if not hasattr(dataset, "resized"):
             raise TypeError(f"{type(dataset).__name__} has no resized(factor): this workload's batches cannot be "
                             "made larger on one rank (list this fault before faults that wrap the dataset)")
-        return _FromIndex(dataset, dataset.resized(self.params.work_factor), self.params.start_step)
+        return _FromIndex(dataset, dataset.resized(self.params.work_factor), self.params.from_step)

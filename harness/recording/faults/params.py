@@ -136,11 +136,11 @@ def check_late_rank(p: LateRankParams, w: WorkloadSpec) -> list[tuple[str, str]]
 
 
 class LoadImbalanceParams(_Params):
-    target_rank: int = Field(ge=0, description="The rank whose batches carry more work")
+    heavier_rank: int = Field(ge=0, description="The rank whose batches carry more work")
     work_factor: float = Field(gt=1.0, le=8.0, description="Its batches are this many times as large (longer "
                                "sequences for token batches, more rows for tabular and image batches)")
-    start_step: int = Field(0, ge=0, description="First step with the larger batches")
+    from_step: int = Field(0, ge=0, description="First step with the larger batches")
 
 
 def check_load_imbalance(p: LoadImbalanceParams, w: WorkloadSpec) -> list[tuple[str, str]]:
-    return _multi_rank(w) + _rank_ok("target_rank", p.target_rank, w) + _step_ok("start_step", p.start_step, w)
+    return _multi_rank(w) + _rank_ok("heavier_rank", p.heavier_rank, w) + _step_ok("from_step", p.from_step, w)
