@@ -43,7 +43,7 @@ class TransformerParams(CommonParams):
     batch_size: int = Field(8, ge=1, le=4096, description="Sequences per rank per step")
     lr: float = Field(0.003, gt=0, le=10)
     vocab: int = Field(256, ge=8, le=1_000_000, description="Token vocabulary size")
-    dim: int = Field(64, ge=8, le=4096, description="Model width (embedding size)")
+    dim: int = Field(128, ge=8, le=4096, description="Model width (embedding size)")
     heads: int = Field(4, ge=1, le=64, description="Attention heads per block (must divide dim)")
     layers: int = Field(2, ge=1, le=48, description="Transformer blocks")
     mlp_ratio: int = Field(4, ge=1, le=8, description="Width of each block's MLP, in multiples of dim")
