@@ -42,6 +42,8 @@ class ConvParams(CommonParams):
 class TransformerParams(CommonParams):
     batch_size: int = Field(8, ge=1, le=4096, description="Sequences per rank per step")
     lr: float = Field(0.003, gt=0, le=10)
+    trace_steps: int = Field(8, ge=1, le=200, description="Steps the profiler records (the last ones of the run); "
+                             "fewer than the others' default: an LM step records ~1000 ops")
     vocab: int = Field(256, ge=8, le=1_000_000, description="Token vocabulary size")
     dim: int = Field(128, ge=8, le=4096, description="Model width (embedding size)")
     heads: int = Field(4, ge=1, le=64, description="Attention heads per block (must divide dim)")
