@@ -16,11 +16,12 @@ from diageval.cases.taxonomy import load_taxonomy
 from diageval.paths import default_cases_dir
 from diageval.recording.faults import FAULTS
 
-LIVE_FAULTS = {"dataloader_starvation", "blocking_checkpoint", "collective_stall", "slow_rank", "kernel_launch_overhead"}
+V1_FAULTS = {"dataloader_starvation", "blocking_checkpoint", "collective_stall", "slow_rank", "kernel_launch_overhead"}
+LIVE_FAULTS = V1_FAULTS | {"load_imbalance", "cpu_contention"}  # every CPU-recordable positive fault
 # The faults of corpus v1 and the causes they inject; issue 11 asks a look-alike of each of these causes.
-V1_CAUSES = {cause for name in LIVE_FAULTS | {"collective_hang"} for cause in FAULTS[name].injects}
+V1_CAUSES = {cause for name in V1_FAULTS | {"collective_hang"} for cause in FAULTS[name].injects}
 # Parameters that say where or when a fault acts, not how strongly.
-PLACEMENT_PARAMS = {"start_step", "target_rank"}
+PLACEMENT_PARAMS = {"start_step", "target_rank", "heavier_rank", "from_step", "contended_rank", "contention_start_step"}
 JUST_DETECTABLE_MIN_RATIO = 1.2  # issue 11: the first rung of a ladder is "just detectable", ratio ~1.2-1.4
 
 
@@ -61,7 +62,7 @@ def test_controls_confounders_and_abstain_cases_are_there(corpus):
     assert expects["abstain"] >= 1
     controls = [lc.case for lc in corpus.cases
                 if lc.case.labels.expect == "healthy" and not lc.case.faults and lc.case.recorded is None]
-    assert {c.workload.name for c in controls} == {"mlp_ddp", "convnet_allreduce"}
+    assert {c.workload.name for c in controls} >= {"mlp_ddp", "convnet_allreduce", "transformer_lm"}
     confounders = [lc.case for lc in corpus.cases if lc.case.labels.expect == "healthy" and lc.case.faults]
     assert confounders
     assert all(lc.case.labels.symptoms for lc in corpus.cases if lc.case.labels.expect == "diagnose")

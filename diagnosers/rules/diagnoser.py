@@ -10,8 +10,9 @@ Order of reasoning (each analyser is independent; see its module):
    A GPU trace without device events is incomplete in the same way.
 2. Input pipeline (``data_wait``), recurring stalls outside ops (``spikes``), dispatch-bound steps
    (``launch``: the device queue on GPU traces, op counts on CPU ones), the host blocked in synchronising
-   calls while the device idles (``host_sync``), and who waits for whom in collectives (``collectives``:
-   straggler vs stall).
+   calls while the device idles (``host_sync``), who waits for whom in collectives (``collectives``:
+   straggler vs stall), and whether one rank is handed more work (``load_imbalance``: larger operator
+   input shapes); a straggler claim on a rank whose extra work explains its lateness is dropped.
 3. What the run looks like (``observed``), reported as ``kind: symptom``.
 """
 
@@ -26,6 +27,7 @@ from diageval.diagnosers.rules.data_wait import judge_data_wait, measure_data_wa
 from diageval.diagnosers.rules.inputs import RunEvidence, gather_evidence
 from diageval.diagnosers.rules.host_sync import judge_host_sync, measure_host_sync
 from diageval.diagnosers.rules.launch import judge_gpu_launch, judge_launch, measure_gpu_launch, measure_launch
+from diageval.diagnosers.rules.load_imbalance import explains_straggler, imbalance_table, judge_load_imbalance, measure_work
 from diageval.diagnosers.rules.observed import observe_symptoms
 from diageval.diagnosers.rules.spikes import judge_blocking_save, measure_spikes
 
@@ -51,19 +53,21 @@ def find_causes(ev: RunEvidence) -> list[Finding]:
         *judge_launch(measure_launch(ev), ev),
         *judge_gpu_launch(measure_gpu_launch(ev), ev),
         *judge_host_sync(measure_host_sync(ev), ev),
-        *judge_straggler(table, ev),
         *judge_stall(table, ev),
     ]
+    work = imbalance_table(ev, measure_work(ev))
+    findings += judge_load_imbalance(work, ev)
+    findings += [f for f in judge_straggler(table, ev) if not explains_straggler(work, f)]
     return sorted(findings, key=lambda f: -f.confidence)
 
 
 class RulesDiagnoser:
     name: ClassVar[str] = "rules"
-    version: ClassVar[str] = "0.2.0"
+    version: ClassVar[str] = "0.3.0"
     # the causes its judges can name (the coverage table judges it on these as well as on all causes)
     claims: ClassVar[tuple[str, ...]] = (
         "input.dataloader_starvation", "checkpoint.blocking_save", "comm.collective_stall",
-        "compute.straggler_rank", "launch.kernel_launch_overhead", "host.device_sync",
+        "compute.straggler_rank", "launch.kernel_launch_overhead", "host.device_sync", "compute.load_imbalance",
     )
 
     def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:

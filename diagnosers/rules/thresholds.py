@@ -99,3 +99,10 @@ LONG_COLLECTIVE_SHARE = 0.25
 LOW_UTILIZATION_BUSY = 0.5
 # symptom.slow_step: the training thread waits (collective, data, host block) at least half of the step.
 SLOW_STEP_WAITING_SHARE = 0.5
+
+# Load imbalance (load_imbalance.py) adds no number of its own. A balanced data-parallel job runs the same
+# shapes on every rank, so equal arithmetic per rank is exact, not approximate: the heavier rank must do
+# at least MIN_CAUSE_SHARE more multiply-adds than its peers (less cannot cost a tenth of a step even when
+# the step is all compute), its compute must take SKEW_SHARE of the step longer (its peers wait that long,
+# the straggler's bar), on PERSISTENT_SHARE of a block of steps; and the extra work, at its peers' speed,
+# must account for COMPUTE_EXPLAINS_SKEW of its extra compute time for it to replace a straggler claim.

@@ -59,5 +59,8 @@ FAULTS: dict[str, FaultInfo] = {
         FaultInfo("exposed_communication", "Gradients all-reduced in one blocking call after backward instead of overlapped with it",
                   p.ExposedCommunicationParams, "diageval.recording.faults.overlap:ExposedCommunication",
                   p.check_exposed_communication, injects=("comm.exposed_communication",)),
+        FaultInfo("load_imbalance", "One rank's batches are larger (longer sequences or more rows); its peers wait for it",
+                  p.LoadImbalanceParams, "diageval.recording.faults.imbalance:UnevenShards", p.check_load_imbalance,
+                  injects=("compute.load_imbalance",)),
     ]
 }

@@ -263,3 +263,12 @@ def check_exposed_communication(p: ExposedCommunicationParams, w: WorkloadSpec) 
         out.append(("", f"workload {w.name!r} does not overlap its gradient all-reduce with backward, so there "
                         f"is no overlap to lose (expected one of {', '.join(OVERLAPPING_WORKLOADS)})"))
     return out
+class LoadImbalanceParams(_Params):
+    heavier_rank: int = Field(ge=0, description="The rank whose batches carry more work")
+    work_factor: float = Field(gt=1.0, le=8.0, description="Its batches are this many times as large (longer "
+                               "sequences for token batches, more rows for tabular and image batches)")
+    from_step: int = Field(0, ge=0, description="First step with the larger batches")
+
+
+def check_load_imbalance(p: LoadImbalanceParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    return _multi_rank(w) + _rank_ok("heavier_rank", p.heavier_rank, w) + _step_ok("from_step", p.from_step, w)

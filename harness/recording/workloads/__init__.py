@@ -7,7 +7,7 @@ A workload's ``impl`` is a ``build(params, ctx) -> TrainingSetup`` function (see
 from __future__ import annotations
 
 from diageval.recording.plugin import WorkloadInfo
-from diageval.recording.workloads.params import ConvParams, MlpParams
+from diageval.recording.workloads.params import ConvParams, MlpParams, TransformerParams
 
 WORKLOADS: dict[str, WorkloadInfo] = {
     "mlp_ddp": WorkloadInfo(
@@ -21,5 +21,11 @@ WORKLOADS: dict[str, WorkloadInfo] = {
         summary="A small conv net on synthetic images; gradients averaged with one flat all_reduce per step",
         params_model=ConvParams,
         impl="diageval.recording.workloads.convnet:build",
+    ),
+    "transformer_lm": WorkloadInfo(
+        name="transformer_lm",
+        summary="A small decoder-only transformer LM on variable-length token sequences, with DistributedDataParallel",
+        params_model=TransformerParams,
+        impl="diageval.recording.workloads.transformer:build",
     ),
 }

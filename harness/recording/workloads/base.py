@@ -53,6 +53,11 @@ class SyntheticBatches(Dataset):
             time.sleep(left)
         return x, y
 
+    def resized(self, factor: float) -> "SyntheticBatches":
+        """The same stream with ``factor`` times as many rows per batch (more samples on this rank per step)."""
+        rows = max(1, round(self.shape[0] * factor))
+        return SyntheticBatches(self.length, (rows, *self.shape[1:]), self.classes, self.seed, self.prep_seconds)
+
 
 def make_loader(dataset: Dataset, params: CommonParams, ctx: RankContext) -> DataLoader:
     workers = params.loader_workers

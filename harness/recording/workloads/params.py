@@ -8,7 +8,7 @@ training script: an injected fault changes the *magnitude or timing* of these ev
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class CommonParams(BaseModel):
@@ -37,3 +37,25 @@ class ConvParams(CommonParams):
     image_size: int = Field(16, ge=8, le=256)
     channels: int = Field(16, ge=2, le=512, description="Channels of the conv layers")
     classes: int = Field(10, ge=2, le=1000)
+
+
+class TransformerParams(CommonParams):
+    batch_size: int = Field(8, ge=1, le=4096, description="Sequences per rank per step")
+    lr: float = Field(0.003, gt=0, le=10)
+    trace_steps: int = Field(8, ge=1, le=200, description="Steps the profiler records (the last ones of the run); "
+                             "fewer than the others' default: an LM step records ~1000 ops")
+    vocab: int = Field(256, ge=8, le=1_000_000, description="Token vocabulary size")
+    dim: int = Field(128, ge=8, le=4096, description="Model width (embedding size)")
+    heads: int = Field(4, ge=1, le=64, description="Attention heads per block (must divide dim)")
+    layers: int = Field(2, ge=1, le=48, description="Transformer blocks")
+    mlp_ratio: int = Field(4, ge=1, le=8, description="Width of each block's MLP, in multiples of dim")
+    min_seq_len: int = Field(32, ge=2, le=1024, description="Shortest padded length a batch may have")
+    max_seq_len: int = Field(64, ge=2, le=1024, description="Longest padded length a batch may have")
+
+    @model_validator(mode="after")
+    def _shapes_fit(self) -> "TransformerParams":
+        if self.dim % self.heads:
+            raise ValueError(f"heads ({self.heads}) must divide dim ({self.dim})")
+        if self.min_seq_len > self.max_seq_len:
+            raise ValueError(f"min_seq_len ({self.min_seq_len}) is above max_seq_len ({self.max_seq_len})")
+        return self
