@@ -76,7 +76,10 @@ def test_abstain_cases_lack_the_evidence_they_should(corpus_bundles: dict[str, P
     missing = EvidenceBundle.open(corpus_bundles["straggler-trace-missing"])
     assert sorted(missing.trace_paths()) == [0]
     assert "rank1/trace.json.gz" not in {f.path for f in missing.manifest.files}
+    # the lost rank's Flight Recorder dump is gone too: both dumps would show which rank entered late
+    assert {f.path for f in missing.manifest.files if f.path.startswith("flight_recorder/")} == {"flight_recorder/rank_0"}
     cut = EvidenceBundle.open(corpus_bundles["stall-trace-truncated"])
+    assert {f.path for f in cut.manifest.files if f.path.startswith("flight_recorder/")} == {"flight_recorder/rank_1"}
     with pytest.raises((json.JSONDecodeError, EOFError, ValueError)):
         cut.load_trace(0)
     assert cut.load_trace(1)["distributedInfo"]["rank"] == 1

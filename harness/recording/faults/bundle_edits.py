@@ -2,10 +2,14 @@
 
 Damage (the abstain cases):
 
-* ``drop_rank_trace`` removes one rank's profiler trace (its ``rank<N>/`` folder), as when a node's
-  trace upload failed. Step times, metrics and logs of that rank stay.
+* ``drop_rank_trace`` removes one rank's profiler trace (its ``rank<N>/`` folder) and its Flight Recorder
+  dump, as when that node's upload of its diagnostics failed. Step times, metrics and logs of that rank
+  stay (the launcher collects them). The dump goes too: with both ranks' dumps a diagnoser can still
+  compare when each rank entered every collective (``time_created_ns``), so the case would not lack the
+  evidence it is labeled as lacking.
 * ``truncate_trace`` keeps only the first ``keep_fraction`` of one rank's raw trace JSON (re-gzipped),
-  as when the writer was killed mid-export: the file is there but is not valid JSON.
+  as when the writer was killed mid-export: the file is there but is not valid JSON. The killed process
+  never reached its exit-time Flight Recorder dump, so that rank's dump is removed as well.
 * ``drop_step_markers`` removes every ``ProfilerStep#N`` event from every trace, as a profiler run
   without a ``schedule`` writes them (torch emits the markers only under a schedule); with
   ``drop_step_log`` the job's own step log (``steps.jsonl``) goes too, as for a job that logs no step times.
@@ -113,15 +117,21 @@ def _drop_orphan_flows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in events if e.get("ph") not in ("s", "f", "t") or {"s", "f"} <= ends[(e.get("cat"), e.get("id"))]]
 
 
+def _drop_flight_recorder_dump(bundle_dir: Path, rank: int) -> None:
+    (Path(bundle_dir) / "flight_recorder" / f"rank_{rank}").unlink(missing_ok=True)
+
+
 class DropRankTrace(BundleFault):
     def apply(self, bundle_dir: Path) -> None:
         folder = Path(bundle_dir) / f"rank{self.params.missing_rank}"
         if folder.is_dir():
             shutil.rmtree(folder)
+        _drop_flight_recorder_dump(bundle_dir, self.params.missing_rank)
 
 
 class TruncateTrace(BundleFault):
     def apply(self, bundle_dir: Path) -> None:
+        _drop_flight_recorder_dump(bundle_dir, self.params.cut_rank)
         path = Path(bundle_dir) / f"rank{self.params.cut_rank}" / "trace.json.gz"
         if not path.is_file():
             return
