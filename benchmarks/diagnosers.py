@@ -17,7 +17,6 @@ read once with ``summarize_trace``; bytes/s are of decompressed JSON (and of gzi
 from __future__ import annotations
 
 import argparse
-import gzip
 import sys
 import time
 from pathlib import Path

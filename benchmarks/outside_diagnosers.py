@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from diageval.bundle.model import EvidenceBundle
 from diageval.bundle.importer import import_traces
+from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers.base import DiagnoserFailed
 from diageval.run.registry import resolve_diagnoser
 

@@ -23,13 +23,15 @@ from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
-    Progress as RichProgress,
     ProgressColumn,
     Task,
     TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
+)
+from rich.progress import (
+    Progress as RichProgress,
 )
 from rich.text import Text
 

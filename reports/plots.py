@@ -30,7 +30,6 @@ import matplotlib
 from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
 
-
 IMPACT_BINS = 5
 MARKERS = "osD^vP*Xh<>p"
 

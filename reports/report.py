@@ -10,7 +10,6 @@ from diageval.reports.leaderboard import LeaderboardError, render_leaderboard
 from diageval.run.store import RunReadError, RunStore
 from diageval.scoring.summary import Summary
 
-
 BASELINE_CHECKS = (
     ("oracle", "skill == 1 and skill (ranks) == 1: the labels, stated at confidence 1, score perfectly"),
     ("null", "skill == 0: saying nothing is the zero of the scale"),

@@ -6,6 +6,7 @@ from diageval.reports.leaderboard import format_metric
 from diageval.run.pipeline import RunOutcome
 from diageval.scoring.metrics import BOARD, METRICS
 
+
 def format_run_outcome(outcome: RunOutcome) -> str:
     """The headline a person reads when a run ends: what ran, how cases ended, the main metrics."""
     s, m = outcome.summary, outcome.info

@@ -46,9 +46,9 @@ from diageval.diagnosis import Diagnosis, Finding
 from diageval.scoring.results import (
     ANSWERED_STATUSES,
     FAILED_STATUSES,
+    SCORING_VERSION,
     CaseResult,
     CauseOutcome,
-    SCORING_VERSION,
     ClaimVerdict,
     Forecast,
     Status,

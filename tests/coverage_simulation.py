@@ -24,13 +24,13 @@ import random
 from dataclasses import dataclass
 
 from diageval.cases.model import Case
+from diageval.cases.taxonomy import Taxonomy, TaxonomyEntry, load_taxonomy
 from diageval.diagnosis import Abstention, Diagnosis, Finding
 from diageval.scoring.intervals import jeffreys
 from diageval.scoring.metrics import METRICS
 from diageval.scoring.results import CaseResult
 from diageval.scoring.summary import DiagnoserInfo, summarize
 from diageval.scoring.verdicts import score_case
-from diageval.cases.taxonomy import Taxonomy, TaxonomyEntry, load_taxonomy
 
 TARGET = 0.93
 INFO = DiagnoserInfo(spec="simulated", name="simulated")

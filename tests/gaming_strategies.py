@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 from diageval.cases.load import load_case_set
 from diageval.cases.model import Case
+from diageval.cases.taxonomy import Taxonomy
 from diageval.diagnosis import Abstention, Diagnosis, Finding
 from diageval.reports.leaderboard import rank_key
 from diageval.scoring.summary import DiagnoserInfo, Summary, summarize
 from diageval.scoring.verdicts import score_case
-from diageval.cases.taxonomy import Taxonomy
 
 Strategy = Callable[[Case], Diagnosis]
 

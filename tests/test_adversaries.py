@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from run_fakes import FakePrepared, FakeVerification, write_bundle
 
 from diageval.cases.load import load_case_set
 from diageval.fileio import append_jsonl
@@ -30,7 +31,6 @@ from diageval.recording.truth import TruthRecord
 from diageval.run.pipeline import diagnosis_order, run_diagnoser
 from diageval.run.sandbox import probe
 from diageval.run.store import RunStore
-from run_fakes import FakePrepared, FakeVerification, write_bundle
 
 pytestmark = pytest.mark.skipif(probe() is not None, reason=f"no sandbox can start here: {probe()}")
 

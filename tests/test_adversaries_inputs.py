@@ -11,15 +11,14 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from run_fakes import FakeEvidence, make_case, make_case_set
+from test_case_validation import HEALTHY  # the one minimal valid case file of the tests
 
 from diageval.cli import main
 from diageval.diagnosis import DiagnosisLimits
 from diageval.run.grade import RescoreError, rescore_run
 from diageval.run.pipeline import run_diagnoser
 from diageval.run.store import RunFolderLocked, RunReadError, RunStore
-from run_fakes import FakeEvidence, make_case, make_case_set
-from test_case_validation import HEALTHY  # the one minimal valid case file of the tests
-
 
 
 def validate(*paths):

@@ -10,13 +10,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from synthetic_traces import BASE_NS, build_bundle
 
 from diageval.bundle.model import EvidenceBundle
 from diageval.cases.model import Case, WorkloadSpec
 from diageval.recording.faults import FAULTS
 from diageval.recording.faults import params as p
 from diageval.recording.faults.bundle_edits import KINETO_BASE_INTERVAL_NS, EvidenceEditError, shift_trace_clock
-from synthetic_traces import BASE_NS, build_bundle
 
 W2 = WorkloadSpec(name="mlp_ddp", world_size=2, steps=30)
 

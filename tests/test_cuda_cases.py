@@ -125,9 +125,10 @@ def test_verify_and_record_skip_cuda_cases_without_cuda_and_record_nothing(monke
 
 
 def test_the_run_and_its_leaderboard_list_cuda_cases_as_skipped(tmp_path):
+    from run_fakes import FakeEvidence, make_case, make_case_set
+
     from diageval.reports.report import report_runs
     from diageval.run.pipeline import run_diagnoser
-    from run_fakes import FakeEvidence, make_case, make_case_set
 
     cuda = make_case("g1-gpu", expect="healthy").model_copy(
         update={"requires": make_case("x").requires.model_copy(update={"device": "cuda"})})

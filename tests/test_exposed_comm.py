@@ -16,7 +16,6 @@ import pytest
 from diageval.cases.load import check_case
 from diageval.cases.model import Case
 from diageval.cases.taxonomy import load_taxonomy
-from diageval.recording.faults import FAULTS
 
 
 def _case(faults: list, workload: str = "mlp_ddp", world_size: int = 2, steps: int = 8, params: dict | None = None) -> Case:

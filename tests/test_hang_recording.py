@@ -9,10 +9,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-from diageval.bundle.model import EvidenceBundle
 import yaml
 
+from diageval.bundle.model import EvidenceBundle
 from diageval.cases.model import Case
 
 pytestmark = pytest.mark.slow

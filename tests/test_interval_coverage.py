@@ -5,8 +5,8 @@ table, at 60 cases too and, with ``--causes``, in larger worlds)."""
 from __future__ import annotations
 
 import pytest
-
 from coverage_simulation import TARGET, coverage, table
+
 from diageval.scoring.intervals import jeffreys
 
 RUNS = 200

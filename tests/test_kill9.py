@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from run_fakes import write_bundle
 
 from diageval.run.sandbox import HOST_PREFIX, probe
-from run_fakes import write_bundle
 
 TESTS = Path(__file__).parent
 needs_bwrap = pytest.mark.skipif(probe() is not None, reason=f"no sandbox can start here: {probe()}")

@@ -8,13 +8,13 @@ import pytest
 
 pytest.importorskip("openai")
 
-from diageval.bundle.model import EvidenceBundle  # noqa: E402
-from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable  # noqa: E402
-from diageval.diagnosers.llm import LLMDiagnoser, bundle_digest, build_prompt, prompt_sha256  # noqa: E402
-from diageval.run.registry import resolve_diagnoser  # noqa: E402
-
 from fake_openai_server import FakeChatServer  # noqa: E402
 from synthetic_traces import build_bundle  # noqa: E402
+
+from diageval.bundle.model import EvidenceBundle  # noqa: E402
+from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable  # noqa: E402
+from diageval.diagnosers.llm import LLMDiagnoser, build_prompt, bundle_digest, prompt_sha256  # noqa: E402
+from diageval.run.registry import resolve_diagnoser  # noqa: E402
 
 GOOD = json.dumps({"findings": [{"category": "compute.straggler_rank", "kind": "cause", "confidence": 0.7, "ranks": [1]}]})
 

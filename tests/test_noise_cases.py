@@ -75,8 +75,9 @@ def test_the_edits_show_in_the_recorded_noise_bundles(noise_bundles):
 
 
 def _rules_with_offset(tmp_path, shape, offset_ms: float | None, rank: int = 1):
-    from diageval.diagnosers.rules.diagnoser import RulesDiagnoser
     from synthetic_traces import StepShape, build_bundle  # noqa: F401
+
+    from diageval.diagnosers.rules.diagnoser import RulesDiagnoser
 
     root = build_bundle(tmp_path / f"b{offset_ms}", shape, n_steps=20)
     if offset_ms is not None:

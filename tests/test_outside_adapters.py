@@ -7,11 +7,10 @@ import json
 import pickle
 
 import pytest
+from synthetic_traces import StepShape, build_bundle
 
 from diageval.bundle.model import EvidenceBundle
 from diageval.run.registry import resolve_diagnoser
-
-from synthetic_traces import StepShape, build_bundle, healthy
 
 
 def _diagnoser(name):

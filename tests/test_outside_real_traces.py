@@ -4,13 +4,12 @@ adapter's own status (DiagnoserFailed), never another exception."""
 from __future__ import annotations
 
 import pytest
+from real_trace_data import real_trace_folders, real_traces_dir
 
-from diageval.bundle.model import EvidenceBundle
 from diageval.bundle.importer import import_traces
+from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers.base import DiagnoserFailed
 from diageval.run.registry import resolve_diagnoser
-
-from real_trace_data import real_trace_folders, real_traces_dir
 
 FOLDERS = real_trace_folders()
 ADAPTERS = ["tbprofiler", "gpu-idle", "changepoint", "flightrecorder"]

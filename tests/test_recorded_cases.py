@@ -9,20 +9,20 @@ import functools
 import hashlib
 
 import pytest
+from gpu_traces import gpu_trace
 from pydantic import ValidationError
 
 from diageval.bundle.model import EvidenceBundle
+from diageval.bundle.trace_stats import trace_stats
+from diageval.bundle.trace_stats_table import summary_rows
 from diageval.cases.load import load_case_set
 from diageval.cases.model import Case
 from diageval.diagnosers.base import DiagnoserFailed
 from diageval.diagnosers.rules.diagnoser import RulesDiagnoser
 from diageval.diagnosers.symptoms import SymptomsDiagnoser
-from diageval.bundle.trace_stats import trace_stats
-from diageval.bundle.trace_stats_table import summary_rows
-from diageval.recording.prepare import prepare_evidence
 from diageval.paths import real_traces_dir
+from diageval.recording.prepare import prepare_evidence
 from diageval.recording.recorded import EvidenceChecksumError, EvidenceUnavailable
-from gpu_traces import gpu_trace
 
 
 def _recorded(path: str, sha: str, **over) -> dict:
@@ -82,9 +82,10 @@ def test_absent_file_is_unavailable_and_a_changed_file_an_error_naming_it(tmp_pa
 
 
 def test_run_reports_unavailable_apart(tmp_path):
+    from run_fakes import make_case_set
+
     from diageval.run.pipeline import run_diagnoser
     from diageval.run.store import RunStore
-    from run_fakes import make_case_set
 
     case = Case.model_validate(_recorded("job/rank0.json.gz", "0" * 64))
     outcome = run_diagnoser(

@@ -6,9 +6,9 @@ import pytest
 from run_fakes import make_case, make_case_set, write_bundle
 
 from diageval.bundle.model import EvidenceBundle
-from diageval.diagnosers.reference import LeakDiagnoser, NullDiagnoser, OracleDiagnoser, PriorDiagnoser
 from diageval.cases.load import load_case_set
 from diageval.cases.taxonomy import load_taxonomy
+from diageval.diagnosers.reference import LeakDiagnoser, NullDiagnoser, OracleDiagnoser, PriorDiagnoser
 from diageval.recording.faults import FAULTS
 from diageval.run.corpus import PublicVocabulary, ReferenceCorpus
 

@@ -4,16 +4,14 @@ no case for them, abstains."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from diageval.bundle.importer import import_traces
 from diageval.bundle.model import EvidenceBundle
 from diageval.cases.load import load_case_set
 from diageval.diagnosers.reference import LeakDiagnoser, NullDiagnoser, OracleDiagnoser, PriorDiagnoser
-from diageval.run.corpus import PublicVocabulary, ReferenceCorpus
 from diageval.paths import real_traces_dir
+from diageval.run.corpus import PublicVocabulary, ReferenceCorpus
 
 REAL_TRACES = real_traces_dir() / "hta"
 if not REAL_TRACES.is_dir():

@@ -3,12 +3,13 @@ abstention without device events, no CPU op-count rule on a GPU trace, every hos
 
 from __future__ import annotations
 
-from diageval.bundle.model import EvidenceBundle
+from gpu_traces import gpu_trace
+
 from diageval.bundle.importer import import_traces
+from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers.rules.diagnoser import RulesDiagnoser
 from diageval.diagnosers.rules.inputs import gather_evidence
 from diageval.diagnosers.rules.launch import measure_launch
-from gpu_traces import gpu_trace
 
 
 def _bundle(tmp_path, **kw) -> EvidenceBundle:

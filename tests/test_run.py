@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,8 +15,8 @@ from run_fakes import FakeEvidence, make_case, make_case_set
 
 from diageval.run.grade import RescoreError, rescore_run
 from diageval.run.pipeline import RunError, diagnosis_order, run_diagnoser
-from diageval.run.worker import WorkerStartError
 from diageval.run.store import RunFolderConflict, RunStore
+from diageval.run.worker import WorkerStartError
 
 TESTS = Path(__file__).parent
 CMD = f"cmd:{sys.executable} {TESTS / 'fake_cmd_diagnoser.py'} {{bundle}} {{out}}"

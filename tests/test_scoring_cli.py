@@ -125,11 +125,12 @@ def _downgrade_to_scoring_1(run_dir):
 
 
 def test_runs_scored_by_older_rules_are_refused_until_rescored(tmp_path):
+    from run_fakes import FakeEvidence, make_case, make_case_set
+
     from diageval.reports.report import ReportError, report_runs
     from diageval.run.grade import rescore_run
     from diageval.run.pipeline import run_diagnoser
     from diageval.run.store import RunReadError, RunStore
-    from run_fakes import FakeEvidence, make_case, make_case_set
 
     case_set = make_case_set([make_case("q1"), make_case("q2", expect="healthy")])
     outcome = run_diagnoser("null", case_set, cases_dir=tmp_path / "cases", out_dir=tmp_path / "runs",

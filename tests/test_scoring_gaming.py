@@ -5,11 +5,11 @@ prints the table."""
 from __future__ import annotations
 
 import pytest
+from gaming_strategies import base_rate_spray_skill, base_rates, builtin_corpus, summaries
 
 from diageval.diagnosis import Diagnosis, Finding
 from diageval.scoring.summary import DiagnoserInfo, summarize
 from diageval.scoring.verdicts import score_case
-from gaming_strategies import base_rate_spray_skill, base_rates, builtin_corpus, summaries
 
 SKILL_CEILING_LABEL_BLIND = 0.1
 

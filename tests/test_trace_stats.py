@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
+from gpu_traces import STEP_US, gpu_trace
 
-from diageval.cli import main
 from diageval.bundle.trace_stats import Coverage, trace_stats
 from diageval.bundle.trace_stats_table import format_table
+from diageval.cli import main
 from diageval.paths import real_traces_dir
-from gpu_traces import STEP_US, gpu_trace
 
 
 def test_coverage_clips_and_merges():

@@ -38,7 +38,7 @@ def test_batches_share_a_length_per_step_across_ranks_and_pad_with_ignored_targe
     ranks = [TokenBatches(20, p, seed=r + 1, prep_seconds=0) for r in range(2)]
     widths = []
     for i in range(20):
-        (t0, y0), (t1, y1) = ranks[0][i], ranks[1][i]
+        (t0, y0), (t1, _) = ranks[0][i], ranks[1][i]
         assert t0.shape == t1.shape == y0.shape == (5, t0.shape[1])  # same padded length on both ranks
         assert 8 <= t0.shape[1] <= 40
         assert not t0.equal(t1)  # ranks read different data

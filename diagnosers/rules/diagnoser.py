@@ -21,15 +21,20 @@ from __future__ import annotations
 from typing import ClassVar
 
 from diageval.bundle.model import EvidenceBundle
-from diageval.diagnosis import Abstention, Diagnosis, Finding
 from diageval.diagnosers.rules.collectives import judge_stall, judge_straggler, measure_collectives
 from diageval.diagnosers.rules.data_wait import judge_data_wait, measure_data_wait
-from diageval.diagnosers.rules.inputs import RunEvidence, gather_evidence
 from diageval.diagnosers.rules.host_sync import judge_host_sync, measure_host_sync
+from diageval.diagnosers.rules.inputs import RunEvidence, gather_evidence
 from diageval.diagnosers.rules.launch import judge_gpu_launch, judge_launch, measure_gpu_launch, measure_launch
-from diageval.diagnosers.rules.load_imbalance import explains_straggler, imbalance_table, judge_load_imbalance, measure_work
+from diageval.diagnosers.rules.load_imbalance import (
+    explains_straggler,
+    imbalance_table,
+    judge_load_imbalance,
+    measure_work,
+)
 from diageval.diagnosers.rules.observed import observe_symptoms
 from diageval.diagnosers.rules.spikes import judge_blocking_save, measure_spikes
+from diageval.diagnosis import Abstention, Diagnosis, Finding
 
 
 def find_local_causes(ev: RunEvidence) -> list[Finding]:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from diageval.diagnosis import Finding
 from diageval.diagnosers.rules import thresholds as T
 from diageval.diagnosers.rules.inputs import RunEvidence
 from diageval.diagnosers.rules.stats import confidence_from_margin, median
+from diageval.diagnosis import Finding
 
 _WHAT = {
     "sync": "device/stream/event synchronize calls",

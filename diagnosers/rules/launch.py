@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from diageval.diagnosis import Finding
+from diageval.bundle.trace_summary import SHORT_OP_US, StepSummary
 from diageval.diagnosers.rules import thresholds as T
 from diageval.diagnosers.rules.inputs import RunEvidence
 from diageval.diagnosers.rules.stats import best_segment, confidence_from_margin, median
-from diageval.bundle.trace_summary import SHORT_OP_US, StepSummary
+from diageval.diagnosis import Finding
 
 
 class LaunchRow(BaseModel):

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from diageval.diagnosis import Finding
 from diageval.diagnosers.rules import thresholds as T
 from diageval.diagnosers.rules.inputs import RunEvidence
 from diageval.diagnosers.rules.spikes import measure_spikes
 from diageval.diagnosers.rules.stats import median
+from diageval.diagnosis import Finding
 
 
 class RankShares(BaseModel):

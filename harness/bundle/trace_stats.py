@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 

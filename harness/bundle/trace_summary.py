@@ -344,7 +344,6 @@ def _build_steps(cols: _Columns, base_us: float, main_tid: str | None,
         lo, hi = ts, ts + dur
         host_idx = _window(h_starts, h_order, lo, hi)
         top = _top_level(host_ts, host_dur, host_idx)
-        host_iv = [(host_ts[i], host_ts[i] + host_dur[i]) for i in top]
         self_t, leaf_set = _self_times(host_ts, host_dur, host_idx)
         leaves = [i for i in host_idx if host_is_op[i] and i in leaf_set]
         short = [i for i in host_idx if host_is_op[i] and self_t[i] < SHORT_OP_US]

@@ -141,7 +141,6 @@ def split_bundle_edits(case: Case) -> tuple[Case, list]:
 def derive_bundle(base: Path, dest: Path, edits: list) -> None:
     """Copy the bundle ``base`` to ``dest`` (replaced), apply ``edits``, write a fresh manifest; atomic."""
     import shutil
-
     import uuid
 
     from diageval.bundle.model import MANIFEST_NAME, BundleManifest, describe_files

@@ -70,9 +70,7 @@ def record_cases(case_ids: list[str], *, cases_dir: Path | None = None, device: 
     """Record (or reuse) the bundles of the named cases: (case id, bundle folder, recorded now). Cases this
     machine cannot record on ``device`` are skipped with the reason through ``progress``."""
     from diageval.cases.load import load_case_set
-    from diageval.recording.record import resolve_device
-
-    from diageval.recording.record import device_problem
+    from diageval.recording.record import device_problem, resolve_device
 
     case_set = load_case_set(cases_dir)
     out = []
