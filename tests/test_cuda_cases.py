@@ -80,7 +80,10 @@ def test_the_cuda_cases_cover_each_gpu_pathology_and_a_control():
     faults = {f.name for lc in CUDA_CASES for f in lc.case.faults}
     assert set(CUDA_FAULTS) <= faults
     assert {lc.case.labels.expect for lc in CUDA_CASES} == {"diagnose", "healthy", "abstain"}
-    assert all(lc.case.workload.world_size == 1 for lc in CUDA_CASES)  # a lent machine has one GPU
+    # a lent machine has one GPU: each single-device pathology has a one-rank case it can run
+    one_gpu = {c.category for lc in CUDA_CASES if lc.case.workload.world_size == 1 for c in lc.case.labels.causes}
+    assert {"host.device_sync", "memory.allocator_churn", "launch.kernel_launch_overhead"} <= one_gpu
+    assert all(lc.case.requires.min_devices >= lc.case.workload.world_size for lc in CUDA_CASES)  # says what it needs
 
 
 def test_device_problem_says_why_a_cuda_case_cannot_run_here(monkeypatch):
