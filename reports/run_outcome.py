@@ -25,6 +25,6 @@ def format_run_outcome(outcome: RunOutcome) -> str:
         lines.append(f"  {METRICS[key].label:<{width}}  {format_metric(getattr(s.metrics, key), METRICS[key].digits)}")
     if m.diagnoser.self_test:
         lines.append("\n(self-test: this diagnoser reads the labels; it checks the harness and is never ranked)")
-    lines.append(f"\nintervals: 95% (Jeffreys for proportions, BCa bootstrap over cases for the rest); full metrics "
+    lines.append(f"\nintervals: 95% (Jeffreys for proportions; for the rest the hull of the BCa bootstrap over cases and a jackknife-t interval); full metrics "
                  f"in {outcome.run_dir / 'summary.json'}")
     return "\n".join(lines)
