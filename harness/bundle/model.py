@@ -116,15 +116,7 @@ class EvidenceBundle:
 
     def trace_paths(self) -> dict[int, Path]:
         """Rank -> trace file, for the ranks whose trace is present (a missing rank is simply absent)."""
-        out: dict[int, Path] = {}
-        for d in self.root.iterdir():
-            m = _RANK_DIR.match(d.name)
-            if m and d.is_dir():
-                for name in ("trace.json.gz", "trace.json"):
-                    if (d / name).is_file():
-                        out[int(m.group(1))] = d / name
-                        break
-        return dict(sorted(out.items()))
+        return rank_trace_files(self.root)
 
     def open_trace(self, rank: int) -> IO[bytes]:
         path = self.trace_paths()[rank]
@@ -178,3 +170,17 @@ def describe_files(root: Path) -> list[BundleFile]:
         for p in sorted(root.rglob("*"))
         if p.is_file() and p.name != MANIFEST_NAME
     ]
+
+
+def rank_trace_files(bundle_dir: Path) -> dict[int, Path]:
+    """Rank -> its trace file (``rank<N>/trace.json.gz`` or ``trace.json``) in a bundle folder, by rank, for
+    the ranks that have one; also for a folder whose ``bundle.json`` is not written yet (evidence edits)."""
+    out: dict[int, Path] = {}
+    for d in Path(bundle_dir).iterdir():
+        m = _RANK_DIR.match(d.name)
+        if m and d.is_dir():
+            for name in ("trace.json.gz", "trace.json"):
+                if (d / name).is_file():
+                    out[int(m.group(1))] = d / name
+                    break
+    return dict(sorted(out.items()))

@@ -52,10 +52,10 @@ from pathlib import Path
 from typing import Any
 
 from diageval.bundle.kineto import DEVICE_CATEGORIES, PROFILER_STEP, RUNTIME_CATEGORIES
+from diageval.bundle.model import rank_trace_files
 from diageval.fileio import read_jsonl, write_jsonl
 from diageval.recording.faults.base import BundleFault
 
-_RANK_DIR = re.compile(r"^rank(\d+)$")
 # Kineto's ChromeTraceBaseTime: the host clock floored to std::chrono::months * 3 (3 * 2629746 s).
 KINETO_BASE_INTERVAL_NS = 3 * 2_629_746 * 1_000_000_000
 DEVICE_SIDE_CATEGORIES = DEVICE_CATEGORIES | {"gpu_user_annotation"}
@@ -65,19 +65,6 @@ _LOG_STAMP = re.compile(r"(?<=USDT:)(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")  # Kineto
 
 class EvidenceEditError(ValueError):
     """A bundle edit cannot be applied to this bundle (says which file and why)."""
-
-
-def trace_files(bundle_dir: Path) -> dict[int, Path]:
-    """Rank -> its trace file (``trace.json.gz`` or ``trace.json``) for the ranks that have one."""
-    out = {}
-    for d in Path(bundle_dir).iterdir():
-        m = _RANK_DIR.match(d.name)
-        if m and d.is_dir():
-            for name in ("trace.json.gz", "trace.json"):
-                if (d / name).is_file():
-                    out[int(m.group(1))] = d / name
-                    break
-    return out
 
 
 def read_trace(path: Path) -> dict[str, Any]:
@@ -96,7 +83,7 @@ def write_trace(path: Path, doc: dict[str, Any]) -> None:
 
 
 def _edit_traces(bundle_dir: Path, edit) -> None:
-    for path in trace_files(bundle_dir).values():
+    for path in rank_trace_files(bundle_dir).values():
         doc = read_trace(path)
         edit(doc, path)
         write_trace(path, doc)
@@ -142,7 +129,7 @@ class TruncateTrace(BundleFault):
 class SampleRankTraces(BundleFault):
     def apply(self, bundle_dir: Path) -> None:
         keep = set(self.params.traced_ranks)
-        for rank, path in trace_files(bundle_dir).items():
+        for rank, path in rank_trace_files(bundle_dir).items():
             if rank not in keep:
                 shutil.rmtree(path.parent)
 
@@ -210,7 +197,7 @@ class ClockOffset(BundleFault):
         bundle_dir = Path(bundle_dir)
         rank = self.params.offset_rank
         offset_s = self.params.offset_ms / 1000.0
-        trace = trace_files(bundle_dir).get(rank)
+        trace = rank_trace_files(bundle_dir).get(rank)
         if trace is not None:
             doc = read_trace(trace)
             shift_trace_clock(doc, self.params.offset_ms * 1000.0)
