@@ -357,7 +357,13 @@ def verify_cmd(case_ids: tuple[str, ...], cases_dir: Path | None, repeats: int, 
     from diageval.cases.load import CaseLoadError
     from diageval.progress import Progress
     from diageval.recording.launcher import RecordingError
-    from diageval.recording.verify import VERIFY_COLUMNS, verification_row, verify_cases
+    from diageval.recording.verify import (
+        RUN_TO_RUN_MARGIN,
+        VERIFY_COLUMNS,
+        narrow_margin,
+        verification_row,
+        verify_cases,
+    )
 
     try:
         with Progress("stderr") as progress:
@@ -370,6 +376,10 @@ def verify_cmd(case_ids: tuple[str, ...], cases_dir: Path | None, repeats: int, 
             click.echo(json.dumps({"case": case_id, **v.model_dump()}))
     else:
         click.echo(_table([verification_row(c, v) for c, v in results], VERIFY_COLUMNS))
+    narrow = [c for c, v in results if narrow_margin(v)]
+    if narrow:
+        click.echo(f"manifested by less than the run-to-run spread (ratio under {RUN_TO_RUN_MARGIN} x min_ratio), so "
+                   f"some future verify will fail; raise the severity or lower min_ratio: {', '.join(narrow)}", err=True)
     failed = [c for c, v in results if not v.manifested]
     if failed:
         click.echo(f"did not manifest: {', '.join(failed)}", err=True)

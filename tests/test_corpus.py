@@ -22,7 +22,9 @@ LIVE_FAULTS = V1_FAULTS | {"load_imbalance", "cpu_contention"}  # every CPU-reco
 V1_CAUSES = {cause for name in V1_FAULTS | {"collective_hang"} for cause in FAULTS[name].injects}
 # Parameters that say where or when a fault acts, not how strongly.
 PLACEMENT_PARAMS = {"start_step", "target_rank", "heavier_rank", "from_step", "contended_rank", "contention_start_step"}
-JUST_DETECTABLE_MIN_RATIO = 1.2  # issue 11: the first rung of a ladder is "just detectable", ratio ~1.2-1.4
+# issue 11: the first rung of a ladder is "just detectable": it claims a ratio of 1.2, and its severity is set so
+# that it measures at least RUN_TO_RUN_MARGIN above that, or some verify on a shared machine misses it
+JUST_DETECTABLE_MIN_RATIO = 1.2
 
 
 @pytest.fixture(scope="module")
@@ -164,6 +166,7 @@ def test_two_live_faults_on_one_model_both_act_in_either_order(order, monkeypatc
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_a_positive_case_manifests_against_its_twin(corpus, tmp_path):
     from diageval.recording.prepare import prepare_evidence
 

@@ -194,6 +194,26 @@ def test_cli_record_and_verify(tmp_path: Path, monkeypatch):
     assert bad.exit_code != 0 and "did you mean tiny-pause" in bad.output
 
 
+def test_verify_names_cases_that_manifest_by_less_than_the_run_to_run_spread(monkeypatch):
+    """A ratio of 1.25 against min_ratio 1.2 manifests today and fails some later verify: the command says so
+    (on stderr, exit 0); a ratio of 1.7 against 1.2 is left alone."""
+    from click.testing import CliRunner
+
+    from diageval.cli import main
+    from diageval.recording import verify
+    from diageval.recording.truth import Verification
+
+    def made(ratio: float) -> Verification:
+        return Verification(metric="step_time_median", min_ratio=1.2, injected=ratio * 0.01, healthy=0.01, ratio=ratio,
+                            noise=0.05, repeats=3, manifested=True, impact=1 - 1 / ratio)
+
+    monkeypatch.setattr(verify, "verify_cases", lambda *a, **k: [("close-call", made(1.25)), ("clear", made(1.7))])
+    assert verify.narrow_margin(made(1.25)) and not verify.narrow_margin(made(1.7))
+    result = CliRunner().invoke(main, ["verify"])
+    assert result.exit_code == 0, result.output
+    assert "run-to-run spread" in result.stderr and "close-call" in result.stderr and "clear" not in result.stderr
+
+
 def _cuda_devices() -> int:
     import torch
 
