@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 from pathlib import Path
 
 import pytest
@@ -21,11 +22,16 @@ def corpus_bundles() -> dict[str, Path]:
     from diageval.recording.cache import ensure_bundle
 
     cache = bundle_cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
     bundles = {}
-    for lc in load_case_set().cases:
-        case = lc.case
-        if case.recorded is not None or case.requires.device == "cuda":
-            continue
-        _, folder, _ = ensure_bundle(case, "cpu", repeat=0, cache_dir=cache)
-        bundles[case.id] = folder
+    # pytest-xdist workers each build this fixture: one records, the others wait and then find the cache full
+    # (two recordings of one key would replace each other's folder under a reader)
+    with open(cache / ".corpus-fixture.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for lc in load_case_set().cases:
+            case = lc.case
+            if case.recorded is not None or case.requires.device == "cuda":
+                continue
+            _, folder, _ = ensure_bundle(case, "cpu", repeat=0, cache_dir=cache)
+            bundles[case.id] = folder
     return bundles
