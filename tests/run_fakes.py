@@ -75,6 +75,8 @@ class FakeVerification:
     impact: float | None = 0.4
     ratio: float | None = 1.8
     noise: float | None = 0.05
+    min_ratio: float = 1.5
+    repeats: int = 3
 
 
 @dataclass

@@ -101,6 +101,8 @@ def test_recording_failures_and_unmanifested_cases_are_never_blamed_on_the_diagn
     evidence = FakeEvidence(tmp_path / "bundles", fail={"r1-broken"}, not_manifested={"r2-faint"})
     out = _run("fake_diagnosers:ScriptedDiagnoser", case_set, tmp_path, evidence, isolation="none")
     assert _statuses(out.run_dir) == {"r1-broken": "harness_error", "r2-faint": "invalid", "r3-fine": "ok"}
+    faint = {r.case_id: r.error for r in RunStore(out.run_dir).read_results()}["r2-faint"]
+    assert "reached min_ratio 1.5, but the fastest of the 3 injected repeats" in faint  # ratio 1.8: overlap, not size
     assert len(calls()) == 1  # only r3-fine reached the diagnoser
     assert out.summary.counts.scored == 1
 

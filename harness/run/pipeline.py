@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from diageval.bundle.model import EvidenceBundle
 from diageval.cases.load import CaseSet, LoadedCase
@@ -62,6 +62,9 @@ from diageval.run.private_bundle import BundleIntegrityError
 from diageval.run.process_groups import LiveGroups
 from diageval.run.sandbox import remove_stale_boxes
 from diageval.run.store import RunDiagnoser, RunInfo, RunStore, SkippedCase, git_sha, now, run_env
+
+if TYPE_CHECKING:
+    from diageval.recording.truth import Verification
 
 Device = Literal["auto", "cpu", "cuda"]
 EvidenceFn = Callable[..., Any]  # (LoadedCase, *, device) -> PreparedEvidence
@@ -307,9 +310,7 @@ class _Pipeline:
             if verification is None:
                 return {"status": "invalid", "error": "no manifestation check was recorded for this positive case", **ids}
             if not verification.manifested:
-                ratio = getattr(verification, "ratio", None)
-                detail = f": ratio {ratio:.3g} below min_ratio {case.manifest.min_ratio:g}" if ratio is not None and case.manifest else ""
-                return {"status": "invalid", "error": f"the injection did not manifest{detail}", "measured_impact": impact, **ids}
+                return {"status": "invalid", "error": f"the injection did not manifest: {_why_not_manifested(verification)}", "measured_impact": impact, **ids}
         difficulty = getattr(verification, "difficulty", None)
         return _Ready(loaded, bundle_dir, prepared.bundle_id, prepared.manifest_sha256, impact, difficulty)
 
@@ -465,3 +466,11 @@ def _default_evidence_fn() -> EvidenceFn:
     from diageval.recording.prepare import prepare_evidence
 
     return prepare_evidence
+
+
+def _why_not_manifested(v: Verification) -> str:
+    """Which of the two conditions of a manifestation failed (both can)."""
+    if v.ratio < v.min_ratio:
+        return f"ratio {v.ratio:.3g} below min_ratio {v.min_ratio:g}"
+    return (f"ratio {v.ratio:.3g} reached min_ratio {v.min_ratio:g}, but the fastest of the {v.repeats} injected "
+            f"repeats was not slower than the slowest healthy one (twin noise {v.noise:.2f})")
