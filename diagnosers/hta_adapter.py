@@ -365,11 +365,23 @@ def _kernel_optional_cpgraph() -> type:
     from hta.analyzers.critical_path_analysis import CPGraph
 
     class _KernelOptionalCPGraph(CPGraph):
-        """HTA's CPGraph, minus the kernel part on ranks with no GPU events (CPU-only traces)."""
+        """HTA's CPGraph, minus the kernel part on ranks with no GPU events (CPU-only traces), and with event
+        names looked up in a dict: HTA's ``_get_node_name`` reads one pandas cell per call, once or twice per
+        node while it builds the graph (``_is_cuda_runtime_event_node``), half of a CPU bundle's diagnosis."""
 
         def _construct_graph_from_kernels(self) -> None:
             if (self.trace_df["stream"] >= 0).any():
                 super()._construct_graph_from_kernels()
+
+        def _get_node_name(self, ev_id: int) -> str:
+            if ev_id < 0:
+                return "ROOT"
+            names = self.__dict__.get("_names_by_event")
+            if names is None or names[0] is not self.trace_df:  # built for this very frame, as HTA reads it
+                symbols = self.symbol_table.get_sym_table()
+                names = (self.trace_df, {ev: symbols[n] for ev, n in self.trace_df["name"].items()})
+                self.__dict__["_names_by_event"] = names
+            return names[1][ev_id]
 
     return _KernelOptionalCPGraph
 
