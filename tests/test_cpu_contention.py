@@ -143,15 +143,22 @@ def test_stop_waits_until_every_competitor_has_exited():
         _cleanup(proc, pids)
 
 
+# The training thread rebuilds each batch that a DataLoader worker sent through shared memory (an empty
+# tensor, then set_ onto the shared storage). How many of those land inside the profiled window depends on
+# when the workers' batches arrive, which contention moves: 1 recording in 4 had two more pairs (measured).
+BATCH_REBUILD_OPS = {"aten::empty", "aten::set_"}
+
+
 def _op_shapes(trace: Path) -> list[tuple[str, str]]:
-    """The training thread's ops of every recorded step: (name, input dims), in order."""
+    """The training thread's ops of every recorded step: (name, input dims), in order, less the batch rebuilds."""
     import gzip
     import json
 
     events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
     steps = [e for e in events if e.get("name", "").startswith("ProfilerStep#")]
     main = steps[0]["tid"]
-    ops = sorted((e for e in events if e.get("tid") == main and e.get("cat") == "cpu_op"), key=lambda e: e["ts"])
+    ops = sorted((e for e in events if e.get("tid") == main and e.get("cat") == "cpu_op"
+                  and e["name"] not in BATCH_REBUILD_OPS), key=lambda e: e["ts"])
     return [(e["name"], json.dumps(e.get("args", {}).get("Input Dims"))) for e in ops]
 
 
@@ -171,7 +178,6 @@ def _live_competitors() -> list[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # which ops fall inside the profiled window moved under a busy machine (xdist)
 def test_recorded_bundle_keeps_the_ops_and_leaves_no_competitor(tmp_path: Path):
     """The contended rank runs exactly the ops (names, shapes, order) of its healthy twin; only their
     timing changes, which is not asserted here. Every competitor is gone once the recording returns."""
