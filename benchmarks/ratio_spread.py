@@ -3,8 +3,9 @@
 
 Reads the verifications stored in the truth records of several ``$DIAGEVAL_HOME`` folders (each from its
 own run of ``diageval verify`` or ``diageval run``, e.g. fresh-clone CI runs), keeps the cases verified in
-all of them, and prints the quantiles of each run's ratio over the case's median ratio, then the cases
-whose worst run came within the margin of their min_ratio.
+all of them with the same recipe (the same cache key: case, parameters and recording code), and prints the
+quantiles of each run's ratio over the case's median ratio, then the cases whose worst run came within the
+margin of their min_ratio.
 
 Usage: python benchmarks/ratio_spread.py HOME HOME [HOME...]
 """
@@ -20,13 +21,13 @@ from diageval.recording.truth import TruthRecord
 from diageval.recording.verify import RUN_TO_RUN_MARGIN
 
 
-def verified_ratios(home: Path) -> dict[str, tuple[float, float]]:
-    """case id -> (ratio, min_ratio) of each positive case verified under ``home``."""
+def verified_ratios(home: Path) -> dict[tuple[str, str], tuple[float, float]]:
+    """(case id, cache key) -> (ratio, min_ratio) of each positive case verified under ``home``."""
     found = {}
     for path in sorted((home / "bundles").glob("*.truth.json")):
         record = TruthRecord.model_validate_json(path.read_text())
         if record.role == "case" and record.verification is not None:
-            found[record.case_id] = (record.verification.ratio, record.verification.min_ratio)
+            found[(record.case_id, record.key)] = (record.verification.ratio, record.verification.min_ratio)
     return found
 
 
@@ -37,12 +38,12 @@ def main() -> None:
     runs = [verified_ratios(h) for h in homes]
     common = sorted(set.intersection(*(set(r) for r in runs)))
     relative = []
-    worst: dict[str, tuple[float, float]] = defaultdict(lambda: (float("inf"), 0.0))
+    worst: dict[tuple[str, str], tuple[float, float]] = defaultdict(lambda: (float("inf"), 0.0))
     for case_id in common:
         ratios = [r[case_id][0] for r in runs]
         median = statistics.median(ratios)
         relative += [x / median for x in ratios]
-        worst[case_id] = (min(ratios), runs[0][case_id][1])
+        worst[case_id] = (min(ratios), runs[-1][case_id][1])
     if not relative:
         sys.exit("no case was verified under every HOME")
     relative.sort()
@@ -50,9 +51,9 @@ def main() -> None:
     print("run's ratio / case's median ratio, quantiles:")
     for q in (0.01, 0.025, 0.05, 0.10, 0.25, 0.50):
         print(f"  {q:6.3f}  {relative[min(len(relative) - 1, int(q * len(relative)))]:.3f}")
-    close = [(c, w, m) for c, (w, m) in worst.items() if w < RUN_TO_RUN_MARGIN * m]
+    close = [(c, w, m) for c, (w, m) in worst.items() if w < RUN_TO_RUN_MARGIN * m]  # min_ratio as the last HOME has it
     print(f"cases whose worst run came under {RUN_TO_RUN_MARGIN} x min_ratio: {len(close)}")
-    for case_id, w, m in sorted(close, key=lambda t: t[1] / t[2]):
+    for (case_id, _), w, m in sorted(close, key=lambda t: t[1] / t[2]):
         print(f"  {case_id:40s} worst ratio {w:.2f}  min_ratio {m:.2f}  ({w / m:.2f} x)")
 
 
