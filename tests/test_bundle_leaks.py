@@ -40,7 +40,14 @@ def bundle_files(root: Path):
                 data = gzip.decompress(data)
             except EOFError:  # a deliberately truncated trace: check what is there
                 data = gzip.GzipFile(fileobj=io.BytesIO(data)).read1(1 << 30)
-        yield p.relative_to(root).as_posix(), data.lower()
+        # bytes.lower() folds ASCII only; a file with other bytes is folded as text, as str.lower() would
+        lowered = data.lower() if data.isascii() else data.decode("utf-8", errors="replace").lower().encode()
+        yield p.relative_to(root).as_posix(), lowered
+
+
+def test_forbidden_words_cover_what_they_should():
+    words = forbidden_words(load_case_set())
+    assert {"slow_rank", "target_rank", "compute.straggler_rank", "mlp-ddp-healthy", "slowrank"} <= words
 
 
 DIGITS = b"0123456789"
