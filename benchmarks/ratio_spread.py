@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import statistics
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 from diageval.recording.truth import TruthRecord
@@ -38,12 +37,12 @@ def main() -> None:
     runs = [verified_ratios(h) for h in homes]
     common = sorted(set.intersection(*(set(r) for r in runs)))
     relative = []
-    worst: dict[tuple[str, str], tuple[float, float]] = defaultdict(lambda: (float("inf"), 0.0))
-    for case_id in common:
-        ratios = [r[case_id][0] for r in runs]
+    worst = {}  # recipe -> (worst ratio, min_ratio as the last HOME has it)
+    for recipe in common:
+        ratios = [r[recipe][0] for r in runs]
         median = statistics.median(ratios)
         relative += [x / median for x in ratios]
-        worst[case_id] = (min(ratios), runs[-1][case_id][1])
+        worst[recipe] = (min(ratios), runs[-1][recipe][1])
     if not relative:
         sys.exit("no case was verified under every HOME")
     relative.sort()
@@ -51,7 +50,7 @@ def main() -> None:
     print("run's ratio / case's median ratio, quantiles:")
     for q in (0.01, 0.025, 0.05, 0.10, 0.25, 0.50):
         print(f"  {q:6.3f}  {relative[min(len(relative) - 1, int(q * len(relative)))]:.3f}")
-    close = [(c, w, m) for c, (w, m) in worst.items() if w < RUN_TO_RUN_MARGIN * m]  # min_ratio as the last HOME has it
+    close = [(recipe, w, m) for recipe, (w, m) in worst.items() if w < RUN_TO_RUN_MARGIN * m]
     print(f"cases whose worst run came under {RUN_TO_RUN_MARGIN} x min_ratio: {len(close)}")
     for (case_id, _), w, m in sorted(close, key=lambda t: t[1] / t[2]):
         print(f"  {case_id:40s} worst ratio {w:.2f}  min_ratio {m:.2f}  ({w / m:.2f} x)")
