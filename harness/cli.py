@@ -132,9 +132,14 @@ def cases_validate_cmd(paths: tuple[Path, ...], taxonomy_path: Path | None) -> N
 @cases_group.command("list")
 @CASES_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON lines.")
-def cases_list_cmd(cases_dir: Path | None, as_json: bool) -> None:
-    """List the cases: id, title, tags, expect, requires."""
+@click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder with recorded cases' trace files (default: as `diageval run`).")
+def cases_list_cmd(cases_dir: Path | None, as_json: bool, data_dir: Path | None) -> None:
+    """List the cases: id, title, tags, expect, requires; name the recorded cases whose traces are absent."""
     from diageval.cases.load import CaseLoadError, load_case_set
+    from diageval.paths import data_dirs
+    from diageval.recording.fetch import fetch_command
+    from diageval.recording.recorded import unavailable_cases
 
     try:
         case_set = load_case_set(cases_dir)
@@ -157,6 +162,10 @@ def cases_list_cmd(cases_dir: Path | None, as_json: bool) -> None:
         return
     click.echo(_table(rows, ["id", "expect", "requires", "tags", "title"]))
     click.echo(f"\n{len(rows)} cases, case-set hash {case_set.hash[:12]}")
+    absent = unavailable_cases(case_set.cases, data_dirs(data_dir))
+    if absent:
+        click.echo(f"unavailable here (recorded traces not on this machine): {', '.join(absent)}; "
+                   f"get them with `{fetch_command(data=data_dir, cases=cases_dir)}`")
 
 
 def _table(rows: list[dict], columns: list[str]) -> str:
@@ -239,6 +248,55 @@ def trace_stats_cmd(paths: tuple[Path, ...], compare: bool, as_json: bool) -> No
             click.echo(f"(A has {len(a)} trace(s), B {len(b)}: only the first {min(len(a), len(b))} compared)")
     else:
         click.echo("\n\n".join(format_table(s) for g in groups for s in g))
+
+
+# --- real traces of recorded cases (recording/fetch.py) --------------------------------------------
+
+
+@main.group("data")
+def data_group() -> None:
+    """The real traces recorded cases are labeled from (never shipped: fetched from their public source)."""
+
+
+@data_group.command("fetch")
+@click.argument("case_ids", nargs=-1)
+@CASES_OPTION
+@click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder to write the trace files to (default: $DIAGEVAL_DATA, else the user cache folder).")
+@click.option("--mirror", default=None, metavar="URL",
+              help="Download from URL/{repository}/{commit}/{path} instead of GitHub (default: $DIAGEVAL_DATA_MIRROR).")
+@click.option("--retries", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Tries again after a failed download or a checksum mismatch.")
+def data_fetch_cmd(case_ids: tuple[str, ...], cases_dir: Path | None, data_dir: Path | None, mirror: str | None,
+                   retries: int) -> None:
+    """Download the trace files of recorded cases CASE... (default: every recorded case), each checked by sha256;
+    files already present with the right checksum are skipped. Exit 1 if any file could not be fetched."""
+    from diageval.cases.load import CaseLoadError, load_case_set
+    from diageval.paths import data_dir as fetch_dir
+    from diageval.paths import data_dirs
+    from diageval.progress import Progress
+    from diageval.recording.fetch import FetchError, default_mirror, fetch_files, plan_fetch
+
+    try:
+        case_set = load_case_set(cases_dir)
+        planned = plan_fetch(case_set.cases, case_ids, mirror=mirror or default_mirror())
+    except CaseLoadError as err:
+        raise click.ClickException(f"the corpus has invalid cases (run `diageval cases validate`):\n{err}")
+    except FetchError as err:
+        raise click.ClickException(str(err))
+    dest = fetch_dir(data_dir)
+    click.echo(f"{len(planned)} trace file(s) of recorded cases into {dest}", err=True)
+    with Progress() as progress:
+        results = fetch_files(planned, dest, search=data_dirs(data_dir)[1:], retries=retries, progress=progress)
+    counts = {s: sum(r.status == s for r in results) for s in ("downloaded", "present", "failed")}
+    size = sum(r.size or 0 for r in results if r.status == "downloaded")
+    click.echo(f"{counts['downloaded']} downloaded ({size / 1e6:.1f} MB), {counts['present']} already present, "
+               f"{counts['failed']} failed; data folder {dest}")
+    for r in results:
+        if r.status == "failed":
+            click.echo(f"error: {r.error}", err=True)
+    if counts["failed"]:
+        sys.exit(1)
 
 
 # --- scoring and reports (scoring/, reports/) -----------------------------------------------------
@@ -487,7 +545,8 @@ def diagnose_cmd(spec: str, bundle_dir: Path, timeout: float, cases_dir: Path | 
 @NETWORK_OPTION
 @limit_options
 @click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Folder with recorded cases' trace files (default: $DIAGEVAL_DATA, else ../shared/real-traces).")
+              help="Folder with recorded cases' trace files (default: $DIAGEVAL_DATA, else the user cache folder "
+                   "`diageval data fetch` fills, then ../shared/real-traces).")
 def run_cmd(spec: str, cases_dir: Path | None, case_ids: tuple[str, ...], tags: tuple[str, ...], out_dir: Path | None,
             run_id: str | None, jobs: int, timeout: float, device: str, allow_network: bool, max_diagnosis_mib: float,
             max_findings: int, data_dir: Path | None) -> None:
@@ -496,6 +555,7 @@ def run_cmd(spec: str, cases_dir: Path | None, case_ids: tuple[str, ...], tags: 
 
     from diageval.cases.load import CaseLoadError, load_case_set
     from diageval.paths import default_cases_dir
+    from diageval.recording.fetch import fetch_command
     from diageval.recording.prepare import prepare_evidence
     from diageval.reports.run_outcome import format_run_outcome
     from diageval.run.pipeline import RunError, run_diagnoser, sigterm_as_interrupt
@@ -519,7 +579,7 @@ def run_cmd(spec: str, cases_dir: Path | None, case_ids: tuple[str, ...], tags: 
         raise click.ClickException(f"the corpus has invalid cases (run `diageval cases validate`):\n{err}")
     except (DiagnoserSpecError, RunError, RunFolderConflict, SpecPathError, WorkerStartError) as err:
         raise click.ClickException(str(err))
-    click.echo(format_run_outcome(outcome))
+    click.echo(format_run_outcome(outcome, fetch_command=fetch_command(data=data_dir, cases=cases_dir)))
 
 
 # --- comparing two runs (scoring/compare.py, reports/compare_report.py) ---------------------------

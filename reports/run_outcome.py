@@ -7,8 +7,9 @@ from diageval.run.pipeline import RunOutcome
 from diageval.scoring.metrics import BOARD, METRICS
 
 
-def format_run_outcome(outcome: RunOutcome) -> str:
-    """The headline a person reads when a run ends: what ran, how cases ended, the main metrics."""
+def format_run_outcome(outcome: RunOutcome, *, fetch_command: str = "diageval data fetch") -> str:
+    """The headline a person reads when a run ends: what ran, how cases ended, the main metrics; recorded
+    cases without their trace files are named once, with ``fetch_command``, the command that gets them."""
     s, m = outcome.summary, outcome.info
     c = outcome.counts
     statuses = ", ".join(f"{k} {v}" for k, v in s.counts.statuses.items())
@@ -18,8 +19,12 @@ def format_run_outcome(outcome: RunOutcome) -> str:
         f"this invocation: {c['prepared']} prepared, {c['diagnosed']} diagnosed, {c['resumed']} already done, "
         f"{c['skipped']} skipped",
         f"{s.counts.cases} results, {s.counts.scored} scored: {statuses}",
-        "",
     ]
+    absent = sorted(r.case_id for r in outcome.results if r.status == "unavailable")
+    if absent:
+        lines.append(f"unavailable (recorded traces not on this machine): {', '.join(absent)}; "
+                     f"get them with `{fetch_command}`, then run again")
+    lines.append("")
     width = max(len(METRICS[key].label) for key in BOARD)
     for key in BOARD:  # the leaderboard's columns, from the metric table
         lines.append(f"  {METRICS[key].label:<{width}}  {format_metric(getattr(s.metrics, key), METRICS[key].digits)}")

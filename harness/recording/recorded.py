@@ -1,14 +1,15 @@
 """Evidence for a recorded case: a real job's trace files, checked and imported into a cached bundle.
 
 ``import_recorded(loaded, data_dir=..., cache_dir=...)`` (called by ``recording.prepare``) finds every
-file the case names under the data folder, checks its sha256, and imports them with the bundle
+file the case names under the data folders (``paths.data_dirs``: ``--data`` or ``$DIAGEVAL_DATA``, else the
+user cache folder ``diageval data fetch`` fills, then ``../shared/real-traces`` where it exists), checks its sha256, and imports them with the bundle
 importer's public ``import_traces`` (the same path as ``diageval bundle import``). The bundle is cached under the bundle
 cache's ``evidence/`` folder, keyed by the files' checksums (never the case id), so two cases on the
 same traces share one bundle and a second run imports nothing.
 
-* A file that is absent: :class:`EvidenceUnavailable` listing every absent file and the folder searched.
+* A file that is absent: :class:`EvidenceUnavailable` listing every absent file and the folders searched.
   The run pipeline reports the case ``unavailable``, apart from every other status and never blamed on
-  a diagnoser (the repository ships no copy of others' traces; a machine without the data cannot run it).
+  a diagnoser (the repository ships no copy of others' traces; ``diageval data fetch`` downloads them).
 * A case with evidence edits (``faults``: bundle faults only, e.g. ``drop_device_events``) is the plain
   import of its files (cached under the key without edits, shared with a case on the same files) copied
   and edited, under a key that adds the edits.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from diageval.cases.load import LoadedCase
@@ -36,29 +38,49 @@ class EvidenceChecksumError(Exception):
     """A trace file of a recorded case is there but is not the file the case names."""
 
 
-def locate_files(loaded: LoadedCase, data_dir: Path) -> list[Path]:
-    """The case's trace files under ``data_dir``, checked; rank order as in the case."""
+def _folders(data_dir: Path | Sequence[Path]) -> list[Path]:
+    return [Path(data_dir)] if isinstance(data_dir, (str, Path)) else [Path(d) for d in data_dir]
+
+
+def absent_files(loaded: LoadedCase, data_dir: Path | Sequence[Path]) -> list[str]:
+    """The paths of the case's trace files found in none of the folders (existence only, no checksum)."""
+    folders = _folders(data_dir)
+    return [f.path for f in loaded.case.recorded.files if not any((d / f.path).is_file() for d in folders)]
+
+
+def unavailable_cases(cases: Iterable[LoadedCase], data_dir: Path | Sequence[Path]) -> list[str]:
+    """Ids of the recorded cases among ``cases`` with a trace file absent from every folder, in order."""
+    return [lc.case.id for lc in cases if lc.case.recorded is not None and absent_files(lc, data_dir)]
+
+
+def locate_files(loaded: LoadedCase, data_dir: Path | Sequence[Path]) -> list[Path]:
+    """The case's trace files, checked; rank order as in the case. ``data_dir``: one folder or several,
+    searched in order (a file is taken from the first folder holding it with the named sha256)."""
     recorded = loaded.case.recorded
     if recorded is None:
         raise ValueError(f"case {loaded.case.id} is not a recorded case")
-    data_dir = Path(data_dir)
-    missing = [f.path for f in recorded.files if not (data_dir / f.path).is_file()]
+    folders = _folders(data_dir)
+    missing = absent_files(loaded, folders)
     if missing:
-        where = data_dir if data_dir.is_dir() else f"{data_dir} (no such folder)"
+        where = ", ".join(str(d) if d.is_dir() else f"{d} (no such folder)" for d in folders)
         raise EvidenceUnavailable(
             f"{len(missing)} of {len(recorded.files)} trace file(s) not found under {where}: {', '.join(missing)}"
-            " (set --data or $DIAGEVAL_DATA to the folder holding them)"
+            " (`diageval data fetch` downloads them; --data or $DIAGEVAL_DATA names another folder)"
         )
     paths = []
     for f in recorded.files:
-        path = data_dir / f.path
-        actual = sha256_file(path)
-        if actual != f.sha256:
+        checked = []  # (path, its sha256) of every folder's copy tried, until one is the named file
+        for path in (d / f.path for d in folders if (d / f.path).is_file()):
+            checked.append((path, sha256_file(path)))
+            if checked[-1][1] == f.sha256:
+                paths.append(path)
+                break
+        else:
+            path, actual = checked[0]
             raise EvidenceChecksumError(
                 f"{path}: sha256 {actual} differs from {f.sha256} named by {loaded.path} (recorded.files, path {f.path});"
                 " the file is not the trace this case was labeled from"
             )
-        paths.append(path)
     return paths
 
 
@@ -80,10 +102,10 @@ def import_recorded(loaded: LoadedCase, *, data_dir: Path | None = None, cache_d
 
     from diageval.bundle.importer import import_traces
     from diageval.bundle.model import MANIFEST_NAME
-    from diageval.paths import bundle_cache_dir, real_traces_dir
+    from diageval.paths import bundle_cache_dir, data_dirs
     from diageval.recording.cache import bundles_root
 
-    files = locate_files(loaded, real_traces_dir(data_dir))
+    files = locate_files(loaded, data_dirs(data_dir))
     cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
     if loaded.case.faults:  # a derived case: the plain import (shared with the case without edits), edited
         from diageval.recording.cache import derive_bundle, split_bundle_edits

@@ -14,7 +14,8 @@ Decided here (the design is silent):
 * A folder holds one diagnoser (spec and version) on one case set (hash and taxonomy version). Running
   again into the same folder resumes it; anything else is refused, so results are never mixed.
 * A case is done once its line is in ``results.jsonl``. On resume, ``harness_error`` lines (our fault,
-  often transient) are dropped and those cases retried; every other status stands.
+  often transient) and ``unavailable`` ones (traces fetched since?) are dropped and those cases retried;
+  every other status stands.
 * ``summary.json`` is derived from ``results.jsonl``: written when the run completes (and when
   ``diageval score`` re-scores it); a resumed run deletes it until it completes again, so a stale
   summary never sits beside newer results.
@@ -283,9 +284,10 @@ class RunStore:
         write_jsonl(self.results_path, [r.model_dump(mode="json") for r in results])
 
     def drop_retryable(self) -> set[str]:
-        """Drop ``harness_error`` lines (retried on resume); return the case ids that stay done."""
+        """Drop ``harness_error`` and ``unavailable`` lines (retried on resume: a recorded case's traces may
+        have been fetched since); return the case ids that stay done."""
         results = self.read_results()
-        keep = [r for r in results if r.status != "harness_error"]
+        keep = [r for r in results if r.status not in ("harness_error", "unavailable")]
         if len(keep) != len(results):
             self.rewrite_results(keep)
         return {r.case_id for r in keep}

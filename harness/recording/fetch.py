@@ -1,0 +1,240 @@
+"""``diageval data fetch``: recorded cases' trace files, downloaded from their public source and checked.
+
+A recorded case names each file by its ``path`` under the data folder, its ``sha256`` and its ``source``
+(repository, commit, path, licence). :func:`plan_fetch` turns the cases into one download per data-folder
+path (two cases on the same file share it); :func:`fetch_files` downloads each with ``pooch`` into the
+data folder (``paths.data_dir``: ``--data``, else ``$DIAGEVAL_DATA``, else the user cache folder).
+
+* **Checked**: pooch streams into a temporary file beside the target and moves it into place only when its
+  sha256 is the one the case names; a mismatch is refused, naming the file, the URL, both checksums and the
+  case file, and nothing is written at the target path.
+* **Resumed**: a file already present with the named sha256, in the data folder or in a folder searched
+  after it (``paths.data_dirs``: ``../shared/real-traces`` of a checkout), is not downloaded again. Files
+  are the unit: an interrupted download leaves no partial file at the target path.
+* **Retried**: a failed download or a checksum mismatch is tried again ``retries`` times (pooch waits 1 s,
+  2 s, ... up to 10 s between tries); a file that still fails is reported and the others go on.
+* **Where from**: ``https://github.com/{repository}/raw/{commit}/{path}`` (GitHub resolves the short
+  commits some cases name). ``--mirror URL`` or ``$DIAGEVAL_DATA_MIRROR`` replaces it with
+  ``URL/{repository}/{commit}/{path}``: any static HTTP server over a folder laid out that way (the tests
+  serve one on 127.0.0.1).
+
+Decided here: a request that receives no byte for ``DOWNLOAD_TIMEOUT_S`` seconds fails (requests' timeout
+counts per socket operation, not the whole file). pooch's own log lines are shown as progress notes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import shlex
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+from urllib.parse import quote
+
+from pydantic import BaseModel
+
+from diageval.cases.load import LoadedCase
+
+if TYPE_CHECKING:
+    from diageval.cases.model import RecordedFile
+    from diageval.progress import Progress
+
+SOURCE_URL = "https://github.com/{repository}/raw/{commit}/{path}"
+MIRROR_ENV = "DIAGEVAL_DATA_MIRROR"
+DEFAULT_RETRIES = 3
+DOWNLOAD_TIMEOUT_S = 60.0
+
+
+class FetchError(Exception):
+    """The request cannot be planned: an unknown or non-recorded case, or two cases naming one path with
+    different checksums."""
+
+
+class PlannedFile(BaseModel):
+    """One file to have in the data folder: where it goes, what it must hash to, where it comes from."""
+
+    path: str  # relative to the data folder
+    sha256: str
+    url: str
+    cases: list[str]  # ids of the cases naming it
+    case_files: list[str]  # their case files, named when the file is refused
+
+
+class FetchResult(BaseModel):
+    path: str
+    url: str
+    status: Literal["present", "downloaded", "failed"]
+    location: str | None = None  # the file's full path when present or downloaded
+    size: int | None = None  # bytes, when present or downloaded
+    error: str | None = None
+
+
+def source_url(file: "RecordedFile", mirror: str | None = None) -> str:
+    """The URL of a recorded file: its repository's raw file at the named commit, or under ``mirror``."""
+    src = file.source
+    if mirror:
+        return f"{mirror.rstrip('/')}/{src.repository}/{src.commit}/{quote(src.path)}"
+    return SOURCE_URL.format(repository=src.repository, commit=src.commit, path=quote(src.path))
+
+
+def default_mirror() -> str | None:
+    return os.environ.get(MIRROR_ENV) or None
+
+
+def plan_fetch(cases: Sequence[LoadedCase], case_ids: Sequence[str] = (), *, mirror: str | None = None) -> list[PlannedFile]:
+    """Every file of the named recorded cases (all recorded cases when none is named), one per path."""
+    by_id = {lc.case.id: lc for lc in cases}
+    unknown = [i for i in case_ids if i not in by_id]
+    if unknown:
+        raise FetchError(f"no such case: {', '.join(unknown)} (`diageval cases list` shows the corpus)")
+    live = [i for i in case_ids if by_id[i].case.recorded is None]
+    if live:
+        raise FetchError(f"not a recorded case (its evidence is recorded live, nothing to fetch): {', '.join(live)}")
+    chosen = [by_id[i] for i in dict.fromkeys(case_ids)] if case_ids else [lc for lc in cases if lc.case.recorded]
+    planned: dict[str, PlannedFile] = {}
+    for lc in chosen:
+        for f in lc.case.recorded.files:
+            have = planned.get(f.path)
+            if have is None:
+                planned[f.path] = PlannedFile(path=f.path, sha256=f.sha256, url=source_url(f, mirror),
+                                              cases=[lc.case.id], case_files=[str(lc.path)])
+            elif have.sha256 != f.sha256:
+                raise FetchError(f"{f.path}: {lc.path} names sha256 {f.sha256}, {have.case_files[0]} names "
+                                 f"{have.sha256}; one path cannot hold both files")
+            else:
+                have.cases.append(lc.case.id)
+                have.case_files.append(str(lc.path))
+    return list(planned.values())
+
+
+def fetch_command(*, data: Path | None = None, cases: Path | None = None) -> str:
+    """The command line that fetches what a run or a listing found absent, with the folders it used."""
+    parts = ["diageval", "data", "fetch"]
+    if cases is not None:
+        parts += ["--cases", shlex.quote(str(cases))]
+    if data is not None:
+        parts += ["--data", shlex.quote(str(data))]
+    return " ".join(parts)
+
+
+def _sha256(path: Path) -> str:
+    from diageval.fileio import sha256_file
+
+    return sha256_file(path)
+
+
+def _present(file: PlannedFile, folders: Sequence[Path]) -> Path | None:
+    """The first copy of the file, in the folders' order, with the named checksum."""
+    for folder in folders:
+        path = folder / file.path
+        if path.is_file() and _sha256(path) == file.sha256:
+            return path
+    return None
+
+
+class _HashingDownloader:
+    """pooch's HTTP downloader, remembering the sha256 of what it downloaded (so a refusal can say it)."""
+
+    def __init__(self, timeout: float):
+        import pooch
+
+        self._inner = pooch.HTTPDownloader(progressbar=False, timeout=timeout)
+        self.last_sha256: str | None = None
+
+    def __call__(self, url: str, output_file: str, pooch_obj: object, check_only: bool = False):
+        self.last_sha256 = None
+        result = self._inner(url, output_file, pooch_obj, check_only=check_only)
+        if not check_only and isinstance(output_file, (str, os.PathLike)):
+            h = hashlib.sha256()
+            with open(output_file, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+            self.last_sha256 = h.hexdigest()
+        return result
+
+
+class _ToProgress(logging.Handler):
+    def __init__(self, progress: "Progress | None"):
+        super().__init__(logging.INFO)
+        self.progress = progress
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.progress is not None and record.getMessage().startswith("Failed"):  # a retry; "Downloading" is ours
+            self.progress.line(f"   retry: {record.getMessage()}")
+
+
+@contextlib.contextmanager
+def _pooch_log_to(progress: "Progress | None") -> Iterator[None]:
+    """pooch logs to stderr through its own logger; for the fetch, its retry notes go to the progress."""
+    import pooch
+
+    logger = pooch.get_logger()
+    saved = list(logger.handlers)
+    for h in saved:
+        logger.removeHandler(h)
+    handler = _ToProgress(progress)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        for h in saved:
+            logger.addHandler(h)
+
+
+def _failure(file: PlannedFile, exc: BaseException, downloader: _HashingDownloader, target: Path) -> str:
+    import requests
+
+    if isinstance(exc, ValueError) and downloader.last_sha256 and downloader.last_sha256 != file.sha256:
+        kept = ""
+        if target.is_file():
+            kept = f"; the file already at {target} (sha256 {_sha256(target)}) is left as it was"
+        return (f"{file.path}: refused: {file.url} served a file with sha256 {downloader.last_sha256}, not "
+                f"{file.sha256} named by {', '.join(file.case_files)}; nothing was written to {target}{kept}")
+    if isinstance(exc, requests.HTTPError) and exc.response is not None:
+        return f"{file.path}: {file.url} answered HTTP {exc.response.status_code} {exc.response.reason}"
+    return f"{file.path}: {file.url}: {type(exc).__name__}: {exc}"
+
+
+def fetch_files(files: Sequence[PlannedFile], dest: Path, *, search: Sequence[Path] = (),
+                retries: int = DEFAULT_RETRIES, timeout: float = DOWNLOAD_TIMEOUT_S,
+                progress: "Progress | None" = None) -> list[FetchResult]:
+    """Download each file absent from ``dest`` and ``search`` into ``dest``, checked; one result per file."""
+    import pooch
+    import requests
+
+    dest = Path(dest)
+    folders = [dest] + [Path(d) for d in search if Path(d) != dest]
+    pup = pooch.Pooch(path=dest, base_url="", registry={f.path: f"sha256:{f.sha256}" for f in files},
+                      urls={f.path: f.url for f in files}, retry_if_failed=retries)
+    downloader = _HashingDownloader(timeout)
+    results = []
+    with _pooch_log_to(progress):
+        for i, file in enumerate(files, 1):
+            start = time.perf_counter()
+            if progress is not None and progress.live:
+                progress.started("fetch", i, len(files), file.path)
+            found = _present(file, folders)
+            if found is not None:
+                result = FetchResult(path=file.path, url=file.url, status="present", location=str(found),
+                                     size=found.stat().st_size)
+                where = next(d for d in folders if found == d / file.path)
+                status = "present" if where == dest else f"present in {where}"
+            else:
+                try:
+                    got = Path(pup.fetch(file.path, downloader=downloader))
+                    result = FetchResult(path=file.path, url=file.url, status="downloaded", location=str(got),
+                                         size=got.stat().st_size)
+                    status = f"downloaded {result.size / 1e6:.2f} MB"
+                except (ValueError, OSError, requests.RequestException) as exc:
+                    result = FetchResult(path=file.path, url=file.url, status="failed",
+                                         error=_failure(file, exc, downloader, dest / file.path))
+                    status = "FAILED"
+            results.append(result)
+            if progress is not None:
+                progress.step("fetch", i, len(files), file.path, status, time.perf_counter() - start)
+    return results
