@@ -145,13 +145,15 @@ def cases_list_cmd(cases_dir: Path | None, as_json: bool, data_dir: Path | None)
         case_set = load_case_set(cases_dir)
     except CaseLoadError as err:
         raise click.ClickException(f"the corpus has invalid cases (run `diageval cases validate`):\n{err}")
+    absent = set(unavailable_cases(case_set.cases, data_dirs(data_dir)))
     rows = [
         {
             "id": lc.case.id,
             "title": lc.case.title,
             "tags": ",".join(lc.case.tags),
             "expect": lc.case.labels.expect,
-            "requires": ("data folder" if lc.case.recorded else lc.case.requires.device)
+            "requires": ("data folder" + (" (absent)" if lc.case.id in absent else "") if lc.case.recorded
+                         else lc.case.requires.device)
             + (f" x{lc.case.world_size} ranks" if lc.case.world_size > 1 else ""),
         }
         for lc in case_set.cases
@@ -162,10 +164,9 @@ def cases_list_cmd(cases_dir: Path | None, as_json: bool, data_dir: Path | None)
         return
     click.echo(_table(rows, ["id", "expect", "requires", "tags", "title"]))
     click.echo(f"\n{len(rows)} cases, case-set hash {case_set.hash[:12]}")
-    absent = unavailable_cases(case_set.cases, data_dirs(data_dir))
     if absent:
-        click.echo(f"unavailable here (recorded traces not on this machine): {', '.join(absent)}; "
-                   f"get them with `{fetch_command(data=data_dir, cases=cases_dir)}`")
+        click.echo(f"{len(absent)} recorded case(s) whose traces are not on this machine (requires: data folder "
+                   f"(absent)); get them with `{fetch_command(data=data_dir, cases=cases_dir)}`")
 
 
 def _table(rows: list[dict], columns: list[str]) -> str:

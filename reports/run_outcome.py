@@ -6,6 +6,8 @@ from diageval.reports.leaderboard import format_metric
 from diageval.run.pipeline import RunOutcome
 from diageval.scoring.metrics import BOARD, METRICS
 
+SHOWN_UNAVAILABLE = 5  # unavailable cases named in the headline; the rest counted
+
 
 def format_run_outcome(outcome: RunOutcome, *, fetch_command: str = "diageval data fetch") -> str:
     """The headline a person reads when a run ends: what ran, how cases ended, the main metrics; recorded
@@ -21,8 +23,10 @@ def format_run_outcome(outcome: RunOutcome, *, fetch_command: str = "diageval da
         f"{s.counts.cases} results, {s.counts.scored} scored: {statuses}",
     ]
     absent = sorted(r.case_id for r in outcome.results if r.status == "unavailable")
-    if absent:
-        lines.append(f"unavailable (recorded traces not on this machine): {', '.join(absent)}; "
+    if absent:  # one line: the evidence lines above and results.jsonl name every one
+        named = ", ".join(absent[:SHOWN_UNAVAILABLE]) + (
+            f" and {len(absent) - SHOWN_UNAVAILABLE} more" if len(absent) > SHOWN_UNAVAILABLE else "")
+        lines.append(f"{len(absent)} unavailable (recorded traces not on this machine: {named}); "
                      f"get them with `{fetch_command}`, then run again")
     lines.append("")
     width = max(len(METRICS[key].label) for key in BOARD)
@@ -30,6 +34,8 @@ def format_run_outcome(outcome: RunOutcome, *, fetch_command: str = "diageval da
         lines.append(f"  {METRICS[key].label:<{width}}  {format_metric(getattr(s.metrics, key), METRICS[key].digits)}")
     if m.diagnoser.self_test:
         lines.append("\n(self-test: this diagnoser reads the labels; it checks the harness and is never ranked)")
+    if m.isolation == "none":
+        lines.append(f"\n(no sandbox: {m.isolation_note}; the diagnoser could read the labels, so this run is never ranked)")
     lines.append(f"\nintervals: 95% (Jeffreys for proportions; for the rest the hull of the BCa bootstrap over cases and a jackknife-t interval); full metrics "
                  f"in {outcome.run_dir / 'summary.json'}")
     return "\n".join(lines)

@@ -10,6 +10,7 @@ closed loopback port so that a request to anywhere else would fail instead of le
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import shutil
@@ -180,8 +181,14 @@ def test_cases_list_names_the_absent_once_with_the_fetch_command(tmp_path):
     result = CliRunner().invoke(main, ["cases", "list", "--data", str(empty)])
     assert result.exit_code == 0, result.output
     lines = [line for line in result.output.splitlines() if "diageval data fetch" in line]
-    assert lines == [lines[0]] and f"`{fetch_command(data=empty)}`" in lines[0]
-    assert all(lc.case.id in lines[0] for lc in RECORDED)
+    assert lines == [f"{len(RECORDED)} recorded case(s) whose traces are not on this machine (requires: data "
+                     f"folder (absent)); get them with `{fetch_command(data=empty)}`"]
+    marked = {line.split()[0] for line in result.output.splitlines()
+              if "data folder (absent)" in line and line not in lines}  # the table's rows
+    assert marked == {lc.case.id for lc in RECORDED}
+    listed = CliRunner().invoke(main, ["cases", "list", "--data", str(SHARED)]) if SHARED else None
+    if listed is not None:  # with every file present: no mark, no line
+        assert "data folder (absent)" not in listed.output and "diageval data fetch" not in listed.output
 
 
 def _recorded_case(path: str, sha: str) -> Case:
@@ -221,7 +228,12 @@ def test_a_run_names_the_absent_once_and_runs_them_when_resumed_after_the_fetch(
     command = fetch_command(data=data)
     text = format_run_outcome(outcome, fetch_command=command)
     lines = [line for line in text.splitlines() if "rec-case" in line]
-    assert len(lines) == 1 and lines[0].startswith("unavailable") and f"`{command}`" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("1 unavailable (") and f"`{command}`" in lines[0]
+    many = dataclasses.replace(outcome, results=[outcome.results[0].model_copy(update={"case_id": f"c{i}"})
+                                                 for i in range(7)])
+    lines = [line for line in format_run_outcome(many).splitlines() if "unavailable (" in line]
+    assert lines == ["7 unavailable (recorded traces not on this machine: c0, c1, c2, c3, c4 and 2 more); "
+                     "get them with `diageval data fetch`, then run again"]
     (data / "job").mkdir(parents=True)
     shutil.copy(trace, data / "job" / "rank0.json.gz")  # what the fetch would have put there
     outcome = run()
