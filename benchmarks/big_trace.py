@@ -85,7 +85,7 @@ _DIAGNOSE = """
 import json, sys, time
 from pathlib import Path
 from diageval.bundle.model import EvidenceBundle
-from diageval.run.registry import resolve_diagnoser
+from diageval.hosting.registry import resolve_diagnoser
 diagnoser = resolve_diagnoser(sys.argv[1]).factory()
 t = time.perf_counter()
 d = diagnoser.diagnose(EvidenceBundle.open(Path(sys.argv[2])))

@@ -26,9 +26,8 @@ from diageval.bundle.trace_summary import summarize_trace
 from diageval.cases.load import load_case_set
 from diageval.diagnosers.base import DiagnoserUnavailable
 from diageval.paths import default_cases_dir
-from diageval.run.pipeline import RunError, run_diagnoser
-from diageval.run.registry import DiagnoserSpecError
-from diageval.run.worker import WorkerStartError
+from diageval.hosting import HostError
+from diageval.run.pipeline import RunError, RunOptions, run_diagnoser
 from diageval.scoring.metrics import BOARD, METRICS
 
 COLUMNS = [(key, METRICS[key].label) for key in BOARD]  # the leaderboard's columns, from the metric table
@@ -69,10 +68,10 @@ def run_all(names: list[str], cases_dir: Path, runs_dir: Path, device: str, jobs
         try:
             started = time.perf_counter()
             outcome = run_diagnoser(
-                name, case_set, cases_dir=cases_dir, out_dir=runs_dir, device=device, jobs=jobs,
-                run_id=f"bench-{name}-{case_set.hash[:8]}",
+                name, case_set, RunOptions(cases_dir=cases_dir, out_dir=runs_dir, device=device, jobs=jobs,
+                                           run_id=f"bench-{name}-{case_set.hash[:8]}"),
             )
-        except (DiagnoserSpecError, DiagnoserUnavailable, RunError, WorkerStartError) as exc:
+        except (HostError, DiagnoserUnavailable, RunError) as exc:
             rows.append((name, None, f"unavailable: {exc}", []))
             continue
         rows.append((name, outcome.summary, f"{time.perf_counter() - started:.1f} s wall", outcome.results))

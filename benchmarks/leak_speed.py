@@ -22,7 +22,7 @@ from run_fakes import write_bundle  # noqa: E402
 from diageval.bundle.model import EvidenceBundle  # noqa: E402
 from diageval.cases.taxonomy import load_taxonomy  # noqa: E402
 from diageval.diagnosers.reference import LeakDiagnoser  # noqa: E402
-from diageval.run.corpus import PublicVocabulary  # noqa: E402
+from diageval.hosting.corpus import PublicVocabulary  # noqa: E402
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from diageval.bundle.importer import import_traces
 from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers.base import DiagnoserFailed
-from diageval.run.registry import resolve_diagnoser
+from diageval.hosting.registry import resolve_diagnoser
 
 ADAPTERS = "tbprofiler,gpu-idle,changepoint,flightrecorder"
 

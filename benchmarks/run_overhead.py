@@ -31,10 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from run_fakes import FakeEvidence, make_case, make_case_set  # noqa: E402
 
 import diageval.run.pipeline as run_module  # noqa: E402
-from diageval.run.box_policy import run_roots  # noqa: E402
-from diageval.run.hosting import host_diagnoser  # noqa: E402
-from diageval.run.process_groups import LiveGroups  # noqa: E402
-from diageval.run.sandbox import probe  # noqa: E402
+from diageval.hosting import Host, HostPolicy  # noqa: E402
+from diageval.hosting import sandbox_problem as probe  # noqa: E402
 from diageval.run.store import RunStore  # noqa: E402
 
 
@@ -57,8 +55,8 @@ def measure(spec: str, n: int, tmp: Path, isolation: str) -> float:
     try:
         start = time.perf_counter()
         out = run_module.run_diagnoser(
-            spec, case_set, cases_dir=tmp, out_dir=tmp / "runs", run_id=f"bench-{isolation}-{abs(hash(spec))}",
-            evidence_fn=evidence, progress=None, cuda_device_count=lambda: 0, isolation=isolation,
+            spec, case_set, run_module.RunOptions(cases_dir=tmp, out_dir=tmp / "runs", run_id=f"bench-{isolation}-{abs(hash(spec))}"),
+            HostPolicy(sandbox=isolation != "none"), evidence_fn=evidence, progress=None, cuda_device_count=lambda: 0,
         )
         total = time.perf_counter() - start
     finally:
@@ -74,13 +72,13 @@ def measure(spec: str, n: int, tmp: Path, isolation: str) -> float:
 def worker_start(tmp: Path, isolation: str, repeats: int = 5) -> float:
     case_set = make_case_set([make_case("start-probe")])
     bundle = FakeEvidence(tmp / "bundles")(case_set.cases[0]).bundle_dir
-    roots = run_roots(runs_dir=tmp / "runs", cases_dir=tmp / "cases")
+    policy = HostPolicy(sandbox=isolation != "none", timeout_s=30, runs_dir=tmp / "runs", cases_dir=tmp / "cases")
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        hosted = host_diagnoser("null", roots=roots, isolation=isolation)
-        ex = hosted.executor(live=LiveGroups(), log_path=None)
-        ex.attempt(bundle, None, 30, bundle_id=secrets.token_hex(16))
+        hosted = Host.open("null", policy)
+        ex = hosted.slot()
+        ex.diagnose(bundle, None, bundle_id=secrets.token_hex(16))
         times.append(time.perf_counter() - start)
         ex.close()
         hosted.close()
@@ -112,15 +110,14 @@ def rules_over_cache(repeats: int) -> None:
     if not bundles:
         print("rules over the cache: no recorded bundles (run `diageval record CASE...` first)")
         return
-    roots = run_roots(runs_dir=None, cases_dir=None)
     times: dict[str, list[float]] = {"bwrap": [], "none": []}
     for _ in range(repeats):
         for isolation in ("none", "bwrap"):
             start = time.perf_counter()
-            hosted = host_diagnoser("rules", roots=roots, isolation=isolation)
-            ex = hosted.executor(live=LiveGroups(), log_path=None)
+            hosted = Host.open("rules", HostPolicy(sandbox=isolation != "none"))
+            ex = hosted.slot()
             for b in bundles:
-                attempt = ex.attempt(b, None, 300, bundle_id=secrets.token_hex(16))
+                attempt = ex.diagnose(b, None, bundle_id=secrets.token_hex(16))
                 assert attempt.status in ("ok", "diagnoser_error"), attempt
             ex.close()
             hosted.close()

@@ -6,7 +6,7 @@ constructed with no arguments and sees only the evidence bundle, never the case 
 Which diagnosers are reference baselines (``null``, ``prior``, ``oracle``, ``leak``, ``symptoms``), which
 one is a self-test kept off the ranking (``oracle``), and which receive anything through ``prepare``
 (``prior`` and ``oracle`` the labeled corpus, ``leak`` public words) is the harness's own table
-(``diageval.run.handover``), never an attribute a diagnoser sets.
+(``diageval.hosting.handover``), never an attribute a diagnoser sets.
 """
 
 from __future__ import annotations
@@ -20,10 +20,44 @@ from diageval.diagnosis import Diagnosis
 
 @runtime_checkable
 class Diagnoser(Protocol):
-    name: ClassVar[str]
-    version: ClassVar[str]
+    """What ``--diagnoser`` loads: a class constructed with no arguments.
 
-    def diagnose(self, bundle: EvidenceBundle) -> Diagnosis: ...
+    Required: ``name``, ``version``, ``diagnose``. Optional, read by the harness with these defaults when a
+    class does not define them (:data:`OPTIONAL_MEMBERS`): ``claims``, ``needs_network``, ``prepare``.
+    """
+
+    name: ClassVar[str]
+    """The diagnoser's display name (the board's row); ``cmd:`` diagnosers get ``cmd-<program>``."""
+
+    version: ClassVar[str]
+    """Its version: a run refuses to resume with another, so results of two versions never mix."""
+
+    def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:
+        """Findings about one bundle (or an abstention). Raise :class:`DiagnoserFailed` when the tool it
+        wraps failed on this bundle; anything else it raises is the case's ``diagnoser_error``."""
+        ...
+
+
+class DiagnoserExtras(Protocol):
+    """The optional members of a diagnoser, each read by the harness only where it says (never ``reference``
+    or ``self_test``: those are the harness's own table, ``diageval.hosting.handover``)."""
+
+    claims: ClassVar[tuple[str, ...] | None]
+    """The taxonomy ids of the causes it can ever claim (``diageval diagnosers list``, run.json, and the
+    board's recall on its own field). Default None: it may claim any cause."""
+
+    needs_network: ClassVar[bool]
+    """True for a diagnoser that calls a service (a model endpoint): a run refuses it unless
+    ``--allow-network``. Default False."""
+
+    def prepare(self, handover: object) -> None:
+        """Called once, before the first diagnosis, only for the built-ins the harness's table names:
+        ``prior`` and ``oracle`` get the labeled corpus, ``leak`` the public vocabulary. Never called on
+        any other diagnoser, whatever it declares."""
+        ...
+
+
+OPTIONAL_MEMBERS: dict[str, object] = {"claims": None, "needs_network": False}  # the defaults the harness reads
 
 
 class DiagnoserUnavailable(Exception):

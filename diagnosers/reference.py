@@ -13,9 +13,9 @@
   ids too; a case id in a bundle without the labels points nowhere, and the harness's bundle test
   already greps every byte for case ids.)
 
-Which of them receive what is not theirs to say: the harness's own table (``diageval.run.handover``)
-hands ``prepare(corpus)`` (a :class:`~diageval.run.corpus.ReferenceCorpus`, the labels) to ``prior`` and
-``oracle`` only, and ``prepare(vocabulary)`` (a :class:`~diageval.run.corpus.PublicVocabulary`) to
+Which of them receive what is not theirs to say: the harness's own table (``diageval.hosting.handover``)
+hands ``prepare(corpus)`` (a :class:`~diageval.hosting.corpus.ReferenceCorpus`, the labels) to ``prior`` and
+``oracle`` only, and ``prepare(vocabulary)`` (a :class:`~diageval.hosting.corpus.PublicVocabulary`) to
 ``leak``. One that needs its hand-over and did not get it fails the case loudly rather than guessing.
 """
 
@@ -38,7 +38,7 @@ class NullDiagnoser:
 
 
 class _NeedsCorpus:
-    _corpus: Any = None  # a diageval.run.corpus.ReferenceCorpus, handed over by the harness
+    _corpus: Any = None  # a diageval.hosting.corpus.ReferenceCorpus, handed over by the harness
 
     def prepare(self, corpus: Any) -> None:
         self._corpus = corpus
@@ -111,7 +111,7 @@ class LeakDiagnoser(_NeedsCorpus):
     _terms: dict[bytes, tuple[list[str], list[str]]]  # term -> (cause ids it points to, symptom ids)
 
     def _prepared(self, vocabulary: Any) -> None:
-        """``vocabulary``: a :class:`~diageval.run.corpus.PublicVocabulary` (taxonomy, faults)."""
+        """``vocabulary``: a :class:`~diageval.hosting.corpus.PublicVocabulary` (taxonomy, faults)."""
         terms: dict[str, tuple[set[str], set[str]]] = {}
 
         def point(term: str, causes: set[str] = frozenset(), symptoms: set[str] = frozenset()) -> None:

@@ -13,7 +13,8 @@ from pathlib import Path
 import click
 
 from diageval import __version__
-from diageval.run.command import DEFAULT_TIMEOUT_S
+from diageval.errors import EXIT_INTERRUPTED, DiagevalError
+from diageval.hosting import DEFAULT_TIMEOUT_S
 
 CASES_OPTION = click.option(
     "--cases",
@@ -41,7 +42,22 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
     ctx.exit()
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Main(click.Group):
+    """The one place an error becomes an exit code: a :class:`~diageval.errors.DiagevalError` prints its
+    message alone and exits with its ``exit_code``; Ctrl-C exits 130. Anything else keeps its traceback
+    (a bug in diageval)."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except DiagevalError as err:
+            click.echo(f"Error: {err}", err=True)
+            ctx.exit(err.exit_code)
+        except KeyboardInterrupt:
+            ctx.exit(EXIT_INTERRUPTED)
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
               help="Show the version, and the case-set hash and taxonomy version of the built-in corpus.")
 def main() -> None:
@@ -456,15 +472,9 @@ def diagnosers_group() -> None:
 @diagnosers_group.command("list")
 def diagnosers_list_cmd() -> None:
     """Every registered diagnoser: origin, reference/self-test, the causes it can claim, and why it cannot run here, if it cannot."""
-    from diageval.run.box_policy import run_policy, run_roots
-    from diageval.run.sandbox import choose_isolation
-    from diageval.run.worker import WorkerStartError, list_in_box
+    from diageval.hosting import HostPolicy, list_diagnosers
 
-    roots = run_roots(runs_dir=None, cases_dir=None)
-    try:  # listing constructs every diagnoser: in a box, like everything a diagnoser runs
-        listed = list_in_box(choose_isolation("auto", run_policy(roots)))
-    except WorkerStartError as err:
-        raise click.ClickException(str(err))
+    listed = list_diagnosers(HostPolicy())  # listing constructs every diagnoser: in a box, like everything a diagnoser runs
     rows = [
         {
             "name": r["name"],
@@ -484,46 +494,71 @@ DIAGNOSER_OPTION = click.option(
     "--diagnoser", "-d", "spec", required=True,
     help="A name from `diageval diagnosers list`, package.module:ClassName, or 'cmd:COMMAND {bundle} {out}'.",
 )
-NETWORK_OPTION = click.option("--allow-network", is_flag=True,
-                              help="Let the sandboxed diagnoser use the network (one that calls a model endpoint).")
 
 
-def _limits(max_diagnosis_mib: float, max_findings: int):
+def host_options(f):
+    """The options that make a :class:`~diageval.hosting.HostPolicy`, shared by ``run`` and ``diagnose``."""
+    options = [
+        click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_TIMEOUT_S,
+                     show_default=True, help="Seconds the diagnoser may take per case."),
+        click.option("--allow-network", is_flag=True,
+                     help="Let the sandboxed diagnoser use the network (one that calls a model endpoint)."),
+        click.option("--no-sandbox", is_flag=True,
+                     help="Run the diagnoser without a sandbox, where none can start: it can then read everything you "
+                          "can, the labels included, so the run says isolation: none and is never ranked."),
+        click.option("--pass-env", "pass_env", multiple=True, metavar="NAME",
+                     help="Pass this environment variable to the diagnoser (repeatable). Only a short allowlist "
+                          "(PATH, locale, thread counts) passes otherwise: tokens and keys never do unless named."),
+        click.option("--max-findings", type=click.IntRange(min=1), default=1000, show_default=True,
+                     help="Findings a diagnosis may hold (more: invalid_output)."),
+        click.option("--max-diagnosis-mib", type=click.FloatRange(min=0, min_open=True), default=16.0, show_default=True,
+                     help="Size a diagnosis may have (more: invalid_output)."),
+        click.option("--box-memory-mib", type=click.IntRange(min=64), default=8192, show_default=True,
+                     help="Memory the diagnoser's box may use, its /tmp included (over: the case ends diagnoser_error)."),
+        click.option("--box-processes", type=click.IntRange(min=8), default=512, show_default=True,
+                     help="Processes and threads the box may run at once (over: the case ends diagnoser_error)."),
+        click.option("--box-disk-mib", type=click.IntRange(min=1), default=256, show_default=True,
+                     help="What the box may write to its output folder (over: diagnoser_error); its /tmp holds 4x this."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _host_policy(*, timeout: float, allow_network: bool, no_sandbox: bool, pass_env: tuple[str, ...],
+                 max_findings: int, max_diagnosis_mib: float, box_memory_mib: int, box_processes: int,
+                 box_disk_mib: int, cases_dir: Path | None = None):
+    from pydantic import ValidationError
+
     from diageval.diagnosis import DiagnosisLimits
+    from diageval.hosting import BoxLimits, HostPolicy
 
-    return DiagnosisLimits(max_bytes=int(max_diagnosis_mib * (1 << 20)), max_findings=max_findings)
-
-
-def limit_options(f):
-    f = click.option("--max-findings", type=click.IntRange(min=1), default=1000, show_default=True,
-                     help="Findings a diagnosis may hold (more: invalid_output).")(f)
-    return click.option("--max-diagnosis-mib", type=click.FloatRange(min=0, min_open=True), default=16.0, show_default=True,
-                        help="Size a diagnosis may have (more: invalid_output).")(f)
+    try:
+        return HostPolicy(
+            sandbox=not no_sandbox, allow_network=allow_network, timeout_s=timeout, pass_env=pass_env,
+            output=DiagnosisLimits(max_bytes=int(max_diagnosis_mib * (1 << 20)), max_findings=max_findings),
+            box=BoxLimits(max_processes=box_processes, max_memory_mib=box_memory_mib, max_out_mib=box_disk_mib,
+                          max_tmp_mib=4 * box_disk_mib),
+            cases_dir=cases_dir,
+        )
+    except ValidationError as err:
+        raise click.BadParameter(err.errors(include_url=False)[0]["msg"], param_hint="--pass-env")
 
 
 @main.command("diagnose")
 @DIAGNOSER_OPTION
 @click.argument("bundle_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_TIMEOUT_S, show_default=True,
-              help="Seconds a cmd: diagnoser may take.")
 @CASES_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON.")
-@NETWORK_OPTION
-@limit_options
-def diagnose_cmd(spec: str, bundle_dir: Path, timeout: float, cases_dir: Path | None, as_json: bool, allow_network: bool,
-                 max_diagnosis_mib: float, max_findings: int) -> None:
+@host_options
+def diagnose_cmd(spec: str, bundle_dir: Path, cases_dir: Path | None, as_json: bool, **host: object) -> None:
     """Run one diagnoser on one bundle folder and print its findings (no scoring)."""
     from diageval.bundle.model import BundleError
-    from diageval.run.private_bundle import BundleIntegrityError
-    from diageval.run.registry import DiagnoserSpecError
     from diageval.run.single import diagnose_bundle, format_diagnosis
-    from diageval.run.spec_paths import SpecPathError
-    from diageval.run.worker import WorkerStartError
 
     try:
-        attempt = diagnose_bundle(spec, bundle_dir, timeout=timeout, cases_dir=cases_dir, allow_network=allow_network,
-                                  limits=_limits(max_diagnosis_mib, max_findings))
-    except (DiagnoserSpecError, BundleError, BundleIntegrityError, SpecPathError, WorkerStartError) as err:
+        attempt = diagnose_bundle(spec, bundle_dir, _host_policy(cases_dir=cases_dir, **host))  # type: ignore[arg-type]
+    except BundleError as err:
         raise click.ClickException(str(err))
     if attempt.diagnosis is None:
         raise click.ClickException(f"{attempt.status}: {attempt.error}")
@@ -540,46 +575,31 @@ def diagnose_cmd(spec: str, bundle_dir: Path, timeout: float, cases_dir: Path | 
 @click.option("--run-id", default=None, help="Run folder name (default: <diagnoser>-<case-set hash>; rerunning resumes).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
               help="Cases diagnosed at once (evidence is always prepared one case at a time).")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_TIMEOUT_S, show_default=True,
-              help="Seconds the diagnoser may take per case.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@NETWORK_OPTION
-@limit_options
 @click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder with recorded cases' trace files (default: $DIAGEVAL_DATA, else the user cache folder "
                    "`diageval data fetch` fills, then ../shared/real-traces).")
+@host_options
 def run_cmd(spec: str, cases_dir: Path | None, case_ids: tuple[str, ...], tags: tuple[str, ...], out_dir: Path | None,
-            run_id: str | None, jobs: int, timeout: float, device: str, allow_network: bool, max_diagnosis_mib: float,
-            max_findings: int, data_dir: Path | None) -> None:
+            run_id: str | None, jobs: int, device: str, data_dir: Path | None, **host: object) -> None:
     """Run a diagnoser on the cases (recording evidence as needed), score it, and save runs/<run_id>/."""
     import functools
 
     from diageval.cases.load import CaseLoadError, load_case_set
-    from diageval.paths import default_cases_dir
     from diageval.recording.fetch import fetch_command
     from diageval.recording.prepare import prepare_evidence
     from diageval.reports.run_outcome import format_run_outcome
-    from diageval.run.pipeline import RunError, run_diagnoser, sigterm_as_interrupt
-    from diageval.run.registry import DiagnoserSpecError
-    from diageval.run.spec_paths import SpecPathError
-    from diageval.run.store import RunFolderConflict
-    from diageval.run.worker import WorkerStartError
+    from diageval.run.pipeline import RunOptions, run_diagnoser, sigterm_as_interrupt
 
     try:
         case_set = load_case_set(cases_dir)
-        with sigterm_as_interrupt():
-            outcome = run_diagnoser(
-                spec, case_set, cases_dir=cases_dir or default_cases_dir(), case_ids=case_ids, tags=tags,
-                out_dir=out_dir, run_id=run_id, jobs=jobs, timeout=timeout, device=device,  # type: ignore[arg-type]
-                allow_network=allow_network, limits=_limits(max_diagnosis_mib, max_findings),
-                evidence_fn=functools.partial(prepare_evidence, data_dir=data_dir),
-            )
-    except KeyboardInterrupt:
-        sys.exit(130)
     except CaseLoadError as err:
         raise click.ClickException(f"the corpus has invalid cases (run `diageval cases validate`):\n{err}")
-    except (DiagnoserSpecError, RunError, RunFolderConflict, SpecPathError, WorkerStartError) as err:
-        raise click.ClickException(str(err))
+    options = RunOptions(case_ids=case_ids, tags=tags, cases_dir=cases_dir, out_dir=out_dir, run_id=run_id, jobs=jobs,
+                         device=device)  # type: ignore[arg-type]
+    with sigterm_as_interrupt():
+        outcome = run_diagnoser(spec, case_set, options, _host_policy(**host),  # type: ignore[arg-type]
+                                evidence_fn=functools.partial(prepare_evidence, data_dir=data_dir))
     click.echo(format_run_outcome(outcome, fetch_command=fetch_command(data=data_dir, cases=cases_dir)))
 
 

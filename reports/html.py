@@ -35,7 +35,7 @@ from diageval.reports.html_data import (
     case_groups,
     misleading_rate,
 )
-from diageval.reports.leaderboard import marks
+from diageval.reports.leaderboard import is_ranked, marks
 from diageval.scoring.metrics import BOARD, HEADLINE, METRICS, MetricValue
 from diageval.scoring.results import MISLEADING_VERDICTS
 from diageval.scoring.summary import DETECTION_MIN_CASES, DETECTION_RECALL
@@ -81,7 +81,7 @@ def leaderboard(inputs: ReportInputs, columns: list[Column]) -> list[dict]:
     rows, rank = [], 0
     for run in inputs.runs:
         s = run.summary
-        ranked = not s.diagnoser.self_test
+        ranked = is_ranked(s.diagnoser)
         rank += ranked
         rows.append({
             "rank": rank if ranked else None,

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from diageval.cases.load import CaseLoadError, CaseSet, load_case_set
 from diageval.diagnosis import Diagnosis, DiagnosisParseError, read_diagnosis_file
-from diageval.reports.leaderboard import check_comparable, rank_key
+from diageval.reports.leaderboard import check_comparable, is_ranked, rank_key
 from diageval.reports.report import ReportError
 from diageval.run.store import LoadedRun, RunInfo, RunReadError, RunStore
 from diageval.scoring.metrics import METRICS, MetricValue, compute_metrics
@@ -107,8 +107,8 @@ def read_run(run_dir: Path) -> ReportRun:
 
 def order_runs(runs: list[ReportRun]) -> list[ReportRun]:
     """The markdown leaderboard's order: ranked runs by its rank key, then self-tests by name."""
-    ranked = sorted((r for r in runs if not r.summary.diagnoser.self_test), key=lambda r: rank_key(r.summary))
-    unranked = sorted((r for r in runs if r.summary.diagnoser.self_test), key=lambda r: r.name)
+    ranked = sorted((r for r in runs if is_ranked(r.summary.diagnoser)), key=lambda r: rank_key(r.summary))
+    unranked = sorted((r for r in runs if not is_ranked(r.summary.diagnoser)), key=lambda r: r.name)
     return ranked + unranked
 
 

@@ -76,6 +76,12 @@ def rank_key(s: Summary) -> tuple:
     return (*key, s.diagnoser.name)
 
 
+def is_ranked(d: DiagnoserInfo) -> bool:
+    """Whether a run takes a rank: not a self-test (oracle reads the labels) and not run without a sandbox
+    (``--no-sandbox``: the diagnoser could read the labels, so its score says nothing of it)."""
+    return not d.self_test and d.isolation != "none"
+
+
 def marks(d: DiagnoserInfo) -> list[str]:
     """What a reader must see next to a diagnoser's name."""
     return [mark for mark, on in (("self-test", d.self_test), ("reference", d.reference),
@@ -104,8 +110,8 @@ def _detection_cell(s: Summary, category: str) -> str:
 def render_leaderboard(summaries: list[Summary]) -> str:
     """Markdown leaderboard of runs on one case set; raises :class:`LeaderboardError` otherwise."""
     check_comparable(summaries)
-    ranked = sorted((s for s in summaries if not s.diagnoser.self_test), key=rank_key)
-    unranked = sorted((s for s in summaries if s.diagnoser.self_test), key=lambda s: s.diagnoser.name)
+    ranked = sorted((s for s in summaries if is_ranked(s.diagnoser)), key=rank_key)
+    unranked = sorted((s for s in summaries if not is_ranked(s.diagnoser)), key=lambda s: s.diagnoser.name)
     rows = [_row(s, str(i)) for i, s in enumerate(ranked, 1)] + [_row(s, "–") for s in unranked]
 
     categories = sorted({c for s in summaries for c in s.by_category})

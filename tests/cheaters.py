@@ -227,11 +227,57 @@ def route_daemon(bundle: Path, out: Path) -> str | None:
     return None
 
 
+EXTRA: list[str] = []  # further words of the command line: paths a route was told to read
+
+
+def count_my_calls() -> int:
+    """How many cases this diagnoser has seen before this one, kept in files that outlive a case if the box
+    lets them (its output folder's parent, /tmp)."""
+    seen = 0
+    for counter in (Path("/box/out/.calls"), Path("/tmp/.calls"), Path.cwd().parent / ".calls"):
+        try:
+            seen = max(seen, int(counter.read_text()))
+        except (OSError, ValueError):
+            pass
+    for counter in (Path("/box/out/.calls"), Path("/tmp/.calls"), Path.cwd().parent / ".calls"):
+        try:
+            counter.write_text(str(seen + 1))
+        except OSError:
+            pass
+    return seen
+
+
+def route_log(bundle: Path, out: Path) -> str | None:
+    """The harness's progress log (issue 25): ``evidence [i/N] <case-id> ready`` lines come in the order the
+    cases are then diagnosed; counting one's own calls names the case. The log is found through the paths
+    the command line names (``/proc/self/fd/2``, the log file, its folder)."""
+    texts = []
+    for word in EXTRA:
+        p = Path(word)
+        files = [f for f in p.iterdir() if f.is_file()] if p.is_dir() else [p]
+        for f in files:
+            try:
+                texts.append(f.read_text(errors="replace"))
+            except OSError:
+                pass
+    order = re.findall(r"^evidence\s+\[\s*\d+/\d+\]\s+(\S+)\s+ready", "\n".join(texts), flags=re.M)
+    if not order:
+        return None
+    n = count_my_calls()
+    return order[n] if n < len(order) else None
+
+
+def route_own_folder(bundle: Path, out: Path) -> str | None:
+    """A bundle cache copied beside the script (issue 25: the box bound a script's whole folder)."""
+    return case_from_caches([HERE, HERE / "cache", *HERE.parents[:2]], bundle)
+
+
 ROUTES = {name[len("route_"):]: fn for name, fn in dict(globals()).items() if name.startswith("route_")}
 
 
 def main() -> None:
     route, bundle, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+    EXTRA[:] = sys.argv[4:]
     case_id = ROUTES[route](bundle, out)
     out.write_text(json.dumps(claim(case_id)))
 
@@ -323,6 +369,17 @@ class CacheKeyCheater:
 
     def diagnose(self, bundle):
         return claim(self.keys.get(bundle.root.name) or self.keys.get(bundle.bundle_id))
+
+
+class FolderCheater:
+    """A cache copied beside its module or into any folder on its ``sys.path`` (a ``PYTHONPATH`` entry)."""
+
+    name = "cheat-folder"
+    version = "1"
+
+    def diagnose(self, bundle):
+        roots = [HERE, HERE / "cache"] + [Path(p) for p in sys.path if p and not p.startswith(("/usr", sys.prefix))]
+        return claim(case_from_caches(roots, bundle.root))
 
 
 class ProcCheater:

@@ -119,3 +119,31 @@ class FakeEvidence:
             verification = FakeVerification(manifested=case.id not in self.not_manifested)
         sha = hashlib.sha256((bundle_dir / "bundle.json").read_bytes()).hexdigest()
         return FakePrepared(case.id, bundle_dir, bundle_id, sha, verification)
+
+
+RUN_OPTION_KEYS = ("case_ids", "tags", "cases_dir", "out_dir", "run_id", "jobs", "device", "seed")
+INJECTED_KEYS = ("evidence_fn", "cuda_device_count", "progress")
+
+
+def run_with(spec: str, case_set: CaseSet, **kw):
+    """``run_diagnoser`` with one flat set of keywords, as tests write them: the run's options
+    (:class:`RunOptions` fields), the host policy's (``timeout`` = ``timeout_s``, ``isolation="none"`` =
+    ``sandbox=False``, ``limits`` = ``output``, ``allow_network``, ``box``, ``pass_env``) and the stand-ins
+    (``evidence_fn``, ``cuda_device_count``, ``progress``)."""
+    from diageval.hosting import HostPolicy
+    from diageval.run.pipeline import RunOptions, run_diagnoser
+
+    options = {k: kw.pop(k) for k in RUN_OPTION_KEYS if k in kw}
+    for k in ("case_ids", "tags"):
+        if k in options:
+            options[k] = tuple(options[k])
+    injected = {k: kw.pop(k) for k in INJECTED_KEYS if k in kw}
+    policy = {}
+    if "timeout" in kw:
+        policy["timeout_s"] = kw.pop("timeout")
+    if kw.pop("isolation", "auto") == "none":
+        policy["sandbox"] = False
+    if "limits" in kw:
+        policy["output"] = kw.pop("limits")
+    policy.update(kw)  # allow_network, box, pass_env: an unknown key fails in HostPolicy
+    return run_diagnoser(spec, case_set, RunOptions(**options), HostPolicy(**policy), **injected)

@@ -28,8 +28,9 @@ from diageval.cases.load import load_case_set
 from diageval.fileio import append_jsonl
 from diageval.recording.cache import bundles_root, cache_key, recording_code_version, write_truth
 from diageval.recording.truth import TruthRecord
-from diageval.run.pipeline import diagnosis_order, run_diagnoser
-from diageval.run.sandbox import probe
+from diageval.run.pipeline import diagnosis_order
+from run_fakes import run_with
+from diageval.hosting.sandbox import probe
 from diageval.run.store import RunStore
 
 pytestmark = pytest.mark.skipif(probe() is not None, reason=f"no sandbox can start here: {probe()}")
@@ -74,6 +75,9 @@ def arena(tmp_path_factory):
         for lc in case_set.cases
     }
     (cheats / "labels.json").write_text(json.dumps(labels))
+    # A real cheater carries the public labels in its own code (a box shows only the file a spec names):
+    with open(cheats / "cheaters.py", "a") as fh:
+        fh.write(f"\nLABELS = json.loads({json.dumps(labels)!r})\n")
     evidence = CacheEvidence(home)
     sys.path.insert(0, str(cheats))
     try:
@@ -95,8 +99,8 @@ CASES = ["straggler-rank1", "starved-loader-mlp", "mlp-ddp-healthy", "slow-first
 
 def run(arena, spec: str, run_id: str, **kw):
     kw.setdefault("case_ids", CASES)
-    return run_diagnoser(spec, arena["case_set"], cases_dir=None, out_dir=arena["root"] / "runs", run_id=run_id,
-                         evidence_fn=arena["evidence"], timeout=60, progress=None, **kw)
+    return run_with(spec, arena["case_set"], cases_dir=None, out_dir=arena["root"] / "runs", run_id=run_id,
+                    evidence_fn=arena["evidence"], timeout=60, progress=None, pass_env=("CHEATER_SCOPE", "CHEATER_MARKER"), **kw)
 
 
 def assert_scores_like_null(outcome):
@@ -217,3 +221,97 @@ def test_a_detached_process_ends_with_its_case(arena, null_run):
             pass
     assert alive == []
 
+
+
+# --- issue 25: the harness's own log, whole folders, no sandbox ----------------------------------------
+
+
+RUNNER = """
+import sys
+sys.path[:0] = [{tests!r}, {cheats!r}]
+from pathlib import Path
+from test_adversaries import CacheEvidence
+from run_fakes import run_with
+from diageval.cases.load import load_case_set
+run_with({spec!r}, load_case_set(), case_ids={cases!r}, out_dir=Path({runs!r}), run_id={run_id!r}, timeout=60, seed=7,
+         evidence_fn=CacheEvidence(Path({home!r})), progress="stderr")
+"""
+
+
+def _run_logged(arena, spec: str, run_id: str, log: Path) -> subprocess.CompletedProcess:
+    """A run in its own process whose stderr (the progress lines, naming each case) goes to ``log``, as
+    `diageval run ... 2> log` writes it."""
+    script = RUNNER.format(tests=str(HERE), cheats=str(arena["cheats"]), spec=spec, cases=CASES, run_id=run_id,
+                           runs=str(arena["root"] / "runs"), home=str(arena["home"]))
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "DIAGEVAL_HOME": str(arena["home"])}
+    with open(log, "w") as fh:
+        return subprocess.run([sys.executable, "-c", script], stderr=fh, stdout=subprocess.PIPE, text=True, env=env,
+                              timeout=300)
+
+
+def test_the_progress_log_cheater_finds_the_case_where_nothing_stops_it(arena, tmp_path, monkeypatch):
+    log = tmp_path / "run.log"
+    log.write_text("evidence [1/2] mlp-ddp-healthy  ready\nevidence [2/2] straggler-rank1  ready\n")
+    out = tmp_path / "output.json"
+    monkeypatch.chdir(tmp_path)
+    for expected in ("mlp-ddp-healthy", "straggler-rank1"):
+        subprocess.run([sys.executable, str(arena["cheats"] / "cheaters.py"), "log", str(tmp_path), str(out), str(log)],
+                       check=True, cwd=tmp_path)
+        claimed = json.loads(out.read_text())["findings"]
+        assert claimed == [] if expected == "mlp-ddp-healthy" else [f["category"] for f in claimed] == ["compute.straggler_rank"]
+
+
+def test_the_progress_log_route_scores_like_null_or_is_refused(arena, null_run, tmp_path):
+    """The harness's stderr as /proc/self/fd/2 is the box's own; named directly or by its folder it is refused."""
+    log = tmp_path / "logs" / "run.log"
+    cheat = f"{sys.executable} {arena['cheats'] / 'cheaters.py'} log {{bundle}} {{out}}"
+    done = _run_logged(arena, f"cmd:{cheat} /proc/self/fd/2", "cheat-log-fd", log)
+    assert done.returncode == 0, log.read_text()[-2000:]
+    assert "evidence [" in log.read_text()  # the log did name the cases
+    outcome_dir = arena["root"] / "runs" / "cheat-log-fd"
+    results = RunStore(outcome_dir).read_results()
+    assert [r.status for r in results if r.status not in ("ok", "abstained")] == []
+    assert [(r.case_id, v.category) for r in results for v in r.verdicts if v.credited] == []
+    for named, run_id in ((log, "cheat-log-file"), (log.parent, "cheat-log-folder")):
+        done = _run_logged(arena, f"cmd:{cheat} {named}", run_id, log)
+        assert done.returncode != 0 and "writes its output" in log.read_text(), log.read_text()[-2000:]
+        assert not (arena["root"] / "runs" / run_id / "results.jsonl").exists()  # refused before anything ran
+
+
+def test_a_cache_copied_beside_the_cheater_stays_out_of_the_box(arena, null_run):
+    """Issue 25: the box bound the folder of a cmd: script or a module, and every PYTHONPATH folder."""
+    cache = arena["cheats"] / "cache"
+    if not cache.exists():
+        shutil.copytree(arena["home"] / "bundles", cache)
+    from cheaters import FolderCheater
+
+    from diageval.bundle.model import EvidenceBundle
+
+    lc = arena["case_set"].get("straggler-rank1")
+    bundle = EvidenceBundle.open(arena["evidence"](lc).bundle_dir)
+    assert [f["category"] for f in FolderCheater().diagnose(bundle)["findings"]] == ["compute.straggler_rank"]
+    spec = f"cmd:python {arena['cheats'] / 'cheaters.py'} own_folder {{bundle}} {{out}}"
+    assert_scores_like_null(run(arena, spec, "cheat-own-folder"))
+    assert_scores_like_null(run(arena, "cheaters:FolderCheater", "cheat-folder-module"))
+    from diageval.hosting import SpecPathError
+
+    with pytest.raises(SpecPathError, match="truth file"):
+        run(arena, f"cmd:python {arena['cheats'] / 'cheaters.py'} own_folder {{bundle}} {{out}} {cache}", "cheat-named")
+
+
+def test_without_a_sandbox_nothing_runs_unless_asked_and_then_it_is_never_ranked(arena, null_run, monkeypatch):
+    """Issue 25's no-bwrap route: the run failed open (isolation none) and the cheater ranked first."""
+    from diageval.hosting import SandboxUnavailable
+    from diageval.hosting import sandbox
+    from diageval.reports.leaderboard import render_leaderboard
+
+    monkeypatch.setattr(sandbox, "probe", lambda: "bubblewrap (bwrap) is not installed")
+    with pytest.raises(SandboxUnavailable, match="--no-sandbox"):
+        run(arena, "cheaters:FolderCheater", "cheat-no-box")
+    assert not (arena["root"] / "runs" / "cheat-no-box").exists()
+    open_run = run(arena, "cheaters:FolderCheater", "cheat-no-box", isolation="none")
+    assert open_run.info.isolation == "none"
+    board = render_leaderboard([null_run.summary, open_run.summary])
+    row = next(line for line in board.splitlines() if "cheat-folder" in line)
+    assert row.startswith("| –") and "no sandbox" in row  # listed, never ranked

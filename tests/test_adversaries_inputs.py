@@ -17,7 +17,7 @@ from test_case_validation import HEALTHY  # the one minimal valid case file of t
 from diageval.cli import main
 from diageval.diagnosis import DiagnosisLimits
 from diageval.run.grade import RescoreError, rescore_run
-from diageval.run.pipeline import run_diagnoser
+from run_fakes import run_with
 from diageval.run.store import RunFolderLocked, RunReadError, RunStore
 
 
@@ -108,7 +108,7 @@ def test_diagnoses_over_the_limits_are_invalid_output_with_the_reason(tmp_path, 
         spec = "emitter_mod:Emitter"
         script.pop("e3-deep")  # a Python object cannot be nested that deep to begin with
     case_set = make_case_set([make_case(c) for c in script])
-    out = run_diagnoser(spec, case_set, cases_dir=tmp_path / "cases", out_dir=tmp_path / "runs", progress=None,
+    out = run_with(spec, case_set, cases_dir=tmp_path / "cases", out_dir=tmp_path / "runs", progress=None,
                         evidence_fn=FakeEvidence(tmp_path / "bundles", log_text=script), cuda_device_count=lambda: 0,
                         limits=DiagnosisLimits(max_bytes=1 << 20, max_findings=1000), timeout=60)
     rows = {r.case_id: r for r in RunStore(out.run_dir).read_results()}
@@ -129,9 +129,9 @@ def test_a_second_run_into_a_locked_folder_names_the_holder(tmp_path):
     store = RunStore(tmp_path / "runs" / "locked")
     with store.lock():
         with pytest.raises(RunFolderLocked, match=f"locked by pid {os.getpid()}"):
-            run_diagnoser("null", case_set, cases_dir=tmp_path, out_dir=tmp_path / "runs", run_id="locked", progress=None,
+            run_with("null", case_set, cases_dir=tmp_path, out_dir=tmp_path / "runs", run_id="locked", progress=None,
                           evidence_fn=FakeEvidence(tmp_path / "bundles"), cuda_device_count=lambda: 0)
-    out = run_diagnoser("null", case_set, cases_dir=tmp_path, out_dir=tmp_path / "runs", run_id="locked", progress=None,
+    out = run_with("null", case_set, cases_dir=tmp_path, out_dir=tmp_path / "runs", run_id="locked", progress=None,
                         evidence_fn=FakeEvidence(tmp_path / "bundles"), cuda_device_count=lambda: 0)
     assert out.info.status == "complete"
 
@@ -140,7 +140,7 @@ def test_a_torn_results_line_is_reported_then_set_aside_and_its_case_run_again(t
     case_set = make_case_set([make_case("t1"), make_case("t2")])
     kw = dict(cases_dir=tmp_path, out_dir=tmp_path / "runs", run_id="torn", progress=None,
               evidence_fn=FakeEvidence(tmp_path / "bundles"), cuda_device_count=lambda: 0)
-    out = run_diagnoser("null", case_set, **kw)
+    out = run_with("null", case_set, **kw)
     store = RunStore(out.run_dir)
     lines = store.results_path.read_text().splitlines(keepends=True)
     store.results_path.write_text(lines[0] + lines[1][:40])  # killed mid-append
@@ -148,17 +148,18 @@ def test_a_torn_results_line_is_reported_then_set_aside_and_its_case_run_again(t
         store.read_results()
     with pytest.raises(RescoreError, match=r"results.jsonl: line 2 is torn"):  # `diageval score` says the same
         rescore_run(out.run_dir, case_set=case_set)
-    out = run_diagnoser("null", case_set, **kw)
+    out = run_with("null", case_set, **kw)
     assert sorted(r.case_id for r in store.read_results()) == ["t1", "t2"]
     assert (out.run_dir / "results.jsonl.torn-1").read_text() == lines[1][:40] + "\n"
 
 
 def test_run_json_and_the_summary_say_what_isolation_the_run_had(tmp_path):
     case_set = make_case_set([make_case("i1")])
-    out = run_diagnoser("null", case_set, cases_dir=tmp_path, out_dir=tmp_path / "runs", progress=None, isolation="none",
+    out = run_with("null", case_set, cases_dir=tmp_path, out_dir=tmp_path / "runs", progress=None, isolation="none",
                         evidence_fn=FakeEvidence(tmp_path / "bundles"), cuda_device_count=lambda: 0)
     info = json.loads((out.run_dir / "run.json").read_text())
-    assert info["isolation"] == "none" and info["isolation_note"] == "turned off for this run"
+    assert info["isolation"] == "none" and info["isolation_note"] == "turned off for this run (--no-sandbox)"
+    assert "processes" in info["box_limits"] and "memory" in info["box_limits"]
     assert json.loads((out.run_dir / "summary.json").read_text())["diagnoser"]["isolation"] == "none"
 
 
@@ -185,12 +186,12 @@ def test_a_changed_cached_bundle_is_a_harness_error_naming_the_file_and_is_recor
 
     kw = dict(cases_dir=tmp_path, out_dir=tmp_path / "runs", run_id="damaged", progress=None,
               evidence_fn=Recording(tmp_path / "bundles"), cuda_device_count=lambda: 0)
-    out = run_diagnoser("null", case_set, **kw)
+    out = run_with("null", case_set, **kw)
     rows = {r.case_id: r for r in RunStore(out.run_dir).read_results()}
     assert rows["c1"].status == "ok"
     assert rows["c2"].status == "harness_error" and "steps.jsonl: size or sha256 differs from bundle.json" in rows["c2"].error
     assert ("c2", True) in recorded  # the cache entry was recorded again
-    out = run_diagnoser("null", case_set, **kw)  # resuming retries the harness error, on the fresh bundle
+    out = run_with("null", case_set, **kw)  # resuming retries the harness error, on the fresh bundle
     assert {r.case_id: r.status for r in RunStore(out.run_dir).read_results()} == {"c1": "ok", "c2": "ok"}
 
 
@@ -203,7 +204,7 @@ def test_a_bundle_with_a_symlink_pointing_outside_is_refused(tmp_path):
     log = folder / "logs" / "rank0.log"
     log.unlink()
     log.symlink_to(secret)
-    out = run_diagnoser("null", case_set, cases_dir=tmp_path, out_dir=tmp_path / "runs", progress=None,
+    out = run_with("null", case_set, cases_dir=tmp_path, out_dir=tmp_path / "runs", progress=None,
                         evidence_fn=evidence, cuda_device_count=lambda: 0)
     [row] = RunStore(out.run_dir).read_results()
     assert row.status == "harness_error" and "logs/rank0.log is a symlink" in row.error

@@ -138,6 +138,60 @@ def test_grading_never_imports_the_runner():
     assert "diageval.run.pipeline" not in GRAPH["diageval.run.grade"]
 
 
+def test_nothing_outside_hosting_imports_past_its_face():
+    """The trust boundary has one face (``diageval.hosting``'s ``__init__``): a module elsewhere that reached
+    into ``diageval.hosting.sandbox`` or ``.worker`` could host a diagnoser around the policy."""
+    bad = [f"{m} imports {d}" for m, deps in GRAPH.items() if not m.startswith("diageval.hosting")
+           for d in sorted(deps) if d.startswith("diageval.hosting.")]
+    assert bad == []
+
+
+def test_hosting_imports_nothing_of_the_run_scoring_or_reports():
+    """Hosting knows diagnosers only by their protocol (``diageval.diagnosers.base``, in the worker)."""
+    forbidden = ("diageval.run", "diageval.scoring", "diageval.reports", "diageval.diagnosers")
+    allowed = lambda d: d == "diageval.diagnosers.base" or not d.startswith(forbidden)  # noqa: E731
+    assert _violations("diageval.hosting", allowed) == []
+
+
+def test_user_facing_errors_share_one_base():
+    """Every exception class of the harness, scoring and reports derives from ``DiagevalError`` (the CLI maps
+    it to an exit code in one place). The diagnosers' own signals (``DiagnoserUnavailable``, ``DiagnoserFailed``)
+    never reach a person: the worker turns them into a case's status."""
+    import inspect
+
+    from diageval.errors import DiagevalError
+
+    stray = []
+    for m in MODULES:
+        if m.startswith("diageval.diagnosers") or m.endswith("__main__") or m.endswith("worker_process"):
+            continue
+        tree = ast.parse(MODULES[m].read_text(encoding="utf-8"))
+        names = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
+        if not names:
+            continue
+        mod = __import__(m, fromlist=["_"])
+        for name in names:
+            obj = getattr(mod, name)
+            if inspect.isclass(obj) and issubclass(obj, BaseException) and not issubclass(obj, DiagevalError):
+                stray.append(f"{m}.{name}")
+    assert stray == []
+
+
+def test_architecture_doc_names_real_modules_and_every_room():
+    """docs/architecture.md is the living design: every module path it names exists, every room is in its table."""
+    import re
+
+    doc = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`((?:harness|diagnosers|scoring|reports)/[\w/]+\.py)`", doc))
+    named |= {f"harness/{room}/{f}" for room, files in re.findall(r"`harness/(\w+)/`[^|]*\|[^|]*\|([^|]*)\|", doc)
+              for f in re.findall(r"`(\w+\.py)`", files)}
+    assert named, "the doc names no module"
+    missing = sorted(n for n in named if not (REPO / n).is_file())
+    assert missing == []
+    rooms = {p.name for p in (REPO / "harness").iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    assert sorted(r for r in rooms if f"`harness/{r}/`" not in doc) == []
+
+
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("diageval.scoring")))
 def test_scoring_does_no_file_io(module):
     tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
@@ -167,10 +221,10 @@ def test_module_sizes_are_explained():
 def test_rooms_are_folders():
     """Each stage of the flow is a folder of its own; the package top holds only shared foundations."""
     top = sorted(m for m in MODULES if m.count(".") == 1 and _room(m) in {p.stem for p in (REPO / "harness").glob("*.py")})
-    assert set(top) <= {"diageval.cli", "diageval.__main__", "diageval.diagnosis", "diageval.fileio",
+    assert set(top) <= {"diageval.cli", "diageval.__main__", "diageval.diagnosis", "diageval.fileio", "diageval.errors",
                         "diageval.paths", "diageval.validation", "diageval.progress"}, top
     rooms = defaultdict(int)
     for m in MODULES:
         rooms[_room(m)] += 1
-    for room in ("cases", "bundle", "recording", "run", "diagnosers", "scoring", "reports"):
+    for room in ("cases", "bundle", "recording", "hosting", "run", "diagnosers", "scoring", "reports"):
         assert rooms[room] > 1, room

@@ -131,11 +131,11 @@ def test_the_run_and_its_leaderboard_list_cuda_cases_as_skipped(tmp_path):
     from run_fakes import FakeEvidence, make_case, make_case_set
 
     from diageval.reports.report import report_runs
-    from diageval.run.pipeline import run_diagnoser
+    from run_fakes import run_with
 
     cuda = make_case("g1-gpu", expect="healthy").model_copy(
         update={"requires": make_case("x").requires.model_copy(update={"device": "cuda"})})
-    out = run_diagnoser("null", make_case_set([cuda, make_case("c1", expect="healthy")]), cases_dir=tmp_path,
+    out = run_with("null", make_case_set([cuda, make_case("c1", expect="healthy")]), cases_dir=tmp_path,
                         out_dir=tmp_path / "runs", evidence_fn=FakeEvidence(tmp_path / "bundles"), progress=None,
                         cuda_device_count=lambda: 0, isolation="none")
     assert [r.case_id for r in out.results] == ["c1"]

@@ -6,8 +6,8 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from diageval.run import registry
-from diageval.run.registry import DiagnoserSpecError, list_diagnosers, resolve_diagnoser
+from diageval.hosting import registry
+from diageval.hosting.registry import DiagnoserSpecError, list_diagnosers, resolve_diagnoser
 
 BUILT_INS = {"null", "prior", "oracle", "leak"}
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from run_fakes import write_bundle
 
-from diageval.run.sandbox import HOST_PREFIX, probe
+from diageval.hosting.sandbox import HOST_PREFIX, probe
 
 TESTS = Path(__file__).parent
 needs_bwrap = pytest.mark.skipif(probe() is not None, reason=f"no sandbox can start here: {probe()}")
@@ -81,12 +81,11 @@ RUNNER = """
 import sys
 sys.path.insert(0, {tests!r})
 from pathlib import Path
-from diageval.run.pipeline import run_diagnoser
-from run_fakes import FakeEvidence, make_case, make_case_set
+from run_fakes import FakeEvidence, make_case, make_case_set, run_with
 script = {script!r}
 case_set = make_case_set([make_case(c) for c in script])
-run_diagnoser({spec!r}, case_set, cases_dir=None, out_dir=Path({runs!r}), run_id="k", timeout=120,
-              evidence_fn=FakeEvidence(Path({bundles!r}), log_text=script), cuda_device_count=lambda: 0)
+run_with({spec!r}, case_set, cases_dir=None, out_dir=Path({runs!r}), run_id="k", timeout=120,
+         evidence_fn=FakeEvidence(Path({bundles!r}), log_text=script), cuda_device_count=lambda: 0)
 """
 
 
@@ -101,7 +100,7 @@ def test_kill9_of_run_leaves_no_process_and_the_next_start_cleans_up(tmp_path, k
     runner.write_text(textwrap.dedent(RUNNER.format(tests=str(TESTS), script=script, spec=spec, runs=str(tmp_path / "runs"),
                                                     bundles=str(tmp_path / "bundles"))))
     proc = subprocess.Popen([sys.executable, str(runner)], stderr=subprocess.PIPE)
-    target = b"sleeper.py" if kind == "cmd" else b"diageval.run.worker"
+    target = b"sleeper.py" if kind == "cmd" else b"diageval.hosting.worker"
     tree: set[int] = set()
 
     def diagnosing() -> bool:
@@ -119,7 +118,7 @@ def test_kill9_of_run_leaves_no_process_and_the_next_start_cleans_up(tmp_path, k
     _kill_and_check(proc, tree)
     assert _stale_boxes(proc.pid)  # SIGKILL: nobody could clean up
 
-    from diageval.run.sandbox import remove_stale_boxes
+    from diageval.hosting.sandbox import remove_stale_boxes
 
     remove_stale_boxes()  # what every run, diagnose and record does first
     assert not _stale_boxes(proc.pid)

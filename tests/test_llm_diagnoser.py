@@ -14,7 +14,7 @@ from synthetic_traces import build_bundle  # noqa: E402
 from diageval.bundle.model import EvidenceBundle  # noqa: E402
 from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable  # noqa: E402
 from diageval.diagnosers.llm import LLMDiagnoser, build_prompt, bundle_digest, prompt_sha256  # noqa: E402
-from diageval.run.registry import resolve_diagnoser  # noqa: E402
+from diageval.hosting.registry import resolve_diagnoser  # noqa: E402
 
 GOOD = json.dumps({"findings": [{"category": "compute.straggler_rank", "kind": "cause", "confidence": 0.7, "ranks": [1]}]})
 
@@ -88,7 +88,7 @@ def test_the_digest_fits_the_token_budget(tmp_path):
 
 
 def test_the_worker_records_an_unreadable_reply_as_invalid_output(tmp_path, bundle, monkeypatch):
-    from diageval.run.worker_process import _diagnose
+    from diageval.hosting.worker_process import _diagnose
 
     monkeypatch.chdir(tmp_path)  # the worker moves into the case folder; put the test's cwd back afterwards
 
@@ -112,13 +112,14 @@ def test_a_real_run_reaches_the_endpoint_from_inside_the_box(monkeypatch, tmp_pa
     constructed in the box, reads the taxonomy there (the corpus folder is hidden), gets its settings
     (the box drops the harness's own DIAGEVAL_* variables, not the diagnoser's) and reaches a loopback
     endpoint; its reply becomes the diagnosis."""
+    from diageval.hosting import HostPolicy
     from diageval.run.single import diagnose_bundle
 
     bundle_dir = build_bundle(tmp_path / "b")
     monkeypatch.setenv("DIAGEVAL_HOME", str(tmp_path / "home"))
     with FakeChatServer([GOOD]) as server:
         _configure(monkeypatch, server)
-        attempt = diagnose_bundle("llm", bundle_dir, timeout=60, allow_network=True)
+        attempt = diagnose_bundle("llm", bundle_dir, HostPolicy(timeout_s=60, allow_network=True))
     assert attempt.status == "ok", attempt.error
     assert [(f.category, f.ranks) for f in attempt.diagnosis.causes] == [("compute.straggler_rank", [1])]
     prompt = server.requests[0]["body"]["messages"][0]["content"]
@@ -126,12 +127,13 @@ def test_a_real_run_reaches_the_endpoint_from_inside_the_box(monkeypatch, tmp_pa
 
 
 def test_a_real_run_without_network_is_refused(monkeypatch, tmp_path):
-    from diageval.run.registry import DiagnoserSpecError
+    from diageval.hosting.registry import DiagnoserSpecError
+    from diageval.hosting import HostPolicy
     from diageval.run.single import diagnose_bundle
 
     bundle_dir = build_bundle(tmp_path / "b")
     with FakeChatServer([GOOD]) as server:
         _configure(monkeypatch, server)
         with pytest.raises(DiagnoserSpecError, match="--allow-network"):
-            diagnose_bundle("llm", bundle_dir, timeout=60)
+            diagnose_bundle("llm", bundle_dir, HostPolicy(timeout_s=60))
         assert server.requests == []

@@ -10,7 +10,7 @@ import pytest
 from synthetic_traces import StepShape, build_bundle
 
 from diageval.bundle.model import EvidenceBundle
-from diageval.run.registry import resolve_diagnoser
+from diageval.hosting.registry import resolve_diagnoser
 
 
 def _diagnoser(name):

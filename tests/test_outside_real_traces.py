@@ -9,7 +9,7 @@ from real_trace_data import real_trace_folders, real_traces_dir
 from diageval.bundle.importer import import_traces
 from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers.base import DiagnoserFailed
-from diageval.run.registry import resolve_diagnoser
+from diageval.hosting.registry import resolve_diagnoser
 
 FOLDERS = real_trace_folders()
 ADAPTERS = ["tbprofiler", "gpu-idle", "changepoint", "flightrecorder"]

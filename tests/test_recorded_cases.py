@@ -84,11 +84,11 @@ def test_absent_file_is_unavailable_and_a_changed_file_an_error_naming_it(tmp_pa
 def test_run_reports_unavailable_apart(tmp_path):
     from run_fakes import make_case_set
 
-    from diageval.run.pipeline import run_diagnoser
+    from run_fakes import run_with
     from diageval.run.store import RunStore
 
     case = Case.model_validate(_recorded("job/rank0.json.gz", "0" * 64))
-    outcome = run_diagnoser(
+    outcome = run_with(
         "null", make_case_set([case]), cases_dir=tmp_path / "cases", out_dir=tmp_path / "runs",
         evidence_fn=functools.partial(prepare_evidence, data_dir=tmp_path / "none", cache_dir=tmp_path / "cache"),
         progress=None, cuda_device_count=lambda: 0,

@@ -10,7 +10,7 @@ from diageval.cases.load import load_case_set
 from diageval.cases.taxonomy import load_taxonomy
 from diageval.diagnosers.reference import LeakDiagnoser, NullDiagnoser, OracleDiagnoser, PriorDiagnoser
 from diageval.recording.faults import FAULTS
-from diageval.run.corpus import PublicVocabulary, ReferenceCorpus
+from diageval.hosting.corpus import PublicVocabulary, ReferenceCorpus
 
 
 @pytest.fixture

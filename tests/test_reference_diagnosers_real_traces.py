@@ -11,7 +11,7 @@ from diageval.bundle.model import EvidenceBundle
 from diageval.cases.load import load_case_set
 from diageval.diagnosers.reference import LeakDiagnoser, NullDiagnoser, OracleDiagnoser, PriorDiagnoser
 from diageval.paths import real_traces_dir
-from diageval.run.corpus import PublicVocabulary, ReferenceCorpus
+from diageval.hosting.corpus import PublicVocabulary, ReferenceCorpus
 
 REAL_TRACES = real_traces_dir() / "hta"
 if not REAL_TRACES.is_dir():

@@ -14,9 +14,10 @@ import pytest
 from run_fakes import FakeEvidence, make_case, make_case_set
 
 from diageval.run.grade import RescoreError, rescore_run
-from diageval.run.pipeline import RunError, diagnosis_order, run_diagnoser
+from diageval.run.pipeline import RunError, diagnosis_order
+from run_fakes import run_with
 from diageval.run.store import RunFolderConflict, RunStore
-from diageval.run.worker import WorkerStartError
+from diageval.hosting.worker import WorkerStartError
 
 TESTS = Path(__file__).parent
 CMD = f"cmd:{sys.executable} {TESTS / 'fake_cmd_diagnoser.py'} {{bundle}} {{out}}"
@@ -24,7 +25,8 @@ CMD = f"cmd:{sys.executable} {TESTS / 'fake_cmd_diagnoser.py'} {{bundle}} {{out}
 
 def _run(spec, case_set, tmp_path, evidence, **kw):
     kw.setdefault("timeout", 2.0)
-    return run_diagnoser(
+    kw.setdefault("pass_env", ("FAKE_DIAGNOSER_CALLS",))  # the fakes' call log: named, as the allowlist asks
+    return run_with(
         spec, case_set, cases_dir=tmp_path / "cases", out_dir=tmp_path / "runs",
         evidence_fn=evidence, progress=None, cuda_device_count=lambda: 0, **kw,
     )
@@ -158,11 +160,10 @@ def test_a_killed_run_is_interrupted_consistently_and_resumes(tmp_path, calls, s
         signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.path.insert(0, {str(TESTS)!r})
         from pathlib import Path
-        from diageval.run.pipeline import run_diagnoser
-        from run_fakes import FakeEvidence, make_case, make_case_set
+        from run_fakes import FakeEvidence, make_case, make_case_set, run_with
         script = {script!r}
         case_set = make_case_set([make_case(c) for c in script])
-        run_diagnoser({spec!r}, case_set, cases_dir=Path("cases"), isolation="none", seed={seed},
+        run_with({spec!r}, case_set, cases_dir=Path("cases"), isolation="none", seed={seed},
                       out_dir=Path({str(tmp_path / 'runs')!r}), run_id="killed", timeout=60,
                       evidence_fn=FakeEvidence(Path({str(tmp_path / 'bundles')!r}), log_text=script),
                       cuda_device_count=lambda: 0)
@@ -220,7 +221,7 @@ def test_cuda_cases_are_skipped_with_a_note_without_cuda(tmp_path):
     with pytest.raises(RunError, match="no CUDA"):
         _run("null", case_set, tmp_path, FakeEvidence(tmp_path / "bundles"), device="cuda")
     # One GPU: every 2-rank case is skipped under --device cuda (one device per rank), none fails.
-    out = run_diagnoser("null", case_set, cases_dir=tmp_path, out_dir=tmp_path / "runs1", device="cuda",
+    out = run_with("null", case_set, cases_dir=tmp_path, out_dir=tmp_path / "runs1", device="cuda",
                         evidence_fn=FakeEvidence(tmp_path / "bundles"), progress=None, cuda_device_count=lambda: 1)
     assert sorted(s.case_id for s in out.info.skipped) == ["g1-gpu", "g2-cpu"] and out.results == []
 
@@ -278,7 +279,7 @@ def test_rescoring_names_a_damaged_saved_diagnosis(tmp_path):
 
 
 def test_a_diagnoser_that_needs_the_network_is_refused_without_allow_network(tmp_path):
-    from diageval.run.registry import DiagnoserSpecError
+    from diageval.hosting.registry import DiagnoserSpecError
 
     case_set = make_case_set([make_case("n1")])
     evidence = FakeEvidence(tmp_path / "bundles")

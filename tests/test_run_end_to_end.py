@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from diageval.cases.load import load_case_set
-from diageval.run.pipeline import run_diagnoser
+from run_fakes import run_with
 from diageval.run.store import RunStore
 
 CASES = ["mlp-ddp-healthy", "starved-loader-mlp"]
@@ -21,7 +21,7 @@ def test_reference_diagnosers_on_real_bundles(tmp_path, monkeypatch):
         pytest.skip(f"the corpus lacks {sorted(set(CASES) - present)}")
 
     def run(spec):
-        return run_diagnoser(spec, case_set, cases_dir=tmp_path, case_ids=CASES,
+        return run_with(spec, case_set, cases_dir=tmp_path, case_ids=CASES,
                              out_dir=tmp_path / "runs", device="cpu", timeout=120, progress=None)
 
     oracle = run("oracle")

@@ -12,11 +12,11 @@ import pytest
 from run_fakes import write_bundle
 
 from diageval.fileio import owned_temp_dir, remove_stale_temp_dirs
-from diageval.run.box_policy import HiddenRoots
-from diageval.run.case_box import close_case, open_case, read_output
-from diageval.run.private_bundle import BundleIntegrityError, private_copy, remove_copy
-from diageval.run.sandbox import BOX_IN, Box, SandboxPolicy, probe, readable_paths, scrubbed_env
-from diageval.run.spec_paths import SpecPathError, spec_paths
+from diageval.hosting.box_policy import HiddenRoots
+from diageval.hosting.case_box import close_case, open_case, read_output
+from diageval.hosting.private_bundle import BundleIntegrityError, private_copy, remove_copy
+from diageval.hosting.sandbox import BOX_IN, Box, SandboxPolicy, probe, readable_paths, scrubbed_env
+from diageval.hosting.spec_paths import SpecPathError, spec_paths
 
 needs_bwrap = pytest.mark.skipif(probe() is not None, reason=f"no sandbox here: {probe()}")
 
@@ -84,11 +84,30 @@ def test_python_folders_inside_a_hidden_root_are_left_out_unless_they_hold_pytho
 def test_the_environment_loses_diageval_variables_and_hidden_paths(tmp_path):
     hidden = tmp_path / "home"
     env = scrubbed_env(
-        {"DIAGEVAL_HOME": "x", "A": str(hidden / "bundles"), "PATH": f"/usr/bin:{hidden}/bin", "B": "keep", "PWD": "/w"},
+        {"DIAGEVAL_HOME": "x", "LANG": str(hidden / "bundles"), "PATH": f"/usr/bin:{hidden}/bin", "LC_ALL": "C.UTF-8",
+         "PWD": "/w"},
         SandboxPolicy(hidden=(hidden,)), home=Path("/box/out/c"),
     )
-    assert env["PATH"] == "/usr/bin" and env["B"] == "keep" and env["HOME"] == env["PWD"] == "/box/out/c"
-    assert "DIAGEVAL_HOME" not in env and "A" not in env
+    assert env["PATH"] == "/usr/bin" and env["LC_ALL"] == "C.UTF-8" and env["HOME"] == env["PWD"] == "/box/out/c"
+    assert "DIAGEVAL_HOME" not in env and "LANG" not in env
+
+
+SECRETS = {"GITHUB_TOKEN": "ghp_x", "AWS_SECRET_ACCESS_KEY": "aws", "OPENAI_API_KEY": "sk-x", "MY_TOOL_HOME": "/opt/t",
+           "LLM_DIAGNOSER_API_KEY": "k", "HTTPS_PROXY": "http://proxy:3128"}
+
+
+def test_the_environment_is_an_allowlist_secrets_pass_only_when_named():
+    from diageval.hosting import HostPolicy
+
+    env = scrubbed_env({**SECRETS, "PATH": "/usr/bin"}, SandboxPolicy(hidden=()))
+    assert set(env) == {"PATH", "HOME", "PWD", "TMPDIR"}
+    named = scrubbed_env(SECRETS, SandboxPolicy(hidden=(), host=HostPolicy(pass_env=("MY_TOOL_HOME",))))
+    assert named["MY_TOOL_HOME"] == "/opt/t" and "GITHUB_TOKEN" not in named
+    networked = scrubbed_env(SECRETS, SandboxPolicy(hidden=(), host=HostPolicy(allow_network=True)))
+    assert networked["LLM_DIAGNOSER_API_KEY"] == "k" and networked["HTTPS_PROXY"] == "http://proxy:3128"  # the adapter's own
+    assert not {"GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "OPENAI_API_KEY"} & set(networked)
+    with pytest.raises(ValueError, match="DIAGEVAL_"):
+        HostPolicy(pass_env=("DIAGEVAL_HOME",))
 
 
 def test_stale_temp_folders_of_dead_owners_are_removed(tmp_path):
@@ -177,7 +196,7 @@ def test_spec_paths_show_a_program_outside_and_refuse_one_in_the_cases(tmp_path)
     (cases / "cheat.py").write_text("")
     roots = HiddenRoots(checkout=checkout, secret=(cases,))
     got = spec_paths("cmd:python tools/diag.py {bundle} {out}", roots, cwd=tmp_path)
-    assert got.visible == (elsewhere,) and str(elsewhere / "diag.py") in got.spec
+    assert got.visible == (elsewhere / "diag.py",) and str(elsewhere / "diag.py") in got.spec  # the file, not tools/
     got = spec_paths(f"cmd:python {checkout}/tests/fake.py {{bundle}}", roots, cwd=tmp_path)
     assert got.visible == (checkout / "tests" / "fake.py",)  # the named file only, not tests/
     with pytest.raises(SpecPathError, match="cheat.py"):
@@ -198,13 +217,66 @@ def test_spec_paths_of_a_module_in_the_checkout_are_refused(tmp_path, monkeypatc
     with pytest.raises(SpecPathError, match="mypkg"):
         spec_paths("mypkg.sub:Diag", roots)
     got = spec_paths("mydiag:Diag", roots)
-    assert got.visible == (tmp_path / "mine",) and got.python_path == (str(tmp_path / "mine"),)
+    assert got.visible == (tmp_path / "mine" / "mydiag.py",) and got.python_path == (str(tmp_path / "mine"),)
+
+
+def test_spec_paths_bind_only_what_is_named_and_refuse_label_stores_and_the_harness_log(tmp_path, monkeypatch):
+    """Issue 25's folder-binding and progress-log routes: a script's folder is never bound (a copied cache
+    beside it stays out), a named folder holding a label store or a run folder is refused, /proc and /dev
+    words are the box's own, and the file the harness logs to is refused wherever it is named."""
+    roots = HiddenRoots(checkout=None, secret=())
+    tools = tmp_path / "tools"
+    (tools / "cache" / "evidence" / "k1").mkdir(parents=True)
+    (tools / "cache" / "k1.truth.json").write_text('{"case_id": "straggler-rank1"}')
+    (tools / "cheat.py").write_text("")
+    got = spec_paths(f"cmd:python {tools / 'cheat.py'} {{bundle}} {{out}}", roots)
+    assert got.visible == (tools / "cheat.py",)
+    with pytest.raises(SpecPathError, match="truth file"):
+        spec_paths(f"cmd:python {tools / 'cheat.py'} {tools} {{bundle}}", roots)
+    runs = tmp_path / "old-runs" / "r1"
+    runs.mkdir(parents=True)
+    (runs / "run.json").write_text("{}")
+    (runs / "results.jsonl").write_text("")
+    with pytest.raises(SpecPathError, match="run folder"):
+        spec_paths(f"cmd:ls {tmp_path / 'old-runs'}", roots)
+    cases = tmp_path / "mycases"
+    cases.mkdir()
+    (cases / "a.yaml").write_text("id: a\nlabels:\n  causes: []\n")
+    with pytest.raises(SpecPathError, match="labeled case"):
+        spec_paths(f"cmd:ls {cases}", roots)
+    got = spec_paths("cmd:python -c pass /proc/self/fd/2 /dev/stderr /proc/1/root {bundle}", roots)
+    assert got.visible == ()
+    log = tmp_path / "logs" / "run.log"
+    log.parent.mkdir()
+    log.write_text("")
+    with open(log, "a") as fh:
+        saved = os.dup(2)
+        os.dup2(fh.fileno(), 2)
+        try:
+            with pytest.raises(SpecPathError, match="writes its output"):
+                spec_paths(f"cmd:cat {log}", roots)
+            with pytest.raises(SpecPathError, match="writes its output"):
+                spec_paths(f"cmd:ls {log.parent}", roots)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def test_pythonpath_folders_are_not_bound_whole(tmp_path, monkeypatch):
+    """A PYTHONPATH entry (here: any sys.path folder outside the Python installation) can hold anything:
+    it is not bound; a diagnoser's own module is bound by itself."""
+    stash = tmp_path / "stash"
+    stash.mkdir()
+    (stash / "x.truth.json").write_text("{}")
+    monkeypatch.syspath_prepend(str(stash))
+    paths = readable_paths(SandboxPolicy(hidden=()))
+    assert not any(p == stash or stash in p.parents or p in stash.parents for p in paths)
 
 
 @needs_bwrap
 def test_a_hidden_root_inside_a_bound_folder_is_masked(tmp_path):
     """A wheel ships the labeled corpus inside site-packages, which the box binds: it is covered."""
-    from diageval.run.sandbox import masked_paths, wrap
+    from diageval.hosting.sandbox import masked_paths, wrap
 
     site = tmp_path / "site"
     (site / "corpus").mkdir(parents=True)
@@ -225,8 +297,8 @@ def test_a_hidden_root_inside_a_bound_folder_is_masked(tmp_path):
 def test_only_prior_and_oracle_get_labels_and_only_by_the_harness_s_table():
     from importlib.metadata import EntryPoint
 
-    from diageval.run.handover import BUILTIN_ROLES, NO_ROLE, builtin_role
-    from diageval.run.registry import diagnoser_entry_points
+    from diageval.hosting.handover import BUILTIN_ROLES, NO_ROLE, builtin_role
+    from diageval.hosting.registry import diagnoser_entry_points
 
     registered = diagnoser_entry_points()
     labeled = {name for name in registered if builtin_role(name, registered[name]).handover == "corpus"}
@@ -245,7 +317,7 @@ def test_a_run_box_shows_the_runs_taxonomy_and_no_case(tmp_path):
     """The taxonomy is the public contract (`load_taxonomy()` must work in the box: `llm` builds its prompt
     from it); the labeled cases beside it stay hidden. With `--cases DIR` the box's taxonomy is DIR's."""
     from diageval.paths import builtin_cases_dir
-    from diageval.run.box_policy import run_policy, run_roots
+    from diageval.hosting.box_policy import run_policy, run_roots
 
     own = tmp_path / "my-cases"
     (own / "x").mkdir(parents=True)

@@ -129,11 +129,11 @@ def test_runs_scored_by_older_rules_are_refused_until_rescored(tmp_path):
 
     from diageval.reports.report import ReportError, report_runs
     from diageval.run.grade import rescore_run
-    from diageval.run.pipeline import run_diagnoser
+    from run_fakes import run_with
     from diageval.run.store import RunReadError, RunStore
 
     case_set = make_case_set([make_case("q1"), make_case("q2", expect="healthy")])
-    outcome = run_diagnoser("null", case_set, cases_dir=tmp_path / "cases", out_dir=tmp_path / "runs",
+    outcome = run_with("null", case_set, cases_dir=tmp_path / "cases", out_dir=tmp_path / "runs",
                             evidence_fn=FakeEvidence(tmp_path / "bundles"), progress=None, cuda_device_count=lambda: 0,
                             timeout=5.0)
     run = outcome.run_dir

@@ -36,7 +36,7 @@ def test_quiet_run_claims_nothing(tmp_path):
 
 
 def test_it_is_a_reference_by_the_harness_table_not_its_own_say():
-    from diageval.run.handover import BUILTIN_ROLES
+    from diageval.hosting.handover import BUILTIN_ROLES
 
     assert SymptomsDiagnoser.name == "symptoms" and not hasattr(SymptomsDiagnoser, "reference")
     assert BUILTIN_ROLES["symptoms"].reference

@@ -1,9 +1,15 @@
 """diageval installs like a tool: a wheel built from this tree works outside the checkout.
 
 The wheel is built from a copy of the tree (no build/ or egg-info left in the checkout), installed into a
-fresh virtual environment that borrows torch and the other dependencies from this interpreter's site
-(``--system-site-packages``; nothing is downloaded), and driven from an empty temporary directory, the way
-a diagnoser's author would run it in their own CI.
+fresh virtual environment that borrows torch and the other dependencies from the site-packages of the
+interpreter running the tests (nothing is downloaded), and driven from an empty temporary directory, the
+way a diagnoser's author would run it in their own CI.
+
+Borrowed through a ``.pth`` file naming this interpreter's site folders, not ``--system-site-packages``:
+that flag borrows the *base* interpreter's site, which is where the dependencies are only when the tests
+run on a system interpreter; inside a virtual environment they are in the venv's own site (issue 20).
+Plain folder lines of a ``.pth`` file do not run the ``.pth`` files inside those folders, so the editable
+install of the checkout found there stays inert and the wheel's own ``diageval`` is the one imported.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -64,8 +71,11 @@ def installed(tmp_path_factory):
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", *offline, *isolation, "-q", "-w", str(dist), str(src)], tmp, env)
     wheel = next(dist.glob("diageval-*.whl"))
     venv = tmp / "venv"
-    _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], tmp, env)
+    _run([sys.executable, "-m", "venv", str(venv)], tmp, env)
     py = venv / "bin" / "python"
+    venv_site = Path(_run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp, env).stdout.strip())
+    borrowed = [*site.getsitepackages(), site.getusersitepackages()]
+    (venv_site / "zz_borrowed_site.pth").write_text("".join(f"{p}\n" for p in borrowed if Path(p).is_dir()))
     # venv seeds its own (old) setuptools, which would shadow this site's and fail torch's requirement on it
     subprocess.run([str(py), "-m", "pip", "uninstall", "-q", "-y", "setuptools"], cwd=tmp, env=env, capture_output=True)
     _run([str(py), "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--force-reinstall", str(wheel)], tmp, env)

@@ -7,16 +7,17 @@ The pipeline, in two phases:
    ``harness_error``, a positive case whose injection did not manifest is ``invalid``; both are saved
    at once and never blamed on the diagnoser. Evidence comes first, all of it, because a recording is a
    timing measurement: a diagnoser busy on the same cores would distort it.
-2. **Diagnosis**, ``jobs`` cases at a time: each job slot owns an executor (a long-lived worker process
-   for in-process diagnosers, a fresh process per case for ``cmd:``), each in a sandbox
-   (:mod:`diageval.run.sandbox`) that sees a private, checked copy of one bundle at a time and nothing of
-   the checkout, the cache, the cases or the runs; a crash, a hang past the timeout or an invalid output
-   becomes that case's status and the run goes on. Each case is scored and its line appended to
+2. **Diagnosis**, ``jobs`` cases at a time: each job owns a slot of the hosted diagnoser
+   (:mod:`diageval.hosting`: a long-lived worker process for in-process diagnosers, a fresh box per case
+   for ``cmd:``), each in a sandbox that sees a private, checked copy of one bundle at a time and nothing
+   of the checkout, the cache, the cases or the runs; a crash, a hang past the timeout, a box limit
+   broken or an invalid output becomes that case's status and the run goes on. Each case is scored and its line appended to
    ``results.jsonl`` the moment it ends. A cached bundle whose files no longer match its ``bundle.json``
    is a ``harness_error`` naming the file, and is recorded again once the diagnoses are over.
 
-Both phases take the cases in a seeded shuffle (the seed is in ``run.json``), and the bundle ids a
-diagnoser sees are drawn at random per run: neither the order of calls nor an id says which case it is.
+Both phases take the cases in seeded shuffles (the seed is in ``run.json``), each its own, and the bundle
+ids a diagnoser sees are drawn at random per run: neither the order of calls nor an id says which case it
+is, and the evidence phase's progress lines (which name the cases) say nothing of the diagnosis order.
 Only the harness writes the run folder, and it holds the folder's lock (``.lock``) while it does: a
 second ``diageval run`` into the same folder is refused with the pid that holds it.
 
@@ -28,8 +29,8 @@ Size: ~460 lines, over the ~400 the project aims at: the run's two phases with t
 and re-record bookkeeping read best in one place; everything with a job of its own (hosting, the sandbox,
 the case folders, the store, grading) is a module of its own.
 
-Labels: only the built-ins the harness itself lists (:mod:`diageval.run.handover`: ``prior`` and
-``oracle``) get the corpus, with the map from this run's random bundle ids to case ids.
+Labels: only the built-ins the harness itself lists (``prior`` and ``oracle``) get the corpus, with the
+map from this run's random bundle ids to case ids, through :meth:`diageval.hosting.Host.handover`.
 """
 
 from __future__ import annotations
@@ -48,19 +49,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from diageval.bundle.model import EvidenceBundle
 from diageval.cases.load import CaseSet, LoadedCase
-from diageval.diagnosis import DEFAULT_LIMITS, DiagnosisLimits
+from diageval.errors import DiagevalError
 from diageval.fileio import atomic_write_text
+from diageval.hosting import Attempt, BundleIntegrityError, Host, HostPolicy, LiveGroups, Slot, remove_stale_boxes
 from diageval.progress import Progress
-from diageval.run.attempt import Attempt, Executor
-from diageval.run.box_policy import run_roots
-from diageval.run.command import DEFAULT_TIMEOUT_S
 from diageval.run.grade import summarize_run
-from diageval.run.hosting import HostedDiagnoser, host_diagnoser
-from diageval.run.private_bundle import BundleIntegrityError
-from diageval.run.process_groups import LiveGroups
-from diageval.run.sandbox import remove_stale_boxes
 from diageval.run.store import RunDiagnoser, RunInfo, RunStore, SkippedCase, git_sha, now, run_env
 
 if TYPE_CHECKING:
@@ -70,8 +67,23 @@ Device = Literal["auto", "cpu", "cuda"]
 EvidenceFn = Callable[..., Any]  # (LoadedCase, *, device) -> PreparedEvidence
 
 
-class RunError(Exception):
+class RunError(DiagevalError):
     """The run cannot start or had to stop (bad options, a diagnoser that cannot start here)."""
+
+
+class RunOptions(BaseModel):
+    """What to run and where to keep it (what the diagnoser is allowed is the :class:`HostPolicy`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    case_ids: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    cases_dir: Path | None = Field(None, description="the case folder the case set came from (default: the built-in corpus)")
+    out_dir: Path | None = Field(None, description="the folder of run folders (default: ./runs)")
+    run_id: str | None = None
+    jobs: int = Field(1, ge=1)
+    device: Device = "auto"
+    seed: int | None = Field(None, description="the shuffle of the cases (default: drawn at random, or the resumed run's)")
 
 
 @dataclass
@@ -106,75 +118,71 @@ def diagnosis_order(case_ids: Iterable[str], seed: int) -> list[str]:
     return ids
 
 
+def evidence_shuffle(case_ids: Iterable[str], seed: int) -> list[str]:
+    """The order evidence is prepared in: a shuffle of its own (the progress lines of this phase name the
+    cases, so they must say nothing of the diagnosis order)."""
+    ids = sorted(case_ids)
+    random.Random(f"evidence-{seed}").shuffle(ids)
+    return ids
+
+
 def run_diagnoser(
     spec: str,
     case_set: CaseSet,
+    options: RunOptions = RunOptions(),
+    policy: HostPolicy = HostPolicy(),
     *,
-    cases_dir: Path | None = None,
-    case_ids: Iterable[str] = (),
-    tags: Iterable[str] = (),
-    out_dir: Path | None = None,
-    run_id: str | None = None,
-    jobs: int = 1,
-    timeout: float = DEFAULT_TIMEOUT_S,
-    device: Device = "auto",
     evidence_fn: EvidenceFn | None = None,
     cuda_device_count: Callable[[], int] | None = None,
     progress: TextIO | Literal["stderr"] | None = "stderr",
-    isolation: Literal["auto", "none"] = "auto",
-    allow_network: bool = False,
-    limits: DiagnosisLimits = DEFAULT_LIMITS,
-    seed: int | None = None,
 ) -> RunOutcome:
     """Run the diagnoser ``spec`` on the selected cases of ``case_set`` into ``<out_dir>/<run_id>``
-    (resuming it).
+    (resuming it), hosted under ``policy`` (its ``runs_dir`` and ``cases_dir`` are this run's, whatever
+    the caller set: they are what the box must hide).
 
     ``progress``: a stream (a live bar on a terminal, one line per case otherwise; :mod:`diageval.progress`),
-    ``"stderr"`` (whatever ``sys.stderr`` is when a line is written) or None for silence. ``isolation``: ``auto`` runs the diagnoser in a sandbox when one can
-    start here (else the run says ``isolation: none`` and why); ``none`` turns it off. ``seed``: the
-    shuffle of the cases (default: drawn at random, or the resumed run's).
+    ``"stderr"`` (whatever ``sys.stderr`` is when a line is written) or None for silence. ``evidence_fn``
+    and ``cuda_device_count`` stand in for recording and for torch in tests.
     """
     from diageval.paths import default_cases_dir, default_runs_dir
 
-    if jobs < 1:
-        raise RunError(f"--jobs must be at least 1 (got {jobs})")
-    if timeout <= 0:
-        raise RunError(f"--timeout must be positive (got {timeout})")
     try:
-        selected = case_set.select(case_ids, tags)
+        selected = case_set.select(options.case_ids, options.tags)
     except KeyError as exc:
         raise RunError(str(exc.args[0])) from None
     if not selected:
-        raise RunError(f"no case matches (cases: {list(case_ids) or 'all'}, tags: {list(tags) or 'any'})")
-    runnable, skipped = _split_by_device(selected, device, cuda_device_count or _cuda_device_count)
-    runs_root = Path(out_dir or default_runs_dir())
-    cases_dir = Path(cases_dir or default_cases_dir())
+        raise RunError(f"no case matches (cases: {list(options.case_ids) or 'all'}, tags: {list(options.tags) or 'any'})")
+    runnable, skipped = _split_by_device(selected, options.device, cuda_device_count or _cuda_device_count)
+    runs_root = Path(options.out_dir or default_runs_dir())
+    cases_dir = Path(options.cases_dir or default_cases_dir())
+    policy = policy.model_copy(update={"runs_dir": runs_root, "cases_dir": cases_dir})
     show = Progress(progress)
     for stale in remove_stale_boxes():
         show.line(f"removed {stale}, left by a diageval process that was killed")
-    roots = run_roots(runs_dir=runs_root, cases_dir=cases_dir)
-    hosted = host_diagnoser(spec, roots=roots, isolation=isolation, allow_network=allow_network, limits=limits)
+    host = Host.open(spec, policy)
     try:
-        store = RunStore(runs_root / (run_id or default_run_id(hosted.name, case_set.hash)))
+        store = RunStore(runs_root / (options.run_id or default_run_id(host.name, case_set.hash)))
         with store.lock():
-            return _run_locked(hosted, case_set, store, show, runnable=runnable, skipped=skipped, cases_dir=cases_dir,
-                               jobs=jobs, timeout=timeout, device=device, evidence_fn=evidence_fn, seed=seed)
+            return _run_locked(host, case_set, store, show, runnable=runnable, skipped=skipped, cases_dir=cases_dir,
+                               options=options, evidence_fn=evidence_fn)
     finally:
-        hosted.close()
+        host.close()
         show.close()
 
 
-def _run_locked(hosted: HostedDiagnoser, case_set: CaseSet, store: RunStore, show: Progress, *,
-                runnable: list[LoadedCase], skipped: list[SkippedCase], cases_dir: Path, jobs: int, timeout: float,
-                device: Device, evidence_fn: EvidenceFn | None, seed: int | None) -> RunOutcome:
+def _run_locked(hosted: Host, case_set: CaseSet, store: RunStore, show: Progress, *, runnable: list[LoadedCase],
+                skipped: list[SkippedCase], cases_dir: Path, options: RunOptions,
+                evidence_fn: EvidenceFn | None) -> RunOutcome:
     previous = store.read_info() if store.info_path.is_file() else None
+    seed = options.seed
     if seed is None:
         seed = previous.seed if previous is not None and previous.seed is not None else secrets.randbits(32)
+    jobs, device, policy = options.jobs, options.device, hosted.policy
     isolation, note = hosted.isolation.kind, hosted.isolation.note
     if previous is not None and previous.isolation == "none" and isolation != "none":  # a run is as isolated as its weakest part
         isolation, note = "none", f"an earlier part of this run had no sandbox ({previous.isolation_note})"
     if hosted.isolation.kind == "none":
-        show.line(f"isolation: none ({note}): the diagnoser can read every file this user can")
+        show.line(f"isolation: none ({note}): the diagnoser can read every file this user can; this run is never ranked")
     manifest = store.begin(
         RunInfo(
             run_id=store.root.name,
@@ -188,16 +196,18 @@ def _run_locked(hosted: HostedDiagnoser, case_set: CaseSet, store: RunStore, sho
             cases_dir=str(cases_dir.resolve()),
             env=run_env(),
             device=device,
-            timeout_s=timeout,
+            timeout_s=policy.timeout_s,
             jobs=jobs,
             isolation=isolation,
             isolation_note=note,
-            allow_network=hosted.isolation.policy.allow_network,
+            allow_network=policy.allow_network,
+            box_limits=hosted.limits_note(),
             seed=seed,
-            max_diagnosis_bytes=hosted.limits.max_bytes,
-            max_findings=hosted.limits.max_findings,
+            max_diagnosis_bytes=policy.output.max_bytes,
+            max_findings=policy.output.max_findings,
             started=now(),
             skipped=skipped,
+            cases=sorted(lc.case.id for lc in runnable),
         )
     )
     for s in skipped:
@@ -208,13 +218,16 @@ def _run_locked(hosted: HostedDiagnoser, case_set: CaseSet, store: RunStore, sho
     done = store.drop_retryable()
     order = {cid: i for i, cid in enumerate(diagnosis_order([lc.case.id for lc in runnable], seed))}
     todo = sorted((lc for lc in runnable if lc.case.id not in done), key=lambda lc: order[lc.case.id])
+    evidence_order = evidence_shuffle([lc.case.id for lc in todo], seed)
     counts = {"resumed": len(runnable) - len(todo), "prepared": 0, "diagnosed": 0, "skipped": len(skipped)}
     if counts["resumed"]:
         show.line(f"resuming {store.root}: {counts['resumed']} case(s) already done, {len(todo)} to go")
     evidence_fn = evidence_fn or _default_evidence_fn()
-    pipeline = _Pipeline(hosted, case_set, store, timeout=timeout, jobs=jobs, show=show)
+    pipeline = _Pipeline(hosted, case_set, store, jobs=jobs, show=show)
     try:
-        ready = pipeline.prepare_all(todo, evidence_fn, device)
+        by_id = {lc.case.id: lc for lc in todo}
+        prepared = pipeline.prepare_all([by_id[cid] for cid in evidence_order], evidence_fn, device)
+        ready = sorted(prepared, key=lambda r: order[r.loaded.case.id])
         counts["prepared"] = len(todo)
         counts["diagnosed"] = pipeline.diagnose_all(ready)
         pipeline.record_damaged_again(evidence_fn, device)
@@ -252,11 +265,10 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 
 class _Pipeline:
-    def __init__(self, hosted: HostedDiagnoser, case_set: CaseSet, store: RunStore, *, timeout: float, jobs: int, show: Progress):
+    def __init__(self, hosted: Host, case_set: CaseSet, store: RunStore, *, jobs: int, show: Progress):
         self.hosted = hosted
         self.case_set = case_set
         self.store = store
-        self.timeout = timeout
         self.jobs = jobs
         self.show = show
         self._write_lock = threading.Lock()
@@ -321,12 +333,12 @@ class _Pipeline:
         live = LiveGroups()
         stop = threading.Event()
         shown_ids = {r.loaded.case.id: secrets.token_hex(16) for r in ready}  # random per run
-        handover = self._handover({shown_ids[r.loaded.case.id]: r.loaded.case.id for r in ready})
-        slots: queue.Queue[Executor] = queue.Queue()
-        executors: list[Executor] = []
+        handover = self.hosted.handover(self.case_set, {shown_ids[r.loaded.case.id]: r.loaded.case.id for r in ready})
+        slots: queue.Queue[Slot] = queue.Queue()
+        executors: list[Slot] = []
         try:
             for _ in range(min(self.jobs, len(ready))):
-                executors.append(self.hosted.executor(live=live, log_path=self.store.log_path, handover=handover))
+                executors.append(self.hosted.slot(live=live, log_path=self.store.log_path, handover=handover))
         except BaseException:
             for ex in executors:
                 ex.close()
@@ -344,8 +356,8 @@ class _Pipeline:
             ids = {"bundle_id": item.bundle_id, "bundle_sha256": item.bundle_sha256, "measured_impact": item.measured_impact,
                    "difficulty": item.difficulty}
             try:
-                attempt: Attempt | None = ex.attempt(item.bundle_dir, self.store.case_dir(item.loaded.case.id), self.timeout,
-                                                     bundle_id=shown_ids[item.loaded.case.id])
+                attempt: Attempt | None = ex.diagnose(item.bundle_dir, self.store.case_dir(item.loaded.case.id),
+                                                      bundle_id=shown_ids[item.loaded.case.id])
             except BundleIntegrityError as exc:
                 attempt = None
                 with self._write_lock:
@@ -379,21 +391,6 @@ class _Pipeline:
             for ex in executors:
                 ex.close()
         return finished
-
-    def _handover(self, bundle_cases: dict[str, str]) -> dict[str, Any] | None:
-        """What the harness's own table lets this diagnoser receive (nothing for all but three built-ins)."""
-        kind = self.hosted.role.handover
-        if kind == "corpus":
-            from diageval.run.corpus import ReferenceCorpus
-
-            data = ReferenceCorpus.from_case_set(self.case_set, bundle_cases).model_dump(mode="json")
-        elif kind == "vocabulary":
-            from diageval.run.corpus import PublicVocabulary
-
-            data = PublicVocabulary.build(self.case_set.taxonomy).model_dump(mode="json")
-        else:
-            return None
-        return {"kind": kind, "data": data}
 
     def record_damaged_again(self, evidence_fn: EvidenceFn, device: Device) -> None:
         """Record again (after the diagnoses: a recording is a timing measurement) every cached bundle

@@ -13,59 +13,36 @@ import secrets
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Literal
 
 from diageval.bundle.model import EvidenceBundle
-from diageval.diagnosis import DEFAULT_LIMITS, Diagnosis, DiagnosisLimits
-from diageval.run.attempt import Attempt
-from diageval.run.box_policy import run_roots
-from diageval.run.case_box import STDERR_NAME, STDOUT_NAME
-from diageval.run.hosting import host_diagnoser
-from diageval.run.process_groups import LiveGroups
-from diageval.run.sandbox import remove_stale_boxes
+from diageval.diagnosis import Diagnosis
+from diageval.hosting import STDERR_NAME, STDOUT_NAME, Attempt, Host, HostPolicy, remove_stale_boxes
 
 
-def diagnose_bundle(spec: str, bundle_dir: Path, *, timeout: float, cases_dir: Path | None = None,
-                    allow_network: bool = False, limits: DiagnosisLimits = DEFAULT_LIMITS,
-                    isolation: Literal["auto", "none"] = "auto") -> Attempt:
-    """Raises ``BundleError`` (not a bundle), ``BundleIntegrityError`` (files differ from bundle.json),
-    ``DiagnoserSpecError``, ``SpecPathError`` or ``WorkerStartError`` before the diagnosis."""
+def diagnose_bundle(spec: str, bundle_dir: Path, policy: HostPolicy) -> Attempt:
+    """Raises ``BundleError`` (not a bundle) or a ``HostError`` (the spec, the sandbox, a bundle whose files
+    differ from bundle.json) before the diagnosis. ``policy.cases_dir``: the corpus ``prior`` and
+    ``oracle`` receive and the box hides (default: the built-in one)."""
+    from diageval.cases.load import load_case_set
     from diageval.paths import default_cases_dir
 
     bundle = EvidenceBundle.open(Path(bundle_dir))  # a clear BundleError before anything runs
     remove_stale_boxes()
-    roots = run_roots(runs_dir=None, cases_dir=cases_dir or default_cases_dir())
-    hosted = host_diagnoser(spec, roots=roots, isolation=isolation, allow_network=allow_network, limits=limits)
-    try:
-        ex = hosted.executor(live=LiveGroups(), log_path=None, handover=_handover(hosted.role.handover, cases_dir))
+    policy = policy.model_copy(update={"cases_dir": policy.cases_dir or default_cases_dir()})
+    with Host.open(spec, policy) as host:
+        handover = host.handover(load_case_set(policy.cases_dir)) if host.role.handover else None
+        slot = host.slot(handover=handover)
         try:
             with tempfile.TemporaryDirectory(prefix="diageval-diagnose-") as tmp:
-                attempt = ex.attempt(bundle.root, Path(tmp), timeout, bundle_id=secrets.token_hex(16))
+                attempt = slot.diagnose(bundle.root, Path(tmp), bundle_id=secrets.token_hex(16))
                 for name in (STDOUT_NAME, STDERR_NAME):
                     path = Path(tmp) / name
                     text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
                     if text:
                         sys.stderr.write(text if text.endswith("\n") else text + "\n")
         finally:
-            ex.close()
-    finally:
-        hosted.close()
+            slot.close()
     return attempt
-
-
-def _handover(kind: str | None, cases_dir: Path | None) -> dict[str, Any] | None:
-    if kind == "corpus":
-        from diageval.cases.load import load_case_set
-        from diageval.run.corpus import ReferenceCorpus
-
-        return {"kind": kind, "data": ReferenceCorpus.from_case_set(load_case_set(cases_dir)).model_dump(mode="json")}
-    if kind == "vocabulary":
-        from diageval.cases.taxonomy import load_taxonomy
-        from diageval.paths import default_taxonomy_path
-        from diageval.run.corpus import PublicVocabulary
-
-        return {"kind": kind, "data": PublicVocabulary.build(load_taxonomy(default_taxonomy_path(cases_dir))).model_dump(mode="json")}
-    return None
 
 
 def format_diagnosis(diagnosis: Diagnosis) -> str:

@@ -110,6 +110,7 @@ class RunInfo(BaseModel):
     max_findings: int = DEFAULT_LIMITS.max_findings
     status: RunStatus = "running"
     started: datetime
+    box_limits: str | None = Field(None, description="The limits on every box and how this machine enforced them")
     finished: datetime | None = None
     skipped: list[SkippedCase] = Field(default_factory=list, description="Selected cases this machine cannot run")
     error: str | None = Field(None, description="Why a failed run stopped")

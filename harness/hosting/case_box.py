@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from diageval.diagnosis import DEFAULT_LIMITS, Diagnosis, DiagnosisLimits, DiagnosisParseError, parse_diagnosis_json
-from diageval.run.private_bundle import private_copy, remove_copy
-from diageval.run.sandbox import Box
+from diageval.hosting.private_bundle import private_copy, remove_copy
+from diageval.hosting.sandbox import Box
 
 OUTPUT_NAME = "output.json"
 STDOUT_NAME = "stdout.txt"

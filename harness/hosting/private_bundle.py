@@ -28,16 +28,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from diageval.bundle.model import MANIFEST_NAME, BundleManifest
+from diageval.hosting.errors import BundleIntegrityError
 
 CHUNK = 1 << 20
 
-
-class BundleIntegrityError(Exception):
-    """A cached bundle whose files do not match its ``bundle.json``; the message names the file."""
-
-    def __init__(self, bundle_dir: Path, rel: str, problem: str):
-        super().__init__(f"bundle {bundle_dir}: {rel}: {problem}")
-        self.rel = rel
 
 
 def private_copy(bundle_dir: Path, dest: Path, bundle_id: str) -> Path:

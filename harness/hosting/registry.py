@@ -2,7 +2,7 @@
 
 Three spec forms, tried in this order:
 
-* ``cmd:COMMAND``  an external program (see :mod:`diageval.run.command`); ``{bundle}`` and
+* ``cmd:COMMAND``  an external program (see :mod:`diageval.hosting.command`); ``{bundle}`` and
   ``{out}`` in COMMAND are replaced by the bundle folder and the file to write the diagnosis to;
 * ``module:attr``  an import string naming a diagnoser class (or an already built instance); as with
   ``python -m``, modules in the current directory can be named;
@@ -11,13 +11,13 @@ Three spec forms, tried in this order:
   whose optional dependency is missing never breaks resolution of the others.
 
 Where it runs: :func:`resolve_diagnoser` and :func:`list_diagnosers` import diagnoser code, so the
-harness calls them only inside a sandboxed worker (:mod:`diageval.run.hosting`,
-:mod:`diageval.run.worker_process`); in its own process it uses only :func:`resolve_command` (a ``cmd:``
+harness calls them only inside a sandboxed worker (:mod:`diageval.hosting.host`,
+:mod:`diageval.hosting.worker_process`); in its own process it uses only :func:`resolve_command` (a ``cmd:``
 spec is plain text) and :func:`diagnoser_entry_points` (metadata, nothing loaded). Resolution loads the
 class but does not construct it: construction may be costly or raise
 :class:`~diageval.diagnosers.base.DiagnoserUnavailable`. :func:`list_diagnosers` does construct each
 one, to report which ones can run here. ``reference`` and ``self_test`` come from the harness's own
-table (:mod:`diageval.run.handover`), never from the diagnoser's attributes.
+table (:mod:`diageval.hosting.handover`), never from the diagnoser's attributes.
 
 Decided here (the design is silent):
 
@@ -47,15 +47,14 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import PurePath
 from typing import Any, Literal
 
-from diageval.run.handover import builtin_role
+from diageval.hosting.handover import builtin_role
+from diageval.diagnosers.base import OPTIONAL_MEMBERS  # the protocol's defaults: metadata, no diagnoser is loaded
+from diageval.hosting.errors import DiagnoserSpecError
 
 ENTRY_POINT_GROUP = "diageval.diagnosers"
 CMD_PREFIX = "cmd:"
 _IMPORT_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
-
-class DiagnoserSpecError(Exception):
-    """A ``--diagnoser`` spec that names nothing runnable (unknown name, bad import string, not a diagnoser)."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +62,7 @@ class ResolvedDiagnoser:
     """Everything the harness needs to know about a diagnoser before running it.
 
     ``factory`` builds a fresh diagnoser (in-process kinds) and may raise ``DiagnoserUnavailable``;
-    for ``kind == "command"`` it builds a :class:`~diageval.run.command.CommandDiagnoser`.
+    for ``kind == "command"`` it builds a :class:`~diageval.hosting.command.CommandDiagnoser`.
     """
 
     name: str
@@ -154,7 +153,7 @@ def list_diagnosers() -> list[DiagnoserListing]:
 
 
 def resolve_command(spec: str) -> ResolvedDiagnoser:
-    from diageval.run.command import CommandDiagnoser
+    from diageval.hosting.command import CommandDiagnoser
 
     command = spec[len(CMD_PREFIX):].strip()
     if not command:
@@ -249,12 +248,12 @@ def _from_object(obj: Any, *, spec: str, origin: str, fallback_name: str) -> Res
         kind="in_process",
         factory=factory,
         claims=_claims(obj, spec),
-        needs_network=bool(getattr(obj, "needs_network", False)),
+        needs_network=bool(getattr(obj, "needs_network", OPTIONAL_MEMBERS["needs_network"])),
     )
 
 
 def _claims(obj: Any, spec: str) -> tuple[str, ...] | None:
-    claims = getattr(obj, "claims", None)
+    claims = getattr(obj, "claims", OPTIONAL_MEMBERS["claims"])
     if claims is None:
         return None
     if isinstance(claims, str) or not all(isinstance(c, str) for c in claims):

@@ -13,12 +13,18 @@ What a diagnoser sees (decided here, after the design's Diagnosers section):
   cache and its truth files), the run folders and the cases folder.
   A path asked for that lies inside a hidden root is bound only when it is one of the explicitly
   *visible* paths (the package's source folders ``harness/``, ``diagnosers/``, ``scoring/``,
-  ``reports/``, which an editable install imports from, and a diagnoser's own module);
+  ``reports/``, which an editable install imports from, and a diagnoser's own file or package);
+* of ``sys.path``, only the Python installation's own folders (its prefixes and site-packages), never a
+  ``PYTHONPATH`` entry or another folder a ``.pth`` names: a diagnoser's own code is bound by itself
+  (:mod:`diageval.hosting.spec_paths`); a ``$PATH`` folder is bound only when it holds no label store
+  and not the harness's own log (:mod:`diageval.hosting.label_stores`);
 * one exception inside the hidden cases: the run's taxonomy, the public contract, shown read-only where
-  ``load_taxonomy()`` looks for it (:func:`~diageval.run.box_policy.taxonomy_files`); no case file;
-* the environment without the harness's own settings (``DIAGEVAL_*``: they name the cache, the cases
-  and the data) and without any value that names a hidden root; a diagnoser's own settings pass
-  (``llm`` reads ``LLM_DIAGNOSER_*``);
+  ``load_taxonomy()`` looks for it (:func:`~diageval.hosting.box_policy.taxonomy_files`); no case file;
+* an environment built from an allowlist (:meth:`~diageval.hosting.policy.HostPolicy.passes`: what a
+  program needs to run, what the user names with ``--pass-env``, a networked diagnoser's own settings
+  when the network is on), never ``DIAGEVAL_*`` and never a value that names a hidden root;
+* limits (:mod:`diageval.hosting.limits`): processes and memory in a control group of its own where the
+  machine allows (rlimits otherwise), every file it writes capped, ``/tmp`` a tmpfs of a fixed size;
 * no network unless the run says ``--allow-network`` (a diagnoser that calls a model endpoint);
 * no capabilities, a new session (no terminal injection), and ``--die-with-parent``: when the harness
   dies, even by SIGKILL, the box's PID 1 gets SIGKILL from the kernel and with it every process inside.
@@ -27,8 +33,9 @@ The allowlist (an empty root plus named binds) rather than the whole file system
 another checkout of diageval or an old cache elsewhere on the machine holds the same bundles with their
 truth files, and a denylist cannot know of it.
 
-Where bubblewrap is missing or cannot start (no user namespaces), :func:`probe` says why and the run
-goes on without isolation (``isolation: none`` in ``run.json``).
+Where bubblewrap is missing or cannot start (no user namespaces), :func:`probe` says why, and hosting
+refuses to start (:class:`~diageval.hosting.errors.SandboxUnavailable`) unless the policy says
+``sandbox=False`` (``--no-sandbox``): then the run says ``isolation: none`` and is never ranked.
 """
 
 from __future__ import annotations
@@ -45,6 +52,10 @@ from pathlib import Path
 from typing import Literal
 
 from diageval.fileio import owned_temp_dir, remove_stale_temp_dirs
+from diageval.hosting.errors import SandboxUnavailable
+from diageval.hosting.label_stores import harness_outputs, refusal
+from diageval.hosting.limits import BoxGroups, limited_argv, remove_stale_groups
+from diageval.hosting.policy import HostPolicy
 
 BOX_ROOT = Path("/box")
 BOX_IN = BOX_ROOT / "in"
@@ -57,13 +68,18 @@ ENV_DROP_PREFIX = "DIAGEVAL_"
 
 @dataclass(frozen=True)
 class SandboxPolicy:
-    """What a box hides, what it shows read-only on top of the system, and whether the network is on."""
+    """What a box hides, what it shows read-only on top of the system, and the host policy behind it
+    (network, environment, limits)."""
 
     hidden: tuple[Path, ...]
     visible: tuple[Path, ...] = ()
-    allow_network: bool = False
+    host: HostPolicy = field(default_factory=HostPolicy)
     extra_env: Mapping[str, str] = field(default_factory=dict)
     shown_files: tuple[tuple[Path, Path], ...] = ()  # (host file, path in the box): public files inside hidden folders
+
+    @property
+    def allow_network(self) -> bool:
+        return self.host.allow_network
 
 
 class Box:
@@ -84,6 +100,7 @@ class Box:
         self.host_out = self.host / "out"
         self.host_in.mkdir()
         self.host_out.mkdir()
+        self.groups = BoxGroups.create(self.env_policy.host.box)
         self._mounts: tuple[SandboxPolicy, tuple[str, ...]] | None = None  # see _mounts()
 
     @property
@@ -107,10 +124,25 @@ class Box:
         if self.sandboxed:
             assert self.policy is not None
             inner_cwd = self.inner(cwd_host)
-            return wrap(argv, self, self.policy, cwd=inner_cwd), scrubbed_env(os.environ, self.policy, home=inner_cwd), None
-        return list(argv), scrubbed_env(os.environ, self.env_policy, home=Path(cwd_host)), Path(cwd_host)
+            return (limited_argv(wrap(argv, self, self.policy, cwd=inner_cwd), self.groups),
+                    scrubbed_env(os.environ, self.policy, home=inner_cwd), None)
+        return limited_argv(list(argv), self.groups), scrubbed_env(os.environ, self.env_policy, home=Path(cwd_host)), Path(cwd_host)
+
+    def empty_out(self) -> None:
+        """Remove everything in ``out/`` (what a long-lived box's last case left there)."""
+        for entry in list(self.host_out.iterdir()):
+            if entry.is_dir() and not entry.is_symlink():
+                for d, _, _ in os.walk(entry):
+                    try:
+                        os.chmod(d, 0o755)
+                    except OSError:
+                        pass
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
 
     def remove(self) -> None:
+        self.groups.remove()
         for d, _, _ in os.walk(self.host):  # private bundle copies are read-only folders
             try:
                 os.chmod(d, 0o755)
@@ -127,8 +159,8 @@ def _relative(p: Path, root: Path) -> Path | None:
 
 
 def remove_stale_boxes(parent: Path | None = None) -> list[Path]:
-    """Remove the host folders of boxes whose harness process is gone; return what was removed."""
-    return remove_stale_temp_dirs(Path(parent or tempfile.gettempdir()), HOST_PREFIX)
+    """Remove the host folders and control groups of boxes whose harness process is gone; return them."""
+    return remove_stale_temp_dirs(Path(parent or tempfile.gettempdir()), HOST_PREFIX) + remove_stale_groups()
 
 
 def find_bwrap() -> str | None:
@@ -185,7 +217,8 @@ def _mounts(box: Box, policy: SandboxPolicy) -> list[str]:
             args += ["--symlink", os.readlink(p), link]
         elif p.is_dir():
             args += ["--ro-bind", link, link]
-    args += ["--ro-bind-try", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    args += ["--ro-bind-try", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev",
+             "--size", str(policy.host.box.max_tmp_mib << 20), "--tmpfs", "/tmp"]
     bound = readable_paths(policy)
     for path in bound:
         args += ["--ro-bind-try", str(path), str(path)]
@@ -206,17 +239,22 @@ def readable_paths(policy: SandboxPolicy) -> list[Path]:
     Never a path that holds a hidden root (binding it would show the root). A Python or ``$PATH``
     folder inside a hidden root is left out too, unless it belongs to the running Python installation
     (a virtual environment inside the checkout); an explicitly visible path inside a hidden root (the
-    package's source folders) is bound.
+    package's source folders) is bound. A ``$PATH`` folder outside the system and Python is bound only
+    when :func:`~diageval.hosting.label_stores.refusal` finds nothing in it.
     """
     homes = [real_path(Path(p)) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
     hidden = [real_path(h) for h in policy.hidden]
     exposing = [h for h in hidden if not any(is_within(h, home) for home in homes)]  # inside Python: masked instead
+    outputs = harness_outputs()
     wanted: list[Path] = []
-    for p in _python_paths() + [Path(d) for d in os.environ.get("PATH", "").split(os.pathsep) if d]:
+    for p, checked in [(q, False) for q in _python_paths()] + [(Path(d), True) for d in _path_dirs()]:
         rp = real_path(p)
         if not rp.exists() or any(is_within(h, rp) for h in exposing):
             continue
         if any(is_within(rp, h) for h in hidden) and not any(is_within(rp, home) for home in homes):
+            continue
+        system = any(is_within(rp, Path(d)) for d in SYSTEM_DIRS) or any(is_within(rp, home) for home in homes)
+        if checked and not system and refusal(rp, outputs) is not None:
             continue
         wanted.append(rp)
     for p in policy.visible:
@@ -242,7 +280,7 @@ def _links_to(bound: list[Path], policy: SandboxPolicy) -> list[tuple[Path, Path
     another name, and whose name is not itself inside a bound or hidden folder."""
     hidden = [real_path(h) for h in policy.hidden]
     out = []
-    for p in _python_paths() + [Path(d) for d in os.environ.get("PATH", "").split(os.pathsep) if d]:
+    for p in _python_paths() + [Path(d) for d in _path_dirs()]:
         p = Path(os.path.abspath(p))
         real = real_path(p)
         if p == real or real not in bound or any(is_within(p, q) for q in bound) or any(is_within(p, h) for h in hidden):
@@ -254,11 +292,17 @@ def _links_to(bound: list[Path], policy: SandboxPolicy) -> list[tuple[Path, Path
 
 
 def _python_paths() -> list[Path]:
-    """The interpreter's folders and ``sys.path``, without the current directory (``''``): a diagnoser's
-    own module is made visible explicitly (``SandboxPolicy.visible``)."""
-    cwd = os.getcwd()
+    """The Python installation: its prefixes, the interpreter's folder, and the entries of ``sys.path``
+    inside them (the standard library, site-packages). Not the current directory, not a ``PYTHONPATH``
+    entry, not a folder a ``.pth`` file names: a diagnoser's own module is made visible by itself
+    (``SandboxPolicy.visible``), and a folder beside it could hold anything."""
+    homes = [real_path(Path(p)) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
     paths = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), Path(sys.executable).parent]
-    return paths + [Path(p) for p in sys.path if p and p != cwd]
+    return paths + [Path(p) for p in sys.path if p and any(is_within(real_path(Path(p)), h) for h in homes)]
+
+
+def _path_dirs() -> list[str]:
+    return [d for d in os.environ.get("PATH", "").split(os.pathsep) if d and os.path.isabs(d)]
 
 
 def real_path(p: Path) -> Path:
@@ -270,15 +314,15 @@ def is_within(p: Path, root: Path) -> bool:
 
 
 def scrubbed_env(environ: Mapping[str, str], policy: SandboxPolicy, *, home: Path = BOX_OUT) -> dict[str, str]:
-    """The diagnoser's environment: no ``DIAGEVAL_*`` and nothing whose value names a hidden root.
-
-    ``HOME``, ``PWD`` and ``TMPDIR`` point into the box; ``policy.extra_env`` is added last.
+    """The diagnoser's environment: the variables the host policy passes
+    (:meth:`~diageval.hosting.policy.HostPolicy.passes`), never ``DIAGEVAL_*``, nothing whose value names a
+    hidden root. ``HOME``, ``PWD`` and ``TMPDIR`` point into the box; ``policy.extra_env`` is added last.
     """
     hidden = [str(real_path(h)) for h in policy.hidden] + [str(h) for h in policy.hidden]
     env = {}
     names_hidden = lambda text: any(h in text for h in hidden if h and h != "/")  # noqa: E731
     for key, value in environ.items():
-        if key.startswith(ENV_DROP_PREFIX) or key in ("PWD", "OLDPWD"):
+        if key.startswith(ENV_DROP_PREFIX) or key in ("PWD", "OLDPWD") or not policy.host.passes(key):
             continue
         if names_hidden(value) and os.pathsep in value:  # PATH-like: keep the entries that name nothing hidden
             value = os.pathsep.join(v for v in value.split(os.pathsep) if v and not names_hidden(v))
@@ -322,9 +366,17 @@ class Isolation:
         return Box(self.policy if self.kind == "bwrap" else None, env_policy=self.policy)
 
 
-def choose_isolation(requested: Literal["auto", "none"], policy: SandboxPolicy) -> Isolation:
-    """``auto``: a bubblewrap box when one can start here, else ``none`` with the reason."""
-    if requested == "none":
-        return Isolation("none", policy, "turned off for this run")
+def choose_isolation(policy: SandboxPolicy) -> Isolation:
+    """A bubblewrap box; ``none`` only where the host policy turns the sandbox off (``--no-sandbox``).
+    Raises :class:`~diageval.hosting.errors.SandboxUnavailable`, saying why and what to do, where no box
+    can start and one is required: hosting fails closed."""
+    if not policy.host.sandbox:
+        return Isolation("none", policy, "turned off for this run (--no-sandbox)")
     why = probe()
-    return Isolation("none", policy, why) if why else Isolation("bwrap", policy)
+    if why:
+        raise SandboxUnavailable(
+            f"no sandbox can start here: {why}. diageval runs a diagnoser only in a sandbox, so that it cannot "
+            "read the labels. Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or pass --no-sandbox "
+            "to run without one: such a run says isolation: none and is never ranked."
+        )
+    return Isolation("bwrap", policy)

@@ -1,7 +1,7 @@
-"""The worker's side of :mod:`diageval.run.worker`: ``python -m diageval.run.worker_process``, inside a box.
+"""The worker's side of :mod:`diageval.hosting.worker`: ``python -m diageval.hosting.worker_process``, inside a box.
 
 It reads JSON-line requests on stdin and answers each on its original stdout (the protocol is described
-in :mod:`diageval.run.worker`): it resolves and constructs the diagnoser (its import happens here, never
+in :mod:`diageval.hosting.worker`): it resolves and constructs the diagnoser (its import happens here, never
 in the harness), hands it what the harness sends, diagnoses each private bundle copy with fds 1 and 2 on
 the case's files, and writes the diagnosis to ``output.json`` for the harness to read through the one
 diagnosis reader.
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from diageval.run.case_box import OUTPUT_NAME, STDERR_NAME, STDOUT_NAME
+from diageval.hosting.case_box import OUTPUT_NAME, STDERR_NAME, STDOUT_NAME
 
 
 @contextlib.contextmanager
@@ -43,20 +43,24 @@ def _captured(folder: Path) -> Iterator[None]:
 
 
 def _init(request: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    from diageval.run.registry import DiagnoserSpecError, resolve_diagnoser
+    from diageval.hosting.registry import DiagnoserSpecError, resolve_diagnoser
 
     try:
         resolved = resolve_diagnoser(request["spec"])
     except DiagnoserSpecError as exc:
         return None, {"ok": False, "spec_error": True, "error": str(exc)}
+    if resolved.needs_network and not request.get("allow_network"):  # before it is built: it may need its endpoint
+        return None, {"ok": False, "spec_error": True, "error": (
+            f"{resolved.name} needs the network (it says needs_network: it calls a model endpoint), and this run keeps "
+            "diagnosers offline: run again with --allow-network")}
     diagnoser = resolved.factory()
     return diagnoser, {"ok": True, "name": resolved.name, "version": resolved.version, "origin": resolved.origin,
                        "claims": None if resolved.claims is None else list(resolved.claims),
-                       "needs_network": bool(getattr(diagnoser, "needs_network", False))}
+                       "needs_network": resolved.needs_network}
 
 
 def _prepare(diagnoser: Any, request: dict[str, Any]) -> dict[str, Any]:
-    from diageval.run.corpus import PublicVocabulary, ReferenceCorpus
+    from diageval.hosting.corpus import PublicVocabulary, ReferenceCorpus
 
     handover = request["handover"]
     model = {"corpus": ReferenceCorpus, "vocabulary": PublicVocabulary}[handover["kind"]]
@@ -104,7 +108,7 @@ def _diagnose(diagnoser: Any, request: dict[str, Any]) -> dict[str, Any]:
 def _list() -> dict[str, Any]:
     from dataclasses import asdict
 
-    from diageval.run.registry import list_diagnosers
+    from diageval.hosting.registry import list_diagnosers
 
     return {"ok": True, "rows": [asdict(r) for r in list_diagnosers()]}
 

@@ -10,8 +10,8 @@ the registry), and ``package.module:OracleDiagnoser`` as an import string gets n
 What each is handed, once, before its first diagnosis (inside its sandbox):
 
 * ``corpus`` (``prior``, ``oracle``): the labeled case set and this run's map of (random) bundle id to
-  case id, a :class:`~diageval.run.corpus.ReferenceCorpus`;
-* ``vocabulary`` (``leak``): public words only, a :class:`~diageval.run.corpus.PublicVocabulary`
+  case id, a :class:`~diageval.hosting.corpus.ReferenceCorpus`;
+* ``vocabulary`` (``leak``): public words only, a :class:`~diageval.hosting.corpus.PublicVocabulary`
   (taxonomy ids, registered fault names and their parameter names, and the causes each fault injects);
   no case id and no label. ``leak`` must score exactly like ``null``: anything it finds, a bundle leaks.
 """

@@ -1,6 +1,6 @@
 """What a run's boxes hide and show: the roots kept from every diagnoser (the checkout, the bundle cache,
 the run folders, the cases) and the few public things shown inside them (the package's source folders,
-a diagnoser's own module, the run's taxonomy). :mod:`diageval.run.sandbox` builds the box from it.
+a diagnoser's own module, the run's taxonomy). :mod:`diageval.hosting.sandbox` builds the box from it.
 """
 
 from __future__ import annotations
@@ -9,17 +9,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from diageval.run.sandbox import SandboxPolicy, hidden_roots, is_within, real_path, visible_sources
+from diageval.hosting.label_stores import refusal
+from diageval.hosting.policy import HostPolicy
+from diageval.hosting.sandbox import SandboxPolicy, hidden_roots, is_within, real_path, visible_sources
 
 
 def package_source_dirs() -> tuple[Path, ...]:
-    """The folders the ``diageval`` package imports from (an editable install points into the checkout)."""
-    import diageval
-    import diageval.diagnosers
-    import diageval.reports
-    import diageval.scoring
+    """The folders the ``diageval`` package imports from (an editable install points into the checkout),
+    located without importing them."""
+    from importlib.util import find_spec
 
-    return visible_sources(Path(m.__file__).parent for m in (diageval, diageval.diagnosers, diageval.scoring, diageval.reports))
+    found = [find_spec(name) for name in ("diageval", "diageval.diagnosers", "diageval.scoring", "diageval.reports")]
+    return visible_sources(Path(loc) for spec in found if spec is not None
+                           for loc in (spec.submodule_search_locations or []))
 
 
 @dataclass(frozen=True)
@@ -36,17 +38,20 @@ class HiddenRoots:
     def all(self) -> tuple[Path, ...]:
         return hidden_roots(self.checkout, *self.secret)
 
-    def may_show(self, path: Path) -> Path | None:
-        """What to bind so that ``path`` (a file or folder a diagnoser spec needs) is visible: the path,
-        its folder (for a file outside every root, so that its siblings import), or None: refused."""
+    def may_show(self, path: Path) -> tuple[Path | None, str | None]:
+        """(what to bind so that ``path``, a file or folder a diagnoser spec names, is visible, None) or
+        (None, why not). Only the path itself is ever bound, never its folder: a folder beside a script
+        can hold anything. Refused: anything in or around the secret roots; a folder in or around the
+        checkout; anything :func:`~diageval.hosting.label_stores.refusal` finds a label store or the
+        harness's own log in."""
         p = real_path(Path(path))
         if any(is_within(p, h) or is_within(h, p) for h in self.secret):
-            return None
+            return None, f"{path} is inside (or holds) the bundle cache, the runs or the cases"
         if self.checkout is not None and (is_within(self.checkout, p) or is_within(p, self.checkout)):
-            return p if p.is_file() and p != self.checkout else None
-        if p.is_file() and not any(is_within(h, p.parent) for h in self.all):
-            return p.parent
-        return p if not any(is_within(h, p) for h in self.all) else None
+            if not p.is_file() or p == self.checkout:
+                return None, f"{path} is a folder in (or around) the checkout, which holds the labels"
+        why = refusal(p)
+        return (None, why) if why else (p, None)
 
 
 def run_roots(*, runs_dir: Path | None, cases_dir: Path | None) -> HiddenRoots:
@@ -61,10 +66,11 @@ def run_roots(*, runs_dir: Path | None, cases_dir: Path | None) -> HiddenRoots:
                        taxonomy=real_path(taxonomy) if taxonomy.is_file() else None)
 
 
-def run_policy(roots: HiddenRoots, *, allow_network: bool = False, visible: Iterable[Path] = ()) -> SandboxPolicy:
+def run_policy(roots: HiddenRoots, host: HostPolicy | None = None, *, visible: Iterable[Path] = ()) -> SandboxPolicy:
     """The policy of a run: hide ``roots``; show the package's source folders and ``visible`` read-only, and
-    the run's taxonomy where a diagnoser looks for it (:func:`taxonomy_files`)."""
-    return SandboxPolicy(hidden=roots.all, visible=package_source_dirs() + tuple(visible), allow_network=allow_network,
+    the run's taxonomy where a diagnoser looks for it (:func:`taxonomy_files`); network, environment and
+    limits as ``host`` says."""
+    return SandboxPolicy(hidden=roots.all, visible=package_source_dirs() + tuple(visible), host=host or HostPolicy(),
                          shown_files=taxonomy_files(roots.taxonomy))
 
 

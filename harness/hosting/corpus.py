@@ -1,4 +1,4 @@
-"""What the harness hands to the few built-ins its own table names (:mod:`diageval.run.handover`).
+"""What the harness hands to the few built-ins its own table names (:mod:`diageval.hosting.handover`).
 
 * :class:`ReferenceCorpus` (the labels) to ``prior`` and ``oracle``;
 * :class:`PublicVocabulary` (public words, no labels) to ``leak``.

@@ -30,9 +30,14 @@ class Attempt(BaseModel):
         return self
 
 
-class Executor(Protocol):
-    """Runs the diagnoser on one bundle. ``case_dir`` is where it may keep stdout/stderr for that case."""
+class Slot(Protocol):
+    """One place a hosted diagnoser runs, one case at a time (a long-lived worker in its box, or a ``cmd:``
+    program in a fresh box per case). A run opens one per job."""
 
-    def attempt(self, bundle_dir: Path, case_dir: Path, timeout: float) -> Attempt: ...
+    def diagnose(self, bundle_dir: Path, case_dir: Path | None, *, bundle_id: str) -> Attempt:
+        """Diagnose a private, checked copy of ``bundle_dir`` shown under ``bundle_id``; keep what the
+        diagnoser printed in ``case_dir``. Raises ``BundleIntegrityError`` before anything runs when the
+        bundle does not match its manifest; everything the diagnoser does wrong is the attempt's status."""
+        ...
 
     def close(self) -> None: ...

@@ -1,5 +1,5 @@
 """The harness's handle on a long-lived worker process, inside a box, that hosts one in-process diagnoser
-(the worker's side is :mod:`diageval.run.worker_process`).
+(the worker's side is :mod:`diageval.hosting.worker_process`).
 
 Why a separate process: a diagnoser is code we do not control. The harness never imports it: the worker
 resolves the spec (``module:attr`` or an entry point) inside the box and reports name and version back,
@@ -17,7 +17,7 @@ original stdout, which it keeps for the protocol alone (fd 1 is pointed at its s
   ``{"ok": false, "error": ...}``: the spec is resolved and the diagnoser constructed here, in the box.
 * ``{"op": "prepare", "handover": {"kind": "corpus"|"vocabulary", "data": {...}}}`` -> ``{"ok": true}``:
   ``diagnoser.prepare(...)``. Which built-ins get a hand-over is the harness's own decision
-  (:mod:`diageval.run.handover`); the harness sends it after init, so no diagnoser code has run with it
+  (:mod:`diageval.hosting.handover`); the harness sends it after init, so no diagnoser code has run with it
   in reach unless the harness's table says so.
 * ``{"op": "diagnose", "bundle": ..., "dir": ...}``: with ``dir`` as working directory and fds 1 and 2 on
   ``dir/stdout.txt`` and ``dir/stderr.txt``, diagnose, write the diagnosis to ``dir/output.json`` and
@@ -37,20 +37,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from diageval.diagnosis import DEFAULT_LIMITS, DiagnosisLimits
-from diageval.run.attempt import Attempt
-from diageval.run.case_box import close_case, open_case, read_output
-from diageval.run.process_groups import LiveGroups, kill_group, spawn_group
-from diageval.run.sandbox import Box, Isolation
+from diageval.hosting.attempt import Attempt
+from diageval.hosting.case_box import close_case, open_case, read_output
+from diageval.hosting.limits import BoxGuard
+from diageval.hosting.policy import HostPolicy
+from diageval.hosting.process_groups import LiveGroups, kill_group, signal_group, spawn_group
+from diageval.hosting.sandbox import Box, Isolation
+from diageval.hosting.errors import WorkerStartError
 
-WORKER_MODULE = "diageval.run.worker_process"  # the worker's side of the protocol
+WORKER_MODULE = "diageval.hosting.worker_process"  # the worker's side of the protocol
 REPLY_CAP = 1 << 20  # a status line; a diagnosis travels in output.json, never in a reply
 LOG_NAME = "worker.log"
 LOG_CAP = 16 << 20
 
-
-class WorkerStartError(Exception):
-    """The diagnoser could not be started in a worker (import error, DiagnoserUnavailable, ...)."""
 
 
 # --- the harness's side ----------------------------------------------------------------------------
@@ -67,7 +66,7 @@ class WorkerExecutor:
         isolation: Isolation,
         log_path: Path | None = None,
         live: LiveGroups | None = None,
-        limits: DiagnosisLimits = DEFAULT_LIMITS,
+        policy: HostPolicy | None = None,
         python_path: tuple[str, ...] = (),
         init_timeout: float = 120.0,
     ):
@@ -76,7 +75,8 @@ class WorkerExecutor:
         self.handover: dict[str, Any] | None = None
         self.log_path = Path(log_path) if log_path else None
         self.live = live or LiveGroups()
-        self.limits = limits
+        self.policy = policy or HostPolicy()
+        self.limits = self.policy.output
         self.python_path = python_path
         self.init_timeout = init_timeout
         self.starts = 0
@@ -108,17 +108,28 @@ class WorkerExecutor:
         else:
             self._prepare()
 
-    def attempt(self, bundle_dir: Path, case_dir: Path | None, timeout: float, *, bundle_id: str) -> Attempt:
-        """Diagnose the bundle (a private copy; raises ``BundleIntegrityError`` before anything runs)."""
+    def diagnose(self, bundle_dir: Path, case_dir: Path | None, *, bundle_id: str) -> Attempt:
+        """Diagnose the bundle (a private copy; raises ``BundleIntegrityError`` before anything runs).
+
+        The worker lives on between cases (its imports are paid once), but its output folder does not
+        carry anything over: whatever a case left there is removed before the next one starts."""
         if self._proc is None:
             self._start()
         assert self._box is not None
+        self._box.empty_out()
         folders = open_case(self._box, bundle_dir, bundle_id)
+        timeout = self.policy.timeout_s
         try:
             request = {"op": "diagnose", "bundle": str(folders.bundle), "dir": str(folders.out_dir)}
             start = time.perf_counter()
-            reply, problem = self._ask(request, timeout)
+            proc = self._proc
+            with BoxGuard(self._box.groups, self._box.host_out, lambda: signal_group(proc, 9)) as guard:
+                reply, problem = self._ask(request, timeout)
             elapsed = time.perf_counter() - start
+            if guard.reason is not None:
+                if self._proc is not None:
+                    self._kill()
+                return Attempt(status="diagnoser_error", error=f"the box was stopped: {guard.reason}", seconds=elapsed)
             return self._attempt_from(reply, problem, folders, timeout, elapsed)
         finally:
             close_case(folders, case_dir)
@@ -161,19 +172,29 @@ class WorkerExecutor:
             return Attempt(status="invalid_output", error=why, seconds=seconds)
         return Attempt(status="ok", diagnosis=diagnosis, seconds=seconds)
 
-    def _start(self) -> None:
-        from diageval.run.registry import DiagnoserSpecError
+    def ask_once(self, request: dict[str, Any], timeout: float) -> tuple[dict[str, Any] | None, str | None]:
+        """Start a bare worker (no diagnoser) and ask it one thing (``diageval diagnosers list``)."""
+        self._spawn()
+        return self._ask(request, timeout)
 
+    def _spawn(self) -> None:
         self._box = self._box or self.isolation.new_box()
-        env_paths = [p for p in self.python_path if p]
         argv, env, cwd = self._box.command([sys.executable, "-m", WORKER_MODULE], self._box.host_out)
-        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(env_paths + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in self.python_path if p)  # the diagnoser's own folder alone
+        if not env["PYTHONPATH"]:
+            del env["PYTHONPATH"]
         with open(self._box.host / LOG_NAME, "ab") as log:
             proc = spawn_group(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, cwd=cwd)
         self._proc, self._buffer = proc, bytearray()
         self.live.add(proc)
         self.starts += 1
-        reply, problem = self._ask({"op": "init", "spec": self.spec}, self.init_timeout)
+
+    def _start(self) -> None:
+        from diageval.hosting.registry import DiagnoserSpecError
+
+        self._spawn()
+        reply, problem = self._ask({"op": "init", "spec": self.spec, "allow_network": self.policy.allow_network},
+                                   self.init_timeout)
         if reply is None or not reply.get("ok"):
             why = str(reply.get("error")) if reply else problem
             log_tail = self._log_tail()
@@ -281,13 +302,9 @@ class WorkerExecutor:
 
 def list_in_box(isolation: Isolation, timeout: float = 300.0) -> list[dict[str, Any]]:
     """``diageval diagnosers list``, built by a worker inside a box (listing constructs each diagnoser)."""
-    ex = WorkerExecutor("", isolation=isolation)
-    box = ex._box = isolation.new_box()
+    ex = WorkerExecutor("", isolation=isolation, init_timeout=timeout)
     try:
-        argv, env, cwd = box.command([sys.executable, "-m", WORKER_MODULE], box.host_out)
-        proc = spawn_group(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
-        ex._proc = proc
-        reply, problem = ex._ask({"op": "list"}, timeout)
+        reply, problem = ex.ask_once({"op": "list"}, timeout)
         if reply is None or not reply.get("ok"):
             raise WorkerStartError(f"listing the diagnosers failed: {reply.get('error') if reply else problem}")
         return list(reply["rows"])

@@ -5,11 +5,15 @@ bundle copy and ``{out}`` by the file the program must write its :class:`~diagev
 JSON to (both shell-quoted). Without ``{out}`` the diagnosis is read from the program's stdout. Only
 these two literal tokens are replaced, so other braces in the command (awk, jq, JSON) pass through.
 
-Each case runs in a box of its own (:mod:`diageval.run.sandbox`): a fresh PID namespace, so every process
-the program starts, a ``setsid`` daemon included, ends when its case does. Outcomes, decided here:
+Each case runs in a box of its own (:mod:`diageval.hosting.sandbox`), made for it and removed after it: a
+fresh PID namespace, so every process the program starts, a ``setsid`` daemon included, ends when its
+case does; a fresh ``/box/out`` and ``/tmp``, so nothing one case wrote is there for the next; its own
+limits (:mod:`diageval.hosting.limits`). Outcomes, decided here:
 
 * the program runs past the timeout -> ``timeout`` (the box is killed: SIGTERM, then SIGKILL after a
   short grace period, so a hung tool never wedges the run);
+* it breaks a box limit (a fork bomb at the process limit, a memory hog, a disk fill of its folder) ->
+  ``diagnoser_error`` saying which (the box is killed at once);
 * it exits non-zero -> ``diagnoser_error`` with the tail of its stderr, whatever it wrote;
 * it exits 0 but writes nothing, or something that is not a valid Diagnosis (or is over the limits) ->
   ``invalid_output``;
@@ -27,14 +31,14 @@ import subprocess
 import time
 from pathlib import Path
 
-from diageval.diagnosis import DEFAULT_LIMITS, DiagnosisLimits
-from diageval.run.attempt import Attempt
-from diageval.run.case_box import OUTPUT_NAME, STDERR_NAME, STDOUT_NAME, CaseFolders, close_case, open_case, read_output
-from diageval.run.process_groups import LiveGroups, spawn_group, wait_or_kill
-from diageval.run.sandbox import Box, Isolation
+from diageval.hosting.attempt import Attempt
+from diageval.hosting.case_box import OUTPUT_NAME, STDERR_NAME, STDOUT_NAME, CaseFolders, close_case, open_case, read_output
+from diageval.hosting.limits import BoxGuard
+from diageval.hosting.policy import HostPolicy
+from diageval.hosting.process_groups import LiveGroups, signal_group, spawn_group, wait_or_kill
+from diageval.hosting.sandbox import Isolation
 
 KILL_GRACE_S = 1.0
-DEFAULT_TIMEOUT_S = 300.0
 
 
 class CommandDiagnoser:
@@ -55,33 +59,34 @@ class CommandExecutor:
     """Runs a ``cmd:`` diagnoser once per case, each time in a fresh box."""
 
     def __init__(self, command: CommandDiagnoser, *, isolation: Isolation, live: LiveGroups | None = None,
-                 limits: DiagnosisLimits = DEFAULT_LIMITS):
+                 policy: HostPolicy | None = None):
         self.command = command
         self.isolation = isolation
         self.live = live or LiveGroups()
-        self.limits = limits
-        self._box: Box | None = None
+        self.policy = policy or HostPolicy()
 
-    def attempt(self, bundle_dir: Path, case_dir: Path | None, timeout: float, *, bundle_id: str) -> Attempt:
+    def diagnose(self, bundle_dir: Path, case_dir: Path | None, *, bundle_id: str) -> Attempt:
         """Run the command on a private copy of the bundle (raises ``BundleIntegrityError`` first if the
         cached bundle does not match its ``bundle.json``); keep stdout, stderr and output in ``case_dir``."""
-        if self._box is None:
-            self._box = self.isolation.new_box()
-        folders = open_case(self._box, bundle_dir, bundle_id)
+        box = self.isolation.new_box()
         try:
-            return self._run(folders, timeout)
+            folders = open_case(box, bundle_dir, bundle_id)
+            try:
+                return self._run(folders)
+            finally:
+                close_case(folders, case_dir, keep=(STDOUT_NAME, STDERR_NAME, OUTPUT_NAME),
+                           output_cap=self.policy.output.max_bytes)
         finally:
-            close_case(folders, case_dir, keep=(STDOUT_NAME, STDERR_NAME, OUTPUT_NAME), output_cap=self.limits.max_bytes)
+            box.remove()
 
     def close(self) -> None:
-        if self._box is not None:
-            self._box.remove()
-            self._box = None
+        pass  # every box is removed with its case
 
-    def _run(self, folders: CaseFolders, timeout: float) -> Attempt:
-        assert self._box is not None
+    def _run(self, folders: CaseFolders) -> Attempt:
+        box = folders.box
+        timeout = self.policy.timeout_s
         line = self.command.command_line(folders.bundle, folders.output)
-        argv, env, cwd = self._box.command(["/bin/sh", "-c", line], folders.out_host)
+        argv, env, cwd = box.command(["/bin/sh", "-c", line], folders.out_host)
         start = time.perf_counter()
         with open(folders.out_host / STDOUT_NAME, "wb") as out, open(folders.out_host / STDERR_NAME, "wb") as err:
             try:
@@ -90,17 +95,20 @@ class CommandExecutor:
                 return Attempt(status="diagnoser_error", error=f"cannot start {argv[0]}: {exc}", seconds=0.0)
             self.live.add(proc)
             try:
-                returncode, timed_out = wait_or_kill(proc, timeout, grace=KILL_GRACE_S)
+                with BoxGuard(box.groups, box.host_out, lambda: signal_group(proc, 9)) as guard:
+                    returncode, timed_out = wait_or_kill(proc, timeout, grace=KILL_GRACE_S)
             finally:
                 self.live.discard(proc)
         seconds = time.perf_counter() - start
+        if guard.reason is not None:
+            return Attempt(status="diagnoser_error", error=f"the box was stopped: {guard.reason}", seconds=seconds)
         if timed_out:
             return Attempt(status="timeout", error=f"no result after {timeout:g} s; killed", seconds=seconds)
         if returncode != 0:
             tail = _tail(folders.out_host / STDERR_NAME)
             how = f"killed by signal {-returncode}" if returncode < 0 else f"exited with status {returncode}"
             return Attempt(status="diagnoser_error", error=how + (f": {tail}" if tail else ""), seconds=seconds)
-        diagnosis, error = read_output(folders, "{out}" if self.command.writes_file else "stdout", self.limits)
+        diagnosis, error = read_output(folders, "{out}" if self.command.writes_file else "stdout", self.policy.output)
         if diagnosis is None:
             return Attempt(status="invalid_output", error=error, seconds=seconds)
         return Attempt(status="ok", diagnosis=diagnosis, seconds=seconds)

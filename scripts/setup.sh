@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Set up diageval on this machine, for whichever python3 is first on PATH (a virtual environment's, when one
+# is active): the README's first command and .ci/run both start here.
+#   bash scripts/setup.sh [EXTRAS]      e.g. bash scripts/setup.sh hta   or   bash scripts/setup.sh test,hta,llm
+# 1. bubblewrap, the diagnosers' sandbox (diageval runs no diagnoser without it), from Debian/Ubuntu's
+#    packages when it is missing (as root, or through sudo);
+# 2. torch: kept when one is installed (a GPU machine brings its own CUDA build), else the CPU build 2.13.0;
+# 3. diageval itself, editable, with EXTRAS.
+# pip's own output is shown only when it fails (this machine's pip configuration warns once per package).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-}"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+quiet() { "$@" >"$log" 2>&1 || { cat "$log"; echo "setup: failed: $*" >&2; exit 1; }; }
+
+if ! command -v bwrap >/dev/null; then
+  echo "installing bubblewrap (Debian package), the diagnosers' sandbox"
+  if [ "$(id -u)" = 0 ]; then sudo_=""; elif command -v sudo >/dev/null; then sudo_="sudo"; else
+    echo "setup: bubblewrap is missing and this user cannot install it: ask for the Debian/Ubuntu package 'bubblewrap'" >&2
+    exit 1
+  fi
+  quiet $sudo_ apt-get update -qq
+  quiet env DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq bubblewrap
+fi
+if python3 -c "import torch" >/dev/null 2>&1; then
+  echo "torch $(python3 -c 'import torch; print(torch.__version__)') is installed: kept"
+else
+  echo "installing torch==2.13.0 (CPU build; on a GPU machine install your own build first)"
+  quiet python3 -m pip install --disable-pip-version-check torch==2.13.0
+fi
+echo "installing diageval${extras:+[$extras]} into $(python3 -c 'import sys; print(sys.prefix)')"
+quiet python3 -m pip install --disable-pip-version-check -e ".${extras:+[$extras]}"

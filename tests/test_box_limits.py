@@ -1,0 +1,88 @@
+"""Limits on every box (issue 25): a fork bomb, a disk fill, a memory hog and a secret reader each end their
+own case with the reason, and leave the machine and the next case as they were.
+
+Each attack (``tests/hostile_diagnoser.py``) is bounded, and the fork bomb runs only where the box's
+process limit is enforced (a cgroup here; as root an rlimit is not applied), so that a missing limit
+fails the test instead of the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from run_fakes import FakeEvidence, make_case, make_case_set, run_with
+
+from diageval.hosting import BoxLimits, sandbox_problem
+from diageval.hosting.limits import BoxGroups
+from diageval.run.store import RunStore
+
+pytestmark = pytest.mark.skipif(sandbox_problem() is not None, reason=f"no sandbox here: {sandbox_problem()}")
+
+HOSTILE = Path(__file__).parent / "hostile_diagnoser.py"
+LIMITS = BoxLimits(max_processes=64, max_memory_mib=256, max_out_mib=32, max_tmp_mib=64)
+CASES = ["h1", "h2"]
+
+
+def _pids_enforced() -> bool:
+    groups = BoxGroups.create(LIMITS)
+    try:
+        return "pids" in groups.dirs or os.geteuid() != 0
+    finally:
+        groups.remove()
+
+
+def _run(tmp_path: Path, mode: str, **kw):
+    case_set = make_case_set([make_case(c) for c in CASES])
+    spec = f"cmd:{sys.executable} {HOSTILE} {mode} {{out}}"
+    return run_with(spec, case_set, cases_dir=tmp_path / "cases", out_dir=tmp_path / "runs", run_id=mode,
+                    evidence_fn=FakeEvidence(tmp_path / "bundles"), progress=None, cuda_device_count=lambda: 0,
+                    timeout=60, box=LIMITS, **kw)
+
+
+def _results(outcome) -> dict:
+    return {r.case_id: r for r in RunStore(outcome.run_dir).read_results()}
+
+
+def _own_groups() -> list[Path]:
+    return [p for p in Path("/sys/fs/cgroup").rglob(f"diageval-box-{os.getpid()}-*")] if Path("/sys/fs/cgroup").is_dir() else []
+
+
+@pytest.mark.parametrize("mode, reason", [
+    ("diskfill", r"output limit \(32 MiB\)|signal 25"),
+    ("memhog", r"memory limit \(256 MiB\)|MemoryError"),
+    ("tmpfill", "No space left on device"),
+])
+def test_an_attack_on_the_box_ends_its_own_case_with_the_reason(tmp_path, mode, reason):
+    import re
+
+    outcome = _run(tmp_path, mode)
+    results = _results(outcome)
+    assert set(results) == set(CASES)  # every case ran: the first one's attack did not spill onto the second
+    for r in results.values():
+        assert r.status == "diagnoser_error" and re.search(reason, r.error or ""), (r.case_id, r.status, r.error)
+    assert _own_groups() == []  # nothing left behind
+
+
+def test_a_fork_bomb_ends_its_own_case_at_the_process_limit(tmp_path):
+    if not _pids_enforced():
+        pytest.skip("no process limit can be enforced for root here (no writable pids cgroup)")
+    outcome = _run(tmp_path, "forkbomb")
+    for r in _results(outcome).values():
+        assert r.status == "diagnoser_error" and "process limit (64)" in (r.error or ""), (r.case_id, r.error)
+    assert outcome.info.box_limits and "processes 64 (cgroup" in outcome.info.box_limits
+    assert _own_groups() == []
+
+
+def test_secrets_in_the_environment_never_reach_the_box_unless_named(tmp_path, monkeypatch):
+    secrets = {"GITHUB_TOKEN": "ghp_x", "AWS_SECRET_ACCESS_KEY": "a", "OPENAI_API_KEY": "sk", "MY_TOOL_CONFIG": "c"}
+    for k, v in secrets.items():
+        monkeypatch.setenv(k, v)
+    outcome = _run(tmp_path, "secrets", pass_env=("MY_TOOL_CONFIG",))
+    for case_id, r in _results(outcome).items():
+        assert r.status == "ok", r.error
+        seen = set(json.loads((outcome.run_dir / "cases" / case_id / "stdout.txt").read_text()))
+        assert "MY_TOOL_CONFIG" in seen and not {"GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "OPENAI_API_KEY"} & seen
