@@ -14,6 +14,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from diageval.errors import DiagevalError
+
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path = Path(path)
@@ -48,7 +50,7 @@ def append_jsonl(path: Path, obj: Any) -> None:
         os.fsync(fh.fileno())
 
 
-class JsonLinesError(ValueError):
+class JsonLinesError(DiagevalError, ValueError):
     """A JSON-lines file with a line that is not a JSON object; ``torn`` when it is the unterminated last
     line (a writer killed mid-line). The message names the file and the line."""
 

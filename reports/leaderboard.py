@@ -23,6 +23,7 @@ from pathlib import Path
 
 import jinja2
 
+from diageval.errors import DiagevalError
 from diageval.scoring.metrics import BOARD, HEADLINE, METRICS, MetricValue
 from diageval.scoring.summary import DETECTION_MIN_CASES, DiagnoserInfo, Summary
 
@@ -34,7 +35,7 @@ def column_header(metric: str) -> str:
     return f"{spec.label} {'↑' if spec.better == 'higher' else '↓'}"
 
 
-class LeaderboardError(ValueError):
+class LeaderboardError(DiagevalError, ValueError):
     """Summaries that cannot share a leaderboard."""
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from diageval.errors import DiagevalError
 from diageval.fileio import atomic_write_text
 from diageval.reports.leaderboard import LeaderboardError, render_leaderboard
 from diageval.run.store import RunReadError, RunStore
@@ -56,7 +57,7 @@ def read_summaries(run_dirs: list[Path]) -> list[Summary]:
         raise ReportError(str(err)) from None
 
 
-class ReportError(Exception):
+class ReportError(DiagevalError):
     """A run folder without a readable summary, or runs that cannot be compared."""
 
 

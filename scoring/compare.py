@@ -40,6 +40,7 @@ from typing import Any, Protocol
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from diageval.errors import DiagevalError
 from diageval.scoring.intervals import RELATIVE_TIE, bca_interval, bootstrap_weights
 from diageval.scoring.metrics import METRICS, Direction, MetricSpec, MetricValue, Resampled
 from diageval.scoring.results import CaseResult
@@ -56,7 +57,7 @@ def regressions(comparison: "Comparison", metrics: Iterable[str]) -> list[str]:
     return [m for m in metrics if m in comparison.metrics and comparison.metrics[m].clearly_worse]
 
 
-class CompareError(Exception):
+class CompareError(DiagevalError):
     """Two runs that cannot be compared, or a run folder that cannot be read."""
 
 

@@ -61,6 +61,7 @@ from diageval.bundle.trace_stream import (
     TraceTooLargeError,
     iter_trace_events,
 )
+from diageval.errors import DiagevalError
 from diageval.fileio import atomic_write_text, write_jsonl
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -70,7 +71,7 @@ _COPY_BLOCK = 1 << 20
 _RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
 
 
-class TraceImportError(ValueError):
+class TraceImportError(DiagevalError, ValueError):
     """A trace that cannot be imported; the message names the file and what was expected."""
 
 

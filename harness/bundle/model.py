@@ -25,6 +25,7 @@ from typing import IO, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from diageval.errors import DiagevalError
 from diageval.fileio import read_jsonl, sha256_file
 
 BUNDLE_SCHEMA_VERSION = 1
@@ -79,7 +80,7 @@ class StepRecord(BaseModel):
         return self.t_end - self.t_start
 
 
-class BundleError(Exception):
+class BundleError(DiagevalError):
     """A bundle folder that cannot be read (missing or invalid bundle.json, bad checksums)."""
 
 

@@ -45,6 +45,8 @@ from typing import Any, BinaryIO
 
 import msgspec
 
+from diageval.errors import DiagevalError
+
 CHUNK_BYTES = 1 << 20
 _COMPRESSED_BLOCK = 1 << 18
 # No Kineto event or header value comes near this (events are a few hundred bytes, deviceProperties a few
@@ -61,7 +63,7 @@ _TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},:]|"')
 _BYTE_IN_MSG = re.compile(r"\(byte (\d+)\)")
 
 
-class TraceFormatError(ValueError):
+class TraceFormatError(DiagevalError, ValueError):
     """The trace file is not a Chrome trace JSON object (says which file and where)."""
 
 

@@ -13,8 +13,10 @@ from typing import Any
 
 import yaml
 
+from diageval.errors import DiagevalError
 
-class YamlProblem(ValueError):
+
+class YamlProblem(DiagevalError, ValueError):
     """A YAML file that cannot be read as plain data; ``str()`` is one line naming file and place."""
 
     def __init__(self, file: str, message: str):

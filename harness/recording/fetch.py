@@ -38,6 +38,7 @@ from urllib.parse import quote
 from pydantic import BaseModel
 
 from diageval.cases.load import LoadedCase
+from diageval.errors import DiagevalError
 
 if TYPE_CHECKING:
     from diageval.cases.model import RecordedFile
@@ -49,7 +50,7 @@ DEFAULT_RETRIES = 3
 DOWNLOAD_TIMEOUT_S = 60.0
 
 
-class FetchError(Exception):
+class FetchError(DiagevalError):
     """The request cannot be planned: an unknown or non-recorded case, or two cases naming one path with
     different checksums."""
 

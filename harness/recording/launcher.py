@@ -27,10 +27,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from diageval.errors import DiagevalError
+
 PRELOAD = ["torch", "torch._dynamo", "torch.distributed", "diageval.recording.rank_worker"]
 
 
-class RecordingError(Exception):
+class RecordingError(DiagevalError):
     """A recording failed: a rank crashed, hung, or wrote no usable evidence."""
 
 

@@ -25,16 +25,17 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from diageval.cases.load import LoadedCase
+from diageval.errors import DiagevalError
 from diageval.fileio import sha256_file
 
 IMPORT_VERSION = "recorded-1"  # bump when the importer's output for the same files changes
 
 
-class EvidenceUnavailable(Exception):
+class EvidenceUnavailable(DiagevalError):
     """Some trace file of a recorded case is not in the data folder."""
 
 
-class EvidenceChecksumError(Exception):
+class EvidenceChecksumError(DiagevalError):
     """A trace file of a recorded case is there but is not the file the case names."""
 
 

@@ -29,6 +29,7 @@ from diageval.diagnosis import (
     read_capped,
     read_diagnosis_file,
 )
+from diageval.errors import DiagevalError
 from diageval.fileio import atomic_write_text
 from diageval.run.store import RunInfo, RunReadError, RunStore
 from diageval.scoring.results import ANSWERED_STATUSES, CaseResult
@@ -36,7 +37,7 @@ from diageval.scoring.summary import DiagnoserInfo, Summary, summarize
 from diageval.scoring.verdicts import score_case
 
 
-class RescoreError(Exception):
+class RescoreError(DiagevalError):
     """The run folder cannot be re-scored as it is."""
 
 

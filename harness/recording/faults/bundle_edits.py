@@ -53,6 +53,7 @@ from typing import Any
 
 from diageval.bundle.kineto import DEVICE_CATEGORIES, PROFILER_STEP, RUNTIME_CATEGORIES
 from diageval.bundle.model import rank_trace_files
+from diageval.errors import DiagevalError
 from diageval.fileio import read_jsonl, write_jsonl
 from diageval.recording.faults.base import BundleFault
 
@@ -63,7 +64,7 @@ FLOW_TO_DEVICE_CATEGORY = "ac2g"  # Kineto's flow arrows from a runtime call to 
 _LOG_STAMP = re.compile(r"(?<=USDT:)(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")  # Kineto's own log lines
 
 
-class EvidenceEditError(ValueError):
+class EvidenceEditError(DiagevalError, ValueError):
     """A bundle edit cannot be applied to this bundle (says which file and why)."""
 
 
