@@ -9,20 +9,25 @@ Validation happens in two layers:
    unique ids across files.
 
 Every problem is a :class:`CaseProblem` naming the file, the field path and what was expected.
+
+Types are strict, in the case model and in the plugins' parameters alike: ``world_size: true`` or
+``steps: "30"`` is an error (``expected an integer, got "30" (a string; write 30 without quotes)``), never
+read as 1 or 30. An integer is accepted where a number with a fraction is expected.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from diageval.cases.model import Case
 from diageval.cases.strict_yaml import YamlProblem, read_yaml
 from diageval.cases.taxonomy import Taxonomy
-from diageval.errors import DiagevalError
 from diageval.fileio import sha256_text
 from diageval.validation import field_path
 
@@ -38,7 +43,7 @@ class CaseProblem(BaseModel):
         return f"{self.file}: {self.field or '<file>'}: {self.message}"
 
 
-class CaseLoadError(DiagevalError):
+class CaseLoadError(Exception):
     def __init__(self, problems: list[CaseProblem]):
         self.problems = problems
         super().__init__("\n".join(str(p) for p in problems))
@@ -50,6 +55,43 @@ class LoadedCase(BaseModel):
     case: Case
     path: Path
     file_sha256: str
+
+
+_EXPECTED = {  # pydantic's error type for a value of the wrong type -> what the field takes, as a YAML writer says it
+    "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "an integer",
+    "float_type": "a number", "float_parsing": "a number", "bool_type": "true or false", "bool_parsing": "true or false",
+    "string_type": "a string", "list_type": "a list", "tuple_type": "a list", "dict_type": "a mapping",
+    "model_type": "a mapping", "model_attributes_type": "a mapping",
+}
+
+
+def _yaml_kind(value: Any) -> str:
+    """What a YAML value is, in a YAML writer's words."""
+    if value is None:
+        return "null"
+    for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a number with a decimal point"), (str, "a string"),
+                       (list, "a list"), (dict, "a mapping")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
+def _wrong_type(expected: str, value: Any) -> str:
+    """``expected an integer, got "30" (a string; write 30 without quotes)``: the value as it was written."""
+    try:
+        shown = json.dumps(value)
+    except (TypeError, ValueError):
+        shown = repr(value)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    kind = _yaml_kind(value)
+    if isinstance(value, str) and expected in ("an integer", "a number"):
+        try:
+            float(value)
+            kind += f"; write {value.strip()} without quotes"
+        except ValueError:
+            pass
+    return f"expected {expected}, got {shown} ({kind})"
 
 
 _FIELD_PREFIX = re.compile(r"^([a-z_][a-z0-9_]*(?:\[\d+\])?(?:\.[a-z_][a-z0-9_]*(?:\[\d+\])?)*): (.+)$", re.S)
@@ -66,6 +108,8 @@ def _pydantic_problems(file: str, err: ValidationError, prefix: str = "") -> lis
             msg = "unknown field (not in the schema; see `diageval schema case`)"
         elif e["type"] == "missing":
             msg = "required field is missing"
+        elif e["type"] in _EXPECTED:  # strict types: no boolean for an integer, no string for a number
+            msg = _wrong_type(_EXPECTED[e["type"]], e.get("input"))
         elif e["type"] == "string_pattern_mismatch":
             pattern = (e.get("ctx") or {}).get("pattern", "")
             msg = f"expected a string matching {pattern}, got {e.get('input')!r}"
@@ -136,7 +180,7 @@ def check_case(case: Case, file: str, taxonomy: Taxonomy) -> list[CaseProblem]:
                                          "be evidence edits (bundle faults) of its traces")
             else:
                 try:
-                    fault.params_model.model_validate(fault_spec.params)
+                    fault.params_model.model_validate(fault_spec.params, strict=True)
                 except ValidationError as err:
                     problems.extend(_pydantic_problems(file, err, prefix=f"faults[{i}].params"))
         return problems
@@ -146,7 +190,7 @@ def check_case(case: Case, file: str, taxonomy: Taxonomy) -> list[CaseProblem]:
         bad("workload.name", f"unknown workload {case.workload.name!r}; registered: {', '.join(sorted(WORKLOADS))}")
     else:
         try:
-            workload.params_model.model_validate(case.workload.params)
+            workload.params_model.model_validate(case.workload.params, strict=True)
         except ValidationError as err:
             problems.extend(_pydantic_problems(file, err, prefix="workload.params"))
     for i, fault_spec in enumerate(case.faults):
@@ -155,7 +199,7 @@ def check_case(case: Case, file: str, taxonomy: Taxonomy) -> list[CaseProblem]:
             bad(f"faults[{i}].name", f"unknown fault {fault_spec.name!r}; registered: {', '.join(sorted(FAULTS))}")
             continue
         try:
-            params = fault.params_model.model_validate(fault_spec.params)
+            params = fault.params_model.model_validate(fault_spec.params, strict=True)
         except ValidationError as err:
             problems.extend(_pydantic_problems(file, err, prefix=f"faults[{i}].params"))
             continue

@@ -42,7 +42,12 @@ ManifestMetric = Literal[
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Unknown fields refused, and strict types: YAML's ``true`` is not the integer 1 and ``"30"`` is not the
+    number 30 (a lax model would accept both, so a typo could still validate). An integer is accepted where
+    a float is expected. Step ranges are written as YAML lists, so those fields accept a list for their
+    tuple (``Field(strict=False)``); their items stay strict."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class WorkloadSpec(_Strict):
@@ -60,7 +65,7 @@ class FaultSpec(_Strict):
 class CauseLabel(_Strict):
     category: str = Field(pattern=TAXONOMY_ID_PATTERN, description="A cause id of the taxonomy")
     ranks: list[int] | None = Field(None, description="Ranks where the cause sits; null = all or not rank-specific")
-    steps: tuple[int, int] | None = Field(None, description="Half-open step range [start, stop)")
+    steps: tuple[int, int] | None = Field(None, strict=False, description="Half-open step range [start, stop)")
 
     @field_validator("ranks")
     @classmethod
