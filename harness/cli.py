@@ -326,30 +326,45 @@ def data_fetch_cmd(case_ids: tuple[str, ...], cases_dir: Path | None, data_dir: 
               help="Diagnosis JSON file to score (with --case).")
 @CASES_OPTION
 @click.option("--json", "as_json", is_flag=True, help="With --case: print the CaseResult as JSON.")
+@click.option("--allow-missing", is_flag=True,
+              help="With RUN_DIR: re-score a complete run whose results.jsonl lost lines (the missing cases are named); "
+                   "without it such a run is refused and nothing is rewritten.")
+@click.option("--max-diagnosis-mib", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="With --case: size the diagnosis file may have (default 16; never read past it).")
+@click.option("--max-findings", type=click.IntRange(min=1), default=None,
+              help="With --case: findings the diagnosis may hold (default 1000).")
 def score_cmd(run_dir: Path | None, case_id: str | None, diagnosis_path: Path | None, cases_dir: Path | None,
-              as_json: bool) -> None:
+              as_json: bool, allow_missing: bool, max_diagnosis_mib: float | None, max_findings: int | None) -> None:
     """Re-score a saved run (RUN_DIR), or score one diagnosis: --case ID --diagnosis FILE.json."""
     if run_dir is not None:
         if case_id or diagnosis_path:
             raise click.UsageError("give either RUN_DIR or --case with --diagnosis, not both")
+        if max_diagnosis_mib is not None or max_findings is not None:
+            raise click.UsageError("--max-diagnosis-mib and --max-findings go with --case; a run is re-read with its own limits")
         from diageval.reports.leaderboard import render_leaderboard
         from diageval.run.grade import RescoreError, rescore_run
 
         try:
-            summary = rescore_run(run_dir)
+            summary = rescore_run(run_dir, allow_missing=allow_missing, warn=lambda line: click.echo(f"warning: {line}", err=True))
         except RescoreError as err:
             raise click.ClickException(str(err))
         click.echo(summary.model_dump_json(indent=2) if as_json else render_leaderboard([summary]), nl=not as_json)
         return
     if not (case_id and diagnosis_path):
         raise click.UsageError("give RUN_DIR, or --case ID together with --diagnosis FILE.json")
+    if allow_missing:
+        raise click.UsageError("--allow-missing goes with RUN_DIR")
     from diageval.cases.load import CaseLoadError
-    from diageval.diagnosis import DiagnosisParseError
+    from diageval.diagnosis import DEFAULT_LIMITS, DiagnosisLimits, DiagnosisParseError
     from diageval.run.grade import score_diagnosis_file
     from diageval.scoring.explain import format_case_result
 
+    limits = DiagnosisLimits(
+        max_bytes=DEFAULT_LIMITS.max_bytes if max_diagnosis_mib is None else int(max_diagnosis_mib * (1 << 20)),
+        max_findings=max_findings or DEFAULT_LIMITS.max_findings,
+    )
     try:
-        result = score_diagnosis_file(case_id, diagnosis_path, cases_dir)
+        result = score_diagnosis_file(case_id, diagnosis_path, cases_dir, limits)
     except KeyError as err:
         raise click.ClickException(err.args[0])
     except (CaseLoadError, DiagnosisParseError) as err:

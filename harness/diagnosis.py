@@ -10,12 +10,31 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from diageval.errors import DiagevalError
 from diageval.validation import field_path
+
+
+def _strict(expected: str):
+    """A check that refuses what lax validation would turn into a number: ``true`` reads as 1, ``"0.9"``
+    as 0.9. Numbers of other types (an int for a float, a numpy scalar) go on to the field's own check."""
+
+    def check(v: Any) -> Any:
+        if isinstance(v, bool):
+            raise ValueError(f"expected {expected}, not a boolean")
+        if isinstance(v, (str, bytes)):
+            raise ValueError(f"expected {expected}, not a string")
+        return v
+
+    return check
+
+
+Number = Annotated[float, BeforeValidator(_strict("a number"))]
+"""A JSON number: a boolean or a string is refused (a lax float would read ``true`` as 1.0)."""
+WholeNumber = Annotated[int, BeforeValidator(_strict("an integer"))]
+"""A JSON integer: a boolean or a string is refused (a lax int would read ``true`` as 1)."""
 
 
 class Finding(BaseModel):
@@ -25,10 +44,10 @@ class Finding(BaseModel):
     kind: Literal["cause", "symptom"] = Field(
         "cause", description="'symptom' findings are observations: shown, never credited or penalised"
     )
-    confidence: float = Field(0.5, ge=0.0, le=1.0, description="Probability the claim is right")
-    ranks: list[int] | None = Field(None, description="Ranks where the cause sits; null = all / not rank-specific")
-    steps: tuple[int, int] | None = Field(None, description="Half-open step range [start, stop) it affects")
-    impact: float | None = Field(None, ge=0.0, le=1.0, description="Claimed fraction of step time lost to it")
+    confidence: Number = Field(0.5, ge=0.0, le=1.0, description="Probability the claim is right")
+    ranks: list[WholeNumber] | None = Field(None, description="Ranks where the cause sits; null = all / not rank-specific")
+    steps: tuple[WholeNumber, WholeNumber] | None = Field(None, description="Half-open step range [start, stop) it affects")
+    impact: Number | None = Field(None, ge=0.0, le=1.0, description="Claimed fraction of step time lost to it")
     summary: str = Field("", description="One line a person can read")
     evidence: list[str] = Field(default_factory=list, description="Pointers a person can check in the bundle")
 
@@ -64,7 +83,7 @@ class Diagnosis(BaseModel):
         return self
 
 
-class DiagnosisParseError(DiagevalError, ValueError):
+class DiagnosisParseError(ValueError):
     """Diagnosis JSON that is not JSON or does not match the schema; the message names source and field."""
 
 
@@ -88,26 +107,72 @@ def read_capped(path: Path, limit: int) -> bytes:
         return fh.read(limit + 1)
 
 
+_BOMS = (  # longest first: the UTF-32 LE mark starts with the UTF-16 LE one
+    (b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xef\xbb\xbf", "UTF-8"),
+    (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"),
+)
+
+
+def _decode(data: bytes, source: str) -> str:
+    """JSON text is UTF-8 without a byte-order mark (RFC 8259 section 8.1); anything else is an error that
+    says what the bytes look like, so that a file saved as UTF-16 by an editor is told, not mis-parsed."""
+    for bom, name in _BOMS:
+        if data.startswith(bom):
+            raise DiagnosisParseError(
+                f"{source}: starts with a {name} byte-order mark; a diagnosis is UTF-8 JSON without one: save it as "
+                "UTF-8 (no BOM)"
+            )
+    nul = data.find(b"\x00")  # JSON never holds a NUL byte; UTF-16 and UTF-32 text of ASCII is half NULs
+    if nul >= 0:
+        raise DiagnosisParseError(
+            f"{source}: holds a NUL byte (byte {nul}): UTF-16 or UTF-32 text, or not text at all; a diagnosis is "
+            "UTF-8 JSON"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise DiagnosisParseError(f"{source}: not UTF-8 at line {line} (byte {exc.start}): save it as UTF-8") from None
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str):
+        self.key = key
+
+
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def parse_diagnosis_json(text: str | bytes, source: str, limits: DiagnosisLimits = DEFAULT_LIMITS) -> Diagnosis:
     """Parse and validate diagnosis JSON. The one reader for every diagnosis that arrives as text:
     files a person hands to ``diageval score``, and what ``cmd:`` and in-process diagnosers write.
 
-    Over ``limits`` (bytes, findings), not UTF-8, or nested too deeply for the parser: an error naming
-    ``source``, never a traceback or a huge file kept."""
+    Over ``limits`` (bytes, findings), not UTF-8 (a byte-order mark, UTF-16, invalid bytes), a key given
+    twice in one object (JSON readers disagree on which one wins), nested too deeply for the parser, or a
+    boolean or string where a number belongs: an error naming ``source`` and the field, never a traceback
+    or a huge file kept."""
     size = len(text) if isinstance(text, bytes) else len(text.encode("utf-8", errors="surrogatepass"))
     if size > limits.max_bytes:
         raise DiagnosisParseError(
             f"{source}: over the size limit of {limits.max_bytes / (1 << 20):g} MiB (--max-diagnosis-mib raises it)"
         )
     if isinstance(text, bytes):
-        try:
-            text = text.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise DiagnosisParseError(f"{source}: not UTF-8 (byte {exc.start})") from None
+        text = _decode(text, source)
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_refuse_duplicate_keys)
     except json.JSONDecodeError as exc:
         raise DiagnosisParseError(f"{source}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except _DuplicateKey as exc:
+        raise DiagnosisParseError(
+            f"{source}: the key {exc.key!r} appears twice in one object; a key may appear once (readers disagree on "
+            "which one wins)"
+        ) from None
     except RecursionError:
         raise DiagnosisParseError(f"{source}: JSON nested too deeply to read") from None
     except MemoryError:
@@ -123,18 +188,29 @@ def parse_diagnosis_json(text: str | bytes, source: str, limits: DiagnosisLimits
         lines = []
         for e in err.errors(include_url=False):
             msg = "unknown field" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
-            got = "" if e["type"] in ("missing", "extra_forbidden") else f" (got {e.get('input')!r})"
+            got = "" if e["type"] in ("missing", "extra_forbidden") else f" (got {_as_json(e.get('input'))})"
             lines.append(f"{source}: {field_path(e['loc']) or '<top level>'}: {msg}{got}")
         raise DiagnosisParseError(
             "\n".join(lines) + "\n(expected a diagnosis; `diageval schema diagnosis` prints its JSON Schema)"
         ) from None
 
 
-def read_diagnosis_file(path: Path) -> Diagnosis:
-    """A diagnosis JSON file a person hands to ``diageval score --diagnosis``; errors name the file and field."""
+def _as_json(value: Any, limit: int = 80) -> str:
+    """A value as the JSON it came from (``true``, ``"0.9"``), shortened: what the person wrote."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def read_diagnosis_file(path: Path, limits: DiagnosisLimits = DEFAULT_LIMITS) -> Diagnosis:
+    """A diagnosis JSON file a person hands to ``diageval score --diagnosis`` (or a run folder's): at most
+    ``limits.max_bytes + 1`` bytes are read, whatever the file's size (a device or a pipe included), so a
+    huge file is refused without being held; errors name the file and field."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = read_capped(path, limits.max_bytes)
     except OSError as exc:
         raise DiagnosisParseError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    return parse_diagnosis_json(text, str(path))
+    return parse_diagnosis_json(data, str(path), limits)

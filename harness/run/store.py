@@ -25,6 +25,12 @@ Decided here (the design is silent):
 * A torn last line of ``results.jsonl`` (a writer killed mid-line) is never silently dropped: readers
   name it, and a resumed run moves it to ``results.jsonl.torn-<n>`` (kept for inspection) and says so;
   that case is then run again.
+* A case has one result line. Two lines for one case (a hand edit, a copy of lines from another run)
+  are refused by every reader, naming the case and both lines: which one stands cannot be told.
+* ``run.json`` lists the cases the latest ``diageval run`` into the folder was asked to diagnose
+  (``cases``: the selection less the skipped ones). A complete run has a result line for each of them, so
+  a line lost later (a truncated copy, a hand edit) is named when the run is re-scored
+  (:mod:`diageval.run.grade`), never summarised away. Runs written before the field have ``cases: null``.
 """
 
 from __future__ import annotations
@@ -36,7 +42,6 @@ import platform
 import socket
 import subprocess
 import sys
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -48,7 +53,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from diageval import __version__
 from diageval.diagnosis import DEFAULT_LIMITS
-from diageval.errors import DiagevalError
 from diageval.fileio import append_jsonl, atomic_write_text, read_jsonl, write_jsonl
 from diageval.paths import SOURCE_ROOT
 from diageval.scoring.results import CaseResult, Status
@@ -114,6 +118,9 @@ class RunInfo(BaseModel):
     box_limits: str | None = Field(None, description="The limits on every box and how this machine enforced them")
     finished: datetime | None = None
     skipped: list[SkippedCase] = Field(default_factory=list, description="Selected cases this machine cannot run")
+    cases: list[str] | None = Field(
+        None, description="The cases this run was asked to diagnose (selected, less skipped); a complete run has one "
+        "result line for each. null in runs written before it was recorded")
     error: str | None = Field(None, description="Why a failed run stopped")
 
 
@@ -133,7 +140,7 @@ class SavedOutcome(BaseModel):
     bundle_sha256: str | None = None
 
 
-class RunFolderConflict(DiagevalError):
+class RunFolderConflict(Exception):
     """The folder holds a different run (another diagnoser, version or case set)."""
 
 
@@ -141,7 +148,7 @@ class RunFolderLocked(RunFolderConflict):
     """Another process is writing the run folder."""
 
 
-class RunReadError(DiagevalError, ValueError):
+class RunReadError(ValueError):
     """A run folder that cannot be read as one: the message names the file, the line and the field."""
 
 
@@ -277,7 +284,21 @@ class RunStore:
                 first = err.errors(include_url=False)[0]
                 where = field_path(first["loc"]) or "<top level>"
                 raise RunReadError(f"{self.results_path}: result {line}: {where}: {first['msg']}") from None
+        self._refuse_repeats([r.case_id for r in out])
         return out
+
+    def _refuse_repeats(self, case_ids: list[str]) -> None:
+        """:class:`RunReadError` naming every case with more than one result line, and which ones."""
+        where: dict[str, list[int]] = {}
+        for n, case_id in enumerate(case_ids, 1):
+            where.setdefault(case_id, []).append(n)
+        repeated = [f"{cid} (results {', '.join(map(str, ns))})" for cid, ns in sorted(where.items()) if len(ns) > 1]
+        if repeated:
+            shown = "; ".join(repeated[:10]) + (f"; and {len(repeated) - 10} more" if len(repeated) > 10 else "")
+            raise RunReadError(
+                f"{self.results_path}: {len(repeated)} case(s) with more than one result line: {shown}. A case has one "
+                "line and which of these stands cannot be told: remove the extra lines, or run the cases again"
+            )
 
     def append_result(self, result: CaseResult) -> None:
         append_jsonl(self.results_path, result.model_dump(mode="json"))
@@ -307,16 +328,18 @@ class RunStore:
             raise RunReadError(f"{path}: not a diageval summary: {problems}") from None
 
     def load(self) -> LoadedRun:
-        """The manifest and every result; refuses a case that appears twice."""
+        """The manifest and every result (a case that appears twice is refused by :meth:`read_results`)."""
         try:
             manifest = self.read_info()
         except (FileNotFoundError, ValueError) as exc:
             raise RunReadError(str(exc)) from None
-        results = self.read_results()
-        repeated = sorted(cid for cid, k in Counter(r.case_id for r in results).items() if k > 1)
-        if repeated:
-            raise RunReadError(f"{self.results_path}: case(s) more than once: {', '.join(repeated)}")
-        return LoadedRun(root=self.root, info=manifest, results=results)
+        return LoadedRun(root=self.root, info=manifest, results=self.read_results())
+
+    def missing_results(self, manifest: RunInfo, case_ids: list[str]) -> list[str]:
+        """The cases ``manifest`` says this run was asked to diagnose that have no result line among
+        ``case_ids`` (empty for a run written before ``run.json`` recorded its cases)."""
+        have = set(case_ids)
+        return sorted(c for c in manifest.cases or () if c not in have)
 
 
 def now() -> datetime:
