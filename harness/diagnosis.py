@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from diageval.errors import DiagevalError
 from diageval.validation import field_path
 
 
@@ -83,7 +84,7 @@ class Diagnosis(BaseModel):
         return self
 
 
-class DiagnosisParseError(ValueError):
+class DiagnosisParseError(DiagevalError, ValueError):
     """Diagnosis JSON that is not JSON or does not match the schema; the message names source and field."""
 
 

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from diageval.cases.model import Case
 from diageval.cases.strict_yaml import YamlProblem, read_yaml
 from diageval.cases.taxonomy import Taxonomy
+from diageval.errors import DiagevalError
 from diageval.fileio import sha256_text
 from diageval.validation import field_path
 
@@ -43,7 +44,7 @@ class CaseProblem(BaseModel):
         return f"{self.file}: {self.field or '<file>'}: {self.message}"
 
 
-class CaseLoadError(Exception):
+class CaseLoadError(DiagevalError):
     def __init__(self, problems: list[CaseProblem]):
         self.problems = problems
         super().__init__("\n".join(str(p) for p in problems))

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from diageval.cases.load import CaseSet, load_case_set
 from diageval.diagnosis import DEFAULT_LIMITS, DiagnosisLimits, DiagnosisParseError, read_diagnosis_file
+from diageval.errors import DiagevalError
 from diageval.fileio import atomic_write_text
 from diageval.run.store import RunInfo, RunReadError, RunStore
 from diageval.scoring.results import ANSWERED_STATUSES, CaseResult
@@ -43,7 +44,7 @@ from diageval.scoring.summary import DiagnoserInfo, Summary, summarize
 from diageval.scoring.verdicts import score_case
 
 
-class RescoreError(Exception):
+class RescoreError(DiagevalError):
     """The run folder cannot be re-scored as it is."""
 
 

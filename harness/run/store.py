@@ -53,6 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from diageval import __version__
 from diageval.diagnosis import DEFAULT_LIMITS
+from diageval.errors import DiagevalError
 from diageval.fileio import append_jsonl, atomic_write_text, read_jsonl, write_jsonl
 from diageval.paths import SOURCE_ROOT
 from diageval.scoring.results import CaseResult, Status
@@ -140,7 +141,7 @@ class SavedOutcome(BaseModel):
     bundle_sha256: str | None = None
 
 
-class RunFolderConflict(Exception):
+class RunFolderConflict(DiagevalError):
     """The folder holds a different run (another diagnoser, version or case set)."""
 
 
@@ -148,7 +149,7 @@ class RunFolderLocked(RunFolderConflict):
     """Another process is writing the run folder."""
 
 
-class RunReadError(ValueError):
+class RunReadError(DiagevalError, ValueError):
     """A run folder that cannot be read as one: the message names the file, the line and the field."""
 
 
