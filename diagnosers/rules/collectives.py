@@ -28,7 +28,14 @@ from pydantic import BaseModel
 from diageval.bundle.trace_summary import StepSummary, union_length
 from diageval.diagnosers.rules import thresholds as T
 from diageval.diagnosers.rules.inputs import RunEvidence
-from diageval.diagnosers.rules.stats import confidence_from_margin, median, persistent_segment
+from diageval.diagnosers.rules.stats import (
+    claimable,
+    graded_confidence,
+    lower_edge,
+    median,
+    median_standard_error,
+    persistent_segment,
+)
 from diageval.diagnosis import Finding
 
 
@@ -128,16 +135,17 @@ def judge_straggler(table: list[StepCollectives], ev: RunEvidence) -> list[Findi
     late = Counter(row.late_rank for row in table)
     rank, _ = late.most_common(1)[0]
     flags = [
-        row.late_rank == rank and row.skew_us >= max(T.SKEW_SHARE * row.step_us, T.LATENCY_ALLOWANCE_US)
+        row.late_rank == rank and row.skew_us >= max(lower_edge(T.SKEW_SHARE) * row.step_us, T.LATENCY_ALLOWANCE_US)
         for row in table
     ]
     seg = persistent_segment(flags)
     if seg is None:
         return []
     rows = table[seg[0] : seg[1]]
-    persistence = sum(flags[seg[0] : seg[1]]) / len(rows)
-    skew_share = median([row.skew_us / row.step_us for row in rows])
-    if skew_share < T.SKEW_SHARE:
+    skew_shares = [row.skew_us / row.step_us for row in rows]
+    skew_share = median(skew_shares)
+    confidence = graded_confidence(skew_share, T.SKEW_SHARE, median_standard_error(skew_shares))
+    if not claimable(confidence):
         return []
 
     def extra(row: StepCollectives, of: dict[int, float]) -> float:
@@ -160,7 +168,7 @@ def judge_straggler(table: list[StepCollectives], ev: RunEvidence) -> list[Findi
     return [
         Finding(
             category="compute.straggler_rank",
-            confidence=confidence_from_margin(skew_share, T.SKEW_SHARE, persistence),
+            confidence=confidence,
             ranks=[rank],
             steps=(start, stop),
             impact=round(min(1.0, skew_share), 3),
@@ -196,7 +204,7 @@ def _slower_than_link(row: StepCollectives, world_size: int) -> bool:
         return False
     needed_us = row.payload_bytes * 2 * (world_size - 1) / world_size / T.MIN_BUS_BYTES_PER_S * 1e6
     beyond = row.shared_us - needed_us
-    return beyond >= max(T.STALL_MIN_SHARE * row.step_us, T.LATENCY_ALLOWANCE_US)
+    return beyond >= max(lower_edge(T.STALL_MIN_SHARE) * row.step_us, T.LATENCY_ALLOWANCE_US)
 
 
 def judge_stall(table: list[StepCollectives], ev: RunEvidence) -> list[Finding]:
@@ -219,14 +227,13 @@ def judge_stall(table: list[StepCollectives], ev: RunEvidence) -> list[Finding]:
         flags = [_slower_than_link(row, n) for row in table]
     else:
         flags = [
-            s >= T.SHARED_COLLECTIVE_SHARE and row.skew_us <= T.SKEW_OVER_SHARED_MAX * row.shared_us
+            s >= lower_edge(T.SHARED_COLLECTIVE_SHARE) and row.skew_us <= T.SKEW_OVER_SHARED_MAX * row.shared_us
             for s, row in zip(shares, table)
         ]
     seg = persistent_segment(flags)
     if seg is None:
         return []
     rows = table[seg[0] : seg[1]]
-    persistence = sum(flags[seg[0] : seg[1]]) / len(rows)
     share = median(shares[seg[0] : seg[1]])
     skew = median([row.skew_us for row in rows])
     shared = median([row.shared_us for row in rows])
@@ -244,19 +251,22 @@ def judge_stall(table: list[StepCollectives], ev: RunEvidence) -> list[Finding]:
             f"payload {payload / 1e6:.2f} MB per step (Input Dims) moved at a bus bandwidth of {bw / 1e6:.1f} MB/s"
             f" while every rank was inside (below {T.MIN_BUS_BYTES_PER_S / 1e6:.0f} MB/s: slower than a 1 Gbit/s link)"
         )
-        confidence = confidence_from_margin(T.MIN_BUS_BYTES_PER_S / bw, 1.0, persistence)
+        ratios = [T.MIN_BUS_BYTES_PER_S / b for b in bws[seg[0] : seg[1]] if b]
+        confidence = graded_confidence(T.MIN_BUS_BYTES_PER_S / bw, 1.0, median_standard_error(ratios))
         summary = (
             f"all {n} ranks sit inside the collectives together {shared / 1e3:.2f} ms per step ({share:.0%} of it),"
             f" moving data at only {bw / 1e6:.1f} MB/s"
         )
     else:
-        if share < T.SHARED_COLLECTIVE_SHARE or skew > T.SKEW_OVER_SHARED_MAX * shared:
+        if skew > T.SKEW_OVER_SHARED_MAX * shared:
             return []
-        confidence = confidence_from_margin(share, T.SHARED_COLLECTIVE_SHARE, persistence)
+        confidence = graded_confidence(share, T.SHARED_COLLECTIVE_SHARE, median_standard_error(shares[seg[0] : seg[1]]))
         summary = (
             f"all {n} ranks sit inside the collectives together {shared / 1e3:.2f} ms per step"
             f" ({share:.0%} of it) although they arrive within {skew / 1e3:.2f} ms of each other"
         )
+    if not claimable(confidence):
+        return []
     return [
         Finding(
             category="comm.collective_stall",

@@ -5,6 +5,10 @@ several loader workers a starved pipeline delivers batches in bursts, so one ste
 next not at all, and a per-step median would see only the quick ones. The single step with the
 longest wait is left out (a worker descheduled once, the profiler's first step), so that one stray
 wait cannot carry a healthy run over the threshold.
+
+Confidence is graded (``stats.graded_confidence``): the time-weighted share against the cut, with the spread
+of the per-step shares as its uncertainty. A step "waits" from the cut's lower edge, and the wait must recur
+on ``MIN_WAITING_STEPS`` steps (or windows of a step-less trace).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from pydantic import BaseModel
 
 from diageval.diagnosers.rules import thresholds as T
 from diageval.diagnosers.rules.inputs import RunEvidence
-from diageval.diagnosers.rules.stats import confidence_from_margin, median
+from diageval.diagnosers.rules.stats import claimable, graded_confidence, lower_edge, median, median_standard_error
 from diageval.diagnosis import Finding
 
 
@@ -25,22 +29,23 @@ class DataWaitRow(BaseModel):
     total_wait_us: float
     total_step_us: float
     share: float  # time-weighted, the longest wait left out
-    steps_waiting: int  # steps whose own wait is over the threshold share
-    first_step: int | None  # first training step that waits over the threshold share
-    stop_step: int | None
+    se: float  # standard error of the per-step shares' median
+    steps_waiting: int  # steps whose own wait reaches the cut's lower edge
+    step_range: tuple[int, int] | None  # training steps from the first waiting step to the end
+    unit_name: str
 
 
 def measure_data_wait(ev: RunEvidence) -> list[DataWaitRow]:
     rows = []
-    for rank, s in sorted(ev.traces.items()):
-        steps = [st for st in s.steps if st.dur_us > 0]
+    for rank in sorted(ev.traces):
+        steps = [st for st in ev.units(rank) if st.dur_us > 0]
         if not steps:
             continue
         drop = math.ceil(0.1 * len(steps)) if len(steps) >= 5 else 0
         kept = sorted(steps, key=lambda st: st.data_wait_us)[: len(steps) - drop]
         wait = sum(st.data_wait_us for st in kept)
         total = sum(st.dur_us for st in kept)
-        waiting = [st for st in steps if st.data_wait_us >= T.DATA_WAIT_SHARE * st.dur_us]
+        waiting = [st for st in steps if st.data_wait_us >= lower_edge(T.DATA_WAIT_SHARE) * st.dur_us]
         rows.append(
             DataWaitRow(
                 rank=rank,
@@ -48,36 +53,38 @@ def measure_data_wait(ev: RunEvidence) -> list[DataWaitRow]:
                 total_wait_us=wait,
                 total_step_us=total,
                 share=wait / total if total > 0 else 0.0,
+                se=median_standard_error([st.data_wait_us / st.dur_us for st in steps]),
                 steps_waiting=len(waiting),
-                first_step=ev.training_step(rank, waiting[0].number) if waiting else None,
-                stop_step=ev.training_step(rank, steps[-1].number) + 1 if waiting else None,
+                step_range=ev.step_range(rank, waiting[0], steps[-1]) if waiting else None,
+                unit_name=ev.unit_name(rank),
             )
         )
     return rows
 
 
 def judge_data_wait(rows: list[DataWaitRow], ev: RunEvidence) -> list[Finding]:
-    """Starved ranks: waiting for data takes >= DATA_WAIT_SHARE of their run time, on several steps."""
-    starved = [r for r in rows if r.share >= T.DATA_WAIT_SHARE and r.steps_waiting >= min(r.steps, T.MIN_WAITING_STEPS)]
+    """Starved ranks: waiting for data takes about DATA_WAIT_SHARE of their run time or more, on several steps."""
+    graded = {r.rank: graded_confidence(r.share, T.DATA_WAIT_SHARE, r.se) for r in rows}
+    starved = [r for r in rows if r.steps_waiting >= T.MIN_WAITING_STEPS and claimable(graded[r.rank])]
     if not starved:
         return []
     share = median([r.share for r in starved])
-    consistency = min(1.0, median([r.steps_waiting / r.steps for r in starved]) * 2)  # bursts: every other step
-    first = min(r.first_step for r in starved if r.first_step is not None)
-    stop = max(r.stop_step for r in starved if r.stop_step is not None)
+    confidence = median([graded[r.rank] for r in starved])
+    ranges = [r.step_range for r in starved if r.step_range is not None]
     ranks = [r.rank for r in starved]
     evidence = [
         f"{ev.trace_file(r.rank)}: enumerate(DataLoader)...__next__ takes {r.total_wait_us / 1e3:.1f} ms of"
-        f" {r.total_step_us / 1e3:.1f} ms of ProfilerSteps ({r.share:.0%}); {r.steps_waiting}/{r.steps} steps wait"
-        f" over {T.DATA_WAIT_SHARE:.0%} of their time"
+        f" {r.total_step_us / 1e3:.1f} ms of its {r.unit_name} ({r.share:.0%}, standard error {r.se:.0%});"
+        f" {r.steps_waiting}/{r.steps} wait over {lower_edge(T.DATA_WAIT_SHARE):.0%} of their time"
+        f" (cut {T.DATA_WAIT_SHARE:.0%})"
         for r in starved
     ]
     return [
         Finding(
             category="input.dataloader_starvation",
-            confidence=confidence_from_margin(share, T.DATA_WAIT_SHARE, consistency),
+            confidence=confidence,
             ranks=ranks,
-            steps=(first, stop),
+            steps=(min(a for a, _ in ranges), max(b for _, b in ranges)) if ranges else None,
             impact=round(min(1.0, share), 3),
             summary=f"rank(s) {ranks} spend {share:.0%} of their steps waiting for the next batch (DataLoader __next__)",
             evidence=evidence,

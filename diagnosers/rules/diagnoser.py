@@ -2,18 +2,24 @@
 
 Order of reasoning (each analyser is independent; see its module):
 
-1. Is the evidence complete? A rank's trace missing or cut short means cross-rank questions (who waits
+1. Is the evidence complete? A rank's trace missing or cut short, a step-less trace whose ranks cannot be
+   lined up step by step, or a GPU trace without device events means the cross-rank questions (who waits
    for whom, recurring stalls that show on one rank and are paid on another) cannot be answered. The
-   per-rank questions (input pipeline, dispatch-bound steps) still can, on the intact traces present:
-   a cause they find is reported with the gap named in its summary; when they find none, abstain,
-   showing only the symptoms the present traces support. (Jobs often profile a sample of ranks.)
-   A GPU trace without device events is incomplete in the same way.
+   per-rank questions (input pipeline, dispatch-bound steps, blocking calls) still can, on the intact traces
+   present: a cause they find is reported with the gap named in its summary.
 2. Input pipeline (``data_wait``), recurring stalls outside ops (``spikes``), dispatch-bound steps
-   (``launch``: the device queue on GPU traces, op counts on CPU ones), the host blocked in synchronising
-   calls while the device idles (``host_sync``), who waits for whom in collectives (``collectives``:
-   straggler vs stall), and whether one rank is handed more work (``load_imbalance``: larger operator
-   input shapes); a straggler claim on a rank whose extra work explains its lateness is dropped.
-3. What the run looks like (``observed``), reported as ``kind: symptom``.
+   (``launch``: the device queue on GPU traces, op counts on CPU ones), the host blocked while the device
+   idles (``host_sync``: synchronising calls, or frees of allocator churn), who waits for whom in
+   collectives (``collectives``: straggler vs stall), and whether one rank is handed more work
+   (``load_imbalance``: larger operator input shapes); a straggler claim on a rank whose extra work explains
+   its lateness is dropped. A trace without step markers is judged in windows (``windows``). Confidence is
+   graded (``stats.graded_confidence``): a run just under a cut is named just under 0.5, with the symptom
+   it shows beside it.
+3. No cause found: is that health, or does the evidence not say (``evidence``)? When some rank has too few
+   steps (or windows) with evidence in them to tell a cause from noise, or ranks are missing, the diagnosis
+   is healthy only if every present rank's own trace bounds what could hide (device idle plus exposed
+   communication under the smallest cause worth naming); otherwise it abstains, saying why.
+4. What the run looks like (``observed``), reported as ``kind: symptom``.
 """
 
 from __future__ import annotations
@@ -23,7 +29,13 @@ from typing import ClassVar
 from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers.rules.collectives import judge_stall, judge_straggler, measure_collectives
 from diageval.diagnosers.rules.data_wait import judge_data_wait, measure_data_wait
-from diageval.diagnosers.rules.host_sync import judge_host_sync, measure_host_sync
+from diageval.diagnosers.rules.evidence import bounded_below_a_cause, describe_bound, reach, too_little_evidence
+from diageval.diagnosers.rules.host_sync import (
+    judge_allocator_churn,
+    judge_host_sync,
+    measure_allocator_churn,
+    measure_host_sync,
+)
 from diageval.diagnosers.rules.inputs import RunEvidence, gather_evidence
 from diageval.diagnosers.rules.launch import judge_gpu_launch, judge_launch, measure_gpu_launch, measure_launch
 from diageval.diagnosers.rules.load_imbalance import (
@@ -36,15 +48,28 @@ from diageval.diagnosers.rules.observed import observe_symptoms
 from diageval.diagnosers.rules.spikes import judge_blocking_save, measure_spikes
 from diageval.diagnosis import Abstention, Diagnosis, Finding
 
+# The symptom a cause shows first (taxonomy 1.2's symptom lists), reported beside a cause named under its cut.
+BELOW_CUT_SYMPTOM = {
+    "input.dataloader_starvation": "symptom.slow_step",
+    "checkpoint.blocking_save": "symptom.step_time_spikes",
+    "comm.collective_stall": "symptom.long_collective",
+    "compute.straggler_rank": "symptom.long_collective",
+    "launch.kernel_launch_overhead": "symptom.low_utilization",
+    "host.device_sync": "symptom.low_utilization",
+    "memory.allocator_churn": "symptom.low_utilization",
+    "compute.load_imbalance": "symptom.long_collective",
+}
+
 
 def find_local_causes(ev: RunEvidence) -> list[Finding]:
     """Causes each rank's own trace can show without its peers: the input pipeline, dispatch overhead,
-    host/device synchronisation."""
+    host/device synchronisation, allocator churn."""
     findings = [
         *judge_data_wait(measure_data_wait(ev), ev),
         *judge_launch(measure_launch(ev), ev),
         *judge_gpu_launch(measure_gpu_launch(ev), ev),
         *judge_host_sync(measure_host_sync(ev), ev),
+        *judge_allocator_churn(measure_allocator_churn(ev), ev),
     ]
     return sorted(findings, key=lambda f: -f.confidence)
 
@@ -53,11 +78,8 @@ def find_causes(ev: RunEvidence) -> list[Finding]:
     """Every cause finding the analysers support, most confident first."""
     table = measure_collectives(ev)
     findings = [
-        *judge_data_wait(measure_data_wait(ev), ev),
+        *find_local_causes(ev),
         *judge_blocking_save(measure_spikes(ev), ev),
-        *judge_launch(measure_launch(ev), ev),
-        *judge_gpu_launch(measure_gpu_launch(ev), ev),
-        *judge_host_sync(measure_host_sync(ev), ev),
         *judge_stall(table, ev),
     ]
     work = imbalance_table(ev, measure_work(ev))
@@ -66,13 +88,30 @@ def find_causes(ev: RunEvidence) -> list[Finding]:
     return sorted(findings, key=lambda f: -f.confidence)
 
 
+def below_cut_symptoms(causes: list[Finding], symptoms: list[Finding]) -> list[Finding]:
+    """For a cause named under its cut (confidence < 0.5), the symptom it shows, when not already reported."""
+    shown = {f.category for f in symptoms}
+    out = []
+    for f in causes:
+        category = BELOW_CUT_SYMPTOM.get(f.category)
+        if f.confidence >= 0.5 or category is None or category in shown:
+            continue
+        shown.add(category)
+        out.append(f.model_copy(update={
+            "category": category, "kind": "symptom",
+            "summary": f"{f.summary} (under the cut for naming it as the cause)",
+        }))
+    return out
+
+
 class RulesDiagnoser:
     name: ClassVar[str] = "rules"
-    version: ClassVar[str] = "0.3.0"
+    version: ClassVar[str] = "0.4.0"
     # the causes its judges can name (the coverage table judges it on these as well as on all causes)
     claims: ClassVar[tuple[str, ...]] = (
         "input.dataloader_starvation", "checkpoint.blocking_save", "comm.collective_stall",
         "compute.straggler_rank", "launch.kernel_launch_overhead", "host.device_sync", "compute.load_imbalance",
+        "memory.allocator_churn",
     )
 
     def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:
@@ -80,9 +119,21 @@ class RulesDiagnoser:
         symptoms = observe_symptoms(ev)
         reason = ev.incomplete_reason()
         if reason is None:
-            return Diagnosis(findings=[*find_causes(ev), *symptoms])
-        local = find_local_causes(ev.intact_part())
-        if local:
-            partial = [f.model_copy(update={"summary": f"{f.summary} (partial evidence: {reason})"}) for f in local]
-            return Diagnosis(findings=[*partial, *symptoms])
-        return Diagnosis(findings=symptoms, abstain=Abstention(reason=reason))
+            causes = find_causes(ev)
+            judged = ev
+        else:
+            judged = ev.intact_part()
+            causes = [f.model_copy(update={"summary": f"{f.summary} (partial evidence: {reason})"})
+                      for f in find_local_causes(judged)]
+        symptoms += below_cut_symptoms(causes, symptoms)
+        if any(f.confidence >= 0.5 for f in causes):
+            return Diagnosis(findings=[*causes, *symptoms])
+        # no cause named with confidence: healthy, or does the evidence not say?
+        rows = reach(judged)
+        thin = too_little_evidence(rows)
+        gaps = [why for why in (reason, thin) if why]
+        if not gaps or bounded_below_a_cause(rows):
+            return Diagnosis(findings=[*causes, *symptoms])
+        if rows and reason is not None and thin is None:
+            gaps.append(f"what the present traces bound is too large to call the job healthy: {describe_bound(rows)}")
+        return Diagnosis(findings=[*causes, *symptoms], abstain=Abstention(reason="; ".join(gaps)))

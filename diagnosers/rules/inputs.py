@@ -9,6 +9,10 @@ Decisions where the design is silent:
 * A trace that shows an accelerator (deviceProperties, runtime calls) but holds no device events was
   recorded without the device activities: the device's side of every question is missing, so the
   evidence is incomplete (the diagnoser abstains rather than judge a GPU job by its host alone).
+* A trace without step markers is cut into windows (``windows.py``: the job's logged steps when
+  ``steps.jsonl`` covers the trace, else equal windows of the span with device work), which the per-rank
+  rules judge like steps (``units``). Windows of different ranks are not the same steps, so with more than
+  one rank the cross-rank questions stay unanswered: the evidence is partial for them.
 * Trace steps (``ProfilerStep#N``) are mapped to the training loop's step numbers from ``steps.jsonl``
   by time overlap (the step timer runs inside the profiler step), so findings speak in the numbers the
   training script uses. Without a usable step log the profiler's own N is used.
@@ -23,7 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from diageval.bundle.model import WORLD_SIZE_LIMIT, EvidenceBundle, StepRecord
 from diageval.bundle.trace_stream import TraceFormatError
-from diageval.bundle.trace_summary import TraceSummary, summarize_trace
+from diageval.bundle.trace_summary import StepSummary, TraceSummary, summarize_trace
+from diageval.diagnosers.rules.windows import stepless_windows
 
 
 class RunEvidence(BaseModel):
@@ -35,6 +40,34 @@ class RunEvidence(BaseModel):
     step_log: dict[int, list[StepRecord]] = Field(default_factory=dict, description="rank -> steps.jsonl rows")
     step_offset: dict[int, int] = Field(default_factory=dict, description="rank -> training step minus ProfilerStep N")
     device: str = "cpu"
+    windows: dict[int, list[StepSummary]] = Field(default_factory=dict, description="rank -> windows of a step-less trace")
+    window_source: dict[int, str] = Field(default_factory=dict, description="rank -> 'step log' or 'time'")
+    no_windows: dict[int, str] = Field(default_factory=dict, description="rank -> why its step-less trace has no windows")
+
+    def units(self, rank: int) -> list[StepSummary]:
+        """What the per-rank rules judge on ``rank``: its profiler steps, else the windows of its step-less trace."""
+        s = self.traces.get(rank)
+        if s is None:
+            return []
+        return s.steps or self.windows.get(rank, [])
+
+    def windowed(self, rank: int) -> bool:
+        s = self.traces.get(rank)
+        return s is not None and not s.steps and bool(self.windows.get(rank))
+
+    def unit_name(self, rank: int, plural: bool = True) -> str:
+        """What a rank's units are called in findings: steps, logged steps or (equal-time) windows."""
+        if not self.windowed(rank):
+            name = "step"
+        else:
+            name = "logged step" if self.window_source.get(rank) == "step log" else "window"
+        return name + "s" if plural else name
+
+    def step_range(self, rank: int, first: StepSummary, last: StepSummary) -> tuple[int, int] | None:
+        """Training steps [start, stop) from ``first`` to ``last``; None for equal-time windows (no step numbers)."""
+        if self.windowed(rank) and self.window_source.get(rank) != "step log":
+            return None
+        return self.training_step(rank, first.number), self.training_step(rank, last.number) + 1
 
     @property
     def missing_ranks(self) -> list[int]:
@@ -65,7 +98,12 @@ class RunEvidence(BaseModel):
                 " no device events (kernels, copies): where the device's time went cannot be measured"
             )
         if not parts and self.traces and not any(s.steps for s in self.traces.values()):
-            parts.append("no ProfilerStep markers in any trace: per-step shares cannot be measured")
+            if not any(self.windows.values()):
+                why = "; ".join(sorted(set(self.no_windows.values()))) or "nothing to cut into windows"
+                parts.append(f"no ProfilerStep markers in any trace: per-step shares cannot be measured ({why})")
+            elif len(self.traces) > 1 or self.world_size > 1:
+                parts.append("no ProfilerStep markers: the ranks cannot be lined up step by step, so who waits for"
+                             " whom cannot be judged (each rank's own trace is judged in windows)")
         if not self.traces and not parts:
             parts.append("the bundle holds no trace")
         return "; ".join(parts) or None
@@ -126,6 +164,17 @@ def gather_evidence(bundle: EvidenceBundle) -> RunEvidence:
     declared += [s.world_size for s in traces.values() if s.world_size and s.world_size <= WORLD_SIZE_LIMIT]
     world_size = max(declared)
     offsets = {r: _step_offset(s, step_log.get(r, [])) for r, s in traces.items()}
+    windows: dict[int, list[StepSummary]] = {}
+    sources: dict[int, str] = {}
+    no_windows: dict[int, str] = {}
+    for rank, s in traces.items():
+        if s.steps or s.truncated:
+            continue
+        cut = stepless_windows(s, step_log.get(rank, []))
+        if cut.units:
+            windows[rank], sources[rank] = cut.units, cut.source
+        else:
+            no_windows[rank] = cut.why_none or "no windows"
     return RunEvidence(
         world_size=world_size,
         traces=traces,
@@ -133,4 +182,7 @@ def gather_evidence(bundle: EvidenceBundle) -> RunEvidence:
         step_log=step_log,
         step_offset=offsets,
         device=bundle.env.device,
+        windows=windows,
+        window_source=sources,
+        no_windows=no_windows,
     )

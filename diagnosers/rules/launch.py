@@ -10,6 +10,11 @@ op-count rule is never applied to a GPU trace.
 
 On CPU traces: thousands of host ops per step (``MIN_HOST_OPS_PER_STEP``). The row also keeps the
 op-size measures (ops by self time under ``SHORT_OP_US``) as evidence.
+
+Steps of a step-less trace are its windows (``RunEvidence.units``). A GPU step shows the pattern only with at
+least ``MIN_KERNELS_PER_STEP`` kernels (a median of fewer delays says little). Confidence is graded: on a GPU
+trace the product of the two measurements' graded confidences (both must hold), the delay taken as the ratio
+``QUEUE_EMPTY_DELAY_US / delay`` against 1; a step shows a measurement from its cut's lower edge.
 """
 
 from __future__ import annotations
@@ -19,7 +24,14 @@ from pydantic import BaseModel
 from diageval.bundle.trace_summary import SHORT_OP_US, StepSummary
 from diageval.diagnosers.rules import thresholds as T
 from diageval.diagnosers.rules.inputs import RunEvidence
-from diageval.diagnosers.rules.stats import best_segment, confidence_from_margin, median
+from diageval.diagnosers.rules.stats import (
+    best_segment,
+    claimable,
+    graded_confidence,
+    lower_edge,
+    median,
+    median_standard_error,
+)
 from diageval.diagnosis import Finding
 
 
@@ -27,11 +39,13 @@ class LaunchRow(BaseModel):
     rank: int
     steps: int
     median_ops: float
+    se_ops: float
     median_step_us: float
     median_leaf: float
     median_short: float
     median_short_share: float
     flags: list[bool]
+    units: list[StepSummary]
 
 
 class GpuLaunchRow(BaseModel):
@@ -40,14 +54,19 @@ class GpuLaunchRow(BaseModel):
     median_step_us: float
     median_launches: float
     median_delay_us: float | None  # median over steps of the step's median launch-to-start delay
+    delay_ratio: float  # QUEUE_EMPTY_DELAY_US / delay, median over steps
+    se_delay_ratio: float
     median_gap_share: float  # idle in short device gaps, less data wait and blocking idle, / step
+    se_gap_share: float
     median_gaps_50us: float
     median_busy_share: float
     flags: list[bool]
+    units: list[StepSummary]
+    unit_name: str
 
 
 def _cpu_flag(st: StepSummary) -> bool:
-    return st.dur_us > 0 and st.host_ops >= T.MIN_HOST_OPS_PER_STEP
+    return st.dur_us > 0 and st.host_ops >= lower_edge(T.MIN_HOST_OPS_PER_STEP)
 
 
 def _launch_gap_share(st: StepSummary) -> float:
@@ -58,29 +77,37 @@ def _launch_gap_share(st: StepSummary) -> float:
     return max(0.0, g.device_gap_short_us - explained) / st.dur_us
 
 
+def _delay_ratio(st: StepSummary) -> float:
+    d = st.gpu.launch_delay_median_us if st.gpu is not None else None
+    return T.QUEUE_EMPTY_DELAY_US / max(d, 1e-3) if d is not None else 0.0
+
+
 def _gpu_flag(st: StepSummary) -> bool:
     g = st.gpu
-    if g is None or st.dur_us <= 0 or g.launch_delay_median_us is None:
+    if g is None or st.dur_us <= 0 or g.launch_delay_median_us is None or st.kernels < T.MIN_KERNELS_PER_STEP:
         return False
-    return g.launch_delay_median_us < T.QUEUE_EMPTY_DELAY_US and _launch_gap_share(st) >= T.LAUNCH_GAP_SHARE
+    return _delay_ratio(st) >= lower_edge(1.0) and _launch_gap_share(st) >= lower_edge(T.LAUNCH_GAP_SHARE)
 
 
 def measure_launch(ev: RunEvidence) -> list[LaunchRow]:
     """CPU traces only (a trace that shows an accelerator is judged by ``measure_gpu_launch``)."""
     rows = []
     for rank, s in sorted(ev.traces.items()):
-        if not s.steps or s.has_accelerator:
+        units = [st for st in ev.units(rank) if st.dur_us > 0]
+        if not units or s.has_accelerator:
             continue
         rows.append(
             LaunchRow(
                 rank=rank,
-                steps=len(s.steps),
-                median_ops=median([st.host_ops for st in s.steps]),
-                median_step_us=median([st.dur_us for st in s.steps]),
-                median_leaf=median([st.leaf_ops for st in s.steps]),
-                median_short=median([st.short_ops for st in s.steps]),
-                median_short_share=median([st.short_ops_us / st.dur_us for st in s.steps if st.dur_us > 0]),
-                flags=[_cpu_flag(st) for st in s.steps],
+                steps=len(units),
+                median_ops=median([st.host_ops for st in units]),
+                se_ops=median_standard_error([st.host_ops for st in units]),
+                median_step_us=median([st.dur_us for st in units]),
+                median_leaf=median([st.leaf_ops for st in units]),
+                median_short=median([st.short_ops for st in units]),
+                median_short_share=median([st.short_ops_us / st.dur_us for st in units]),
+                flags=[_cpu_flag(st) for st in units],
+                units=units,
             )
         )
     return rows
@@ -89,10 +116,13 @@ def measure_launch(ev: RunEvidence) -> list[LaunchRow]:
 def measure_gpu_launch(ev: RunEvidence) -> list[GpuLaunchRow]:
     rows = []
     for rank, s in sorted(ev.traces.items()):
-        steps = [st for st in s.steps if st.gpu is not None and st.dur_us > 0]
+        steps = [st for st in ev.units(rank) if st.gpu is not None and st.dur_us > 0]
         if not s.has_accelerator or not steps:
             continue
         delays = [st.gpu.launch_delay_median_us for st in steps if st.gpu.launch_delay_median_us is not None]
+        judged = [st for st in steps if st.gpu.launch_delay_median_us is not None and st.kernels >= T.MIN_KERNELS_PER_STEP]
+        ratios = [_delay_ratio(st) for st in judged]
+        gaps = [_launch_gap_share(st) for st in judged]
         rows.append(
             GpuLaunchRow(
                 rank=rank,
@@ -100,10 +130,15 @@ def measure_gpu_launch(ev: RunEvidence) -> list[GpuLaunchRow]:
                 median_step_us=median([st.dur_us for st in steps]),
                 median_launches=median([st.gpu.launches for st in steps]),
                 median_delay_us=median(delays) if delays else None,
-                median_gap_share=median([_launch_gap_share(st) for st in steps]),
+                delay_ratio=median(ratios) if ratios else 0.0,
+                se_delay_ratio=median_standard_error(ratios),
+                median_gap_share=median(gaps) if gaps else 0.0,
+                se_gap_share=median_standard_error(gaps),
                 median_gaps_50us=median([st.gpu.device_gaps.get("50", 0) for st in steps]),
                 median_busy_share=median([st.gpu.device_busy_share for st in steps]),
                 flags=[_gpu_flag(st) for st in steps],
+                units=steps,
+                unit_name=ev.unit_name(rank),
             )
         )
     return rows
@@ -112,23 +147,26 @@ def measure_gpu_launch(ev: RunEvidence) -> list[GpuLaunchRow]:
 def judge_gpu_launch(rows: list[GpuLaunchRow], ev: RunEvidence) -> list[Finding]:
     bound = [
         r for r in rows
-        if r.steps >= T.MIN_PATTERN_STEPS and sum(r.flags) >= T.PERSISTENT_SHARE * r.steps and r.median_delay_us is not None
+        if sum(r.flags) >= T.MIN_PATTERN_STEPS and sum(r.flags) >= T.PERSISTENT_SHARE * r.steps and r.median_delay_us is not None
     ]
+    graded = {
+        r.rank: round(graded_confidence(r.delay_ratio, 1.0, r.se_delay_ratio)
+                      * graded_confidence(r.median_gap_share, T.LAUNCH_GAP_SHARE, r.se_gap_share), 3)
+        for r in bound
+    }
+    bound = [r for r in bound if claimable(graded[r.rank])]
     if not bound:
         return []
     delay = median([r.median_delay_us for r in bound])
     share = median([r.median_gap_share for r in bound])
-    consistency = median([sum(r.flags) / r.steps for r in bound])
-    # the weaker of the two margins decides: how far under the empty-queue delay, how far over the gap share
-    margin = min(T.QUEUE_EMPTY_DELAY_US / max(delay, 1e-3), share / T.LAUNCH_GAP_SHARE)
-    start = min(ev.training_step(r.rank, ev.traces[r.rank].steps[0].number) for r in bound)
-    stop = max(ev.training_step(r.rank, ev.traces[r.rank].steps[-1].number) + 1 for r in bound)
+    ranges = [ev.step_range(r.rank, r.units[0], r.units[-1]) for r in bound]
+    ranges = [x for x in ranges if x is not None]
     return [
         Finding(
             category="launch.kernel_launch_overhead",
-            confidence=confidence_from_margin(margin, 1.0, consistency),
+            confidence=median([graded[r.rank] for r in bound]),
             ranks=[r.rank for r in bound],
-            steps=(start, stop),
+            steps=(min(a for a, _ in ranges), max(b for _, b in ranges)) if ranges else None,
             impact=round(min(1.0, share), 3),
             summary=(
                 f"the host cannot keep the device fed: kernels start a median {delay:.0f} us after their launch"
@@ -136,9 +174,9 @@ def judge_gpu_launch(rows: list[GpuLaunchRow], ev: RunEvidence) -> list[Finding]
             ),
             evidence=[
                 f"{ev.trace_file(r.rank)}: median launch-to-start delay {r.median_delay_us:.1f} us"
-                f" (under {T.QUEUE_EMPTY_DELAY_US:.0f} us on {sum(r.flags)} of {r.steps} steps);"
-                f" {r.median_gaps_50us:.0f} device gaps over 50 us per step; idle in short gaps {r.median_gap_share:.0%}"
-                f" of the step; device busy {r.median_busy_share:.0%}; {r.median_launches:.0f} launches/step"
+                f" (under {T.QUEUE_EMPTY_DELAY_US:.0f} us on {sum(r.flags)} of {r.steps} {r.unit_name});"
+                f" {r.median_gaps_50us:.0f} device gaps over 50 us each; idle in short gaps {r.median_gap_share:.0%}"
+                f" of the time; device busy {r.median_busy_share:.0%}; {r.median_launches:.0f} launches each"
                 for r in bound
             ],
         )
@@ -152,28 +190,29 @@ def judge_launch(rows: list[LaunchRow], ev: RunEvidence) -> list[Finding]:
         seg = best_segment(r.flags)
         # op counts do not jitter like timings: a few steps suffice (the whole window when it is short)
         if seg and seg[1] - seg[0] >= min(r.steps, 3) and sum(r.flags[seg[0] : seg[1]]) >= T.PERSISTENT_SHARE * (seg[1] - seg[0]):
-            bound.append((r, seg))
+            ops = median([st.host_ops for st in r.units[seg[0] : seg[1]]])
+            confidence = graded_confidence(ops, T.MIN_HOST_OPS_PER_STEP, r.se_ops)
+            if claimable(confidence):
+                bound.append((r, seg, confidence))
     if not bound:
         return []
-    density = median([r.median_ops / (r.median_step_us / 1e3) for r, _ in bound])
-    consistency = median([sum(r.flags) / r.steps for r, _ in bound])
-    steps_of = {r.rank: ev.traces[r.rank].steps for r, _ in bound}
-    start = min(ev.training_step(r.rank, steps_of[r.rank][seg[0]].number) for r, seg in bound)
-    stop = max(ev.training_step(r.rank, steps_of[r.rank][seg[1] - 1].number) + 1 for r, seg in bound)
+    density = median([r.median_ops / (r.median_step_us / 1e3) for r, _, _ in bound])
+    ranges = [ev.step_range(r.rank, r.units[seg[0]], r.units[seg[1] - 1]) for r, seg, _ in bound]
+    ranges = [x for x in ranges if x is not None]
     evidence = [
         f"{ev.trace_file(r.rank)}: median {r.median_ops:.0f} cpu_ops/step, {r.median_leaf:.0f} leaf ops of which"
         f" {r.median_short:.0f} under {SHORT_OP_US:.0f} us fill {r.median_short_share:.0%} of the step"
-        for r, _ in bound
+        for r, _, _ in bound
     ]
-    ops = median([r.median_ops for r, _ in bound])
+    ops = median([r.median_ops for r, _, _ in bound])
     # impact: the dispatch cost of the ops at ~5 us each, as a share of the step (a floor, not a fit)
-    impact = min(1.0, ops * 5.0 / median([r.median_step_us for r, _ in bound]))
+    impact = min(1.0, ops * 5.0 / median([r.median_step_us for r, _, _ in bound]))
     return [
         Finding(
             category="launch.kernel_launch_overhead",
-            confidence=confidence_from_margin(ops, T.MIN_HOST_OPS_PER_STEP, consistency),
-            ranks=[r.rank for r, _ in bound],
-            steps=(start, stop),
+            confidence=median([c for _, _, c in bound]),
+            ranks=[r.rank for r, _, _ in bound],
+            steps=(min(a for a, _ in ranges), max(b for _, b in ranges)) if ranges else None,
             impact=round(impact, 3),
             summary=f"{ops:.0f} host ops per step ({density:.0f} per ms of step): the step is made of many small ops",
             evidence=evidence,

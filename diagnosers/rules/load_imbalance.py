@@ -30,7 +30,14 @@ from pydantic import BaseModel
 from diageval.bundle.trace_stream import StreamState, TraceFormatError, iter_trace_events
 from diageval.diagnosers.rules import thresholds as T
 from diageval.diagnosers.rules.inputs import RunEvidence
-from diageval.diagnosers.rules.stats import confidence_from_margin, median, persistent_segment
+from diageval.diagnosers.rules.stats import (
+    claimable,
+    graded_confidence,
+    lower_edge,
+    median,
+    median_standard_error,
+    persistent_segment,
+)
 from diageval.diagnosis import Finding
 
 
@@ -153,7 +160,7 @@ def imbalance_table(ev: RunEvidence, work: dict[int, dict[int, RankStepWork]]) -
 
 def _flagged(row: ImbalanceRow, rank: int) -> bool:
     return (row.heavy_rank == rank and row.excess >= T.MIN_CAUSE_SHARE
-            and row.extra_us >= T.SKEW_SHARE * row.step_us)
+            and row.extra_us >= lower_edge(T.SKEW_SHARE) * row.step_us)
 
 
 def judge_load_imbalance(table: list[ImbalanceRow], ev: RunEvidence) -> list[Finding]:
@@ -168,10 +175,11 @@ def judge_load_imbalance(table: list[ImbalanceRow], ev: RunEvidence) -> list[Fin
     if seg is None:
         return []
     rows = table[seg[0]:seg[1]]
-    persistence = sum(flags[seg[0]:seg[1]]) / len(rows)
-    share = median([row.extra_us / row.step_us for row in rows])
+    shares = [row.extra_us / row.step_us for row in rows]
+    share = median(shares)
     excess = median([row.excess for row in rows])
-    if share < T.SKEW_SHARE:
+    confidence = graded_confidence(share, T.SKEW_SHARE, median_standard_error(shares))
+    if not claimable(confidence):
         return []
     start = ev.training_step(rank, rows[0].number)
     stop = ev.training_step(rank, rows[-1].number) + 1
@@ -179,7 +187,7 @@ def judge_load_imbalance(table: list[ImbalanceRow], ev: RunEvidence) -> list[Fin
     peers = [r for r in sorted(ev.traces) if r != rank]
     return [Finding(
         category="compute.load_imbalance",
-        confidence=confidence_from_margin(share, T.SKEW_SHARE, persistence),
+        confidence=confidence,
         ranks=[rank],
         steps=(start, stop),
         impact=round(min(1.0, share), 3),

@@ -28,7 +28,7 @@ class RankShares(BaseModel):
 def measure_shares(ev: RunEvidence) -> list[RankShares]:
     rows = []
     for rank, s in sorted(ev.traces.items()):
-        steps = [st for st in s.steps if st.dur_us > 0]
+        steps = [st for st in ev.units(rank) if st.dur_us > 0]
         if not steps:
             continue
         if s.has_device:

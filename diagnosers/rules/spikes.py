@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from diageval.diagnosers.rules import thresholds as T
 from diageval.diagnosers.rules.inputs import RunEvidence
-from diageval.diagnosers.rules.stats import confidence_from_margin, median, robust_sigma
+from diageval.diagnosers.rules.stats import claimable, graded_confidence, median, robust_sigma
 from diageval.diagnosis import Finding
 
 
@@ -143,7 +143,7 @@ def judge_blocking_save(table: SpikeTable | None, ev: RunEvidence) -> list[Findi
     if len(events) < T.MIN_SPIKES:
         return []
     impact = sum(cost.values()) / table.total_us
-    if impact < T.SPIKE_IMPACT:
+    if not claimable(graded_confidence(impact, T.SPIKE_IMPACT)):
         return []
     seen = [n for n in kept if n in table.attributed]
     if not seen and any(s.steps for s in ev.traces.values()):
@@ -157,6 +157,11 @@ def judge_blocking_save(table: SpikeTable | None, ev: RunEvidence) -> list[Findi
     gaps = [b - a for a, b in zip(starts, starts[1:])]
     periodic = bool(gaps) and max(gaps) - min(gaps) <= max(1, 0.25 * median(gaps))
     consistency = (0.5 + 0.5 * len(seen) / len(kept)) * (1.0 if periodic else 0.7)
+    # how much of the pattern the trace shows and how regular it is weigh how far the measurement moves the
+    # confidence from a coin flip (a pattern seen whole and periodic: all the way; half of it: half the way)
+    confidence = round(0.5 + (graded_confidence(impact, T.SPIKE_IMPACT) - 0.5) * consistency, 3)
+    if not claimable(confidence):
+        return []
     mean_excess = sum(cost.values()) / len(events)
     evidence = [
         f"{table.source}: steps {kept} take {mean_excess / 1e3:.1f} ms longer than the median"
@@ -172,7 +177,7 @@ def judge_blocking_save(table: SpikeTable | None, ev: RunEvidence) -> list[Findi
     return [
         Finding(
             category="checkpoint.blocking_save",
-            confidence=confidence_from_margin(impact, T.SPIKE_IMPACT, consistency),
+            confidence=confidence,
             ranks=sorted(ranks) or None,
             steps=(kept[0], kept[-1] + 1),
             impact=round(min(1.0, impact), 3),

@@ -55,16 +55,44 @@ def clamp(x: float, lo: float, hi: float) -> float:
     return max(lo, min(hi, x))
 
 
-def confidence_from_margin(value: float, threshold: float, consistency: float = 1.0) -> float:
-    """Map how far a measure clears its threshold (and how consistently) to a claim confidence.
+def median_standard_error(values: Sequence[float]) -> float:
+    """Standard error of the median of per-step values: 1.2533 x robust sigma / sqrt(n) (the median of n
+    normal draws; the robust sigma keeps one odd step from inflating it). 0 for fewer than two values."""
+    if len(values) < 2:
+        return 0.0
+    return 1.2533 * robust_sigma(values) / math.sqrt(len(values))
 
-    Just over the threshold is a coin flip plus a little (0.55); twice the threshold or more, seen on
-    every step, is 0.95. ``consistency`` (0..1, e.g. the share of steps that show it) scales the margin.
+
+def normal_cdf(z: float) -> float:
+    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
+
+
+def lower_edge(cut: float) -> float:
+    """Where a fuzzy cut starts (``thresholds.CUT_SOFTNESS`` below it): a step "shows" a cause from here."""
+    return (1.0 - T.CUT_SOFTNESS) * cut
+
+
+def graded_confidence(value: float, cut: float, se: float = 0.0) -> float:
+    """The probability that a measured ``value`` (with standard error ``se``) lies over a fuzzy ``cut``.
+
+    ``Phi((value - cut) / sigma)`` with ``sigma = sqrt(se^2 + (CUT_SOFTNESS x cut)^2)`` (thresholds.py gives the
+    reasoning), at most ``MAX_CONFIDENCE``: 0.5 at the cut, smooth on both sides of it, so a run just under a
+    cut is named at a confidence just under 0.5, never dropped to nothing. Measures where lower is worse are
+    passed as a ratio (``cut / value`` against 1.0).
     """
-    if threshold <= 0 or math.isnan(value):
+    if cut <= 0 or math.isnan(value):
         return 0.5
-    margin = clamp(value / threshold - 1.0, 0.0, 1.0)
-    return round(clamp(0.55 + 0.4 * margin * clamp(consistency, 0.0, 1.0), 0.5, 0.95), 3)
+    sigma = math.sqrt(max(se, 0.0) ** 2 + (T.CUT_SOFTNESS * cut) ** 2)
+    return round(min(T.MAX_CONFIDENCE, normal_cdf((value - cut) / sigma)), 3)
+
+
+def claim_floor() -> float:
+    """The least confidence a cause is claimed at: ``CLAIM_FLOOR_SIGMAS`` below a fuzzy cut (about 0.16)."""
+    return normal_cdf(-T.CLAIM_FLOOR_SIGMAS)
+
+
+def claimable(confidence: float) -> bool:
+    return confidence >= claim_floor() - 1e-9
 
 
 def persistent_segment(flags: Sequence[bool]) -> tuple[int, int] | None:

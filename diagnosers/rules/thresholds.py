@@ -4,7 +4,8 @@ Each is a share of step time, a ratio to the run's own quiet steps, a physical f
 scheduling jitter) or a count, chosen from that principle so that a healthy run (step-time CV of 10-26%
 on a busy host, notes/measured.md) stays well below it. They were checked against live recordings (the
 corpus and other workloads, severities, ranks and world sizes), not fitted to them: where a check
-showed a principle missing, the principle was added and is written next to its number.
+showed a principle missing, the principle was added and is written next to its number. None was set or
+moved by looking at the recorded cases (cases/recorded/): those are the check that the rules transfer.
 """
 
 # Data loading: a step that spends a third of its time waiting for the next batch is input-bound by any
@@ -67,8 +68,8 @@ MIN_CAUSE_SHARE = 0.10
 MIN_PATTERN_STEPS = 3
 
 # Host/device sync: the device sits idle while the host thread is blocked in a synchronising call
-# (device/stream/event synchronize, a synchronous copy, an async copy that touches pageable memory, a
-# cudaFree/hipFree). That idle time is lost to the synchronisation alone: the host could have queued the
+# (device/stream/event synchronize, a synchronous copy, an async copy that touches pageable memory; a
+# cudaFree/hipFree blocks the same way but is allocator churn, below). That idle time is lost to the synchronisation alone: the host could have queued the
 # next kernels had it not waited. It is a cause when it is at least MIN_CAUSE_SHARE of the step.
 SYNC_IDLE_SHARE = MIN_CAUSE_SHARE
 
@@ -99,6 +100,55 @@ LONG_COLLECTIVE_SHARE = 0.25
 LOW_UTILIZATION_BUSY = 0.5
 # symptom.slow_step: the training thread waits (collective, data, host block) at least half of the step.
 SLOW_STEP_WAITING_SHARE = 0.5
+
+# Allocator churn (allocator.py): memory handed back to the driver and requested again inside the loop. A
+# cudaFree/hipFree synchronises the device, so the device drains its queue and idles while the host frees.
+# Like a synchronising call, it is a cause when that idle time is at least MIN_CAUSE_SHARE of the step on
+# PERSISTENT_SHARE of at least MIN_PATTERN_STEPS steps: the bar is the same because the mechanism (the host
+# blocked while the device idles) is the same; only the call differs, and with it the remedy (keep the
+# caching allocator: no empty_cache() in the loop, no PYTORCH_NO_CUDA_CACHING_ALLOC).
+CHURN_IDLE_SHARE = MIN_CAUSE_SHARE
+
+# --- how much evidence a judgement needs ------------------------------------------------------------------
+# A step of a GPU trace counts as evidence of a pattern only when it holds at least this many kernels: every
+# GPU rule reads per-step medians or shares of kernel gaps and launch delays, and the median of n values has
+# a standard error of ~1.25 sigma / sqrt(n), so under ten kernels a step's median is not within half a
+# spread of the truth. With MIN_PATTERN_STEPS such steps the rules can tell "every step" from "once";
+# with fewer, a cause cannot be separated from noise (a 2-step trace of 14 kernels, one 13-second step of
+# start-up): that is "too little evidence", an abstention, unless the bound below already rules every cause out.
+MIN_KERNELS_PER_STEP = 10
+
+# A trace without ProfilerStep markers is cut into this many equal windows of its time span (or into the
+# job's own logged steps, when steps.jsonl covers it) and each window is judged like a step. Ten: the
+# persistence share (PERSISTENT_SHARE) is then resolved in tenths, MIN_PATTERN_STEPS windows are a third
+# of the span (a pattern, not a burst), and a trace of a few hundred kernels still holds MIN_KERNELS_PER_STEP
+# in each window that has device work at all. Windows without device work (before the first kernel: CUDA
+# context creation, model set-up, the first batch) are not part of the loop and are not judged.
+STEPLESS_WINDOWS = 10
+
+# What one rank's trace bounds (the "peer bound"). A missing peer can cost a rank only where the two must
+# meet: in communication it waits for (exposed communication kernels on a GPU, time inside collectives on a
+# CPU), and on a GPU in device idle time, which is where a host waiting on anything outside the rank shows.
+# Device idle plus exposed communication is therefore the most every missing rank together can cost it.
+# When that bound is under MIN_CAUSE_SHARE, no cause worth naming can hide outside the evidence: a
+# single-rank view of a multi-rank job, or a trace too short for a pattern, can be called healthy. The same
+# bound on a GPU trace caps every host-side cause (data, launches, syncs, allocations cost only device idle).
+PEER_BOUND_SHARE = MIN_CAUSE_SHARE
+
+# --- graded confidence ----------------------------------------------------------------------------------
+# Every cut above is a round figure ("a tenth", "a third") whose neighbours are as defensible: another expert
+# could put the line a quarter higher or lower. So a measurement is compared with a fuzzy cut: the
+# confidence of a cause is the probability that the measured share exceeds the cut, Phi((value - cut) /
+# sigma), where sigma combines the measurement's own standard error across steps with CUT_SOFTNESS x cut
+# (the cut's own spread). At the cut it is 0.5; one softness below it (value = 0.75 x cut) about 0.16, where
+# claims stop (CLAIM_FLOOR_SIGMAS); far above it, MAX_CONFIDENCE. A step "shows" a cause when its own share
+# reaches the same lower edge, (1 - CUT_SOFTNESS) x cut, so that a run just under a cut is named at a
+# confidence just under 0.5, never dropped to nothing.
+CUT_SOFTNESS = 0.25
+CLAIM_FLOOR_SIGMAS = 1.0
+# The rules read mechanisms from traces and can misread one (a wait the trace attributes to the wrong call,
+# a job whose structure the rules do not know): never certain.
+MAX_CONFIDENCE = 0.95
 
 # Load imbalance (load_imbalance.py) adds no number of its own. A balanced data-parallel job runs the same
 # shapes on every rank, so equal arithmetic per rank is exact, not approximate: the heavier rank must do
