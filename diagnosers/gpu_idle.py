@@ -35,6 +35,13 @@ Decided here:
   left out, and a bundle with no rank in its domain is an abstention that says so.
 * A trace without ``ProfilerStep`` annotations (gpu-idle raises ``ValueError``) or one that cannot be read
   is left out the same way. Any other exception is ``DiagnoserFailed("gpu_idle_error")``.
+* gpu-idle's every threshold was measured on A100 traces (its own docstring: "Every threshold here was set
+  from measured A100 traces"; its smallbatch evidence reads "far too short to fill an A100"): 80% busy as
+  healthy, 25 us as a small kernel. Those numbers do not carry to another device (a kernel "too short" for an
+  A100's 108 SMs fills a smaller GPU; an MI250 launches through ``hipLaunchKernel``, which gpu-idle does not
+  read). So a rank is judged only when its trace's ``deviceProperties`` name an A100; a trace on another
+  device, or one that does not name its device, is left out with that reason (an abstention when no rank is
+  left), rather than judged against a device it was not on.
 """
 
 from __future__ import annotations
@@ -45,13 +52,37 @@ import tempfile
 from pathlib import Path
 from typing import Any, ClassVar
 
+from diageval.bundle.kineto import KERNEL_CATEGORIES
 from diageval.bundle.model import EvidenceBundle
+from diageval.bundle.trace_stream import StreamState, TraceFormatError, iter_trace_events
 from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable, installed_version
 from diageval.diagnosis import Abstention, Diagnosis, Finding
 
 INSTALL_HINT = "pip install 'diageval[gpu-idle]'"
 MAPPING = {"dataloader": "input.dataloader_starvation", "smallbatch": "launch.kernel_launch_overhead",
            "unattributed": "symptom.low_utilization"}
+NO_KERNELS = "no GPU kernels in the trace (gpu-idle measures GPU busy time)"
+CALIBRATED_DEVICE = "A100"  # the device every gpu-idle threshold was measured on (see the module docstring)
+
+
+def trace_devices(path: Path) -> tuple[list[str], int]:
+    """The device names a trace's ``deviceProperties`` give (empty when it names none), and its kernel count."""
+    state = StreamState()
+    kernels = sum(1 for ev in iter_trace_events(path, state) if ev.ph == "X" and ev.cat in KERNEL_CATEGORIES)
+    props = state.header.get("deviceProperties")
+    names = [d["name"] for d in props if isinstance(d, dict) and isinstance(d.get("name"), str)] if isinstance(props, list) else []
+    return names, kernels
+
+
+def outside_calibration(devices: list[str]) -> str | None:
+    """Why gpu-idle's A100 thresholds do not apply to a trace on ``devices``, or None when they do."""
+    if not devices:
+        return (f"the trace names no device (no deviceProperties), so gpu-idle's thresholds, all measured on"
+                f" {CALIBRATED_DEVICE} traces, cannot be checked to apply")
+    if any(CALIBRATED_DEVICE in name for name in devices):
+        return None
+    return (f"the trace is from {devices[0]}; gpu-idle's thresholds (80% busy is healthy, kernels under 25 us are"
+            f" 'small') were all measured on {CALIBRATED_DEVICE} traces and do not carry to another device")
 
 
 
@@ -67,7 +98,7 @@ class GpuIdleDiagnoser:
     """gpu-idle's verdicts per rank (see the module docstring)."""
 
     name = "gpu-idle"
-    version = f"1+gpu-idle-{installed_version('gpu-idle')}"
+    version = f"2+gpu-idle-{installed_version('gpu-idle')}"
     claims: ClassVar[tuple[str, ...]] = ("input.dataloader_starvation", "launch.kernel_launch_overhead")
 
     def __init__(self) -> None:
@@ -106,15 +137,21 @@ class GpuIdleDiagnoser:
         try:
             with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as src, open(plain, "wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
+            devices, kernels = trace_devices(plain)
+            if not kernels:
+                return NO_KERNELS
+            outside = outside_calibration(devices)
+            if outside is not None:
+                return outside
             result = self._analyzer.analyze(plain)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, TraceFormatError, UnicodeDecodeError) as exc:
             return f"unreadable ({type(exc).__name__})"
         except ValueError as exc:  # gpu-idle: no ProfilerStep annotations; or JSON cut short
             return f"gpu-idle: {str(exc).replace(str(plain) + ': ', '').splitlines()[0][:160]}"
         except Exception as exc:
             raise DiagnoserFailed("gpu_idle_error", f"rank {rank}: gpu-idle failed: {type(exc).__name__}: {exc}") from exc
         if result["measurements"]["n_kernels"] == 0:
-            return "no GPU kernels in the trace (gpu-idle measures GPU busy time)"
+            return NO_KERNELS
         return result["findings"]
 
 

@@ -52,6 +52,11 @@ Decisions where the design is silent:
   sample of ranks may itself wait for an unsampled one). HTA's straggler code selects communication
   kernels by the prefix ``ncclKernel``: on traces whose communication kernels are named otherwise
   (``ncclDevKernel_*`` from NCCL 2.19 on, RCCL, DeepEP) it is not applicable and is not run.
+* HTA's known crashes are checked before it runs (:mod:`diageval.diagnosers.hta_prechecks`): a rank whose
+  trace HTA's loader would crash on (correlation ids that overflow their downcast column: ROCm traces under
+  pandas 3) is left out like an unreadable trace, and the critical path is not run on a rank whose launches
+  it cannot link (legacy ``Runtime`` categories). When no cause is found and a check left a question
+  unanswered (a rank out, or the data-loading question on a rank), the diagnosis abstains with the reason.
 * Private HTA API used, pinned to traceinsight 0.6.x: ``CPGraph`` (subclassed), and the straggler metric
   ``_compute_normalized_start_time_of_significant_comm_kernels`` (called through the public
   ``straggler_identification_impl`` hook of ``get_potential_stragglers``), because the public method
@@ -80,6 +85,7 @@ from diageval.bundle.kineto import PROFILER_STEP
 from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers import hta_mapping as mapping
 from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable, installed_version
+from diageval.diagnosers.hta_prechecks import critical_path_blocker, loader_blocker
 from diageval.diagnosis import Abstention, Diagnosis, Finding
 
 INSTALL_HINT = "pip install 'diageval[hta]'"
@@ -105,7 +111,7 @@ class HTADiagnoser:
     """Findings from HolisticTraceAnalysis' own analyses (see the module docstring for which and when)."""
 
     name = "hta"
-    version = f"1+traceinsight-{installed_version('traceinsight')}"
+    version = f"2+traceinsight-{installed_version('traceinsight')}"
     # what hta_mapping can name as a cause; long or exposed communication is only ever a symptom
     claims = ("input.dataloader_starvation", "launch.kernel_launch_overhead", "compute.straggler_rank")
 
@@ -122,20 +128,25 @@ class HTADiagnoser:
         paths = {r: str(p) for r, p in bundle.trace_paths().items()}
         if not paths:
             return Diagnosis(abstain=Abstention(reason="the bundle has no trace files for HTA to analyse"))
-        unreadable: dict[int, str] = {}
+        blocked = {r: f"not analysable by HTA ({why})" for r, p in paths.items() if (why := loader_blocker(p)) is not None}
+        paths = {r: p for r, p in paths.items() if r not in blocked}
+        if not paths:
+            return Diagnosis(abstain=Abstention(reason=f"HTA cannot analyse any trace: {_describe(blocked)}"))
+        unreadable: dict[int, str] = dict(blocked)
         with _quiet_hta():
             try:
                 trace = _load_trace(paths)
             except Exception as exc:
-                unreadable = _unreadable_traces(paths)
-                if not unreadable:  # the files are fine: HTA itself broke
+                bad = {r: f"unreadable ({why})" for r, why in _unreadable_traces(paths).items()}
+                if not bad:  # the files are fine: HTA itself broke
                     raise _hta_failure("loading the traces", None, exc) from exc
+                unreadable.update(bad)
                 paths = {r: p for r, p in paths.items() if r not in unreadable}
                 if not paths:
                     return Diagnosis(abstain=Abstention(reason=f"no readable trace: {_describe(unreadable)}"))
                 trace = _step("loading the readable traces", None, lambda: _load_trace(paths))
-            diagnosis = _analyse(trace, bundle.world_size)
-        return _abstain_if_incomplete(diagnosis, bundle.world_size, set(paths), unreadable)
+            diagnosis, unanswered = _analyse(trace, bundle.world_size)
+        return _abstain_if_incomplete(diagnosis, bundle.world_size, set(paths), unreadable, unanswered)
 
 
 def _unreadable_traces(paths: dict[int, str]) -> dict[int, str]:
@@ -151,16 +162,18 @@ def _unreadable_traces(paths: dict[int, str]) -> dict[int, str]:
 
 
 def _describe(unreadable: dict[int, str]) -> str:
-    return "; ".join(f"rank{r}/trace.json.gz unreadable ({why})" for r, why in sorted(unreadable.items()))
+    return "; ".join(f"rank{r}/trace.json.gz {why}" for r, why in sorted(unreadable.items()))
 
 
-def _abstain_if_incomplete(diagnosis: Diagnosis, world_size: int, analysed: set[int], unreadable: dict[int, str]) -> Diagnosis:
-    """No cause found while some ranks' traces are missing or unreadable: the culprit may be among them,
-    so say the evidence is insufficient instead of implying a healthy run (symptoms stay)."""
+def _abstain_if_incomplete(diagnosis: Diagnosis, world_size: int, analysed: set[int], unreadable: dict[int, str],
+                           unanswered: list[str] | None = None) -> Diagnosis:
+    """No cause found while some ranks' traces are missing or unreadable, or a question HTA would have answered
+    was left out (``unanswered``): the culprit may be there, so say the evidence is insufficient instead of
+    implying a healthy run (symptoms stay)."""
     if diagnosis.abstain is not None or diagnosis.causes:
         return diagnosis
     missing = sorted(set(range(world_size)) - analysed - set(unreadable))
-    if not missing and not unreadable:
+    if not missing and not unreadable and not unanswered:
         return diagnosis
     parts = []
     if missing:
@@ -168,6 +181,7 @@ def _abstain_if_incomplete(diagnosis: Diagnosis, world_size: int, analysed: set[
         parts.append(f"no trace for rank(s) {shown} of {world_size}")
     if unreadable:
         parts.append(_describe(unreadable))
+    parts += unanswered or []
     return Diagnosis(
         findings=diagnosis.findings,
         abstain=Abstention(reason=f"HTA found no cause in the traces it could read, but {'; '.join(parts)}"),
@@ -260,10 +274,11 @@ def _rank_facts(t: Any) -> list[_RankFacts]:
     return facts
 
 
-def _analyse(t: Any, world_size: int) -> Diagnosis:
+def _analyse(t: Any, world_size: int) -> tuple[Diagnosis, list[str]]:
+    """HTA's findings, and the questions a pre-check kept it from answering."""
     facts = _rank_facts(t)
     if not facts:
-        return Diagnosis(abstain=Abstention(reason="HTA found no analysable events in any rank's trace"))
+        return Diagnosis(abstain=Abstention(reason="HTA found no analysable events in any rank's trace")), []
     ta = _analysis(t)
     gpu_ranks = [f.rank for f in facts if f.gpu_kernels]
     comm_ranks = [f.rank for f in facts if f.comm_kernels]
@@ -277,16 +292,21 @@ def _analyse(t: Any, world_size: int) -> Diagnosis:
         steps = _step("listing profiler steps", None, ta.get_profiler_steps)
         if steps:
             findings.append(_straggler(ta))
+    unanswered = []
     if loading_ranks:
-        summaries = [_critical_path(t, r) for r in loading_ranks[:MAX_CRITICAL_PATH_RANKS]]
+        chosen = loading_ranks[:MAX_CRITICAL_PATH_RANKS]
+        blocked = {r: why for r in chosen if (why := critical_path_blocker(t, r)) is not None}
+        unanswered = [f"rank {r}: the data-loading question (HTA's critical path) was not asked: {why}"
+                      for r, why in sorted(blocked.items())]
+        summaries = [_critical_path(t, r) for r in chosen if r not in blocked]
         findings.append(mapping.dataloader_finding([s for s in summaries if s is not None]))
 
     if not gpu_ranks and not loading_ranks:
         return Diagnosis(abstain=Abstention(
             reason="no HTA analysis applies: the traces hold no GPU kernels (HTA's analyses are about GPU time) "
             "and no data-loading events (the one question its critical path answers on CPU traces)"
-        ))
-    return Diagnosis(findings=[f for f in findings if f is not None])
+        )), []
+    return Diagnosis(findings=[f for f in findings if f is not None]), unanswered
 
 
 def _gpu_findings(ta: Any, gpu_ranks: list[int], comm_ranks: list[int]) -> list[Finding | None]:

@@ -98,20 +98,42 @@ def test_gpu_idle_findings_map_to_the_taxonomy():
     assert found["launch.kernel_launch_overhead"].ranks == [1]
 
 
-def test_gpu_idle_runs_the_tool_on_a_gpu_trace(tmp_path):
-    d = _diagnoser("gpu-idle")
-    root = build_bundle(tmp_path / "b", world_size=1, shape=starved)
-    # add short GPU kernels inside every step: gpu-idle then judges the trace
+def _starved_gpu_bundle(tmp_path, device: str | None):
+    """A starved single-rank run with short GPU kernels inside every step, on ``device`` (None: not named)."""
     import gzip
 
+    root = build_bundle(tmp_path / "b", world_size=1, shape=starved)
     path = root / "rank0" / "trace.json.gz"
     trace = json.loads(gzip.decompress(path.read_bytes()))
     steps = [e for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")]
     for s in steps:
         trace["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": s["ts"] + 10, "dur": 5})
+    trace["deviceProperties"] = [{"id": 0, "name": device}] if device else []
     path.write_bytes(gzip.compress(json.dumps(trace).encode()))
-    diagnosis = d.diagnose(EvidenceBundle.open(root))
+    return EvidenceBundle.open(root)
+
+
+def test_gpu_idle_runs_the_tool_on_a_gpu_trace(tmp_path):
+    diagnosis = _diagnoser("gpu-idle").diagnose(_starved_gpu_bundle(tmp_path, "NVIDIA A100-SXM4-80GB"))
     assert "input.dataloader_starvation" in [f.category for f in diagnosis.causes]
+
+
+@pytest.mark.parametrize("device", ["AMD Instinct MI250X", "NVIDIA GeForce RTX 2080 Ti", None])
+def test_gpu_idle_abstains_on_a_device_its_thresholds_were_not_measured_on(tmp_path, device):
+    """gpu-idle's thresholds are the A100's: on another device, or one the trace does not name, it abstains
+    with the reason instead of judging the trace against an A100."""
+    diagnosis = _diagnoser("gpu-idle").diagnose(_starved_gpu_bundle(tmp_path, device))
+    assert diagnosis.abstain is not None and diagnosis.causes == []
+    assert "A100" in diagnosis.abstain.reason
+    assert (device or "names no device") in diagnosis.abstain.reason
+
+
+def test_gpu_idle_calibration_check():
+    from diageval.diagnosers.gpu_idle import outside_calibration
+
+    assert outside_calibration(["NVIDIA A100-PG509-200"]) is None
+    assert "MI250" in outside_calibration(["AMD Instinct MI250X"])
+    assert "no deviceProperties" in outside_calibration([])
 
 
 # --- changepoint -----------------------------------------------------------------------------------
