@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import site
+import site as python_site
 import subprocess
 import sys
 from pathlib import Path
@@ -74,7 +74,7 @@ def installed(tmp_path_factory):
     _run([sys.executable, "-m", "venv", str(venv)], tmp, env)
     py = venv / "bin" / "python"
     venv_site = Path(_run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp, env).stdout.strip())
-    borrowed = [*site.getsitepackages(), site.getusersitepackages()]
+    borrowed = [*python_site.getsitepackages(), python_site.getusersitepackages()]
     (venv_site / "zz_borrowed_site.pth").write_text("".join(f"{p}\n" for p in borrowed if Path(p).is_dir()))
     # venv seeds its own (old) setuptools, which would shadow this site's and fail torch's requirement on it
     subprocess.run([str(py), "-m", "pip", "uninstall", "-q", "-y", "setuptools"], cwd=tmp, env=env, capture_output=True)
