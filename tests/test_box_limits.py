@@ -86,3 +86,35 @@ def test_secrets_in_the_environment_never_reach_the_box_unless_named(tmp_path, m
         assert r.status == "ok", r.error
         seen = set(json.loads((outcome.run_dir / "cases" / case_id / "stdout.txt").read_text()))
         assert "MY_TOOL_CONFIG" in seen and not {"GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "OPENAI_API_KEY"} & seen
+
+
+def test_groups_left_by_a_killed_harness_are_removed_at_the_next_start():
+    """A harness killed with SIGKILL leaves its boxes' (empty) control groups; the next start removes
+    those whose owner is gone, and never another live process's."""
+    import subprocess
+
+    from diageval.hosting import remove_stale_boxes
+    from diageval.hosting.limits import GROUP_PREFIX
+
+    groups = BoxGroups.create(LIMITS)
+    if not groups.dirs:
+        groups.remove()
+        pytest.skip("no control groups can be made here")
+    groups.remove()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    parent = next(iter(BoxGroups.create(LIMITS).dirs.values())).parent
+    for d in list(parent.glob(f"{GROUP_PREFIX}{os.getpid()}-*")):
+        d.rmdir()
+    stale = parent / f"{GROUP_PREFIX}{dead.pid}-abcd"
+    mine = parent / f"{GROUP_PREFIX}{os.getpid()}-live"
+    stale.mkdir()
+    mine.mkdir()
+    try:
+        removed = remove_stale_boxes()
+        assert stale in removed and not stale.exists()
+        assert mine.exists()
+    finally:
+        for d in (stale, mine):
+            if d.exists():
+                d.rmdir()
