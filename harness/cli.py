@@ -587,16 +587,21 @@ def diagnose_cmd(spec: str, bundle_dir: Path, cases_dir: Path | None, as_json: b
 @click.option("--tag", "tags", multiple=True, help="Only cases with this tag (repeatable: any of them).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder for run folders (default: ./runs).")
-@click.option("--run-id", default=None, help="Run folder name (default: <diagnoser>-<case-set hash>; rerunning resumes).")
+@click.option("--run-id", default=None, help="Run folder name (default: <diagnoser>-<case-set hash>, with the tier "
+                                            "before the hash when --evidence is not full; rerunning resumes).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
               help="Cases diagnosed at once (evidence is always prepared one case at a time).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder with recorded cases' trace files (default: $DIAGEVAL_DATA, else the user cache folder "
                    "`diageval data fetch` fills, then ../shared/real-traces).")
+@click.option("--evidence", type=click.Choice(["steps", "metrics", "one-rank", "traces", "full"]), default="full",
+              show_default=True, help="Evidence tier the diagnoser gets (diageval.cases.tiers: step log; + host metrics; "
+                                      "+ rank 0's trace; + every rank's trace and logs; + Flight Recorder dumps). Labels "
+                                      "the tier cannot show are scored as abstain-expected.")
 @host_options
 def run_cmd(spec: str, cases_dir: Path | None, case_ids: tuple[str, ...], tags: tuple[str, ...], out_dir: Path | None,
-            run_id: str | None, jobs: int, device: str, data_dir: Path | None, **host: object) -> None:
+            run_id: str | None, jobs: int, device: str, data_dir: Path | None, evidence: str, **host: object) -> None:
     """Run a diagnoser on the cases (recording evidence as needed), score it, and save runs/<run_id>/."""
     import functools
 
@@ -611,7 +616,7 @@ def run_cmd(spec: str, cases_dir: Path | None, case_ids: tuple[str, ...], tags: 
     except CaseLoadError as err:
         raise click.ClickException(f"the corpus has invalid cases (run `diageval cases validate`):\n{err}")
     options = RunOptions(case_ids=case_ids, tags=tags, cases_dir=cases_dir, out_dir=out_dir, run_id=run_id, jobs=jobs,
-                         device=device)  # type: ignore[arg-type]
+                         device=device, evidence=evidence)  # type: ignore[arg-type]
     with sigterm_as_interrupt():
         outcome = run_diagnoser(spec, case_set, options, _host_policy(**host),  # type: ignore[arg-type]
                                 evidence_fn=functools.partial(prepare_evidence, data_dir=data_dir))

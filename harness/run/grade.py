@@ -35,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from diageval.cases.load import CaseSet, load_case_set
+from diageval.cases.tiers import case_under_tier
 from diageval.diagnosis import DEFAULT_LIMITS, DiagnosisLimits, DiagnosisParseError, read_diagnosis_file
 from diageval.errors import DiagevalError
 from diageval.fileio import atomic_write_text
@@ -86,7 +87,7 @@ def rescore_run(run_dir: Path, *, case_set: CaseSet | None = None, allow_missing
     for row in rows:
         case_id = row.case_id
         try:
-            case = case_set.get(case_id).case
+            case = case_under_tier(case_set.get(case_id).case, manifest.evidence_tier)  # as the run scored it
         except KeyError as exc:
             raise RescoreError(f"{store.results_path}: {exc.args[0]}") from None
         diagnosis = None

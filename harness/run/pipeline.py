@@ -29,6 +29,11 @@ Size: ~460 lines, over the ~400 the project aims at: the run's two phases with t
 and re-record bookkeeping read best in one place; everything with a job of its own (hosting, the sandbox,
 the case folders, the store, grading) is a module of its own.
 
+Evidence tiers (``--evidence``, :mod:`diageval.cases.tiers`): the diagnoser gets the case's bundle cut to
+the tier (:mod:`diageval.run.evidence_tiers`), and each case is scored as
+:func:`~diageval.cases.tiers.case_under_tier` builds it (labels the tier cannot show taken out); scoring
+itself is unchanged. ``run.json`` names the tier and what each case's bundle weighed.
+
 Labels: only the built-ins the harness itself lists (``prior`` and ``oracle``) get the corpus, with the
 map from this run's random bundle ids to case ids, through :meth:`diageval.hosting.Host.handover`.
 """
@@ -53,10 +58,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from diageval.bundle.model import EvidenceBundle
 from diageval.cases.load import CaseSet, LoadedCase
+from diageval.cases.tiers import FULL, EvidenceTier, case_under_tier
 from diageval.errors import DiagevalError
 from diageval.fileio import atomic_write_text
 from diageval.hosting import Attempt, BundleIntegrityError, Host, HostPolicy, LiveGroups, Slot, remove_stale_boxes
 from diageval.progress import Progress
+from diageval.run.evidence_tiers import EvidenceSize, TierSourceDamaged, evidence_size, tier_bundle
 from diageval.run.grade import summarize_run
 from diageval.run.store import RunDiagnoser, RunInfo, RunStore, SkippedCase, git_sha, now, run_env
 
@@ -84,6 +91,7 @@ class RunOptions(BaseModel):
     jobs: int = Field(1, ge=1)
     device: Device = "auto"
     seed: int | None = Field(None, description="the shuffle of the cases (default: drawn at random, or the resumed run's)")
+    evidence: EvidenceTier = Field(FULL, description="the evidence tier the diagnoser gets (diageval.cases.tiers)")
 
 
 @dataclass
@@ -105,10 +113,13 @@ class _Ready:
     bundle_sha256: str
     measured_impact: float | None
     difficulty: str | None  # measured (the verification's effect over noise); None for cases without an injection
+    size: EvidenceSize | None = None  # what the bundle the diagnoser gets weighs
 
 
-def default_run_id(diagnoser_name: str, case_set_hash: str) -> str:
-    return f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', diagnoser_name)}-{case_set_hash[:8]}"
+def default_run_id(diagnoser_name: str, case_set_hash: str, evidence: EvidenceTier = FULL) -> str:
+    """``<diagnoser>-<case-set hash[:8]>``, with the tier before the hash when it is not ``full``."""
+    tier = "" if evidence == FULL else f"{evidence}-"
+    return f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', diagnoser_name)}-{tier}{case_set_hash[:8]}"
 
 
 def diagnosis_order(case_ids: Iterable[str], seed: int) -> list[str]:
@@ -161,7 +172,7 @@ def run_diagnoser(
         show.line(f"removed {stale}, left by a diageval process that was killed")
     host = Host.open(spec, policy)
     try:
-        store = RunStore(runs_root / (options.run_id or default_run_id(host.name, case_set.hash)))
+        store = RunStore(runs_root / (options.run_id or default_run_id(host.name, case_set.hash, options.evidence)))
         with store.lock():
             return _run_locked(host, case_set, store, show, runnable=runnable, skipped=skipped, cases_dir=cases_dir,
                                options=options, evidence_fn=evidence_fn)
@@ -208,6 +219,8 @@ def _run_locked(hosted: Host, case_set: CaseSet, store: RunStore, show: Progress
             started=now(),
             skipped=skipped,
             cases=sorted(lc.case.id for lc in runnable),
+            evidence_tier=options.evidence,
+            evidence_sizes=previous.evidence_sizes if previous is not None else {},
         )
     )
     for s in skipped:
@@ -223,11 +236,14 @@ def _run_locked(hosted: Host, case_set: CaseSet, store: RunStore, show: Progress
     if counts["resumed"]:
         show.line(f"resuming {store.root}: {counts['resumed']} case(s) already done, {len(todo)} to go")
     evidence_fn = evidence_fn or _default_evidence_fn()
-    pipeline = _Pipeline(hosted, case_set, store, jobs=jobs, show=show)
+    pipeline = _Pipeline(hosted, case_set, store, jobs=jobs, show=show, tier=options.evidence)
     try:
         by_id = {lc.case.id: lc for lc in todo}
         prepared = pipeline.prepare_all([by_id[cid] for cid in evidence_order], evidence_fn, device)
         ready = sorted(prepared, key=lambda r: order[r.loaded.case.id])
+        sizes = {**manifest.evidence_sizes, **{r.loaded.case.id: r.size for r in ready if r.size is not None}}
+        manifest = manifest.model_copy(update={"evidence_sizes": sizes})
+        store.write_info(manifest)
         counts["prepared"] = len(todo)
         counts["diagnosed"] = pipeline.diagnose_all(ready)
         pipeline.record_damaged_again(evidence_fn, device)
@@ -265,9 +281,11 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 
 class _Pipeline:
-    def __init__(self, hosted: Host, case_set: CaseSet, store: RunStore, *, jobs: int, show: Progress):
+    def __init__(self, hosted: Host, case_set: CaseSet, store: RunStore, *, jobs: int, show: Progress,
+                 tier: EvidenceTier = FULL):
         self.hosted = hosted
-        self.case_set = case_set
+        self.tier = tier
+        self.case_set = _under_tier(case_set, tier)  # as scored and as handed to prior and oracle
         self.store = store
         self.jobs = jobs
         self.show = show
@@ -324,7 +342,21 @@ class _Pipeline:
             if not verification.manifested:
                 return {"status": "invalid", "error": f"the injection did not manifest: {_why_not_manifested(verification)}", "measured_impact": impact, **ids}
         difficulty = getattr(verification, "difficulty", None)
-        return _Ready(loaded, bundle_dir, prepared.bundle_id, prepared.manifest_sha256, impact, difficulty)
+        try:  # the tier the diagnoser gets: an evidence edit of the bundle (diageval.run.evidence_tiers)
+            shown = tier_bundle(bundle_dir, self.tier)
+        except TierSourceDamaged as exc:
+            with self._write_lock:
+                self.damaged.append(loaded)
+            return {"status": "harness_error", "error": f"{exc}; the cache entry is recorded again after the diagnoses", **ids}
+        except (OSError, ValueError) as exc:
+            return {"status": "harness_error", "error": f"cutting the bundle to the {self.tier} tier failed: {exc}", **ids}
+        if shown != bundle_dir:
+            from diageval.fileio import sha256_file
+
+            bundle_id, bundle_sha = EvidenceBundle.open(shown).bundle_id, sha256_file(shown / "bundle.json")
+        else:
+            bundle_id, bundle_sha = prepared.bundle_id, prepared.manifest_sha256
+        return _Ready(loaded, shown, bundle_id, bundle_sha, impact, difficulty, evidence_size(shown, bundle_dir))
 
     def diagnose_all(self, ready: list[_Ready]) -> int:
         """Diagnose ``ready`` with ``jobs`` slots; return how many cases finished."""
@@ -411,7 +443,8 @@ class _Pipeline:
         from diageval.scoring.verdicts import score_case
 
         diagnosis = attempt.diagnosis if attempt is not None else None
-        result = score_case(loaded.case, diagnosis, taxonomy=self.case_set.taxonomy, **fields)
+        case = case_under_tier(loaded.case, self.tier)  # labels the tier cannot show: diageval.cases.tiers
+        result = score_case(case, diagnosis, taxonomy=self.case_set.taxonomy, **fields)
         with self._write_lock:
             if diagnosis is not None:
                 atomic_write_text(self.store.diagnosis_path(loaded.case.id), diagnosis.model_dump_json(indent=2) + "\n")
@@ -420,6 +453,14 @@ class _Pipeline:
 
 
 # --- helpers ----------------------------------------------------------------------------------------
+
+
+def _under_tier(case_set: CaseSet, tier: EvidenceTier) -> CaseSet:
+    """``case_set`` with every case as scored under ``tier`` (same files, same hash); ``full``: itself."""
+    if tier == FULL:
+        return case_set
+    cases = [lc.model_copy(update={"case": case_under_tier(lc.case, tier)}) for lc in case_set.cases]
+    return case_set.model_copy(update={"cases": cases})
 
 
 def _split_by_device(

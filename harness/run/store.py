@@ -56,6 +56,8 @@ from diageval.diagnosis import DEFAULT_LIMITS
 from diageval.errors import DiagevalError
 from diageval.fileio import append_jsonl, atomic_write_text, read_jsonl, write_jsonl
 from diageval.paths import SOURCE_ROOT
+from diageval.cases.tiers import EvidenceTier
+from diageval.run.evidence_tiers import EvidenceSize
 from diageval.scoring.results import CaseResult, Status
 from diageval.scoring.summary import Summary
 from diageval.validation import field_path
@@ -123,6 +125,11 @@ class RunInfo(BaseModel):
         None, description="The cases this run was asked to diagnose (selected, less skipped); a complete run has one "
         "result line for each. null in runs written before it was recorded")
     error: str | None = Field(None, description="Why a failed run stopped")
+    evidence_tier: EvidenceTier = Field(
+        "full", description="The evidence tier the diagnoser was given (diageval.cases.tiers); labels it cannot "
+        "show are scored as diageval.cases.tiers.case_under_tier says. Runs before the field: full")
+    evidence_sizes: dict[str, EvidenceSize] = Field(
+        default_factory=dict, description="Case id -> bytes of the bundle the diagnoser got and steps logged")
 
 
 class SavedOutcome(BaseModel):
@@ -246,14 +253,16 @@ class RunStore:
         """Start or resume the run: refuse a folder holding another run; keep the first start time."""
         if self.info_path.is_file():
             old = self.read_info()
-            mine = (manifest.diagnoser.spec, manifest.diagnoser.version, manifest.case_set_hash, manifest.taxonomy_version)
-            theirs = (old.diagnoser.spec, old.diagnoser.version, old.case_set_hash, old.taxonomy_version)
+            mine = (manifest.diagnoser.spec, manifest.diagnoser.version, manifest.case_set_hash, manifest.taxonomy_version,
+                    manifest.evidence_tier)
+            theirs = (old.diagnoser.spec, old.diagnoser.version, old.case_set_hash, old.taxonomy_version, old.evidence_tier)
             if mine != theirs:
                 raise RunFolderConflict(
                     f"{self.root} holds a run of {old.diagnoser.spec!r} version {old.diagnoser.version} on case set "
                     f"{old.case_set_hash[:12]} (taxonomy {old.taxonomy_version}); this run is {manifest.diagnoser.spec!r} "
                     f"version {manifest.diagnoser.version} on {manifest.case_set_hash[:12]} (taxonomy "
-                    f"{manifest.taxonomy_version}). Results are never mixed: pick another --run-id or --out."
+                    f"{manifest.taxonomy_version}), evidence tier {old.evidence_tier} there, {manifest.evidence_tier} here. "
+                    "Results are never mixed: pick another --run-id or --out."
                 )
             manifest = manifest.model_copy(update={"started": old.started})
         self.summary_path.unlink(missing_ok=True)

@@ -1,0 +1,131 @@
+"""A case's bundle cut down to an evidence tier (:mod:`diageval.cases.tiers`), for ``diageval run --evidence``.
+
+The tier bundle is an evidence edit of the finished bundle, derived by the one function that derives
+bundles from bundles (:func:`diageval.recording.cache.derive_bundle`: copy, edit, fresh ``bundle.json``
+with the files present and their checksums, atomic), the way the cache derives ``cases/noise/`` from
+their recording. Why not a filter inside the private copy a diagnoser gets (``diageval.hosting``)? That
+copy's one job is to check the cached bundle and hand it over unchanged; cutting it there would make a
+second place that rewrites ``bundle.json``, and the tier bundle would exist only inside a box, where the
+benchmark that measures each tier's bytes cannot read it.
+
+The tier bundle sits beside the bundle it comes from (in the cache's ``evidence/`` folder, or beside a
+recorded case's import) under an opaque name: a hash of the tier, :data:`TIER_FILTER_VERSION` and the
+source's ``bundle.json`` sha256, so a source recorded again gets a new tier bundle and a tier is cut
+once per source. Every file the tier keeps must match the source's ``bundle.json`` entry (size and
+sha256): the cut never hides a damaged cached file (:class:`TierSourceDamaged`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from diageval.bundle.model import MANIFEST_NAME, BundleManifest
+from diageval.cases.tiers import FULL, ONE_RANK, TIERS, EvidenceTier, tier_index
+from diageval.errors import DiagevalError
+
+TIER_FILTER_VERSION = 1  # bump when tier_of_path changes: tier bundles are then cut again
+_RANK = re.compile(r"^rank(\d+)$")
+
+
+class TierSourceDamaged(DiagevalError):
+    """A file of the bundle a tier is cut from does not match its ``bundle.json`` (names the file)."""
+
+
+def tier_of_path(rel: str) -> EvidenceTier:
+    """The lowest tier holding the bundle file ``rel`` (a path relative to the bundle, ``/``-separated)."""
+    first = rel.split("/", 1)[0]
+    if rel == "steps.jsonl":
+        return "steps"
+    if rel == "metrics.jsonl":
+        return "metrics"
+    m = _RANK.match(first)
+    if m and "/" in rel:
+        return "one-rank" if int(m.group(1)) == ONE_RANK else "traces"
+    if first == "logs" and "/" in rel:
+        return "traces"
+    return "full"  # flight_recorder/ and anything not named above
+
+
+def keeps(tier: EvidenceTier, rel: str) -> bool:
+    return tier_index(tier_of_path(rel)) <= tier_index(tier)
+
+
+class TierFilter:
+    """The evidence edit that keeps ``tier``'s files (the shape of a ``BundleFault``: ``apply(folder)``)."""
+
+    def __init__(self, tier: EvidenceTier):
+        tier_index(tier)
+        self.tier = tier
+
+    def apply(self, bundle_dir: Path) -> None:
+        root = Path(bundle_dir)
+        for path in sorted(root.rglob("*"), reverse=True):  # files before their folders
+            rel = path.relative_to(root).as_posix()
+            if path.is_file() and rel != MANIFEST_NAME and not keeps(self.tier, rel):
+                path.unlink()
+            elif path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
+
+
+def tier_bundle(source: Path, tier: EvidenceTier) -> Path:
+    """The bundle ``source`` cut to ``tier`` (derived now unless already there); ``full`` is ``source``."""
+    from diageval.fileio import sha256_file
+    from diageval.recording.cache import derive_bundle
+
+    source = Path(source)
+    if tier_index(tier) == tier_index(FULL):
+        return source
+    digest = sha256_file(source / MANIFEST_NAME)
+    name = hashlib.sha256(f"tier:{TIER_FILTER_VERSION}:{tier}:{digest}".encode()).hexdigest()[:32]
+    dest = source.parent / name
+    if (dest / MANIFEST_NAME).is_file():
+        return dest
+    derive_bundle(source, dest, [TierFilter(tier)])
+    _check_against_source(source, dest)
+    return dest
+
+
+def _check_against_source(source: Path, dest: Path) -> None:
+    listed = {f.path: f for f in BundleManifest.model_validate_json((source / MANIFEST_NAME).read_bytes()).files}
+    for f in BundleManifest.model_validate_json((dest / MANIFEST_NAME).read_bytes()).files:
+        want = listed.get(f.path)
+        if want is None or (want.size, want.sha256) != (f.size, f.sha256):
+            shutil.rmtree(dest, ignore_errors=True)
+            why = "not listed in its bundle.json" if want is None else "size or sha256 differs from its bundle.json"
+            raise TierSourceDamaged(f"{source / f.path}: {why}")
+
+
+class EvidenceSize(BaseModel):
+    """What one case's bundle (as the diagnoser got it) weighs: bytes, and steps in its step log."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bytes: int = Field(ge=0, description="Sum of the sizes bundle.json lists")
+    steps: int | None = Field(None, ge=0, description="Distinct steps in the full bundle's steps.jsonl; None without one")
+
+
+def evidence_size(bundle_dir: Path, full_bundle_dir: Path | None = None) -> EvidenceSize:
+    """Bytes of ``bundle_dir`` and steps logged in ``full_bundle_dir`` (default: the same bundle)."""
+    manifest = BundleManifest.model_validate_json((Path(bundle_dir) / MANIFEST_NAME).read_bytes())
+    steps_path = Path(full_bundle_dir or bundle_dir) / "steps.jsonl"
+    steps = None
+    if steps_path.is_file():
+        seen = set()
+        with open(steps_path, encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    row = json.loads(line)
+                    seen.add(row.get("step"))
+        steps = len(seen)
+    return EvidenceSize(bytes=sum(f.size for f in manifest.files), steps=steps)
+
+
+def tier_bytes(manifest: BundleManifest) -> dict[str, int]:
+    """Bytes each tier keeps of a full bundle, from its ``bundle.json`` alone (no copy)."""
+    return {t: sum(f.size for f in manifest.files if keeps(t, f.path)) for t in TIERS}
