@@ -231,15 +231,15 @@ EXTRA: list[str] = []  # further words of the command line: paths a route was to
 
 
 def count_my_calls() -> int:
-    """How many cases this diagnoser has seen before this one, kept in files that outlive a case if the box
-    lets them (its output folder's parent, /tmp)."""
+    """How many cases this diagnoser has seen before this one, kept in a file beside its case folder (in a
+    box: /box/out), which outlives the case if the box lets it."""
     seen = 0
-    for counter in (Path("/box/out/.calls"), Path("/tmp/.calls"), Path.cwd().parent / ".calls"):
+    for counter in (Path.cwd().parent / ".calls",):
         try:
             seen = max(seen, int(counter.read_text()))
         except (OSError, ValueError):
             pass
-    for counter in (Path("/box/out/.calls"), Path("/tmp/.calls"), Path.cwd().parent / ".calls"):
+    for counter in (Path.cwd().parent / ".calls",):
         try:
             counter.write_text(str(seen + 1))
         except OSError:

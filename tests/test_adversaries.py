@@ -250,14 +250,14 @@ def _run_logged(arena, spec: str, run_id: str, log: Path) -> subprocess.Complete
                               timeout=300)
 
 
-def test_the_progress_log_cheater_finds_the_case_where_nothing_stops_it(arena, tmp_path, monkeypatch):
+def test_the_progress_log_cheater_finds_the_case_where_nothing_stops_it(arena, tmp_path):
     log = tmp_path / "run.log"
     log.write_text("evidence [1/2] mlp-ddp-healthy  ready\nevidence [2/2] straggler-rank1  ready\n")
     out = tmp_path / "output.json"
-    monkeypatch.chdir(tmp_path)
-    for expected in ("mlp-ddp-healthy", "straggler-rank1"):
+    (tmp_path / "case").mkdir()
+    for expected in ("mlp-ddp-healthy", "straggler-rank1"):  # the counter lives beside the case folder
         subprocess.run([sys.executable, str(arena["cheats"] / "cheaters.py"), "log", str(tmp_path), str(out), str(log)],
-                       check=True, cwd=tmp_path)
+                       check=True, cwd=tmp_path / "case")
         claimed = json.loads(out.read_text())["findings"]
         assert claimed == [] if expected == "mlp-ddp-healthy" else [f["category"] for f in claimed] == ["compute.straggler_rank"]
 
