@@ -1,11 +1,13 @@
 """Recorded cases: the model, the data folder (unavailable, checksum mismatch), and on the real traces
-(../shared/real-traces or $DIAGEVAL_DATA): their figures re-derive, rules names each labeled cause it
-covers and claims nothing on healthy and abstain cases, and rules, hta and symptoms end every case ok,
-abstained or with a DiagnoserFailed status."""
+(../shared/real-traces or $DIAGEVAL_DATA): their figures re-derive (a derived case's edit leaves what its
+rationale says it leaves), rules names each labeled cause it covers and makes no claim at confidence 0.5 or
+more that contradicts a label, abstains exactly where the label says so, and rules, hta and symptoms end
+every case ok, abstained or with a DiagnoserFailed status."""
 
 from __future__ import annotations
 
 import functools
+import gzip
 import hashlib
 
 import pytest
@@ -105,10 +107,21 @@ RECORDED = [lc for lc in load_case_set().cases if lc.case.recorded is not None]
 
 def test_the_corpus_has_recorded_cases_of_every_kind():
     expects = {lc.case.labels.expect for lc in RECORDED}
-    assert len(RECORDED) >= 8 and expects == {"diagnose", "healthy", "abstain"}
+    assert len(RECORDED) >= 20 and expects == {"diagnose", "healthy", "abstain"}
     for lc in RECORDED:
         for f in lc.case.recorded.files:
             assert f.source.licence and f.source.repository and f.source.commit
+
+
+def test_no_device_family_or_world_size_holds_one_label_class_only():
+    """Labels are spread over what a bundle's metadata says (the device, the world size, whether the trace has step
+    markers): every such group of at least three recorded cases holds more than one label class."""
+    groups: dict[str, list[str]] = {}
+    for lc in RECORDED:
+        r = lc.case.recorded
+        for key in (f"hardware {r.hardware}", f"world size {r.world_size}", f"step markers {'no-steps' not in lc.case.tags}"):
+            groups.setdefault(key, []).append(lc.case.labels.expect)
+    assert {key: labels for key, labels in groups.items() if len(labels) >= 3 and len(set(labels)) == 1} == {}
 
 
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"real traces not found at {DATA} (set $DIAGEVAL_DATA)")
@@ -135,14 +148,10 @@ def bundles(tmp_path_factory):
 def test_rules_on_recorded_cases(lc, bundles):
     d = RulesDiagnoser().diagnose(bundles[lc.case.id])
     labels = lc.case.labels
-    claimed = {f.category for f in d.causes}
-    if labels.expect == "diagnose":  # every cause of these cases is one rules covers
-        assert {c.category for c in labels.causes} <= claimed, d
-        assert claimed == {c.category for c in labels.causes}, d
-    else:
-        assert claimed == set(), d
-    if labels.expect == "abstain":
-        assert d.abstain is not None
+    claimed = {f.category for f in d.causes if f.confidence >= 0.5}
+    # every cause of these cases is one rules covers; no claim at 0.5 or more contradicts a label
+    assert claimed == {c.category for c in labels.causes}, d
+    assert (d.abstain is not None) == (labels.expect == "abstain"), d
 
 
 @needs_data
@@ -151,11 +160,25 @@ def test_every_diagnoser_ends_each_recorded_case_with_a_status(lc, bundles):
     pytest.importorskip("hta.trace_analysis")
     from diageval.diagnosers.hta_adapter import HTADiagnoser
 
-    for diagnoser in (RulesDiagnoser(), SymptomsDiagnoser(), HTADiagnoser()):
+    bundle = bundles[lc.case.id]
+    diagnosers = [RulesDiagnoser(), SymptomsDiagnoser()]
+    # HTA reads ~3 MB of JSON a second (notes/measured.md): on the two 20-26 MB param traces it would take a
+    # minute per case here; benchmarks/hta_real_traces.py runs it on every real trace
+    if sum(_json_bytes(p) for p in bundle.trace_paths().values()) <= HTA_MAX_JSON_BYTES:
+        diagnosers.append(HTADiagnoser())
+    for diagnoser in diagnosers:
         try:
-            diagnoser.diagnose(bundles[lc.case.id])
+            diagnoser.diagnose(bundle)
         except DiagnoserFailed as exc:  # a status with its message, never a crash
             assert str(exc)
+
+
+HTA_MAX_JSON_BYTES = 16_000_000
+
+
+def _json_bytes(path) -> int:
+    with gzip.open(path) as fh:
+        return fh.seek(0, 2)
 
 
 def test_a_recorded_case_takes_evidence_edits_only(tmp_path):
@@ -193,15 +216,19 @@ def test_a_derived_recorded_case_edits_a_copy_of_the_plain_import(tmp_path):
 
 
 DERIVED = [lc for lc in RECORDED if lc.case.faults]
+NO_DEVICE = [lc for lc in DERIVED if any(f.name == "drop_device_events" for f in lc.case.faults)]
+NO_MARKERS = [lc for lc in DERIVED if any(f.name == "drop_step_markers" for f in lc.case.faults)]
 
 
-def test_the_corpus_has_a_gpu_job_whose_device_events_are_missing():
-    assert any(f.name == "drop_device_events" for lc in DERIVED for f in lc.case.faults)
-    assert all(lc.case.labels.expect == "abstain" and "DERIVED" in lc.case.recorded.job for lc in DERIVED)
+def test_the_corpus_has_gpu_jobs_whose_device_events_or_step_markers_are_missing():
+    assert NO_DEVICE and NO_MARKERS
+    assert all("DERIVED" in lc.case.recorded.job for lc in DERIVED)
+    assert all(lc.case.labels.expect == "abstain" for lc in NO_DEVICE)
+    assert {lc.case.labels.expect for lc in NO_MARKERS} >= {"diagnose", "healthy"}
 
 
 @needs_data
-@pytest.mark.parametrize("lc", DERIVED, ids=lambda lc: lc.case.id)
+@pytest.mark.parametrize("lc", NO_DEVICE, ids=lambda lc: lc.case.id)
 def test_a_derived_case_keeps_the_host_side_and_loses_the_device_side(lc, bundles):
     bundle = bundles[lc.case.id]
     original = trace_stats(DATA / lc.case.recorded.files[0].path)
@@ -212,3 +239,32 @@ def test_a_derived_case_keeps_the_host_side_and_loses_the_device_side(lc, bundle
         assert rows[same] == before[same], same
     d = RulesDiagnoser().diagnose(bundle)
     assert d.abstain is not None and "no device events" in d.abstain.reason and d.causes == []
+
+
+def _percent(value: str) -> float:
+    """The share in a trace stats value such as '560.39 ms (45% of step)' or '98%', as a fraction."""
+    return float(value.rsplit("(", 1)[-1].split("%")[0]) / 100 if "(" in value else float(value.rstrip("%")) / 100
+
+
+def _us(value: str) -> float:
+    number, unit = value.split()[:2]
+    return float(number) * {"us": 1.0, "ms": 1e3}[unit]
+
+
+# What each step-marker edit must leave, in the derived bundle's own trace stats (its rationale says so).
+STILL_SHOWN = {
+    "a100-host-bound-launch-no-step-markers": lambda rows: (
+        rows["launches / step"] == "2700" and _us(rows["launch-to-start delay (median of step medians)"]) < 50.0),
+    "a100-pageable-copy-sync-no-step-markers": lambda rows: (
+        _percent(rows["device idle while host blocks"]) > 0.2 and "blocking: pageable_copy" in rows),
+    "v100-ddp-gpu-bound-no-step-markers": lambda rows: _percent(rows["device busy share"]) >= 0.95,
+}
+
+
+@needs_data
+@pytest.mark.parametrize("lc", NO_MARKERS, ids=lambda lc: lc.case.id)
+def test_a_derived_case_without_step_markers_is_one_window_that_still_shows_its_label(lc, bundles):
+    derived = trace_stats(next(iter(bundles[lc.case.id].trace_paths().values())))
+    rows = dict(summary_rows(derived))
+    assert derived.whole_trace and rows["steps"] == "none: one whole-trace window"
+    assert STILL_SHOWN[lc.case.id](rows), rows
