@@ -1,5 +1,6 @@
 """``cpu_contention``: its params are checked, its competitors run where it says, are nobody's children
-but the rank's parent's, and never outlive the rank (a normal exit or a SIGKILL)."""
+but the rank's parent's, and never outlive the rank (a normal exit or a SIGKILL); recording a contended
+case, whole or stopped midway, prints no warning and no traceback."""
 
 from __future__ import annotations
 
@@ -49,8 +50,8 @@ def test_good_params_pass():
 
 
 # A stand-in for a rank: it starts the fault's competitors, reports them, then either stops them as a
-# rank's normal exit does, or waits to be killed. Its parent (this test) is what the fork server is to
-# a real rank: the competitors' parent.
+# rank's normal exit does, or waits to be killed. Its parent (this test) is what the launcher's per-rank
+# parent process is to a real rank: the competitors' parent.
 RANK = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
@@ -197,4 +198,84 @@ def test_recorded_bundle_keeps_the_ops_and_leaves_no_competitor(tmp_path: Path):
     deadline = time.monotonic() + 2.0  # at most one spin period after the rank's exit, plus scheduling
     while _live_competitors() and time.monotonic() < deadline:
         time.sleep(0.05)
+    assert _live_competitors() == []
+
+
+@pytest.mark.slow
+def test_recording_a_contended_case_prints_no_warning_and_no_traceback(tmp_path: Path):
+    """``diageval record`` of a contention case, in its own process as ``diageval run`` records: every process
+    of the recording (the harness, its fork server, the ranks' parents, the ranks) writes to this stderr, and
+    none of them warns or fails. The fork server warned "waitpid returned unexpected pid" once per competitor
+    when the competitors were its own children."""
+    cases = tmp_path / "cases" / "host"
+    cases.mkdir(parents=True)
+    (cases / "contended.yaml").write_text(
+        "id: contended-tiny\ntitle: t\n"
+        "workload: {name: mlp_ddp, world_size: 2, steps: 8, params: {trace_steps: 4}}\n"
+        "faults: [{name: cpu_contention, params: {contended_rank: 1, competitors: 2, duty_cycle: 1.0, contention_start_step: 2}}]\n"
+        "labels: {causes: [{category: host.cpu_contention, ranks: [1], steps: [2, 8]}], expect: diagnose}\n"
+        "manifest: {metric: step_time_median, min_ratio: 1.3}\n"
+    )
+    # what a user's shell gives it: no warning filter of ours either way
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"} | {"DIAGEVAL_HOME": str(tmp_path / "home")}
+    proc = subprocess.run([sys.executable, "-m", "diageval", "record", "contended-tiny", "--cases", str(tmp_path / "cases"),
+                           "--device", "cpu", "--force"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "contended-tiny\t" in proc.stdout
+    assert "Warning" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert _live_competitors() == []
+
+
+# A contended recording stopped while its competitors run: once it sees them, it interrupts the recorder's
+# main thread, as a ^C would (only there: the ranks get no signal), and the launcher stops the ranks; then
+# it reports what is left.
+STOPPED_RECORDING = textwrap.dedent("""
+    import _thread, json, sys, threading, time
+    from pathlib import Path
+    from multiprocessing import forkserver
+    import psutil
+    from diageval.cases.model import Case
+    from diageval.recording.record import record_case
+    sys.path.insert(0, sys.argv[2])
+    from test_cpu_contention import _live_competitors
+
+    case = Case.model_validate({
+        "id": "stopped", "title": "t", "labels": {"expect": "healthy"},
+        "workload": {"name": "mlp_ddp", "world_size": 2, "steps": 10000},
+        "faults": [{"name": "cpu_contention", "params": {"contended_rank": 1, "competitors": 2, "duty_cycle": 1.0,
+                                                          "contention_start_step": 1}}]})
+    seen = []
+    def watch():
+        while len(seen) < 2:
+            time.sleep(0.05)
+            seen[:] = _live_competitors()
+        _thread.interrupt_main()
+    threading.Thread(target=watch, daemon=True).start()
+    try:
+        record_case(case, Path(sys.argv[1]) / "b", device="cpu", timeout_s=600)
+        stopped = False
+    except KeyboardInterrupt:
+        stopped = True
+    server = psutil.Process(forkserver._forkserver._forkserver_pid)
+    print(json.dumps({"stopped": stopped, "competitors_seen": len(seen), "competitors_left": _live_competitors(),
+                      "under_forkserver": [p.pid for p in server.children(recursive=True)],
+                      "bundle_left": (Path(sys.argv[1]) / "b").exists()}))
+""")
+
+
+@pytest.mark.slow
+def test_a_contended_recording_stopped_midway_leaves_nothing_and_prints_no_traceback(tmp_path: Path):
+    """The launcher stops a rank through the rank's parent, which kills the rank, reaps it and its
+    competitors, and exits by the rank's signal: nothing is left under the fork server, no competitor runs,
+    nothing warns or fails on stderr (the interrupt's own traceback is not printed: the script catches it)."""
+    import json
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    proc = subprocess.run([sys.executable, "-c", STOPPED_RECORDING, str(tmp_path), str(Path(__file__).parent)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["stopped"] and out["competitors_seen"] == 2  # stopped while contention ran
+    assert out["competitors_left"] == [] and out["under_forkserver"] == [] and not out["bundle_left"]
+    assert "Warning" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert _live_competitors() == []

@@ -2,16 +2,26 @@
 
 Decided here:
 
-* Ranks are forked from a ``forkserver`` that preloaded torch, ``torch._dynamo`` (which the first
+* Ranks are started through a ``forkserver`` that preloaded torch, ``torch._dynamo`` (which the first
   optimizer otherwise imports lazily, ~1.4 s) and the rank worker. Children start in a fraction of a
   second, and unlike a plain fork they are safe whatever the calling process did before (ran torch ops
-  on several OpenMP threads, started threads of its own): the server itself never runs an op. The
-  first recording in a process pays ~3 s to start the server.
-* A rank dies with its parent (``PR_SET_PDEATHSIG``): the forkserver exits when the harness does (even
-  on SIGKILL, it sees its pipe close), and the kernel then kills every rank, so a killed ``record`` or
-  ``run`` leaves no rank behind. DataLoader workers watch their rank and exit with it.
+  on several OpenMP threads, started threads of its own): the server itself never runs an op, nor does
+  the single-threaded process it forks for each rank, which forks the rank (below). The first recording
+  in a process pays ~3 s to start the server.
+* Each rank runs under a parent of its own, not under the forkserver: the forkserver forks the rank's
+  parent, which forks the rank, tells the launcher the rank's pid (the metrics sample the rank and its
+  descendants) and then only reaps: the rank, and any process the rank hands to it (the contention
+  fault's competitors are the rank's siblings, not its children). The forkserver reaps only what it forked
+  and warns ("waitpid returned unexpected pid") for anything else; it never sees those. The parent exits
+  with the rank's exit status (killed by a signal: by the same signal) once it has no child left. On
+  SIGTERM it kills the rank; only it can do that without racing pid reuse, since only it reaps the rank.
+* A process dies with its parent (``PR_SET_PDEATHSIG``): when the forkserver exits, the kernel kills
+  every rank's parent and so every rank. The forkserver exits once its "alive" pipe closes, which every
+  process it started holds too (multiprocessing passes it on): a ``record`` or ``run`` killed with SIGKILL
+  leaves its ranks running until their job ends (measured: a 10000-step job still ran 30 s after the
+  kill), and the forkserver exits after them. DataLoader workers watch their rank and exit with it.
 * Each rank's stdout and stderr (file descriptors 1 and 2, so C++ output too) go to its log file.
-* ``run_ranks`` waits until every rank exits or ``timeout_s`` passes; then it kills what is left and
+* ``run_ranks`` waits until every rank exits or ``timeout_s`` passes; then it stops what is left and
   raises :class:`RecordingError` naming the rank that hung (or the first that failed, with its log's tail).
   Exit codes in ``accepted_exit_codes`` (a job that failed as its case intends, having written its
   evidence) count as finished, not as crashes.
@@ -21,6 +31,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import resource
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +42,7 @@ from typing import Any
 from diageval.errors import DiagevalError
 
 PRELOAD = ["torch", "torch._dynamo", "torch.distributed", "diageval.recording.rank_worker"]
+STOP_WAIT_S = 5.0  # how long a rank's parent gets to exit after SIGTERM (it kills the rank) before SIGKILL
 
 
 class RecordingError(DiagevalError):
@@ -57,8 +70,65 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-def _rank_entry(target: Callable[..., Any], args: tuple, log_path: str) -> None:
-    """Child side: die with the parent, send fds 1 and 2 to the rank's log, then run ``target(*args)``."""
+def _rank_entry(target: Callable[..., Any], args: tuple, log_path: str, report: Any) -> None:
+    """Forkserver child: fork the rank, send its pid through ``report``, reap, exit with the rank's status.
+
+    The rank (the forked child) returns from here into multiprocessing's own bootstrap, which runs its exit
+    hooks and turns an exception into exit code 1, exactly as for a process the forkserver started itself.
+    """
+    die_with_parent()
+    waited = {signal.SIGCHLD, signal.SIGTERM}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, waited)  # before the fork: no SIGTERM is missed
+    pid = os.fork()
+    if pid == 0:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        report.close()
+        _run_rank(target, args, log_path)
+        return
+    try:
+        report.send(pid)
+    except OSError:  # the launcher was killed meanwhile: the rank goes on as one started just before it would
+        pass
+    report.close()
+    status = _reap(pid, waited)
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:  # the rank was killed: so is its parent, by the same signal, and the launcher sees that code
+        sig = signal.Signals(-code)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the rank dumped its core if it was to; not this one
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # the two whose action cannot be set (nor needs to be)
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+        os.kill(os.getpid(), sig)
+        code = 128 + sig  # only if that signal does not end a process
+    os._exit(code)
+
+
+def _reap(rank_pid: int, waited: set[signal.Signals]) -> int | None:
+    """Reap every child until none is left; return the rank's wait status. SIGTERM kills the rank.
+
+    ``waited`` is blocked and taken with ``sigwait``: the rank is killed only while it is not yet reaped,
+    so its pid cannot have gone to another process. SIGCHLD gets a handler (never run: it stays blocked)
+    because a blocked signal whose action is to ignore it may be dropped rather than kept pending.
+    """
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the rank's to handle; this one reaps it
+    rank_status: int | None = None
+    while True:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:  # none left, so the rank, a child until reaped, was reaped
+                return rank_status
+            if pid == 0:
+                break
+            if pid == rank_pid:
+                rank_status = status
+        if signal.sigwait(waited) == signal.SIGTERM and rank_status is None:
+            os.kill(rank_pid, signal.SIGKILL)
+
+
+def _run_rank(target: Callable[..., Any], args: tuple, log_path: str) -> None:
+    """The rank: die with its parent, send fds 1 and 2 to the rank's log, then run ``target(*args)``."""
     die_with_parent()
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     sys.stdout.flush()
@@ -99,13 +169,19 @@ def run_ranks(
     ctx = _context()
     procs = []
     try:
+        pid_readers = []
         for args, log in zip(rank_args, log_paths):
             Path(log).parent.mkdir(parents=True, exist_ok=True)
-            p = ctx.Process(target=_rank_entry, args=(target, args, str(log)), daemon=False)  # ranks start DataLoader workers
+            reader, writer = ctx.Pipe(duplex=False)
+            # not daemonic: ranks start DataLoader workers
+            p = ctx.Process(target=_rank_entry, args=(target, args, str(log), writer), daemon=False)
             p.start()
+            writer.close()
             procs.append(p)
+            pid_readers.append(reader)
+        rank_pids = [_rank_pid(reader, r, procs[r], what, timeout_s) for r, reader in enumerate(pid_readers)]
         if on_started is not None:
-            on_started([p.pid for p in procs])
+            on_started(rank_pids)
         deadline = time.monotonic() + timeout_s
         failed: int | None = None
         while True:
@@ -131,6 +207,23 @@ def run_ranks(
     finally:
         for p in procs:
             if p.exitcode is None:
-                p.kill()
+                p.terminate()  # its parent kills the rank, reaps it and exits
         for p in procs:
-            p.join(5)
+            p.join(STOP_WAIT_S)
+            if p.exitcode is None:
+                p.kill()
+                p.join(STOP_WAIT_S)
+
+
+def _rank_pid(reader: Any, rank: int, parent: multiprocessing.process.BaseProcess, what: str, timeout_s: float) -> int:
+    """The pid the rank's parent sends once it has forked the rank."""
+    try:
+        if reader.poll(timeout_s):
+            return int(reader.recv())
+    except EOFError:
+        parent.join(STOP_WAIT_S)
+        raise RecordingError(f"{what}: rank {rank} did not start (its parent exited with code {parent.exitcode} "
+                             "before forking it)") from None
+    finally:
+        reader.close()
+    raise RecordingError(f"{what}: rank {rank} did not start within {timeout_s:.0f}s")

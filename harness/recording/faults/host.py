@@ -9,18 +9,17 @@ The rank's ops, their shapes and their count stay the same; they simply get less
 Decided here:
 
 * The competitors are not the rank's children: they are started with ``clone(CLONE_PARENT)``, so their
-  parent is the rank's own parent (the recorder's fork server), which reaps them when they exit, as it
-  reaps the ranks. A competing process on a real host belongs to somebody else; the recorder's metrics
-  count a rank's descendants into its CPU use, and a child would have put the competitor's cycles into
-  the rank's row. What ``metrics.jsonl`` shows instead is what a real host shows: the contended rank
-  uses less CPU than its peers while it is the slow one, and the host is busier than its ranks.
+  parent is the rank's own parent (the process the launcher runs each rank under, which reaps the rank
+  and whatever the rank hands it). A competing process on a real host belongs to somebody else; the
+  recorder's metrics count a rank's descendants into its CPU use, and a child would have put the
+  competitor's cycles into the rank's row. What ``metrics.jsonl`` shows instead is what a real host
+  shows: the contended rank uses less CPU than its peers while it is the slow one, and the host is
+  busier than its ranks.
 * Each competitor execs a fresh ``python -S`` right after the clone (nothing of the rank's state is
   used in between) and first closes every file descriptor it inherited except its lifeline: the read
   end of a pipe whose only writer is the rank. The competitor exits as soon as that pipe reaches EOF:
   when the rank closes it at exit, or when the rank dies, however (SIGKILL included), since the kernel
   closes a dead process's descriptors. So no competitor outlives its rank by more than one period.
-* The fork server, not expecting the pid, warns once per process ("waitpid returned unexpected pid")
-  on the recorder's stderr when it reaps one; nothing of that reaches a bundle.
 * Nothing in the evidence names it: no op, log line or thread is added to the rank; the competitors
   print nothing (their stdio is ``/dev/null``).
 
