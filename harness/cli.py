@@ -395,14 +395,16 @@ def _write_html_report(run_dirs: list[Path], html_path: Path) -> None:
     from diageval.recording.stored_checks import stored_checks
     from diageval.reports.html import write_html_report
     from diageval.reports.html_data import Manifestation, gather
+    from diageval.reports.signal_value import gather_points, signal_value_html, split_by_tier
 
-    inputs = gather(run_dirs)
+    full, tiered = split_by_tier(run_dirs)  # runs on a smaller evidence tier: the signal-value section only
+    inputs = gather(full or tiered)
     if inputs.case_set is not None:
         checks = stored_checks(inputs.case_set, inputs.runs[0].info.device)
         inputs.manifestations = {case_id: Manifestation(metric=v.metric, ratio=v.ratio, min_ratio=v.min_ratio,
                                                         noise=v.noise, repeats=v.repeats)
                                  for case_id, v in checks.items()}
-    write_html_report(inputs, html_path)
+    write_html_report(inputs, html_path, signal_value=signal_value_html(gather_points(run_dirs)) if tiered else "")
     click.echo(f"wrote {html_path}", err=True)
 
 

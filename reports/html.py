@@ -293,11 +293,13 @@ def render_html(inputs: ReportInputs, *, generated: datetime | None = None) -> s
     )
 
 
-def write_html_report(inputs: ReportInputs, output: Path) -> str:
+def write_html_report(inputs: ReportInputs, output: Path, *, signal_value: str = "") -> str:
     """Render the page of ``inputs`` (:func:`~diageval.reports.html_data.gather`) and write it to ``output``
-    atomically; returns the HTML."""
+    atomically; returns the HTML. ``signal_value``: :func:`diageval.reports.signal_value.signal_value_html`'s
+    section, placed before the case list."""
     from diageval.fileio import atomic_write_text
+    from diageval.reports.signal_value import insert_section
 
-    html = render_html(inputs)
+    html = insert_section(render_html(inputs), signal_value)
     atomic_write_text(output, html)
     return html

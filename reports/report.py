@@ -8,6 +8,7 @@ from pathlib import Path
 from diageval.errors import DiagevalError
 from diageval.fileio import atomic_write_text
 from diageval.reports.leaderboard import LeaderboardError, render_leaderboard
+from diageval.reports.signal_value import gather_points, signal_value_markdown, split_by_tier
 from diageval.run.store import RunReadError, RunStore
 from diageval.scoring.summary import Summary
 
@@ -64,9 +65,12 @@ class ReportError(DiagevalError):
 def report_runs(run_dirs: list[Path], output: Path | None = None, step_summary: Path | None = None) -> str:
     """Render the leaderboard of ``run_dirs``; write it to ``output`` (atomically) and append it to
     ``step_summary`` (default ``$GITHUB_STEP_SUMMARY``, when set). Returns the markdown."""
-    summaries = read_summaries(run_dirs)
+    full, tiered = split_by_tier(run_dirs)  # runs on a smaller evidence tier: the signal-value table, not the board
+    summaries = read_summaries(full or tiered)
     try:
         markdown = render_leaderboard(summaries) + skipped_note(run_dirs)
+        if tiered:
+            markdown += signal_value_markdown(gather_points(run_dirs))
     except LeaderboardError as err:
         raise ReportError(f"{err} (runs: {', '.join(map(str, run_dirs))})") from None
     if output is not None:
