@@ -11,7 +11,7 @@ Everything outside this package uses only the names below (``tests/test_architec
 * :func:`list_diagnosers`, :func:`sandbox_problem` and :func:`remove_stale_boxes` for the command line.
 
 Inside: the sandbox (:mod:`.sandbox`), what a run's boxes hide and show (:mod:`.box_policy`,
-:mod:`.spec_paths`, :mod:`.label_stores`), their limits (:mod:`.limits`), the spec registry
+:mod:`.spec_paths`, :mod:`.label_stores`, :mod:`.python_paths`), their limits (:mod:`.limits`), the spec registry
 (:mod:`.registry`), the built-ins' roles and hand-overs (:mod:`.handover`, :mod:`.corpus`), the two kinds
 of slot (:mod:`.worker` with :mod:`.worker_process`, :mod:`.command`), the case folders
 (:mod:`.case_box`, :mod:`.private_bundle`) and process groups (:mod:`.process_groups`).

@@ -56,6 +56,7 @@ from diageval.hosting.errors import SandboxUnavailable
 from diageval.hosting.label_stores import harness_outputs, refusal
 from diageval.hosting.limits import BoxGroups, limited_argv, remove_stale_groups
 from diageval.hosting.policy import HostPolicy
+from diageval.hosting.python_paths import is_within, path_dirs, python_paths, real_path
 
 BOX_ROOT = Path("/box")
 BOX_IN = BOX_ROOT / "in"
@@ -247,7 +248,7 @@ def readable_paths(policy: SandboxPolicy) -> list[Path]:
     exposing = [h for h in hidden if not any(is_within(h, home) for home in homes)]  # inside Python: masked instead
     outputs = harness_outputs()
     wanted: list[Path] = []
-    for p, checked in _python_paths() + [(Path(d), True) for d in _path_dirs()]:
+    for p, checked in python_paths() + [(Path(d), True) for d in path_dirs()]:
         rp = real_path(p)
         if not rp.exists() or any(is_within(h, rp) for h in exposing):
             continue
@@ -280,7 +281,7 @@ def _links_to(bound: list[Path], policy: SandboxPolicy) -> list[tuple[Path, Path
     another name, and whose name is not itself inside a bound or hidden folder."""
     hidden = [real_path(h) for h in policy.hidden]
     out = []
-    for p in [q for q, _ in _python_paths()] + [Path(d) for d in _path_dirs()]:
+    for p in [q for q, _ in python_paths()] + [Path(d) for d in path_dirs()]:
         p = Path(os.path.abspath(p))
         real = real_path(p)
         if p == real or real not in bound or any(is_within(p, q) for q in bound) or any(is_within(p, h) for h in hidden):
@@ -289,48 +290,6 @@ def _links_to(bound: list[Path], policy: SandboxPolicy) -> list[tuple[Path, Path
             continue
         out.append((real, p))
     return out
-
-
-def _python_paths() -> list[tuple[Path, bool]]:
-    """(folder, whether to look through it first) for the Python installation: its prefixes, the
-    interpreter's folder, and the installation's own ``sys.path`` (:func:`installation_path`: the standard
-    library, the site folders and what their ``.pth`` files add). Never the current directory, a
-    ``PYTHONPATH`` entry or a folder put on ``sys.path`` at run time: a diagnoser's own module is made
-    visible by itself (``SandboxPolicy.visible``), and a folder beside it could hold anything. A ``.pth``
-    folder outside the prefixes is bound as it is when it is a site folder (``site-packages``,
-    ``dist-packages``: another environment's packages), else only when it holds no label store (an
-    editable install's project folder)."""
-    homes = [real_path(Path(p)) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
-    paths = [(Path(p), False) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, Path(sys.executable).parent)]
-    for entry in installation_path():
-        rp = real_path(Path(entry))
-        inside = any(is_within(rp, h) for h in homes)
-        paths.append((Path(entry), not inside and rp.name not in ("site-packages", "dist-packages")))
-    return paths
-
-
-@functools.lru_cache(maxsize=1)
-def installation_path() -> tuple[str, ...]:
-    """``sys.path`` as this interpreter sets it up by itself: asked of a fresh one with ``-E`` (no
-    ``PYTHONPATH``) from ``/``, so that neither the environment nor anything inserted at run time counts."""
-    try:
-        out = subprocess.run([sys.executable, "-E", "-c", "import sys; print('\\0'.join(sys.path))"], cwd="/",
-                             capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        return ()
-    return tuple(p for p in out.stdout.rstrip("\n").split("\0") if p) if out.returncode == 0 else ()
-
-
-def _path_dirs() -> list[str]:
-    return [d for d in os.environ.get("PATH", "").split(os.pathsep) if d and os.path.isabs(d)]
-
-
-def real_path(p: Path) -> Path:
-    return Path(os.path.realpath(p))
-
-
-def is_within(p: Path, root: Path) -> bool:
-    return p == root or root in p.parents
 
 
 def scrubbed_env(environ: Mapping[str, str], policy: SandboxPolicy, *, home: Path = BOX_OUT) -> dict[str, str]:
