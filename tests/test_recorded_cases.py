@@ -246,15 +246,8 @@ def _percent(value: str) -> float:
     return float(value.rsplit("(", 1)[-1].split("%")[0]) / 100 if "(" in value else float(value.rstrip("%")) / 100
 
 
-def _us(value: str) -> float:
-    number, unit = value.split()[:2]
-    return float(number) * {"us": 1.0, "ms": 1e3}[unit]
-
-
 # What each step-marker edit must leave, in the derived bundle's own trace stats (its rationale says so).
 STILL_SHOWN = {
-    "a100-host-bound-launch-no-step-markers": lambda rows: (
-        rows["launches / step"] == "2700" and _us(rows["launch-to-start delay (median of step medians)"]) < 50.0),
     "a100-pageable-copy-sync-no-step-markers": lambda rows: (
         _percent(rows["device idle while host blocks"]) > 0.2 and "blocking: pageable_copy" in rows),
     "v100-ddp-gpu-bound-no-step-markers": lambda rows: _percent(rows["device busy share"]) >= 0.95,
