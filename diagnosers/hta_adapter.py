@@ -21,7 +21,8 @@ analysis (HTA ``TraceAnalysis`` method)    runs when
 ``get_potential_stragglers``               every rank of the job has a trace with communication
                                            kernels HTA's straggler code knows (``ncclKernel*``),
                                            and ProfilerSteps
-critical path (``data_load_events``)       a rank has DataLoader events (up to 4 ranks, the lowest)
+critical path (``data_load_events``)       a rank has DataLoader events (up to 4 ranks, the lowest) and
+                                           launches HTA can link (``hta_prechecks``)
 =========================================  ====================================================
 
 On CPU-only traces (gloo, no kernels) only the critical path applies, and stock HTA cannot build it
@@ -54,9 +55,10 @@ Decisions where the design is silent:
   (``ncclDevKernel_*`` from NCCL 2.19 on, RCCL, DeepEP) it is not applicable and is not run.
 * HTA's known crashes are checked before it runs (:mod:`diageval.diagnosers.hta_prechecks`): a rank whose
   trace HTA's loader would crash on (correlation ids that overflow their downcast column: ROCm traces under
-  pandas 3) is left out like an unreadable trace, and the critical path is not run on a rank whose launches
-  it cannot link (legacy ``Runtime`` categories). When no cause is found and a check left a question
-  unanswered (a rank out, or the data-loading question on a rank), the diagnosis abstains with the reason.
+  pandas 3) is left out like an unreadable trace, the critical path is not run on a rank whose launches it
+  cannot link (legacy ``Runtime`` categories), and the GPU breakdowns are not run when HTA's rounding gives a
+  device event a negative duration. When no cause is found and a check left a question unanswered (a rank
+  out, the GPU or data-loading questions), the diagnosis abstains with the reason.
 * Private HTA API used, pinned to traceinsight 0.6.x: ``CPGraph`` (subclassed), and the straggler metric
   ``_compute_normalized_start_time_of_significant_comm_kernels`` (called through the public
   ``straggler_identification_impl`` hook of ``get_potential_stragglers``), because the public method
@@ -85,7 +87,7 @@ from diageval.bundle.kineto import PROFILER_STEP
 from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers import hta_mapping as mapping
 from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable, installed_version
-from diageval.diagnosers.hta_prechecks import critical_path_blocker, loader_blocker
+from diageval.diagnosers.hta_prechecks import critical_path_blocker, gpu_analyses_blocker, loader_blocker
 from diageval.diagnosis import Abstention, Diagnosis, Finding
 
 INSTALL_HINT = "pip install 'diageval[hta]'"
@@ -285,19 +287,22 @@ def _analyse(t: Any, world_size: int) -> tuple[Diagnosis, list[str]]:
     loading_ranks = [f.rank for f in facts if f.data_load_events]
     findings: list[Finding | None] = []
 
-    if gpu_ranks:
+    unanswered = []
+    cut_short = {r: why for r in gpu_ranks if (why := gpu_analyses_blocker(t, r)) is not None}
+    if cut_short:  # HTA's breakdowns run over every rank at once: one such rank stops them all
+        unanswered += [f"rank {r}: HTA's GPU analyses were not run: {why}" for r, why in sorted(cut_short.items())]
+    elif gpu_ranks:
         findings += _gpu_findings(ta, gpu_ranks, comm_ranks)
     straggler_ranks = {f.rank for f in facts if f.straggler_kernels}
     if len(straggler_ranks) >= 2 and straggler_ranks == set(range(world_size)):
         steps = _step("listing profiler steps", None, ta.get_profiler_steps)
         if steps:
             findings.append(_straggler(ta))
-    unanswered = []
     if loading_ranks:
         chosen = loading_ranks[:MAX_CRITICAL_PATH_RANKS]
         blocked = {r: why for r in chosen if (why := critical_path_blocker(t, r)) is not None}
-        unanswered = [f"rank {r}: the data-loading question (HTA's critical path) was not asked: {why}"
-                      for r, why in sorted(blocked.items())]
+        unanswered += [f"rank {r}: the data-loading question (HTA's critical path) was not asked: {why}"
+                       for r, why in sorted(blocked.items())]
         summaries = [_critical_path(t, r) for r in chosen if r not in blocked]
         findings.append(mapping.dataloader_finding([s for s in summaries if s is not None]))
 

@@ -19,6 +19,10 @@ streaming reader, the critical-path check reads HTA's already parsed frame.
   other category (torch 1.8/1.9 write ``Runtime`` and ``Operator``) has no node to link to, and HTA asserts
   ("Could not find runtime index"). Checked: the categories of the events HTA itself links the device events
   to (``index_correlation``).
+* **Device events shorter than a microsecond.** HTA rounds nanosecond-resolution timestamps to whole
+  microseconds, start and end apart, which leaves an event of 0.02 us with a duration of -1 (kineto's own test
+  trace); its temporal breakdown then asserts ``idle_time <= kernel_time``. Checked: HTA's own per-rank
+  arithmetic replayed on its parsed frame, the assertions tested instead of raised.
 """
 
 from __future__ import annotations
@@ -87,7 +91,12 @@ def loader_blocker(path: Path, *, refuses_upcast: bool | None = None) -> str | N
 
 
 def critical_path_blocker(t: Any, rank: int) -> str | None:
-    """Why HTA's critical path would assert on ``rank`` of the loaded HTA ``Trace`` ``t``, or None."""
+    """Why HTA's critical path would fail on ``rank`` of the loaded HTA ``Trace`` ``t``, or None (a device event of
+    negative duration breaks its graph too: "HTA could not find a critical path")."""
+    rounding = gpu_analyses_blocker(t, rank)
+    if rounding is not None:
+        return rounding.replace("its temporal breakdown would assert 'idle_time <= kernel_time'",
+                                "its critical path comes out empty ('HTA could not find a critical path')")
     df = t.get_trace(rank)
     if "index_correlation" not in df.columns:
         return None
@@ -108,4 +117,30 @@ def critical_path_blocker(t: Any, rank: int) -> str | None:
     )
 
 
-__all__ = ["loader_blocker", "critical_path_blocker", "pandas_refuses_upcast"]
+def gpu_analyses_blocker(t: Any, rank: int) -> str | None:
+    """Why HTA's temporal breakdown would assert on ``rank`` of the loaded HTA ``Trace`` ``t``, or None: its own
+    per-rank arithmetic (``BreakdownAnalysis.get_temporal_breakdown``'s ``idle_time_per_rank``) replayed on the
+    rank's device events, with the three assertions it makes checked instead of asserted."""
+    from hta.analyzers.breakdown_analysis import BreakdownAnalysis
+    from hta.utils.utils import KernelType, get_kernel_type, merge_kernel_intervals
+
+    df = t.get_trace(rank)
+    device = df[df["stream"].ne(-1)].copy()
+    if device.empty:
+        return None
+    idle, kernel_time = BreakdownAnalysis._get_idle_time_for_kernels(device)
+    symbols = t.symbol_table.get_sym_table()
+    kinds = device["name"].map(lambda n: get_kernel_type(symbols[n]))
+    compute = merge_kernel_intervals(device[kinds.eq(KernelType.COMPUTATION.name)].copy())
+    compute_time = compute.end.sum() - compute.ts.sum()
+    if idle <= kernel_time and compute_time <= kernel_time and kernel_time - compute_time - idle >= 0:
+        return None
+    negative = int((device["dur"] < 0).sum())
+    return (
+        f"HTA's rounding to whole microseconds leaves {negative} device event(s) with a negative duration (events"
+        f" shorter than a microsecond), and its device time comes out as {kernel_time:g} us with {idle:g} us idle:"
+        " its temporal breakdown would assert 'idle_time <= kernel_time'"
+    )
+
+
+__all__ = ["loader_blocker", "critical_path_blocker", "gpu_analyses_blocker", "pandas_refuses_upcast"]

@@ -13,7 +13,12 @@ from gpu_traces import gpu_trace
 
 from diageval.bundle.importer import import_traces
 from diageval.bundle.model import EvidenceBundle
-from diageval.diagnosers.hta_prechecks import _int_type_max, critical_path_blocker, loader_blocker
+from diageval.diagnosers.hta_prechecks import (
+    _int_type_max,
+    critical_path_blocker,
+    gpu_analyses_blocker,
+    loader_blocker,
+)
 
 
 def _on_streams(path: Path, corr_offset: int = 0) -> Path:
@@ -87,11 +92,14 @@ def _loaded(tmp_path: Path, legacy: bool):
 
 
 def test_launches_of_the_legacy_runtime_category_block_the_critical_path(tmp_path):
+    from diageval.diagnosers.hta_adapter import _quiet_hta
+
     _, legacy = _loaded(tmp_path / "legacy", legacy=True)
     _, current = _loaded(tmp_path / "current", legacy=False)
-    reason = critical_path_blocker(legacy, 0)
-    assert reason is not None and "'Runtime'" in reason and "Could not find runtime index" in reason
-    assert critical_path_blocker(current, 0) is None
+    with _quiet_hta():
+        reason = critical_path_blocker(legacy, 0)
+        assert reason is not None and "'Runtime'" in reason and "Could not find runtime index" in reason
+        assert critical_path_blocker(current, 0) is None
 
 
 def test_the_adapter_leaves_the_data_question_unanswered_on_a_legacy_trace(hta_diagnoser, tmp_path):
@@ -102,3 +110,24 @@ def test_the_adapter_leaves_the_data_question_unanswered_on_a_legacy_trace(hta_d
     assert d.causes == [] and d.abstain is not None
     assert "data-loading question" in d.abstain.reason and "'Runtime'" in d.abstain.reason
     assert "symptom.low_utilization" in {f.category for f in d.findings}  # HTA's GPU analyses still ran
+
+
+def test_device_events_under_a_microsecond_block_the_gpu_breakdowns(hta_diagnoser, tmp_path):
+    """HTA rounds start and end to whole microseconds apart: 0.02 us kernels get a duration of -1 and its temporal
+    breakdown asserts; the pre-check sees that in HTA's own frame, and the adapter abstains saying so."""
+    from diageval.diagnosers.hta_adapter import _analysis, _load_trace, _quiet_hta
+
+    tiny = _on_streams(gpu_trace(tmp_path / "tiny" / "rank0.json.gz", steps=4, kernel_us=0.02, gap_us=0.33),
+                       corr_offset=100_000)
+    with _quiet_hta():
+        t = _load_trace({0: str(tiny)})
+        reason = gpu_analyses_blocker(t, 0)
+        assert reason is not None and "negative duration" in reason
+        assert "negative duration" in critical_path_blocker(t, 0)
+        with pytest.raises(AssertionError):
+            _analysis(t).get_temporal_breakdown(visualize=False)
+    _, normal = _loaded(tmp_path / "normal", legacy=False)
+    with _quiet_hta():
+        assert gpu_analyses_blocker(normal, 0) is None
+    d = hta_diagnoser.diagnose(EvidenceBundle.open(import_traces([tiny], tmp_path / "b")))
+    assert d.causes == [] and d.abstain is not None and "GPU analyses were not run" in d.abstain.reason
