@@ -101,7 +101,7 @@ LOW_UTILIZATION_BUSY = 0.5
 # symptom.slow_step: the training thread waits (collective, data, host block) at least half of the step.
 SLOW_STEP_WAITING_SHARE = 0.5
 
-# Allocator churn (allocator.py): memory handed back to the driver and requested again inside the loop. A
+# Allocator churn (host_sync.py, beside the sync rule): memory handed back to the driver and requested again inside the loop. A
 # cudaFree/hipFree synchronises the device, so the device drains its queue and idles while the host frees.
 # Like a synchronising call, it is a cause when that idle time is at least MIN_CAUSE_SHARE of the step on
 # PERSISTENT_SHARE of at least MIN_PATTERN_STEPS steps: the bar is the same because the mechanism (the host
@@ -122,8 +122,9 @@ MIN_KERNELS_PER_STEP = 10
 # job's own logged steps, when steps.jsonl covers it) and each window is judged like a step. Ten: the
 # persistence share (PERSISTENT_SHARE) is then resolved in tenths, MIN_PATTERN_STEPS windows are a third
 # of the span (a pattern, not a burst), and a trace of a few hundred kernels still holds MIN_KERNELS_PER_STEP
-# in each window that has device work at all. Windows without device work (before the first kernel: CUDA
-# context creation, model set-up, the first batch) are not part of the loop and are not judged.
+# in each window that has device work at all. The windows cover the span from the first device event to the
+# last: before the first kernel the job is creating its CUDA context, building the model or loading its first
+# batch, which is not the loop a cause is about (a trace of a job without an accelerator: its whole span).
 STEPLESS_WINDOWS = 10
 
 # What one rank's trace bounds (the "peer bound"). A missing peer can cost a rank only where the two must
