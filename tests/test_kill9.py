@@ -169,3 +169,25 @@ def test_kill9_of_record_leaves_no_rank_and_the_next_record_cleans_up(tmp_path):
 
     remove_stale_temp_dirs(evidence, TMP_PREFIX)  # what the next recording does first
     assert not [p for p in leftovers if p.exists()]
+
+
+def test_kill9_of_record_ends_a_long_job_s_ranks_too(tmp_path):
+    """The ranks' parents watch the launcher: SIGKILL of ``record`` during a long job (10000 steps, minutes)
+    ends its ranks within seconds, not when the job would have ended."""
+    import shutil
+
+    from diageval.paths import builtin_cases_dir
+
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    shutil.copy(builtin_cases_dir() / "taxonomy.yaml", cases / "taxonomy.yaml")
+    (cases / "long.yaml").write_text(
+        "id: long-job\ntitle: a long healthy job\nworkload: {name: mlp_ddp, world_size: 2, steps: 10000}\nfaults: []\n"
+        "labels: {causes: [], symptoms: [], expect: healthy}\nrequires: {device: any}\n")
+    env = {**os.environ, "DIAGEVAL_HOME": str(tmp_path / "home")}
+    proc = subprocess.Popen([sys.executable, "-m", "diageval.cli", "record", "long-job", "--cases", str(cases),
+                             "--device", "cpu"], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    _wait_for(lambda: len(_descendants(proc.pid)) >= 5 or proc.poll() is not None, 120, "the ranks never started")
+    assert proc.poll() is None, proc.stderr.read().decode()
+    time.sleep(2.0)  # into the job's steps
+    _kill_and_check(proc, _descendants(proc.pid))

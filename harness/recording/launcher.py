@@ -16,10 +16,12 @@ Decided here:
   with the rank's exit status (killed by a signal: by the same signal) once it has no child left. On
   SIGTERM it kills the rank; only it can do that without racing pid reuse, since only it reaps the rank.
 * A process dies with its parent (``PR_SET_PDEATHSIG``): when the forkserver exits, the kernel kills
-  every rank's parent and so every rank. The forkserver exits once its "alive" pipe closes, which every
-  process it started holds too (multiprocessing passes it on): a ``record`` or ``run`` killed with SIGKILL
-  leaves its ranks running until their job ends (measured: a 10000-step job still ran 30 s after the
-  kill), and the forkserver exits after them. DataLoader workers watch their rank and exit with it.
+  every rank's parent and so every rank. But the forkserver exits only once its "alive" pipe closes,
+  which every process it started holds too (multiprocessing passes it on), so a ``record`` or ``run``
+  killed with SIGKILL left its ranks running until their job ended (measured: a 10000-step job still ran
+  30 s after the kill). So each rank's parent also watches the launcher (its pid, every
+  :data:`LAUNCHER_POLL_S`) and kills its rank when the launcher is gone; it then exits, and with the
+  ranks gone the forkserver does too. DataLoader workers watch their rank and exit with it.
 * Each rank's stdout and stderr (file descriptors 1 and 2, so C++ output too) go to its log file.
 * ``run_ranks`` waits until every rank exits or ``timeout_s`` passes; then it stops what is left and
   raises :class:`RecordingError` naming the rank that hung (or the first that failed, with its log's tail).
@@ -43,6 +45,7 @@ from diageval.errors import DiagevalError
 
 PRELOAD = ["torch", "torch._dynamo", "torch.distributed", "diageval.recording.rank_worker"]
 STOP_WAIT_S = 5.0  # how long a rank's parent gets to exit after SIGTERM (it kills the rank) before SIGKILL
+LAUNCHER_POLL_S = 0.5  # how often a rank's parent checks that the launcher is still there
 
 
 class RecordingError(DiagevalError):
@@ -70,7 +73,7 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-def _rank_entry(target: Callable[..., Any], args: tuple, log_path: str, report: Any) -> None:
+def _rank_entry(target: Callable[..., Any], args: tuple, log_path: str, report: Any, launcher_pid: int) -> None:
     """Forkserver child: fork the rank, send its pid through ``report``, reap, exit with the rank's status.
 
     The rank (the forked child) returns from here into multiprocessing's own bootstrap, which runs its exit
@@ -90,7 +93,7 @@ def _rank_entry(target: Callable[..., Any], args: tuple, log_path: str, report: 
     except OSError:  # the launcher was killed meanwhile: the rank goes on as one started just before it would
         pass
     report.close()
-    status = _reap(pid, waited)
+    status = _reap(pid, waited, launcher_pid)
     code = os.waitstatus_to_exitcode(status)
     if code < 0:  # the rank was killed: so is its parent, by the same signal, and the launcher sees that code
         sig = signal.Signals(-code)
@@ -103,8 +106,9 @@ def _rank_entry(target: Callable[..., Any], args: tuple, log_path: str, report: 
     os._exit(code)
 
 
-def _reap(rank_pid: int, waited: set[signal.Signals]) -> int | None:
-    """Reap every child until none is left; return the rank's wait status. SIGTERM kills the rank.
+def _reap(rank_pid: int, waited: set[signal.Signals], launcher_pid: int) -> int | None:
+    """Reap every child until none is left; return the rank's wait status. SIGTERM kills the rank, and so
+    does the launcher's death (checked every :data:`LAUNCHER_POLL_S`: a ``record`` killed with SIGKILL).
 
     ``waited`` is blocked and taken with ``sigwait``: the rank is killed only while it is not yet reaped,
     so its pid cannot have gone to another process. SIGCHLD gets a handler (never run: it stays blocked)
@@ -123,8 +127,20 @@ def _reap(rank_pid: int, waited: set[signal.Signals]) -> int | None:
                 break
             if pid == rank_pid:
                 rank_status = status
-        if signal.sigwait(waited) == signal.SIGTERM and rank_status is None:
+        got = signal.sigtimedwait(waited, LAUNCHER_POLL_S)
+        stop = got.si_signo == signal.SIGTERM if got is not None else not _alive(launcher_pid)
+        if stop and rank_status is None:
             os.kill(rank_pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _run_rank(target: Callable[..., Any], args: tuple, log_path: str) -> None:
@@ -174,7 +190,7 @@ def run_ranks(
             Path(log).parent.mkdir(parents=True, exist_ok=True)
             reader, writer = ctx.Pipe(duplex=False)
             # not daemonic: ranks start DataLoader workers
-            p = ctx.Process(target=_rank_entry, args=(target, args, str(log), writer), daemon=False)
+            p = ctx.Process(target=_rank_entry, args=(target, args, str(log), writer, os.getpid()), daemon=False)
             p.start()
             writer.close()
             procs.append(p)
