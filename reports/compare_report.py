@@ -7,8 +7,10 @@ Decided here (the design is silent):
   are in ``--json``); the difference reads ``+0.12 [+0.03, +0.21]`` with signs, so its direction is read
   without arithmetic; an undefined value reads ``–``.
 * The verdict of a headline metric (:data:`~diageval.scoring.metrics.HEADLINE`: skill, skill with rank
-  credit) says whether the 95% interval of B − A excludes 0 and, if it does, which run is better; an
-  interval touching 0 reads as no clear difference.
+  credit) says whether the 95% interval of B − A excludes 0 and, if it does and the paired randomisation
+  test agrees (:attr:`~diageval.scoring.compare.MetricComparison.clearly_worse`, the gate of
+  ``--fail-if-worse``), which run is better; an interval touching 0 reads as no clear difference, and so
+  does an interval the randomisation test does not back (it gives its p-value).
 * At most :data:`DROPPED_SHOWN` dropped cases are named (all of them are in ``--json``).
 """
 
@@ -80,7 +82,12 @@ def headline_verdict(metric: str, m: MetricComparison, cases: int) -> str:
                 f"(B better in {_percent(m.p_b_better)}, worse in {_percent(m.p_b_worse)} of resamples).")
     b_better = (m.difference > 0) == (m.better == "higher")
     word, share = ("better", m.p_b_better) if b_better else ("worse", m.p_b_worse)
-    return f"{head}; the interval excludes 0: B is {word} (B {word} in {_percent(share)} of resamples)."
+    p = m.p_swap_better if b_better else m.p_swap_worse
+    if not (m.clearly_better if b_better else m.clearly_worse):
+        return (f"{head}; the interval excludes 0, but swapping the runs' results case by case gives a difference "
+                f"as large in p = {p:.3f} of swaps: no clear difference on {cases} cases.")
+    test = f", randomisation p = {p:.3f}" if p is not None else ""
+    return f"{head}; the interval excludes 0: B is {word} (B {word} in {_percent(share)} of resamples{test})."
 
 
 def _dropped_text(dropped: list[DroppedCase]) -> str:

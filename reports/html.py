@@ -1,6 +1,8 @@
 """``diageval report RUN_DIR... --html FILE``: one self-contained HTML page over runs on one case set.
 
-Sections: the leaderboard (sortable), recall and misleading rate per cause x diagnoser, detection curves,
+Sections: the leaderboard (sortable), skill by part (evidence kind, cause family, split: the markdown board's
+per-part view, :mod:`diageval.reports.parts`) and by split with the gaps between splits, recall and
+misleading rate per cause x diagnoser, detection curves,
 reliability diagrams, confusion matrices, every case with every diagnoser's claims (filterable by
 verdict and diagnoser), and the paired comparison when exactly two runs are given.
 
@@ -35,13 +37,14 @@ from diageval.reports.html_data import (
     case_groups,
     misleading_rate,
 )
-from diageval.reports.leaderboard import is_ranked, marks
+from diageval.reports.leaderboard import is_ranked, marks, null_skill_text
+from diageval.reports.parts import gap_label, parts, split_columns, split_rows
 from diageval.scoring.metrics import BOARD, HEADLINE, METRICS, MetricValue
 from diageval.scoring.results import MISLEADING_VERDICTS
 from diageval.scoring.summary import DETECTION_MIN_CASES, DETECTION_RECALL
 
 TEMPLATES = Path(__file__).parent / "templates"
-VERDICTS = ("correct", "mislocated", "symptom_as_cause", "wrong_cause", "false_alarm", "duplicate")
+VERDICTS = ("correct", "mislocated", "symptom_as_cause", "wrong_cause", "false_alarm", "duplicate", "hedge")
 NO_CLAIM = "no_claim"
 
 
@@ -93,6 +96,30 @@ def leaderboard(inputs: ReportInputs, columns: list[Column]) -> list[dict]:
             "cells": [_cell(getattr(s.metrics, c.key), c.digits) for c in columns],
         })
     return rows
+
+
+def part_view(inputs: ReportInputs) -> dict:
+    """Skill per part and per split, per diagnoser in the leaderboard's order; the parts whose order of
+    diagnosers differs from the board's, with the pairs that swap."""
+    summaries = [run.summary for run in inputs.runs]
+    names = [run.name for run in inputs.runs]
+    board_parts = parts(summaries, [is_ranked(s.diagnoser) for s in summaries])
+    splits, gaps = split_columns(summaries)
+
+    def cell(m: MetricValue | None) -> dict:
+        if m is None:  # the run has no such part
+            return {"text": "–", "ci": "", "n": "", "sort": "", "bg": "#eeeeee", "fg": "#555555"}
+        return _cell(m, heat="higher")
+
+    return {
+        "parts": [{"label": p.label, "size": p.size, "differs": bool(p.inversions)} for p in board_parts],
+        "rows": [{"name": name, "cells": [cell(p.cells[i]) for p in board_parts]} for i, name in enumerate(names)],
+        "swaps": [{"label": p.label, "pairs": [f"{names[j]} above {names[i]}" for i, j in p.inversions]}
+                  for p in board_parts if p.inversions],
+        "split_headers": [f"split {n}" for n in splits] + [f"gap {gap_label(splits, g)}" for g in gaps],
+        "split_rows": [{"name": name, "cells": [cell(v) for v in [*row.splits, *row.gaps]]}
+                       for name, row in zip(names, split_rows(summaries))],
+    }
 
 
 def heatmap(inputs: ReportInputs) -> list[dict]:
@@ -278,6 +305,8 @@ def render_html(inputs: ReportInputs, *, generated: datetime | None = None) -> s
         case_note=inputs.case_note,
         columns=columns,
         leaderboard=leaderboard(inputs, columns),
+        null_skill=null_skill_text([r.summary for r in inputs.runs]),
+        part_view=part_view(inputs),
         heatmap=heatmap(inputs),
         diagnosers=[r.name for r in inputs.runs],
         detection_svg=detection_svg(inputs),

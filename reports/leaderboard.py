@@ -7,14 +7,18 @@ Decided here (the design is silent):
 * Ranking: by the headline metrics of :data:`~diageval.scoring.metrics.HEADLINE` in order (skill, then
   skill with rank credit; higher first, undefined last), then diagnoser name. Self-test diagnosers (the
   oracle reads labels) are listed after the ranked rows, unranked. Reference diagnosers (baselines) are
-  ranked like any other and marked, so a real diagnoser is seen to beat them or not. Skill 0 is
-  ``null``'s: a row below it does worse than saying nothing.
+  ranked like any other and marked, so a real diagnoser is seen to beat them or not. Skill 0 is the
+  corpus' base rates (every cause at the share of the cases labeled with it); ``null`` (saying nothing)
+  scores below it, and the note under the board gives null's skill on these cases from the labels alone.
 * Columns: the metrics of :data:`~diageval.scoring.metrics.BOARD`, labelled ``label ↑`` or ``label ↓``
   from the metric table. Cells read ``value [lo, hi] n=N``; an undefined metric reads ``–`` with its n.
 * Marks after a diagnoser's name come from :func:`marks` (one entry per fact about the diagnoser that a
   reader must see next to its numbers: self-test, reference, ...).
-* Below the board: recall by cause, and each cause's detection limit (undefined until the corpus holds
-  the cause at several severities; the cell then says how many cases it has).
+* Below the board: skill by part (evidence kind, cause family, split; :mod:`diageval.reports.parts`), with
+  the parts whose order of diagnosers differs from the board's marked ⇅ and the swapped pairs listed;
+  skill by split and the gap between splits; recall by cause; and each cause's detection limit
+  (undefined until the corpus holds the cause at several severities; the cell then says how many cases
+  it has).
 """
 
 from __future__ import annotations
@@ -24,8 +28,12 @@ from pathlib import Path
 import jinja2
 
 from diageval.errors import DiagevalError
+from diageval.reports.parts import gap_label, parts, split_columns, split_rows
 from diageval.scoring.metrics import BOARD, HEADLINE, METRICS, MetricValue
 from diageval.scoring.summary import DETECTION_MIN_CASES, DiagnoserInfo, Summary
+
+SWAPS_SHOWN = 8
+"""Swapped pairs named per part (the rest are counted)."""
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -39,13 +47,13 @@ class LeaderboardError(DiagevalError, ValueError):
     """Summaries that cannot share a leaderboard."""
 
 
-def format_metric(m: MetricValue, digits: str = ".2f") -> str:
+def format_metric(m: MetricValue, digits: str = ".2f", *, n: bool = True) -> str:
     if m.value is None:
-        return f"– n={m.n}"
+        return f"– n={m.n}" if n else "–"
     text = format(m.value, digits)
     if m.ci is not None:
         text += f" [{format(m.ci[0], digits)}, {format(m.ci[1], digits)}]"
-    return f"{text} n={m.n}"
+    return f"{text} n={m.n}" if n else text
 
 
 def _cell(text: str) -> str:
@@ -123,10 +131,18 @@ def render_leaderboard(summaries: list[Summary]) -> str:
     ]
     detection_rows = [{"diagnoser": r["diagnoser"], "cells": [_detection_cell(s, c) for c in categories]}
                       for r, s in zip(rows, ranked + unranked)]
-    evidence_kinds = [k for k in ("injected", "recorded") if any(k in s.by_evidence for s in summaries)]
-    evidence_rows = [{"diagnoser": r["diagnoser"],
-                      "cells": [_evidence_cell(s, k) for k in evidence_kinds]}
-                     for r, s in zip(rows, ranked + unranked)]
+    ordered = ranked + unranked
+    names = [r["diagnoser"] for r in rows]
+    board_parts = parts(ordered, [is_ranked(s.diagnoser) for s in ordered])
+    part_rows = [{"diagnoser": name, "cells": [_cell(_part_cell(p.cells[i])) for p in board_parts]}
+                 for i, name in enumerate(names)]
+    part_headers = [_cell(f"{p.label} ({p.size}){' ⇅' if p.inversions else ''}") for p in board_parts]
+    swaps = [_swap_line(p.label, p.inversions, names) for p in board_parts if p.inversions]
+    splits, gaps = split_columns(ordered)
+    split_headers = [f"split {n} ({_split_size(ordered, n)})" for n in splits] + [f"gap {gap_label(splits, g)}" for g in gaps]
+    split_table = [{"diagnoser": name, "cells": [_cell(_part_cell(v)) for v in [*row.splits, *row.gaps]]}
+                   for name, row in zip(names, split_rows(ordered))]
+    null_skill = null_skill_text(summaries)
     coverage_rows = [{"diagnoser": r["diagnoser"], "field": _field(s),
                       "own": format_metric(s.recall_claimable) if s.recall_claimable is not None else "–",
                       "all": format_metric(s.metrics.recall)}
@@ -148,15 +164,34 @@ def render_leaderboard(summaries: list[Summary]) -> str:
         categories=categories,
         recall_rows=recall_rows,
         coverage_rows=coverage_rows,
-        evidence_kinds=evidence_kinds,
-        evidence_rows=evidence_rows,
+        null_skill=null_skill,
+        part_headers=part_headers,
+        part_rows=part_rows,
+        swaps=swaps,
+        split_headers=split_headers,
+        split_rows=split_table,
     )
 
 
-def _evidence_cell(s: Summary, kind: str) -> str:
-    """Skill over one kind of evidence, with its case count."""
-    sub = s.by_evidence.get(kind)
-    return "–" if sub is None else f"{format_metric(sub.metrics.skill)} ({sub.cases} cases)"
+def null_skill_text(summaries: list[Summary]) -> str:
+    """Null's skill on the board's cases, from the labels alone (every summary of one case set has the same)."""
+    value = summaries[0].reference.null_skill
+    return "undefined" if value is None else format(value, ".3f")
+
+
+def _part_cell(m: MetricValue | None) -> str:
+    return "–" if m is None else format_metric(m, n=False)
+
+
+def _split_size(summaries: list[Summary], split: str) -> str:
+    return next((f"{s.by_split[split].cases} cases" for s in summaries if split in s.by_split), "")
+
+
+def _swap_line(label: str, pairs: list[tuple[int, int]], names: list[str]) -> str:
+    """One line per part whose order differs: which diagnoser passes which there."""
+    shown = [f"{names[j]} above {names[i]}" for i, j in pairs[:SWAPS_SHOWN]]
+    more = f", and {len(pairs) - SWAPS_SHOWN} more pair(s)" if len(pairs) > SWAPS_SHOWN else ""
+    return f"{label}: " + "; ".join(shown) + more + " (the board has each pair the other way)"
 
 
 def _field(s: Summary) -> str:

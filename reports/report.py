@@ -1,4 +1,6 @@
-"""``diageval report``: read each run's ``summary.json``, render the leaderboard, write and publish it."""
+"""``diageval report``: read each run's ``summary.json``, render the leaderboard, write and publish it.
+
+The board's sanity gate (what the reference diagnosers must score) is :mod:`diageval.reports.board_gate`."""
 
 from __future__ import annotations
 
@@ -11,43 +13,6 @@ from diageval.reports.leaderboard import LeaderboardError, render_leaderboard
 from diageval.reports.signal_value import gather_points, signal_value_markdown, split_by_tier
 from diageval.run.store import RunReadError, RunStore
 from diageval.scoring.summary import Summary
-
-BASELINE_CHECKS = (
-    ("oracle", "skill == 1 and skill (ranks) == 1: the labels, stated at confidence 1, score perfectly"),
-    ("null", "skill == 0: saying nothing is the zero of the scale"),
-    ("leak", "skill == null's, exactly: the bundles hold no label words, so the leak finds nothing"),
-    ("symptoms", "skill < 0: naming symptoms as causes is worse than saying nothing"),
-)
-"""The board's sanity gate (``.ci/check_board``): what the reference diagnosers must score, whatever the
-diagnosers under test do. A failure means the board itself is wrong (scoring, labels or bundles)."""
-
-
-def check_baselines(summaries: list[Summary]) -> list[tuple[str, bool, str]]:
-    """(check, passed, what was measured) for each line of :data:`BASELINE_CHECKS`; a baseline missing
-    from ``summaries`` fails its check."""
-    by_name = {s.diagnoser.name: s.metrics for s in summaries}
-
-    def skill(name: str) -> float | None:
-        return by_name[name].skill.value if name in by_name else None
-
-    out = []
-    for name, rule in BASELINE_CHECKS:
-        if name not in by_name:
-            out.append((f"{name}: {rule}", False, f"no {name} run among the summaries"))
-            continue
-        m = by_name[name]
-        measured = f"skill {m.skill.value!r}, skill (ranks) {m.skill_ranked.value!r}"
-        if name == "oracle":
-            ok = m.skill.value == 1.0 and m.skill_ranked.value == 1.0
-        elif name == "null":
-            ok = m.skill.value == 0.0
-        elif name == "leak":
-            ok = "null" in by_name and skill("leak") == skill("null")
-            measured += f"; null's skill {skill('null')!r}"
-        else:
-            ok = m.skill.value is not None and m.skill.value < 0
-        out.append((f"{name}: {rule}", ok, measured))
-    return out
 
 
 def read_summaries(run_dirs: list[Path]) -> list[Summary]:

@@ -10,11 +10,12 @@ def _ranks(ranks: list[int] | None) -> str:
 
 
 def _headline(result: CaseResult) -> str:
-    loss = sum((f.probability - f.outcome) ** 2 for f in result.forecasts)
+    loss = sum((f.probability - f.outcome) ** 2 for f in result.forecasts if f.kind != "rank")
     ranked = sum((f.ranked_probability - f.outcome) ** 2 for f in result.forecasts)
-    null = sum(f.outcome for f in result.forecasts)
+    null = sum(f.outcome for f in result.forecasts if f.kind != "rank")
     return (f"headline loss S = {loss:.3f} (with rank credit {ranked:.3f}; null's S = {null}; skill sums these "
-            f"over cases; the other {result.taxonomy_causes - sum(f.kind == 'cause' for f in result.forecasts)} "
+            f"over cases and divides by the loss of the corpus' base rates; the other "
+            f"{result.taxonomy_causes - sum(f.kind == 'cause' for f in result.forecasts)} "
             "taxonomy causes were stated at 0 and are not labeled: error 0):")
 
 
@@ -42,10 +43,12 @@ def format_case_result(result: CaseResult) -> str:
         lines.append(_headline(result))
         for f in result.forecasts:
             y = float(f.outcome)
-            ranked = (f" (with rank credit {f.ranked_probability:.2f}: {(f.ranked_probability - y) ** 2:.3f})"
-                      if f.ranked_probability != f.probability else "")
+            if f.kind == "rank":
+                lines.append(f"  rank {f.event}: stated {f.ranked_probability:.2f}, true {int(f.outcome)}, error "
+                             f"{(f.ranked_probability - y) ** 2:.3f} (rank-credited score only)")
+                continue
             lines.append(f"  {f.kind} {f.event}: stated {f.probability:.2f}, true {int(f.outcome)}, "
-                         f"error {(f.probability - y) ** 2:.3f}{ranked}")
+                         f"error {(f.probability - y) ** 2:.3f}")
     if result.claimed_impact is not None or result.measured_impact is not None:
         fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
         lines.append(f"impact: claimed {fmt(result.claimed_impact)}, measured {fmt(result.measured_impact)}")

@@ -16,9 +16,19 @@ A renderer (markdown, HTML) reads ``spec.label``, ``spec.better``, ``spec.digits
 
 Adding a metric is one :class:`MetricSpec` here (and a tally column if it needs a new sum).
 
+Size: the metric table itself (one entry per metric, each with its definition text), the skills' priors and
+:class:`Resampled`, the resampled totals every metric is read off; the table and the class that evaluates
+it change together, and split apart each would import the other's internals.
+
 The headline (:data:`HEADLINE`, ranks the board) is ``skill``, then ``skill_ranked``: a proper scoring
-rule over every (case, taxonomy cause) pair plus the abstain decision, relative to saying nothing
+rule over every (case, taxonomy cause) pair plus the abstain decision, relative to climatology (every
+cause at its base rate over the run's cases): 0 is "no better than knowing only the corpus' base rates"
 (docs/scoring.md has the definition and the reasoning).
+
+Each bootstrapped metric declares its ``bounds`` (its interval is clipped to them) and, where it judges
+diagnoses, its ``prior``: the two ends a pseudo-case can take (the oracle's answer, and a confidently wrong
+answer on an average case of the run), which give the interval its small-sample floor
+(:func:`~diageval.scoring.intervals.prior_interval`).
 """
 
 from __future__ import annotations
@@ -35,12 +45,26 @@ from diageval.scoring.intervals import (
     CONFIDENCE_LEVEL,
     Totals,
     bootstrap_weights,
+    clip_interval,
     effective_counts,
+    hull,
     jackknife_totals,
     jeffreys,
+    prior_interval,
+    prior_multiplicities,
     ratio_interval,
 )
-from diageval.scoring.tallies import CALIBRATION_BINS, TallyTable, category_column
+from diageval.scoring.tallies import (
+    CALIBRATION_BINS,
+    FAMILY_LOSS,
+    REFERENCE,
+    REFERENCE_FAMILY,
+    REFERENCE_RANKED,
+    TallyTable,
+    category_column,
+    cause_family,
+    is_derived,
+)
 
 Direction = Literal["higher", "lower"]
 
@@ -48,8 +72,9 @@ Direction = Literal["higher", "lower"]
 class MetricValue(BaseModel):
     value: float | None = Field(description="Point estimate; null when undefined (its denominator is 0)")
     ci: tuple[float, float] | None = Field(description="95% interval (Jeffreys for proportions; for other ratios "
-                                                       "the hull of the BCa bootstrap over cases and the jackknife-t "
-                                                       "interval); null when undefined")
+                                                       "the hull of the BCa bootstrap over cases, the jackknife-t "
+                                                       "interval and the prior-floored bootstrap, clipped to the "
+                                                       "metric's range); null when undefined")
     n: int = Field(description="Size of the denominator at the point estimate (see the metric's definition)")
 
 
@@ -78,12 +103,17 @@ class MetricSpec:
     formula: Callable[[Totals], np.ndarray] | None = None  # any other function of totals: BCa ∪ jackknife-t
     headline: bool = False      # ranks the board and gets a verdict in compare
     board: bool = True          # a column of the leaderboard and of a run's closing lines
+    bounds: tuple[float, float] = (0.0, 1.0)  # the metric's range: every interval is clipped to it
+    prior: Callable[[Totals], tuple[float, float]] | None = None
+    """The metric's value on the two pseudo-cases of the small-sample floor (the oracle's answer, and a
+    confidently wrong answer on an average case: it misses the labeled causes and states one wrong cause
+    at confidence 1), from the point totals; None: no floor (seconds)."""
 
     @property
     def interval_kind(self) -> str:
         if self.proportion is not None:
             return "Jeffreys (effective n)"
-        return "BCa ∪ jackknife-t"
+        return "BCa ∪ jackknife-t ∪ prior" if self.prior is not None else "BCa ∪ jackknife-t"
 
     def values(self, t: Totals) -> np.ndarray:
         if self.proportion is not None:
@@ -109,26 +139,60 @@ def ece_of(t: Totals) -> np.ndarray:
     return ratio(gap, t["pairs"])
 
 
+UNBOUNDED_BELOW = (-np.inf, 1.0)
+"""The range of a skill: 1 is perfect; there is no worst."""
+
+
+def _one(t: Totals, column: str) -> float:
+    return float(np.asarray(t[column], dtype=float).reshape(-1)[0])
+
+
+def _skill_prior(null_loss: str, reference: str) -> Callable[[Totals], tuple[float, float]]:
+    """A skill's pseudo-cases: the oracle (1), and a case that misses what is labeled and states one wrong
+    cause at confidence 1 (loss: null's on an average case, plus 1)."""
+    def ends(t: Totals) -> tuple[float, float]:
+        ref = _one(t, reference)
+        return (1 - (_one(t, null_loss) + _one(t, "cases")) / ref if ref > 0 else np.nan), 1.0
+    return ends
+
+
+def _wrong_answer_share(t: Totals) -> tuple[float, float]:
+    """Brier and ECE: a confidently wrong answer misses the case's labeled causes and states one wrong
+    cause at 1, over the case's taxonomy pairs; the oracle scores 0."""
+    pairs = _one(t, "pairs")
+    return (0.0, (_one(t, "causes") + _one(t, "cases")) / pairs if pairs > 0 else np.nan)
+
+
+def _ends(best: float, worst: float) -> Callable[[Totals], tuple[float, float]]:
+    """Constant ends. A rate's: 0 and 1. Impact error's: 0, and 0.5 for a wrong claim that half the step time
+    is lost (the middle of the range: the error's far end, 1, needs a claim of the whole step)."""
+    return lambda t: (best, worst)
+
+
 METRICS: dict[str, MetricSpec] = {s.name: s for s in [
-    MetricSpec("skill", "skill", ratio=("loss", "loss_null"), one_minus=True, headline=True,
-               definition="1 − Σ S / Σ S(null), S = the case's Brier loss over every taxonomy cause, the claims "
-                          "that are not causes and the abstain decision",
+    MetricSpec("skill", "skill", ratio=("loss", REFERENCE), one_minus=True, headline=True,
+               bounds=UNBOUNDED_BELOW, prior=_skill_prior("loss_null", REFERENCE),
+               definition="1 − Σ S / R, S = the case's Brier loss over every taxonomy cause, the claims that are not "
+                          "causes and the abstain decision; R = Σ_k n_k (1 − n_k / N) + A, the loss of stating every "
+                          "cause at its base rate (0 = no better than knowing only the base rates)",
                n_counts="scored cases"),
-    MetricSpec("skill_ranked", "skill (ranks)", ratio=("loss_ranked", "loss_null"), one_minus=True,
-               headline=True, definition="skill with rank credit: a ranked cause counts only for claims naming a "
-                                         "subset of its labeled ranks; other ranks are a false event",
+    MetricSpec("skill_ranked", "skill (ranks)", ratio=("loss_ranked", REFERENCE_RANKED), one_minus=True,
+               headline=True, bounds=UNBOUNDED_BELOW, prior=_skill_prior("loss_null_ranked", REFERENCE_RANKED),
+               definition="skill plus one event per (cause, rank), for every cause the case does not label without "
+                          "ranks: each rank a claim on it or its label names, at the highest confidence of the claims "
+                          "naming it; R adds the ranks' climatology",
                n_counts="scored cases"),
-    MetricSpec("f1", "F1", formula=lambda t: f1_of(t["found"], t["causes"], t["misleading"]),
+    MetricSpec("f1", "F1", formula=lambda t: f1_of(t["found"], t["causes"], t["misleading"]), prior=_ends(1.0, 0.0),
                definition="2·found / (2·found + misleading claims + missed causes); null scores 0",
                n_counts="scored cases"),
-    _p("precision", "credited", "claims", label="precision", definition="credited claims / claims",
-       n_counts="non-duplicate cause claims"),
-    _p("recall", "found", "causes", label="recall", definition="found causes / labeled causes",
-       n_counts="labeled causes"),
+    _p("precision", "credited", "claims", label="precision", definition="credited claims / claims (a claim: a cause "
+       "claim at confidence ≥ 0.5, not a duplicate)", n_counts="non-duplicate cause claims at confidence ≥ 0.5"),
+    _p("recall", "found", "causes", label="recall", definition="found causes / labeled causes (found: by a claim "
+       "at confidence ≥ 0.5)", n_counts="labeled causes"),
     _p("misleading_rate", "misleading", "claims", label="misleading", better="lower",
        definition="misleading claims (symptom as cause, wrong cause, false alarm) / claims", n_counts="claims"),
     MetricSpec("misleading_rate_weighted", "misleading (conf.)", better="lower", board=False,
-               ratio=("misleading_conf", "claims_conf"), n_column="claims",
+               ratio=("misleading_conf", "claims_conf"), n_column="claims", prior=_ends(0.0, 1.0),
                definition="Σ confidence of misleading claims / Σ confidence of claims", n_counts="claims"),
     _p("false_alarm_rate", "alarmed", "healthy", label="false alarms", better="lower",
        definition="healthy controls with ≥ 1 cause claim / healthy controls", n_counts="healthy controls"),
@@ -137,7 +201,7 @@ METRICS: dict[str, MetricSpec] = {s.name: s for s in [
     _p("abstention_recall", "abstain_correct", "abstain_cases", label="abstention R",
        definition="expect-abstain cases where it abstained / expect-abstain cases", n_counts="expect-abstain cases"),
     _p("top1_accuracy", "top1_hit", "positive", label="top-1",
-       definition="positive cases whose most confident claim is a labeled cause / positive cases",
+       definition="positive cases whose most confident claim (at confidence ≥ 0.5) is a labeled cause / positive cases",
        n_counts="expect-diagnose cases"),
     _p("localization_accuracy", "localized", "localizable", label="localisation",
        definition="found causes whose claim named a non-empty subset of the labeled ranks / found causes "
@@ -149,18 +213,19 @@ METRICS: dict[str, MetricSpec] = {s.name: s for s in [
        definition="labeled ranks named / labeled ranks, over found causes whose label names ranks",
        n_counts="labeled ranks of found ranked causes"),
     MetricSpec("impact_mae", "impact MAE", better="lower", board=False, n_column="impact_n",
-               ratio=("impact_abs_err", "impact_n"),
+               ratio=("impact_abs_err", "impact_n"), prior=_ends(0.0, 0.5),
                definition="mean |claimed − true impact| over every stated impact: credited claims' sum vs the "
                           "measured impact, a misleading claim's vs 0", n_counts="impact statements judged"),
     MetricSpec("brier", "Brier", better="lower", digits=".3f", n_column="pairs",
-               ratio=("pair_sq_err", "pairs"),
+               ratio=("pair_sq_err", "pairs"), prior=_wrong_answer_share,
                definition="mean (probability − labeled)² over every (case, taxonomy cause) pair",
                n_counts="(case, cause) pairs"),
     MetricSpec("ece", "ECE", better="lower", digits=".3f", n_column="pairs", formula=ece_of,
+               prior=_wrong_answer_share,
                definition="Σ over probability bins |Σ probability − Σ labeled| / pairs, over every (case, cause) "
                           "pair (a diagnostic: never ranks)", n_counts="(case, cause) pairs"),
     MetricSpec("seconds_per_case", "s/case", better="lower", digits=".3g", n_column="seconds_n",
-               ratio=("seconds_sum", "seconds_n"),
+               ratio=("seconds_sum", "seconds_n"), bounds=(0.0, np.inf),
                definition="mean diagnoser wall time", n_counts="cases with a time"),
 ]}
 
@@ -203,6 +268,24 @@ def category_metrics(category: str) -> dict[str, MetricSpec]:
     }
 
 
+def family_skill(family: str) -> MetricSpec:
+    """Skill over one cause family's events: 1 − Σ loss on the family's causes / Σ_{k in family} n_k (1 − n_k / N),
+    over every case of the run (a false alarm on a healthy control counts in its family)."""
+    loss, reference = category_column(FAMILY_LOSS, family), category_column(REFERENCE_FAMILY, family)
+
+    def ends(t: Totals) -> tuple[float, float]:
+        # the wrong-answer pseudo-case misses the family's labels and states wrong causes in proportion
+        labeled = {k: _one(t, k) for k in t if isinstance(k, str) and k.startswith("labeled@")}
+        n_f = sum(v for k, v in labeled.items() if cause_family(k.split("@", 1)[1]) == family)
+        total, ref = sum(labeled.values()), _one(t, reference)
+        if ref <= 0 or total <= 0:
+            return np.nan, 1.0
+        return 1 - (n_f + _one(t, "cases") * n_f / total) / ref, 1.0
+
+    return MetricSpec("skill", "skill", ratio=(loss, reference), one_minus=True, bounds=UNBOUNDED_BELOW, prior=ends,
+                      definition=f"skill over the events of the {family} causes", n_counts="scored cases")
+
+
 def columns_of(spec: MetricSpec) -> set[str]:
     """The tally columns a metric's formula reads (found by evaluating it once on a recording mapping)."""
     seen: set[str] = set()
@@ -225,7 +308,10 @@ class Resampled:
     time. It runs in float32 (the multiplicities are small integers; the totals' relative error, about
     1e-7, is far below any interval's width); point estimates are float64. A subset of cases
     (:meth:`subset`) lies in the same resamples as its parent: its totals are the parent's weights times
-    its rows (the others zeroed), so no second draw is made.
+    its rows (the others zeroed), so no second draw is made. The references of the skills (derived from
+    the label columns, :func:`~diageval.scoring.tallies.reference_totals`) are computed from each set of
+    totals after the product. Each resample also carries the two pseudo-cases' multiplicities of the
+    small-sample floor (:func:`~diageval.scoring.intervals.prior_multiplicities`, from the same seed).
     """
 
     def __init__(self, table: TallyTable, n_boot: int = 1000, seed: int = 0, weights: np.ndarray | None = None,
@@ -243,34 +329,49 @@ class Resampled:
             self._weights = bootstrap_weights(len(self.parent_table), self.n_boot, self.seed)
         return self._weights
 
+    @cached_property
+    def prior_draws(self) -> np.ndarray:
+        return prior_multiplicities(self.n_boot, self.seed)
+
     def subset(self, rows: np.ndarray) -> "Resampled":
         """The cases ``rows`` (a boolean mask over this table's rows), in the same resamples."""
         full = np.zeros(len(self.parent_table), dtype=bool)
         full[np.flatnonzero(self.rows)[rows]] = True
         return Resampled(self.parent_table, self.n_boot, self.seed, self.weights if self.n_boot else None, full)
 
+    def _inputs(self, columns: list[str]) -> list[str]:
+        return self.table.inputs_for(columns)
+
     @staticmethod
     def warm(requests: list[tuple["Resampled", Mapping[str, MetricSpec]]], proportions: bool = False) -> None:
         """Resample, in one matrix product, every column the bootstrapped metrics of each request read
         (with ``proportions``, every metric's). The requests must share one parent table and draw."""
-        todo = list(dict.fromkeys((r, c) for r, specs in requests for c in _resampled_columns(specs, proportions)
-                                  if c not in r._boot))
-        if not todo or not requests[0][0].n_boot:
+        wanted = [(r, resampled_columns(specs, proportions)) for r, specs in requests]
+        todo = list(dict.fromkeys((r, c) for r, cols in wanted for c in r._inputs(cols) if c not in r._boot))
+        if not requests or not requests[0][0].n_boot:
             return
-        parent = requests[0][0]
-        block = np.zeros((len(parent.parent_table), len(todo)), dtype=np.float32)
-        for k, (r, c) in enumerate(todo):
-            block[r.rows, k] = r.table.column(c)
-        totals = (parent.weights @ block).astype(float)
-        for k, (r, c) in enumerate(todo):
-            r._boot[c] = totals[:, k]
+        if todo:
+            parent = requests[0][0]
+            block = np.zeros((len(parent.parent_table), len(todo)), dtype=np.float32)
+            for k, (r, c) in enumerate(todo):
+                block[r.rows, k] = r.table.column(c)
+            totals = (parent.weights @ block).astype(float)
+            for k, (r, c) in enumerate(todo):
+                r._boot[c] = totals[:, k]
+        for r, cols in wanted:
+            if any(is_derived(c) and c not in r._boot for c in cols):
+                r._boot.update(r.table.with_references(r._boot))
 
     def _boot_and_jack(self, specs: Mapping[str, MetricSpec], proportions: bool = False) -> tuple[Totals, Totals]:
         Resampled.warm([(self, specs)], proportions)
-        cols = _resampled_columns(specs, proportions)
-        values = self.table.values[:, [self.table.columns.index(c) for c in cols]]
+        cols = resampled_columns(specs, proportions)
+        inputs = self._inputs(cols)
+        values = self.table.values[:, [self.table.columns.index(c) for c in inputs]]
         jack = jackknife_totals(values)
-        return {c: self._boot[c] for c in cols}, {c: jack[:, j] for j, c in enumerate(cols)}
+        jack_totals = {c: jack[:, j] for j, c in enumerate(inputs)}
+        if any(is_derived(c) for c in cols):
+            jack_totals = self.table.with_references(jack_totals)
+        return {c: self._boot[c] for c in cols}, {c: jack_totals[c] for c in cols}
 
     def metrics(self, specs: Mapping[str, MetricSpec] = METRICS) -> dict[str, MetricValue]:
         """Each metric's point estimate, 95% interval and n."""
@@ -288,17 +389,31 @@ class Resampled:
             if others:
                 boot, jack = self._boot_and_jack(others)
                 for name, s in others.items():
-                    intervals[name] = ratio_interval(values[name], s.values(boot), s.values(jack),
-                                                     self.table.column(s.n_column) != 0, CONFIDENCE_LEVEL)
+                    intervals[name] = self._interval(s, values[name], boot, jack)
         return {
             name: MetricValue(value=values[name] if name in defined else None, ci=intervals[name],
                               n=int(self.point[s.n_column][0]))
             for name, s in specs.items()
         }
 
+    def _interval(self, spec: MetricSpec, point: float, boot: Totals, jack: Totals) -> tuple[float, float] | None:
+        """BCa ∪ jackknife-t, with the prior-floored bootstrap where the metric has a prior, clipped to its range."""
+        contributing = self.table.column(spec.n_column) != 0
+        boot_values = spec.values(boot)
+        interval = ratio_interval(point, boot_values, spec.values(jack), contributing, CONFIDENCE_LEVEL)
+        if spec.prior is not None:
+            ends = spec.prior(self.point)
+            mass = float(self.point[spec.n_column][0]) / max(1, int(np.count_nonzero(contributing)))
+            interval = hull(interval, prior_interval(boot_values, boot[spec.n_column], mass, ends, self.prior_draws,
+                                                     CONFIDENCE_LEVEL))
+        return clip_interval(interval, spec.bounds)
+
     def contributing(self, spec: MetricSpec) -> int:
         """The cases that add to the metric's denominator (its n column): the sample size of its interval."""
         return int(np.count_nonzero(self.table.column(spec.n_column)))
+
+    def contributing_mask(self, spec: MetricSpec) -> np.ndarray:
+        return self.table.column(spec.n_column) != 0
 
     def resampled_values(self, spec: MetricSpec) -> tuple[np.ndarray, np.ndarray]:
         """One metric under every resample and with every case left out (for paired comparisons)."""
@@ -306,9 +421,11 @@ class Resampled:
         return spec.values(boot), spec.values(jack)
 
 
-def _resampled_columns(specs: Mapping[str, MetricSpec], proportions: bool = False) -> list[str]:
-    """Columns the bootstrapped metrics read; with ``proportions``, the proportions' columns too."""
-    return sorted(set().union(*(columns_of(s) for s in specs.values() if proportions or s.proportion is None)))
+def resampled_columns(specs: Mapping[str, MetricSpec], proportions: bool = False) -> list[str]:
+    """Columns the bootstrapped metrics read (their n column too: the prior's mass); with ``proportions``,
+    the proportions' columns too."""
+    chosen = [s for s in specs.values() if proportions or s.proportion is None]
+    return sorted(set().union(*(columns_of(s) | {s.n_column} for s in chosen)))
 
 
 def compute_metrics(table: TallyTable, specs: Mapping[str, MetricSpec] = METRICS, *, n_boot: int = 1000,

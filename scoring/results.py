@@ -16,9 +16,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SCORING_VERSION = 2
+SCORING_VERSION = 3
 """Version of the judging rules in :mod:`diageval.scoring.verdicts`; 2 added forecasts (the headline
-score), strict localisation (claimed ranks a subset of the labeled ranks) and every claim's impact."""
+score), strict localisation (claimed ranks a subset of the labeled ranks) and every claim's impact; 3
+made a claim below :data:`FOUND_CONFIDENCE` a ``hedge`` (scored by the proper score alone), gave the
+rank-credited score one event per (cause, rank), and records the case's world size and split."""
+
+FOUND_CONFIDENCE = 0.5
+"""A cause claim asserts its cause (can find a labeled cause, or mislead) only at this confidence or more.
+Below it the claim states that the cause is more likely absent than present: it is a ``hedge``, judged by
+the proper score (skill, Brier, calibration) alone and by no count (recall, precision, top-1, F1,
+localisation, misleading and false-alarm rates, detection limits)."""
 
 Status = Literal[
     "ok", "abstained", "diagnoser_error", "timeout", "invalid_output", "harness_error", "invalid", "unavailable"
@@ -36,9 +44,11 @@ ANSWERED_STATUSES: frozenset[str] = frozenset({"ok", "abstained"})
 FAILED_STATUSES: frozenset[str] = frozenset({"diagnoser_error", "timeout", "invalid_output"})
 UNSCORED_STATUSES: frozenset[str] = frozenset({"harness_error", "invalid", "unavailable"})
 
-Verdict = Literal["correct", "mislocated", "symptom_as_cause", "wrong_cause", "false_alarm", "duplicate"]
+Verdict = Literal["correct", "mislocated", "symptom_as_cause", "wrong_cause", "false_alarm", "duplicate", "hedge"]
 CREDITED_VERDICTS: frozenset[str] = frozenset({"correct", "mislocated"})
 MISLEADING_VERDICTS: frozenset[str] = frozenset({"symptom_as_cause", "wrong_cause", "false_alarm"})
+UNCOUNTED_VERDICTS: frozenset[str] = frozenset({"duplicate", "hedge"})
+"""Claims no count sees: neither credit nor penalty outside the proper score."""
 
 
 class _Record(BaseModel):
@@ -79,7 +89,7 @@ class CauseOutcome(_Record):
     reason: str
 
 
-ForecastKind = Literal["cause", "not_a_cause", "wrong_ranks", "abstain"]
+ForecastKind = Literal["cause", "not_a_cause", "rank", "abstain"]
 
 
 class Forecast(_Record):
@@ -90,21 +100,25 @@ class Forecast(_Record):
     probability 0 and outcome 0: they add nothing to a squared error and are counted only through
     :attr:`CaseResult.taxonomy_causes`. ``not_a_cause``: an id claimed as a cause that is not a taxonomy
     cause (a symptom, an id outside the taxonomy): probability on an event that is false.
-    ``wrong_ranks``: a labeled cause claimed on ranks that are not a subset of its labeled ranks (counts
-    in the rank-credited score only). ``abstain``: whether the diagnoser abstained, and whether the case
+    ``rank``: "cause k sits on rank r" (event ``k@r``), in the rank-credited score only: one per rank that
+    a claim on k names or a label of k names, for every taxonomy cause k that no label of the case names
+    without ranks (probability = the highest confidence of the claims on k that name r; outcome = r is a
+    labeled rank of k). ``abstain``: whether the diagnoser abstained, and whether the case
     expects it. See :mod:`diageval.scoring.verdicts` for the rules and docs/scoring.md for the reasoning.
     """
 
     kind: ForecastKind
-    event: str = Field(description="The cause or id the event is about; 'abstain' for the abstain decision")
-    probability: float = Field(description="The stated probability that the event is true (the headline score)")
-    ranked_probability: float = Field(description="The same with rank credit: a labeled cause counts only for "
-                                                  "claims on the right ranks (the rank-credited score)")
+    event: str = Field(description="The cause or id the event is about ('k@r' for a rank event); 'abstain' for "
+                                   "the abstain decision")
+    probability: float = Field(description="The stated probability that the event is true (the headline score; "
+                                           "0 for a rank event, which only the rank-credited score has)")
+    ranked_probability: float = Field(description="The stated probability in the rank-credited score (equal to "
+                                                  "probability for every event but a rank event)")
     outcome: bool
 
 
 class CaseResult(_Record):
-    scoring_version: Literal[2] = Field(description="The judging rules that wrote this result (SCORING_VERSION)")
+    scoring_version: Literal[3] = Field(description="The judging rules that wrote this result (SCORING_VERSION)")
     case_id: str
     status: Status
     expect: Literal["diagnose", "healthy", "abstain"]
@@ -115,6 +129,10 @@ class CaseResult(_Record):
         "injected", description="injected-and-verified (a live reproduction) or recorded-and-measured (a real job's traces)"
     )
     tags: list[str] = Field(default_factory=list)
+    split: str | None = Field(None, description="The case's split (its `split:` field), e.g. public; null when "
+                              "the case names none")
+    world_size: int = Field(1, description="Ranks in the case's job: the rank events a label-blind forecast of a "
+                            "ranked cause would state (the rank-credited score's reference)")
     categories: list[str] = Field(default_factory=list, description="The labeled causes")
     verdicts: list[ClaimVerdict] = Field(default_factory=list, description="In scoring order: descending confidence")
     outcomes: list[CauseOutcome] = Field(default_factory=list, description="In label order")

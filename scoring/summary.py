@@ -1,5 +1,8 @@
 """Aggregate a run's CaseResults into ``summary.json``: counts, metrics with intervals, breakdowns.
 
+Size: the model of ``summary.json`` (each section with the field descriptions its JSON Schema carries) and
+the one small function that fills each section; they change together.
+
 Decided here (the design is silent):
 
 * Cases are sorted by id before resampling, so the intervals do not depend on the order results were
@@ -11,6 +14,17 @@ Decided here (the design is silent):
 * ``by_evidence`` does the same over injected cases (reproduced on this machine, verified against their
   healthy twin) and recorded ones (real jobs' traces, labeled from measurements), so the two are seen
   apart as well as together.
+* ``reference`` says what skill 0 is on this run: the climatological forecast (every cause at the share
+  of the scored cases labeled with it, never abstaining), its loss R = Σ_k n_k (1 − n_k / N) + A from the
+  label counts, and null's loss and skill beside it (null scores 1 − (Σ_k n_k + A) / R < 0).
+* ``by_family`` is skill over the events of each cause family's causes (``comm``, ``compute``, ...), every
+  case included (a false alarm of the family on a healthy control counts in it), relative to the
+  family's own climatology Σ_{k in family} n_k (1 − n_k / N); families are those labeled or claimed.
+* ``by_split`` repeats the full metric set over the cases of each split (a case's ``split:``; cases
+  without one form the split ``(no split)``), when some case names a split, and ``split_gaps`` gives per
+  split the skill over its cases minus the skill over the run's other cases, with the hull of the BCa and
+  jackknife-t intervals of that difference over the same resamples (a diagnoser that generalises has a
+  gap whose interval holds 0).
 * ``by_difficulty`` repeats the full metric set over the scored cases of each difficulty, in the same
   resamples as the overall metrics (each resample of the run, restricted to that difficulty's cases:
   the usual bootstrap of a sub-population, whose size varies from resample to resample as it would
@@ -29,9 +43,10 @@ Decided here (the design is silent):
   it names one, else the case's first labeled cause, or ``none`` for healthy and abstain cases;
   predicted = the top (highest-confidence) cause claim, or ``none`` when the diagnoser claimed no cause
   (abstained, failed, or said nothing). Labels are every category on either axis, sorted, then ``none``.
-* ``schema_version`` 2 (this code) replaced version 1's headline (F1, then misleading rate) with skill;
-  reading a version-1 summary fails with a message that says to re-score the run
-  (``diageval score RUN_DIR``).
+* ``schema_version`` 3 (this code) measures skill against climatology instead of ``null`` and adds the
+  reference, the per-family and per-split views; version 2 replaced version 1's headline (F1, then
+  misleading rate) with skill. Reading an older summary fails with a message that says to re-score the
+  run (``diageval score RUN_DIR``).
 """
 
 from __future__ import annotations
@@ -42,16 +57,34 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from diageval.scoring.intervals import CONFIDENCE_LEVEL, jeffreys
-from diageval.scoring.metrics import METRICS, MetricValue, Resampled, category_metrics, metrics_model
+from diageval.scoring.intervals import CONFIDENCE_LEVEL, clip_interval, jeffreys, ratio_interval
+from diageval.scoring.metrics import (
+    METRICS,
+    MetricSpec,
+    MetricValue,
+    Resampled,
+    category_metrics,
+    family_skill,
+    metrics_model,
+)
 from diageval.scoring.results import CaseResult
-from diageval.scoring.tallies import CALIBRATION_BINS, TallyTable, category_column, tally_table
+from diageval.scoring.tallies import (
+    CALIBRATION_BINS,
+    REFERENCE,
+    REFERENCE_RANKED,
+    TallyTable,
+    category_column,
+    cause_family,
+    tally_table,
+)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DETECTION_RECALL = 0.8
 DETECTION_MIN_CASES = 5
 DIFFICULTIES = ("easy", "medium", "hard")
 NONE_LABEL = "none"
+NO_SPLIT = "(no split)"
+"""The split of the cases that name none (a split name cannot hold parentheses or spaces)."""
 
 
 class _Model(BaseModel):
@@ -98,6 +131,26 @@ class SubsetBreakdown(_Model):
     metrics: Metrics
 
 
+class FamilyBreakdown(_Model):
+    labeled: int = Field(description="Scored cases labeled with a cause of this family (a case once per cause)")
+    skill: MetricValue = Field(description="Skill over the events of the family's causes, against the family's "
+                                           "climatology")
+
+
+class Reference(_Model):
+    """What skill 0 is on this run: the climatological forecast over its scored cases."""
+
+    cases: int = Field(description="N: scored cases")
+    abstain_cases: int = Field(description="A: scored cases that expect abstention")
+    labeled: dict[str, int] = Field(description="n_k: scored cases labeled with cause k (once per case)")
+    loss: float = Field(description="R = Σ_k n_k (1 − n_k / N) + A: the loss of stating every cause at its base rate "
+                                    "n_k / N on every case and never abstaining (skill 0)")
+    loss_ranked: float = Field(description="The same for the rank-credited score (skill (ranks) 0)")
+    null_loss: float = Field(description="What saying nothing loses: Σ_k n_k + A")
+    null_skill: float | None = Field(description="1 − null_loss / loss: below 0 whenever a cause is labeled on "
+                                                 "some but not all cases; null when loss is 0")
+
+
 class Confusion(_Model):
     labels: list[str] = Field(description="Row and column labels; 'none' = no cause")
     matrix: list[list[int]] = Field(description="matrix[i][j]: cases whose true cause is labels[i] and top claim labels[j]")
@@ -132,11 +185,12 @@ class BootstrapInfo(_Model):
     level: float = CONFIDENCE_LEVEL
     unit: str = "case"
     intervals: str = ("Jeffreys at the effective sample size for proportions; for other ratios the hull of the BCa "
-                      "bootstrap over cases and the jackknife-t interval")
+                      "bootstrap over cases, the jackknife-t interval and (for the metrics that judge diagnoses) the "
+                      "bootstrap with a pseudo-case at each end, clipped to the metric's range")
 
 
 class Summary(_Model):
-    schema_version: Literal[2] = SCHEMA_VERSION
+    schema_version: Literal[3] = SCHEMA_VERSION
     diagnoser: DiagnoserInfo
     case_set_hash: str
     taxonomy_version: str
@@ -147,6 +201,14 @@ class Summary(_Model):
     by_evidence: dict[str, SubsetBreakdown] = Field(
         default_factory=dict, description="injected (reproduced and verified) and recorded (real jobs' traces, "
         "measured) cases apart; the headline metrics are over both together")
+    reference: Reference
+    by_family: dict[str, FamilyBreakdown] = Field(
+        description="Skill per cause family (the id's first segment), every case included")
+    by_split: dict[str, SubsetBreakdown] = Field(
+        description="The full metric set per split (the cases' `split:`); empty when no case names a split")
+    split_gaps: dict[str, MetricValue] = Field(
+        description="Per split: skill over its cases minus skill over the run's other cases, with the interval "
+                    "of that difference (n: the split's cases); empty with fewer than two splits")
     reliability: list[ReliabilityBin]
     detection: dict[str, Detection]
     confusion: Confusion
@@ -161,7 +223,7 @@ class Summary(_Model):
     def _current_schema(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
             raise ValueError(f"summary schema version {data.get('schema_version')!r}, this diageval reads "
-                             f"{SCHEMA_VERSION} (a new headline score): re-score the run with `diageval score RUN_DIR`")
+                             f"{SCHEMA_VERSION} (skill against climatology): re-score the run with `diageval score RUN_DIR`")
         return data
 
 
@@ -198,9 +260,15 @@ def summarize(
     subsets = {level: resampled.subset(levels == level) for level in DIFFICULTIES if (levels == level).any()}
     kinds = np.array([r.evidence for r in scored])
     evidence_subsets = {kind: resampled.subset(kinds == kind) for kind in ("injected", "recorded") if (kinds == kind).any()}
+    splits = np.array([r.split or NO_SPLIT for r in scored])
+    split_names = sorted(set(splits.tolist())) if any(r.split for r in scored) else []
+    split_subsets = {name: resampled.subset(splits == name) for name in split_names}
     per_category = {cat: category_metrics(cat) for cat in categories}
+    per_family = {family: {"skill": family_skill(family)} for family in table.families}
     Resampled.warm([(resampled, METRICS), *((resampled, specs) for specs in per_category.values()),
-                    *((subset, METRICS) for subset in [*subsets.values(), *evidence_subsets.values()])])
+                    *((resampled, specs) for specs in per_family.values()),
+                    *((subset, METRICS) for subset in [*subsets.values(), *evidence_subsets.values(),
+                                                       *split_subsets.values()])])
 
     by_category = {
         cat: CategoryBreakdown(
@@ -214,6 +282,14 @@ def summarize(
                      for level, subset in subsets.items()}
     by_evidence = {kind: SubsetBreakdown(cases=len(subset.table), metrics=Metrics(**subset.metrics()))
                    for kind, subset in evidence_subsets.items()}
+    by_split = {name: SubsetBreakdown(cases=len(subset.table), metrics=Metrics(**subset.metrics()))
+                for name, subset in split_subsets.items()}
+    labeled = {k: int(resampled.point[category_column("labeled", k)][0]) for k in table.labeled}
+    by_family = {family: FamilyBreakdown(labeled=sum(n for k, n in labeled.items() if cause_family(k) == family),
+                                         skill=resampled.metrics(specs)["skill"])
+                 for family, specs in per_family.items()}
+    split_gaps = ({name: subset_gap(resampled, splits == name, METRICS["skill"]) for name in split_names}
+                  if len(split_names) > 1 else {})
 
     return Summary(
         diagnoser=diagnoser,
@@ -224,12 +300,42 @@ def summarize(
         by_category=by_category,
         by_difficulty=by_difficulty,
         by_evidence=by_evidence,
+        reference=reference_of(resampled.point, labeled),
+        by_family=by_family,
+        by_split=by_split,
+        split_gaps=split_gaps,
         reliability=reliability_of(table),
         detection=detection_by_cause(scored),
         confusion=confusion_of(scored),
         bootstrap=BootstrapInfo(resamples=n_boot, seed=seed),
         recall_claimable=claimable_recall(resampled.point, categories, diagnoser.claims),
     )
+
+
+def reference_of(point: dict[str, np.ndarray], labeled: dict[str, int]) -> Reference:
+    """The climatological reference of the run's skill, with null's loss and skill beside it."""
+    loss, null = float(point[REFERENCE][0]), float(point["loss_null"][0])
+    return Reference(cases=int(point["cases"][0]), abstain_cases=int(point["abstain_cases"][0]), labeled=labeled,
+                     loss=loss, loss_ranked=float(point[REFERENCE_RANKED][0]), null_loss=null,
+                     null_skill=1 - null / loss if loss > 0 else None)
+
+
+def subset_gap(resampled: Resampled, rows: np.ndarray, spec: MetricSpec) -> MetricValue:
+    """``spec`` over the cases ``rows`` minus over the others, in the same resamples; its interval is the hull
+    of the BCa and jackknife-t intervals of the difference (leaving out one case of either side)."""
+    inside, outside = resampled.subset(rows), resampled.subset(~rows)
+    a, b = (float(spec.values(part.point)[0]) for part in (inside, outside))
+    n = len(inside.table)
+    if np.isnan(a) or np.isnan(b):
+        return MetricValue(value=None, ci=None, n=n)
+    ci = None
+    if resampled.n_boot:
+        (boot_a, jack_a), (boot_b, jack_b) = inside.resampled_values(spec), outside.resampled_values(spec)
+        jack = np.concatenate([jack_a - b, a - jack_b])
+        contributing = np.concatenate([inside.contributing_mask(spec), outside.contributing_mask(spec)])
+        ci = clip_interval(ratio_interval(a - b, boot_a - boot_b, jack, contributing, CONFIDENCE_LEVEL),
+                           (spec.bounds[0] - spec.bounds[1], spec.bounds[1] - spec.bounds[0]))
+    return MetricValue(value=a - b, ci=ci, n=n)
 
 
 def claimable_recall(point: dict[str, np.ndarray], categories: list[str], claims: list[str] | None) -> MetricValue | None:

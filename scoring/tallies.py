@@ -6,8 +6,9 @@ mean of per-case ratios), and a bootstrap resample of cases is a weighted total 
 (:mod:`diageval.scoring.intervals`). Only scored cases have rows: ``harness_error`` and ``invalid`` cases
 are counted apart in the summary and never reach a metric.
 
-Claim-level columns count non-duplicate cause claims only: a duplicate is neither credit nor penalty, so
-it is in no numerator and no denominator (precision, misleading rate). The headline and calibration
+Claim-level columns count asserted, non-duplicate cause claims only: a duplicate is neither credit nor
+penalty, and a hedge (a claim below confidence 0.5) enters the proper score alone, so neither is in any
+numerator or denominator (precision, misleading rate, false alarms). The headline and calibration
 columns are read from the case's forecasts (:class:`~diageval.scoring.results.Forecast`), where a
 repeated claim is already folded into the highest confidence given to its id.
 
@@ -17,6 +18,14 @@ impact on a case whose labels are complete (``diagnose`` or ``healthy``): the tr
 is not there is 0, so a wrong claim of 60% costs 0.6. On ``abstain`` cases the truth is unknown by
 design, so their claims' impacts are not judged.
 
+The headline's reference (climatology, docs/scoring.md) is a function of column totals that is not a sum
+of per-case values: R = Σ_k n_k (1 − n_k / N) + A, with n_k the cases labeled k. So the table carries, per
+cause labeled in some case, the columns it needs (``labeled@k``: 1 if the case labels k; for the
+rank-credited score ``rank_slots@k``: the job's world size unless a label of k names no ranks, and
+``rank_true@k``: the ranks the labels of k name), and :func:`reference_totals` derives the references
+(``reference``, ``reference_ranked``, ``reference@<family>``) from any totals of them: the point, each
+bootstrap resample, each jackknife sample.
+
 The table is a plain array (cases × columns, rows sorted by case id) built in one pass, so that
 :func:`~diageval.scoring.summary.summarize` of 10,000 cases stays well under a second.
 """
@@ -24,12 +33,12 @@ The table is a plain array (cases × columns, rows sorted by case id) built in o
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from diageval.scoring.results import CaseResult
+from diageval.scoring.results import UNCOUNTED_VERDICTS, CaseResult
 
 CALIBRATION_BINS = 11
 """Bin 0 holds the pairs stated at probability 0 (unclaimed); bins 1-10 are (0, 0.1], ..., (0.9, 1.0]."""
@@ -46,9 +55,10 @@ BASE_COLUMNS = [
     "loss",             # headline: sum of squared errors over the case's forecasts
     "loss_ranked",      # the same with rank credit
     "loss_null",        # what null scores on the case: the number of true events
+    "loss_null_ranked", # ... in the rank-credited score (true events and labeled ranks)
     "pairs",            # (case, taxonomy cause) pairs: the taxonomy's size
     "pair_sq_err",      # sum over those pairs of (probability - labeled)^2
-    "claims",           # non-duplicate cause claims
+    "claims",           # asserted (confidence >= 0.5), non-duplicate cause claims
     "credited",         # claims judged correct or mislocated
     "misleading",       # symptom_as_cause + wrong_cause + false_alarm
     "claims_conf",      # sum of the claims' confidence
@@ -77,10 +87,60 @@ CALIBRATION_COLUMNS = [f"cal_{part}_{b}" for part in ("n", "conf", "hit", "gap")
 (the ECE resamples sum the gap column, one per bin instead of two)."""
 CATEGORY_FIELDS = ["causes", "found", "localizable", "localized", "claims", "credited", "f1_den"]
 """Per labeled cause: its labels, found, ... and the F1 denominator found + causes + wrong claims naming it."""
+LABEL_FIELDS = ["labeled", "rank_slots", "rank_true"]
+"""Per cause labeled in some case of the table: what the references are computed from (module docstring)."""
+FAMILY_LOSS = "family_loss"
+"""Per cause family (the id's first segment: ``comm`` of ``comm.collective_stall``): the headline loss over
+the case's events on the family's causes."""
+REFERENCE = "reference"
+REFERENCE_RANKED = "reference_ranked"
+REFERENCE_FAMILY = "reference"  # reference@<family>
 
 
 def category_column(field: str, category: str) -> str:
     return f"{field}@{category}"
+
+
+def cause_family(category: str) -> str:
+    """A cause's family: the first segment of its id (``comm.collective_stall`` -> ``comm``)."""
+    return category.split(".", 1)[0]
+
+
+def is_derived(column: str) -> bool:
+    """A reference computed from totals (:func:`reference_totals`), not a column of the table."""
+    return column in (REFERENCE, REFERENCE_RANKED) or column.startswith(f"{REFERENCE_FAMILY}@")
+
+
+def _share_of_squares(x: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """x² / n, 0 where n is 0 (then x is 0 too)."""
+    out = np.zeros(np.broadcast(x, n).shape)
+    np.divide(x * x, n, out=out, where=n > 0)
+    return out
+
+
+def reference_totals(t: Mapping[str, np.ndarray], labeled: Iterable[str], families: Iterable[str]) -> dict[str, np.ndarray]:
+    """The references of the headline scores, from totals of the table's columns (docs/scoring.md):
+
+    * ``reference`` R = Σ_k n_k (1 − n_k / N) + A: the loss of the climatological forecast (every cause at
+      the share of the cases labeled with it, never abstaining) over these cases;
+    * ``reference_ranked`` = R + Σ_k P_k (1 − P_k / M_k), P_k the labeled ranks of k, M_k the (cause, rank)
+      events a constant forecast of k's ranks states (the world sizes of the cases where k's ranks are
+      judged): the same for the rank-credited score;
+    * ``reference@<family>`` = Σ over the family's causes of n_k (1 − n_k / N).
+    """
+    n = np.asarray(t["cases"], dtype=float)
+    per_cause, ranks = {}, np.zeros_like(n)
+    for k in labeled:
+        nk = np.asarray(t[category_column("labeled", k)], dtype=float)
+        per_cause[k] = nk - _share_of_squares(nk, n)
+        true = np.asarray(t[category_column("rank_true", k)], dtype=float)
+        ranks = ranks + true - _share_of_squares(true, np.asarray(t[category_column("rank_slots", k)], dtype=float))
+    base = sum(per_cause.values(), np.asarray(t["abstain_cases"], dtype=float))
+    out = {REFERENCE: base, REFERENCE_RANKED: base + ranks}
+    for family in families:
+        out[category_column(REFERENCE_FAMILY, family)] = sum(
+            (v for k, v in per_cause.items() if cause_family(k) == family), np.zeros_like(n))
+    return out
 
 
 @dataclass(frozen=True)
@@ -90,6 +150,34 @@ class TallyTable:
     case_ids: list[str]
     columns: list[str]
     values: np.ndarray  # (cases, columns)
+
+    @property
+    def labeled(self) -> list[str]:
+        """The causes labeled in some case of the table (those with ``labeled@k`` columns)."""
+        prefix = category_column("labeled", "")
+        return [c[len(prefix):] for c in self.columns if c.startswith(prefix)]
+
+    @property
+    def families(self) -> list[str]:
+        """The cause families with a loss column (some case labels or claims one of their causes)."""
+        prefix = category_column(FAMILY_LOSS, "")
+        return [c[len(prefix):] for c in self.columns if c.startswith(prefix)]
+
+    def inputs_for(self, columns: Iterable[str]) -> list[str]:
+        """The table columns that give ``columns`` (a derived reference needs :meth:`derived_inputs`)."""
+        columns = list(columns)
+        base = [c for c in columns if not is_derived(c)]
+        if len(base) < len(columns):
+            base += self.derived_inputs()
+        return list(dict.fromkeys(base))
+
+    def derived_inputs(self) -> list[str]:
+        """The columns :func:`reference_totals` reads."""
+        return ["cases", "abstain_cases", *(category_column(f, k) for k in self.labeled for f in LABEL_FIELDS)]
+
+    def with_references(self, totals: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``totals`` (which hold :meth:`derived_inputs`) with the references added."""
+        return {**totals, **reference_totals(totals, self.labeled, self.families)}
 
     def __len__(self) -> int:
         return len(self.case_ids)
@@ -103,7 +191,7 @@ class TallyTable:
     def totals(self, weights: np.ndarray) -> dict[str, np.ndarray]:
         """Column totals under each row of ``weights`` (shape (k, cases)) -> {column: array of k}."""
         t = weights @ self.values if len(self) else np.zeros((weights.shape[0], len(self.columns)))
-        return {col: t[:, j] for j, col in enumerate(self.columns)}
+        return self.with_references({col: t[:, j] for j, col in enumerate(self.columns)})
 
 
 _BASE = len(BASE_COLUMNS)
@@ -111,23 +199,30 @@ _CAL_N, _CAL_CONF, _CAL_HIT, _CAL_GAP = (_BASE + part * CALIBRATION_BINS for par
 _WIDTH = _BASE + len(CALIBRATION_COLUMNS)
 
 
-def _row(result: CaseResult, categories: dict[str, int], extra: list[tuple[int, float]]) -> list[float]:
+def _row(result: CaseResult, categories: dict[str, int], labels: dict[str, int], families: dict[str, int],
+         extra: list[tuple[int, float]]) -> list[float]:
     """One scored case's base and calibration tallies (in column order); its per-category tallies are
     appended to ``extra`` as (column, value). Plain Python over the case's few records with index
     arithmetic: this runs once per case and is most of summarize's time on a large run."""
     expect = result.expect
     cal = [0.0] * len(CALIBRATION_COLUMNS)
-    loss = loss_ranked = loss_null = pair_sq_err = 0.0
+    loss = loss_ranked = loss_null = rank_null = pair_sq_err = 0.0
     cause_events = 0
     for f in result.forecasts:
         y = 1.0 if f.outcome else 0.0
         p = f.probability
-        loss += (p - y) ** 2
         loss_ranked += (f.ranked_probability - y) ** 2
+        if f.kind == "rank":
+            rank_null += y
+            continue
+        loss += (p - y) ** 2
         loss_null += y
         if f.kind == "cause":
             cause_events += 1
             pair_sq_err += (p - y) ** 2
+            at = families.get(cause_family(f.event))
+            if at is not None:
+                extra.append((at, (p - y) ** 2))
             b = calibration_bin(p)
             cal[b] += 1
             cal[CALIBRATION_BINS + b] += p
@@ -138,7 +233,7 @@ def _row(result: CaseResult, categories: dict[str, int], extra: list[tuple[int, 
     claims = credited = misleading = 0
     claims_conf = misleading_conf = impact_n = impact_err = 0.0
     for v in result.verdicts:
-        if v.verdict == "duplicate":
+        if v.verdict in UNCOUNTED_VERDICTS:
             continue
         claims += 1
         claims_conf += v.confidence
@@ -175,9 +270,22 @@ def _row(result: CaseResult, categories: dict[str, int], extra: list[tuple[int, 
             extra += [(at, 1.0), (at + 1, hit), (at + 6, 1.0 + hit), (at + 2, o.localized is not None),
                       (at + 3, o.localized is True)]
 
+    ranks_of: dict[str, set[int] | None] = {}
+    for o in result.outcomes:  # the labels: a cause labeled without ranks has its ranks unjudged
+        known = ranks_of.get(o.category, set())
+        ranks_of[o.category] = None if known is None or o.ranks is None else known | set(o.ranks)
+    for category, ranks in ranks_of.items():
+        at = labels.get(category)
+        if at is not None:  # labeled, rank_slots, rank_true
+            extra += [(at, 1.0), (at + 1, 0.0 if ranks is None else float(result.world_size)),
+                      (at + 2, 0.0 if ranks is None else float(len(ranks)))]
+    for category, at in labels.items():
+        if category not in ranks_of:
+            extra.append((at + 1, float(result.world_size)))
+
     healthy, abstain, positive = expect == "healthy", expect == "abstain", expect == "diagnose"
     return [  # the order of BASE_COLUMNS, then CALIBRATION_COLUMNS
-        1, loss, loss_ranked, loss_null, result.taxonomy_causes, pair_sq_err,
+        1, loss, loss_ranked, loss_null, loss_null + rank_null, result.taxonomy_causes, pair_sq_err,
         claims, credited, misleading, claims_conf, misleading_conf,
         len(result.outcomes), found, localizable, localized, rank_named, rank_hit, rank_labeled,
         healthy, healthy and claims > 0, abstain, result.abstained, abstain and result.abstained,
@@ -192,14 +300,23 @@ def tally_table(results: Iterable[CaseResult], categories: Iterable[str] = ()) -
     ``categories`` adds per-category columns (``causes@<category>``, ...)."""
     categories = list(categories)
     scored = sorted((r for r in results if r.scored), key=lambda r: r.case_id)
-    columns = BASE_COLUMNS + CALIBRATION_COLUMNS + [category_column(f, c) for c in categories for f in CATEGORY_FIELDS]
+    labeled = sorted({c for r in scored for c in r.categories})
+    families = sorted({cause_family(c) for c in labeled}
+                      | {cause_family(f.event) for r in scored for f in r.forecasts if f.kind == "cause"})
+    columns = (BASE_COLUMNS + CALIBRATION_COLUMNS + [category_column(f, c) for c in categories for f in CATEGORY_FIELDS]
+               + [category_column(f, c) for c in labeled for f in LABEL_FIELDS]
+               + [category_column(FAMILY_LOSS, fam) for fam in families])
     first = {c: _WIDTH + k * len(CATEGORY_FIELDS) for k, c in enumerate(categories)}
+    at = _WIDTH + len(categories) * len(CATEGORY_FIELDS)
+    label_first = {c: at + k * len(LABEL_FIELDS) for k, c in enumerate(labeled)}
+    at += len(labeled) * len(LABEL_FIELDS)
+    family_at = {fam: at + k for k, fam in enumerate(families)}
     values = np.zeros((len(scored), len(columns)))
     extra_rows, extra_cols, extra_vals = [], [], []
     base = []
     for i, r in enumerate(scored):
         extra: list[tuple[int, float]] = []
-        base.append(_row(r, first, extra))
+        base.append(_row(r, first, label_first, family_at, extra))
         for col, v in extra:
             extra_rows.append(i)
             extra_cols.append(col)

@@ -2,6 +2,12 @@
 
 The rules are design.md's "Scoring"; what it leaves open is decided here:
 
+* A cause claim asserts its cause only at confidence >= :data:`~diageval.scoring.results.FOUND_CONFIDENCE`
+  (0.5). Below that it says the cause is more likely absent than present: its verdict is ``hedge``, it
+  finds nothing and misleads nobody, and it enters the proper score alone (its probability is an event of
+  skill, Brier and calibration like any other). So recall, top-1, localisation, F1, detection limits,
+  precision, the misleading and false-alarm rates count asserted claims only, and the top claim is the
+  most confident asserted one. A claim at exactly 0.5 asserts.
 * Claims are judged in descending confidence (ties: the order the diagnosis lists them), so when two
   claims name the same labeled cause the more confident one takes the credit and the other is a
   ``duplicate``. ``ClaimVerdict.index`` is the claim's position in ``diagnosis.findings``.
@@ -46,6 +52,7 @@ from diageval.diagnosis import Diagnosis, Finding
 from diageval.scoring.results import (
     ANSWERED_STATUSES,
     FAILED_STATUSES,
+    FOUND_CONFIDENCE,
     SCORING_VERSION,
     CaseResult,
     CauseOutcome,
@@ -84,6 +91,8 @@ def score_case(
         difficulty=difficulty,
         evidence=case.evidence_kind,
         tags=list(case.tags),
+        split=case.split,
+        world_size=case.world_size,
         categories=[label.category for label in case.labels.causes],
         measured_impact=measured_impact,
         seconds=seconds,
@@ -105,6 +114,7 @@ def score_case(
     )
     verdicts, credit = _judge_claims(case, claims, taxonomy)
     outcomes = _outcomes(case, diagnosis, verdicts, credit, claims)
+    asserted = [f for _, f in claims if f.confidence >= FOUND_CONFIDENCE]
 
     credited_impacts = [f.impact for i, f in claims if i in credit.values() and f.impact is not None]
     return CaseResult(
@@ -114,7 +124,7 @@ def score_case(
         observed_symptoms=[f.category for f in diagnosis.findings if f.kind == "symptom"],
         abstained=diagnosis.abstain is not None,
         abstain_reason=diagnosis.abstain.reason if diagnosis.abstain else None,
-        top_claim=claims[0][1].category if claims else None,
+        top_claim=asserted[0].category if asserted else None,
         claimed_impact=min(1.0, sum(credited_impacts)) if credited_impacts else None,
         forecasts=forecasts_of(case, [f for _, f in claims], diagnosis.abstain is not None, taxonomy),
     )
@@ -134,6 +144,10 @@ def _judge_claims(
                                          ranks=claim.ranks, impact=claim.impact, reason=reason))
 
         cat = claim.category
+        if claim.confidence < FOUND_CONFIDENCE:
+            verdict("hedge", f"confidence {claim.confidence:.2f} < {FOUND_CONFIDENCE}: states that {cat} is more likely "
+                             "absent; scored by the proper score (skill, Brier) alone, never found or misleading")
+            continue
         if case.labels.expect == "healthy":
             verdict("false_alarm", f"the run is a healthy control: no cause is present, yet {cat} was claimed")
             continue
@@ -204,7 +218,11 @@ def _outcomes(
     claims: list[tuple[int, Finding]],
 ) -> list[CauseOutcome]:
     by_index = {v.index: v for v in verdicts}
-    claimed = sorted({f.category for _, f in claims})
+    claimed = sorted({f.category for _, f in claims if f.confidence >= FOUND_CONFIDENCE})
+    hedged = {}
+    for _, f in claims:
+        if f.confidence < FOUND_CONFIDENCE:
+            hedged.setdefault(f.category, f.confidence)
     outcomes = []
     for li, label in enumerate(case.labels.causes):
         if li in credit:
@@ -221,8 +239,11 @@ def _outcomes(
                                          reason=f"found by claim #{v.index} ({v.verdict}, confidence {v.confidence:.2f}){where}"))
         elif diagnosis.abstain is not None:
             outcomes.append(_missed(label, f"the diagnoser abstained ({diagnosis.abstain.reason})"))
-        elif not claims:
-            outcomes.append(_missed(label, "the diagnoser claimed no cause"))
+        elif label.category in hedged:
+            outcomes.append(_missed(label, f"only a hedge names {label.category} (confidence "
+                                           f"{hedged[label.category]:.2f} < {FOUND_CONFIDENCE})"))
+        elif not claimed:
+            outcomes.append(_missed(label, f"the diagnoser claimed no cause at confidence >= {FOUND_CONFIDENCE}"))
         else:
             outcomes.append(_missed(label, f"no claim names {label.category} (claimed: {', '.join(claimed)})"))
     return outcomes
@@ -232,18 +253,21 @@ def forecasts_of(case: Case, claims: list[Finding], abstained: bool, taxonomy: T
     """The events of the headline score for one case (see :class:`~diageval.scoring.results.Forecast`).
 
     * One ``cause`` event per taxonomy cause that is labeled or claimed: probability = the highest
-      confidence any claim gives it (0 if unclaimed), outcome = labeled. With rank credit, a labeled cause
-      whose labels name ranks gets the highest confidence of the claims whose ranks fit a label of it (a
-      non-empty subset of its ranks); claims naming no ranks give it nothing, and claims naming other
-      ranks are a ``wrong_ranks`` event (a false event at their highest confidence).
+      confidence any claim gives it (0 if unclaimed), outcome = labeled.
     * One ``not_a_cause`` event per other id claimed as a cause (a symptom, an id outside the taxonomy):
       a false event at its highest confidence.
+    * One ``rank`` event per (cause, rank), in the rank-credited score only, for each taxonomy cause that
+      no label of the case names without ranks (a label without ranks means all ranks, or a cause that is
+      not rank-specific: its ranks are not judged): one per rank a claim on the cause names or a label of
+      it names; probability = the highest confidence of the claims on the cause that name the rank (a
+      claim naming no ranks states nothing about ranks), outcome = a label of the cause names the rank.
+      So naming every rank of an 8-rank job at 0.5 is eight statements, seven of them false.
     * One ``abstain`` event: probability 1 when the diagnoser abstained, else 0; outcome = the case
       expects abstention.
 
-    ``claims`` are the cause claims (``kind: cause``); a healthy control has no labeled cause, so every
-    claim on it is probability on a false event. Events are sorted by kind then id, so equal inputs give
-    equal lists.
+    ``claims`` are the cause claims (``kind: cause``) at every confidence; a healthy control has no labeled
+    cause, so every claim on it is probability on a false event. Events are sorted by kind then id, so
+    equal inputs give equal lists.
     """
     causes = set(taxonomy.causes)
     labels: dict[str, list[CauseLabel]] = {}
@@ -256,24 +280,24 @@ def forecasts_of(case: Case, claims: list[Finding], abstained: bool, taxonomy: T
     out: list[Forecast] = []
     for cat in sorted(set(labels) | set(highest)):
         p = highest.get(cat, 0.0)
-        if cat not in labels:
-            kind = "cause" if cat in causes else "not_a_cause"
-            out.append(Forecast(kind=kind, event=cat, probability=p, ranked_probability=p, outcome=False))
-            continue
-        fitting = [c.confidence for c in claims if c.category == cat and _fits_a_label(labels[cat], c)]
-        wrong = [c.confidence for c in claims if c.category == cat and c.ranks and not _fits_a_label(labels[cat], c)]
-        out.append(Forecast(kind="cause", event=cat, probability=p, ranked_probability=max(fitting, default=0.0),
-                            outcome=True))
-        if wrong:
-            out.append(Forecast(kind="wrong_ranks", event=cat, probability=0.0, ranked_probability=max(wrong),
-                                outcome=False))
+        kind = "cause" if cat in causes or cat in labels else "not_a_cause"
+        out.append(Forecast(kind=kind, event=cat, probability=p, ranked_probability=p, outcome=cat in labels))
+        if kind == "cause" and not any(label.ranks is None for label in labels.get(cat, [])):
+            out += _rank_events(cat, labels.get(cat, []), [c for c in claims if c.category == cat])
     a = 1.0 if abstained else 0.0
     out.append(Forecast(kind="abstain", event="abstain", probability=a, ranked_probability=a,
                         outcome=case.labels.expect == "abstain"))
-    order = {"cause": 0, "wrong_ranks": 1, "not_a_cause": 2, "abstain": 3}
+    order = {"cause": 0, "rank": 1, "not_a_cause": 2, "abstain": 3}
     return sorted(out, key=lambda f: (order[f.kind], f.event))
 
 
-def _fits_a_label(labels: list[CauseLabel], claim: Finding) -> bool:
-    """Rank credit: some label of the category names no ranks, or the claim's ranks localise one of them."""
-    return any(label.ranks is None or localizes(label, claim.ranks) for label in labels)
+def _rank_events(category: str, labels: list[CauseLabel], claims: list[Finding]) -> list[Forecast]:
+    """The (cause, rank) events of one cause whose labels (if any) all name ranks."""
+    labeled = {r for label in labels for r in label.ranks or ()}
+    stated: dict[int, float] = {}
+    for claim in claims:
+        for r in claim.ranks or ():
+            stated[r] = max(stated.get(r, 0.0), claim.confidence)
+    return [Forecast(kind="rank", event=f"{category}@{r}", probability=0.0, ranked_probability=stated.get(r, 0.0),
+                     outcome=r in labeled)
+            for r in sorted(labeled | set(stated))]

@@ -1,8 +1,16 @@
 """Coverage of the summary's 95% intervals: simulated runs of a known diagnoser on corpora of 16 to 80 cases.
 
-A run draws cases from a fixed mix (60% positive with one cause, half of them on labeled ranks; 25%
-healthy controls; 15% expect-abstain) and a diagnoser with fixed behaviour (below), scores them and
-summarises them with 1000 resamples. Each metric's true value is its value on a very large run of the
+A run draws cases from a fixed mix (60% positive with one cause, three in four of them on labeled ranks; 25%
+healthy controls; 15% expect-abstain) and a diagnoser with fixed behaviour, scores them and summarises them
+with 1000 resamples. The diagnosers (``--diagnoser``):
+
+* ``mid``: the mid-skill diagnoser (:meth:`Simulator.diagnose_mid`): finds 70% of causes, adds a wrong
+  cause 30% of the time, alarms on 25% of healthy controls, abstains on 60% of abstain cases, times out
+  on 2%;
+* ``err2``, ``err4``, ``err10``: near-perfect diagnosers (:meth:`Simulator.diagnose_near_perfect`) that
+  answer right except on 2%, 4% or 10% of cases, where they make one confident mistake. These are the
+  hard case for a bootstrap: most 16-case samples of a 2% diagnoser hold no mistake at all.
+ Each metric's true value is its value on a very large run of the
 same mix (every metric is a ratio of per-case sums, so that value converges to the population's ratio
 of expectations). Coverage = the share of runs whose interval holds the true value, over the runs where
 the metric is defined (a 16-case run can draw no healthy control: its false-alarm rate is undefined and
@@ -14,7 +22,8 @@ coverage estimated from R runs has its own binomial noise (about ±1.8 points at
 cell is printed with its Jeffreys 95% interval, and the cells near the line are judged on 1000 runs.
 
     python tests/coverage_simulation.py [--runs 200] [--sizes 16,60,80] [--causes 8,10,12]
-                                        [--truth-cases 40000] [--timeout-seconds 3] [--seed 0]
+                                        [--diagnoser mid,err2,err4,err10] [--truth-cases 40000]
+                                        [--timeout-seconds 3] [--seed 0]
 """
 
 from __future__ import annotations
@@ -33,6 +42,12 @@ from diageval.scoring.summary import DiagnoserInfo, summarize
 from diageval.scoring.verdicts import score_case
 
 TARGET = 0.93
+"""Coverage every cell must reach from 60 cases."""
+TARGET_SMALL = 0.90
+"""Coverage every cell must reach at 16 cases (the smallest corpus judged)."""
+SMALL = 16
+DIAGNOSERS = {"mid": None, "err2": 0.02, "err4": 0.04, "err10": 0.10}
+"""Simulated diagnosers: the mid-skill one, and near-perfect ones by their per-case error rate."""
 INFO = DiagnoserInfo(spec="simulated", name="simulated")
 
 
@@ -62,6 +77,8 @@ class Simulator:
     """The case mix and the known diagnoser's behaviour."""
 
     taxonomy: Taxonomy
+    error_rate: float | None = None
+    """None: the mid-skill diagnoser; else a near-perfect one erring on this share of cases."""
     timeout_seconds: float = 3.0
     """What a timed-out case records as its time. 3 s is about 2.6 times the median; a limit far above the
     median (30 s) makes s/case a mean dominated by an event most 16-case samples do not contain, which no
@@ -80,8 +97,34 @@ class Simulator:
             return rng.choice(self.positive)
         return self.healthy if u < 0.85 else self.abstain
 
-    def diagnose(self, case: Case, rng: random.Random) -> Diagnosis | None:
-        """None: the diagnoser timed out (2%)."""
+    def diagnose(self, case: Case, rng: random.Random, measured: float | None) -> Diagnosis | None:
+        if self.error_rate is None:
+            return self.diagnose_mid(case, rng)
+        return self.diagnose_near_perfect(case, rng, measured)
+
+    def diagnose_near_perfect(self, case: Case, rng: random.Random, measured: float | None) -> Diagnosis:
+        """Right on each case, except with probability ``error_rate`` one confident mistake: a positive case's
+        cause missed and a wrong one claimed, an alarm on a healthy control, a guess on an abstain case (each
+        at confidence 0.5-0.9). Right answers: the labeled cause on its ranks at 0.85-0.99 with the measured
+        impact ±0.03; silence on a healthy control; abstention on an abstain case."""
+        causes = self.taxonomy.causes
+        expect = case.labels.expect
+        if rng.random() < self.error_rate:
+            labeled = {c.category for c in case.labels.causes}
+            wrong = rng.choice([c for c in causes if c not in labeled])
+            return Diagnosis(findings=[Finding(category=wrong, confidence=rng.uniform(0.5, 0.9),
+                                               impact=rng.uniform(0.0, 0.4) if expect == "diagnose" else None)])
+        if expect == "healthy":
+            return Diagnosis()
+        if expect == "abstain":
+            return Diagnosis(abstain=Abstention(reason="insufficient"))
+        label = case.labels.causes[0]
+        impact = min(1.0, max(0.0, measured + rng.gauss(0.0, 0.03)))
+        return Diagnosis(findings=[Finding(category=label.category, confidence=rng.uniform(0.85, 0.99),
+                                           ranks=label.ranks, impact=impact)])
+
+    def diagnose_mid(self, case: Case, rng: random.Random) -> Diagnosis | None:
+        """The mid-skill diagnoser (module docstring); None: it timed out (2%)."""
         if rng.random() < 0.02:
             return None
         causes = self.taxonomy.causes
@@ -114,8 +157,12 @@ class Simulator:
         out = []
         for i in range(n):
             case = self.case(rng)
-            d = self.diagnose(case, rng)
-            measured = rng.uniform(0.05, 0.6) if case.labels.expect == "diagnose" else None
+            if self.error_rate is None:  # the mid-skill diagnoser's draws, in the order they always were
+                d = self.diagnose_mid(case, rng)
+                measured = rng.uniform(0.05, 0.6) if case.labels.expect == "diagnose" else None
+            else:
+                measured = rng.uniform(0.05, 0.6) if case.labels.expect == "diagnose" else None
+                d = self.diagnose_near_perfect(case, rng, measured)
             seconds = self.timeout_seconds if d is None else rng.lognormvariate(0.0, 0.5)
             r = score_case(case, d, taxonomy=self.taxonomy, status="timeout" if d is None else "ok",
                            measured_impact=measured, seconds=seconds)
@@ -124,10 +171,10 @@ class Simulator:
 
 
 def coverage(runs: int = 200, sizes=(16, 80), truth_cases: int = 40000, seed: int = 0, n_boot: int = 1000,
-             timeout_seconds: float = 3.0, causes: int | None = None):
+             timeout_seconds: float = 3.0, causes: int | None = None, diagnoser: str = "mid"):
     """{size: {metric: (covered, defined runs)}} and the true values, in a world of ``causes`` causes
-    (None: the live taxonomy's)."""
-    sim = Simulator(simulation_taxonomy(causes), timeout_seconds)
+    (None: the live taxonomy's), for one of :data:`DIAGNOSERS`."""
+    sim = Simulator(simulation_taxonomy(causes), DIAGNOSERS[diagnoser], timeout_seconds)
     rng = random.Random(seed)
     truth_summary = summarize(sim.run(truth_cases, rng, "t"), diagnoser=INFO, case_set_hash="x",
                               taxonomy_version="sim", n_boot=0)
@@ -148,13 +195,20 @@ def coverage(runs: int = 200, sizes=(16, 80), truth_cases: int = 40000, seed: in
     return out, truth
 
 
-def table(result, truth, runs: int, causes: int | None = None) -> str:
+def target(size: int) -> float:
+    """The coverage a cell must reach at ``size`` cases."""
+    return TARGET_SMALL if size <= SMALL else TARGET
+
+
+def table(result, truth, runs: int, causes: int | None = None, diagnoser: str = "mid") -> str:
     sizes = list(result)
     head = "| metric | true value | " + " | ".join(f"{n} cases: coverage [95% CI] (runs)" for n in sizes) + " |"
     world = "the live taxonomy's causes" if causes is None else f"{causes} causes"
-    lines = [f"95% interval coverage over {runs} simulated runs per size, {world} (target >= {TARGET:.0%}; "
-             "the bracket is the Jeffreys interval of the coverage estimate itself)", "", head,
-             "|---|---:|" + "---:|" * len(sizes)]
+    who = "the mid-skill diagnoser" if DIAGNOSERS[diagnoser] is None else \
+        f"a near-perfect diagnoser erring on {DIAGNOSERS[diagnoser]:.0%} of cases"
+    lines = [f"95% interval coverage over {runs} simulated runs per size, {who}, {world} (target >= "
+             f"{TARGET_SMALL:.0%} at {SMALL} cases, >= {TARGET:.0%} from 60; the bracket is the Jeffreys interval of "
+             "the coverage estimate itself)", "", head, "|---|---:|" + "---:|" * len(sizes)]
     for name in METRICS:
         cells = []
         for n in sizes:
@@ -173,14 +227,17 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--sizes", default="16,60,80")
     parser.add_argument("--causes", default="", help="comma-separated world sizes (default: the live taxonomy's)")
+    parser.add_argument("--diagnoser", default=",".join(DIAGNOSERS), help=f"comma-separated, of {', '.join(DIAGNOSERS)}")
     parser.add_argument("--truth-cases", type=int, default=40000)
     parser.add_argument("--timeout-seconds", type=float, default=3.0)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    for causes in [int(k) for k in args.causes.split(",") if k] or [None]:
-        result, truth = coverage(args.runs, tuple(int(s) for s in args.sizes.split(",")), args.truth_cases,
-                                 seed=args.seed, timeout_seconds=args.timeout_seconds, causes=causes)
-        print(table(result, truth, args.runs, causes), end="\n\n", flush=True)
+    for diagnoser in args.diagnoser.split(","):
+        for causes in [int(k) for k in args.causes.split(",") if k] or [None]:
+            result, truth = coverage(args.runs, tuple(int(s) for s in args.sizes.split(",")), args.truth_cases,
+                                     seed=args.seed, timeout_seconds=args.timeout_seconds, causes=causes,
+                                     diagnoser=diagnoser)
+            print(table(result, truth, args.runs, causes, diagnoser), end="\n\n", flush=True)
 
 
 if __name__ == "__main__":

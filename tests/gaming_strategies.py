@@ -1,9 +1,14 @@
 """Strategies that try to game the score, simulated on the built-in corpus without recording anything.
 
 Scoring works on (case, diagnosis) pairs, so each strategy is a function case -> diagnosis; the
-``label-blind`` ones never look at the case's labels (the two priors look only at the corpus' label
-counts, like the ``prior`` baseline, and are computed from the live corpus, so the table follows it). The others know the right answer and game how it is stated. Every
-strategy's results are summarised and ranked with the leaderboard's own key
+``label-blind`` ones never look at the case's labels (the priors look only at the corpus' label counts,
+like the ``prior`` baseline, and are computed from the live corpus, so the table follows it; the
+metadata-stratum ones also read what a bundle's metadata says: evidence kind, device, world-size bucket,
+and count the labels of the *other* cases of the case's stratum, leave-one-out). The ``split over ranks``
+variants name each cause on every rank of the job, one claim per rank. The ``in-sample`` row counts the
+case's own labels too: it is what the stratum base rates would earn if the case were known, shown for
+scale, not a strategy. The others know the right answer and game how it is stated. Every strategy's
+results are summarised and ranked with the leaderboard's own key
 (:func:`diageval.reports.leaderboard.rank_key`).
 
     python tests/gaming_strategies.py        # prints the table: strategy, skill, rank
@@ -29,7 +34,7 @@ Strategy = Callable[[Case], Diagnosis]
 @dataclass(frozen=True)
 class Entry:
     name: str
-    kind: str  # "honest", "label-blind", "knows the answer" (games how it is stated), "misleading", "null"
+    kind: str  # "honest", "label-blind", "in-sample", "knows the answer" (games how it is stated), "misleading", "null"
     strategy: Strategy
 
 
@@ -78,6 +83,71 @@ def _spray(taxonomy: Taxonomy, confidence: float) -> Strategy:
     return lambda case: Diagnosis(findings=[_claim(c, confidence) for c in taxonomy.causes])
 
 
+def _split_over_ranks(strategy: Strategy) -> Strategy:
+    """The same claims, each made once per rank of the job (one claim naming rank r, for every r)."""
+    def diagnose(case: Case) -> Diagnosis:
+        d = strategy(case)
+        if d.abstain is not None:
+            return d
+        return Diagnosis(findings=[_claim(f.category, f.confidence, [r]) for f in d.findings if f.kind == "cause"
+                                   for r in range(case.world_size)])
+    return diagnose
+
+
+def rank_base_rates(cases: list[Case]) -> dict[str, float]:
+    """Per cause k: the labeled ranks of k over the (case, rank) events of k a rank-credited score judges
+    (the ranks of every case that does not label k without ranks): the ranks' climatology."""
+    true: Counter = Counter()
+    slots: Counter = Counter()
+    for case in cases:
+        for k in {c.category for c in case.labels.causes} | {c.category for cs in cases for c in cs.labels.causes}:
+            mine = [c for c in case.labels.causes if c.category == k]
+            if any(c.ranks is None for c in mine):
+                continue
+            true[k] += len({r for c in mine for r in c.ranks})
+            slots[k] += case.world_size
+    return {k: true[k] / slots[k] for k in slots if slots[k]}
+
+
+def _prior_spray_with_rank_rates(cases: list[Case], taxonomy: Taxonomy) -> Strategy:
+    """Every cause at its base rate, and on every rank of the job at its ranks' base rate: climatology for both
+    scores (skill and skill (ranks) exactly 0, when the ranks' rates are below the causes')."""
+    rates, ranks = base_rates(cases), rank_base_rates(cases)
+
+    def diagnose(case: Case) -> Diagnosis:
+        findings = [_claim(c, rates[c]) for c in taxonomy.causes if c in rates]
+        findings += [_claim(c, q, [r]) for c, q in ranks.items() if q > 0 for r in range(case.world_size)]
+        return Diagnosis(findings=findings)
+    return diagnose
+
+
+def world_size_bucket(world_size: int) -> str:
+    return "1" if world_size == 1 else "2" if world_size == 2 else "3-8" if world_size <= 8 else ">8"
+
+
+def metadata_stratum(case: Case) -> tuple[str, str, str]:
+    """What a bundle's metadata says about the job: imported or recorded here, CPU or GPU, world-size bucket."""
+    device = "cpu" if case.evidence_kind == "injected" and case.requires.device == "any" else "gpu"
+    return case.evidence_kind, device, world_size_bucket(case.world_size)
+
+
+def _stratum_rates(cases: list[Case], *, leave_one_out: bool, abstain: bool) -> Strategy:
+    """Every cause at its base rate over the case's metadata stratum (the other cases of it, leave-one-out);
+    with ``abstain``, abstains where most of those cases expect abstention."""
+    by_stratum: dict[tuple, list[Case]] = {}
+    for case in cases:
+        by_stratum.setdefault(metadata_stratum(case), []).append(case)
+
+    def diagnose(case: Case) -> Diagnosis:
+        peers = [c for c in by_stratum[metadata_stratum(case)] if not (leave_one_out and c.id == case.id)]
+        if not peers:
+            return Diagnosis()
+        if abstain and sum(c.labels.expect == "abstain" for c in peers) > len(peers) / 2:
+            return Diagnosis(abstain=Abstention(reason="the stratum mostly abstains"))
+        return Diagnosis(findings=[_claim(k, q) for k, q in base_rates(peers).items()])
+    return diagnose
+
+
 def _prior(cases: list[Case]) -> Strategy:
     """The ``prior`` baseline: the corpus' most frequent labeled cause, at its frequency, on every case."""
     counts = Counter(c.category for case in cases if case.labels.expect == "diagnose" for c in case.labels.causes)
@@ -99,17 +169,14 @@ def _prior_spray(cases: list[Case], taxonomy: Taxonomy) -> Strategy:
     return lambda case: Diagnosis(findings=claims)
 
 
-def base_rate_spray_skill(cases: list[Case]) -> tuple[float, float]:
-    """(skill, bound) of the base-rate spray, from the corpus' labels alone (docs/scoring.md derives them):
-    skill = Σ_k π_k² / (λ + α) ≤ max_k π_k · λ / (λ + α), with λ = Σ_k π_k the labeled causes per case and
-    α the share of cases that expect abstention."""
-    rates = base_rates(cases)
-    labeled = sum(rates.values())
-    abstain = sum(c.labels.expect == "abstain" for c in cases) / len(cases)
-    if labeled + abstain == 0:
-        return float("nan"), float("nan")
-    return (sum(p * p for p in rates.values()) / (labeled + abstain),
-            max(rates.values(), default=0.0) * labeled / (labeled + abstain))
+def null_skill(cases: list[Case]) -> float:
+    """Null's skill from the corpus' labels alone (docs/scoring.md): 1 − (Σ_k n_k + A) / R, with
+    R = Σ_k n_k (1 − n_k / N) + A the climatological forecast's loss."""
+    n = len(cases)
+    counts = [rate * n for rate in base_rates(cases).values()]
+    abstain = sum(c.labels.expect == "abstain" for c in cases)
+    reference = sum(k * (1 - k / n) for k in counts) + abstain
+    return 1 - (sum(counts) + abstain) / reference
 
 
 def _symptoms_as_causes(confidence: float) -> Strategy:
@@ -142,6 +209,17 @@ def strategies(cases: list[Case], taxonomy: Taxonomy) -> list[Entry]:
         Entry("always abstain", "label-blind", lambda case: Diagnosis(abstain=Abstention(reason="always"))),
         Entry("prior (most frequent cause)", "label-blind", _prior(cases)),
         Entry("prior spray (every cause at its base rate)", "label-blind", _prior_spray(cases, taxonomy)),
+        Entry("spray every cause at 0.05, split over ranks", "label-blind", _split_over_ranks(_spray(taxonomy, 0.05))),
+        Entry("prior spray, split over ranks", "label-blind", _split_over_ranks(_prior_spray(cases, taxonomy))),
+        Entry("prior spray with the ranks' base rates", "label-blind", _prior_spray_with_rank_rates(cases, taxonomy)),
+        Entry("metadata-stratum base rates (leave-one-out)", "label-blind",
+              _stratum_rates(cases, leave_one_out=True, abstain=False)),
+        Entry("metadata-stratum base rates, abstain where it mostly abstains (leave-one-out)", "label-blind",
+              _stratum_rates(cases, leave_one_out=True, abstain=True)),
+        Entry("metadata-stratum base rates, split over ranks (leave-one-out)", "label-blind",
+              _split_over_ranks(_stratum_rates(cases, leave_one_out=True, abstain=False))),
+        Entry("metadata-stratum base rates (in-sample)", "in-sample",
+              _stratum_rates(cases, leave_one_out=False, abstain=True)),
         Entry("perfect plus junk at 0.01", "knows the answer", _junk_padded(taxonomy)),
         Entry("perfect at 0.01", "knows the answer", _perfect(0.01)),
         Entry("perfect, every rank named", "knows the answer", _perfect(0.9, every_rank=True)),
@@ -173,13 +251,14 @@ def summaries(n_boot: int = 0) -> list[tuple[Entry, Summary]]:
 def table(n_boot: int = 1000) -> str:
     rows = summaries(n_boot)
     cases, taxonomy = builtin_corpus()
-    skill, bound = base_rate_spray_skill(cases)
     rates = base_rates(cases)
+    strata = Counter(metadata_stratum(c) for c in cases)
     lines = [f"gaming table: {len(cases)} built-in cases, {len(taxonomy.causes)} taxonomy causes, ranked by the "
-             "leaderboard's key (skill, then skill with rank credit)",
-             f"base-rate spray, analytic: skill = Σπ²/(λ+α) = {skill:.4f} <= max π · λ/(λ+α) = {bound:.4f} "
+             "leaderboard's key (skill, then skill with rank credit); skill 0 = every cause at its base rate",
+             f"null's skill from the labels alone: 1 - (Σ n_k + A) / R = {null_skill(cases):.4f} "
              f"(λ = {sum(rates.values()):.3f} labeled causes per case, max π = {max(rates.values(), default=0):.3f}, "
-             f"α = {sum(c.labels.expect == 'abstain' for c in cases) / len(cases):.3f} expect abstention)",
+             f"{sum(c.labels.expect == 'abstain' for c in cases)} abstain cases); {len(strata)} metadata strata "
+             f"(evidence kind, device, world-size bucket)",
              "", "| rank | strategy | kind | skill [95% CI] | skill (ranks) | F1 | Brier | ECE |",
              "|---:|---|---|---:|---:|---:|---:|---:|"]
     for i, (entry, s) in enumerate(rows, 1):

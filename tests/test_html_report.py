@@ -34,6 +34,7 @@ CASE_FILES = {
     "straggler": """
 id: straggler
 title: From step 5 rank 1 computes 8x slower; rank 0 waits inside all_reduce
+split: public
 workload: {name: mlp_ddp, world_size: 2, steps: 30}
 faults:
   - {name: slow_rank, params: {target_rank: 1, slowdown_factor: 8.0, start_step: 5}}
@@ -47,6 +48,7 @@ manifest: {metric: step_time_median, min_ratio: 1.5}
     "starved": """
 id: starved
 title: DataLoader workers need 160 ms more per batch from step 5
+split: private
 workload: {name: mlp_ddp, world_size: 2, steps: 30}
 faults:
   - {name: dataloader_starvation, params: {extra_prep_ms: 160, start_step: 5}}
@@ -60,6 +62,7 @@ manifest: {metric: step_time_median, min_ratio: 1.5}
     "weak-straggler": """
 id: weak-straggler
 title: From step 5 rank 0 computes 2x slower
+split: private
 workload: {name: mlp_ddp, world_size: 2, steps: 30}
 faults:
   - {name: slow_rank, params: {target_rank: 0, slowdown_factor: 2.0, start_step: 5}}
@@ -73,6 +76,7 @@ manifest: {metric: step_time_median, min_ratio: 1.2}
     "healthy": """
 id: healthy
 title: Healthy control
+split: public
 workload: {name: mlp_ddp, world_size: 2, steps: 30}
 faults: []
 labels: {causes: [], symptoms: [], expect: healthy}
@@ -80,6 +84,7 @@ labels: {causes: [], symptoms: [], expect: healthy}
     "trace-missing": """
 id: trace-missing
 title: "Abstain: rank 1 is slow but its trace is missing"
+split: private
 workload: {name: mlp_ddp, world_size: 2, steps: 30}
 faults:
   - {name: slow_rank, params: {target_rank: 1, slowdown_factor: 8.0, start_step: 5}}
@@ -100,13 +105,13 @@ def claim(category, confidence, ranks=None, evidence=()):
 
 # Per diagnoser: case id -> a Diagnosis, or a failure status. Verdicts this produces are listed beside.
 DIAGNOSERS = {
-    "good": {  # correct x2, mislocated, duplicate, wrong_cause (abstain case is a guess), one missed cause
+    "good": {  # correct x2, mislocated, duplicate, wrong_cause (abstain case is a guess), a hedge, one missed cause
         "straggler": Diagnosis(findings=[claim(STRAGGLER, 0.9, [1], ["rank 1 compute 8x rank 0"]),
-                                         claim(STRAGGLER, 0.4, [1])]),
+                                         claim(STRAGGLER, 0.55, [1])]),
         "starved": Diagnosis(findings=[claim(LOADER, 0.8, evidence=["DataLoader next 70% of step"])]),
         "weak-straggler": Diagnosis(findings=[claim(STRAGGLER, 0.6, [1])]),
-        "healthy": Diagnosis(),
-        "trace-missing": Diagnosis(findings=[claim(STRAGGLER, 0.3, [1])]),
+        "healthy": Diagnosis(findings=[claim(STALL, 0.2)]),  # below 0.5: a hedge, no false alarm
+        "trace-missing": Diagnosis(findings=[claim(STRAGGLER, 0.6, [1])]),
     },
     "symptomy": {  # symptom_as_cause x2, false_alarm, wrong_cause, a timeout
         "straggler": Diagnosis(findings=[claim(LONG_COLLECTIVE, 0.7, evidence=["all_reduce 40 ms"])]),
@@ -146,7 +151,7 @@ def write_run(runs: Path, cases_dir: Path, name: str) -> Path:
         diagnoser=RunDiagnoser(spec=name, name=name, version="1", origin="test", reference=reference, self_test=self_test),
         case_set_hash=case_set.hash, taxonomy_version=case_set.taxonomy.version, cases_dir=str(cases_dir),
         env=RunEnv(python="3", torch=None, platform="test", host="test"), device="cpu", timeout_s=60, jobs=1,
-        started=datetime(2026, 1, 1, tzinfo=timezone.utc), status="complete",
+        started=datetime(2026, 1, 1, tzinfo=timezone.utc), status="complete", isolation="bwrap",  # ranked runs
     )
     store.begin(manifest)
     for lc in case_set.cases:
@@ -189,7 +194,7 @@ def render(run_dirs) -> str:
 
 def test_page_is_self_contained_and_has_every_section(runs):
     html = render(runs)
-    for section in ("leaderboard", "by-cause", "detection", "reliability", "confusion", "cases"):
+    for section in ("leaderboard", "parts", "by-cause", "detection", "reliability", "confusion", "cases"):
         assert f'<section id="{section}">' in html
     assert 'id="compare"' not in html  # four runs: no pairwise section
     # nothing fetched at view time: no external URL in any src/href, no @import, no CDN
@@ -202,6 +207,34 @@ def test_leaderboard_columns_come_from_the_metric_table():
     columns = metric_columns()
     assert [c.key for c in columns] == list(BOARD)
     assert [c.label for c in columns] == [METRICS[m].label for m in BOARD]
+
+
+def test_skill_by_part_and_by_split(runs):
+    """The per-part view: every part as a column (evidence kinds when both, cause families, splits) with each
+    diagnoser's skill, the parts whose order differs from the leaderboard's marked, and the split gaps."""
+    from diageval.reports.leaderboard import is_ranked
+    from diageval.reports.parts import parts
+
+    html = render(runs)
+    section = html[html.index('<section id="parts">'):html.index("</section>", html.index('<section id="parts">'))]
+    summaries = [r.summary for r in gather(runs).runs]
+    expected = parts(summaries, [is_ranked(s.diagnoser) for s in summaries])
+    # comm: claimed (symptomy names a stall), never labeled: its skill is undefined (no base rate to beat)
+    assert [p.label for p in expected] == ["comm.*", "compute.*", "input.*", "split private", "split public"]
+    header = section[section.index("<thead>"):section.index("</thead>")]
+    for p in expected:
+        assert f">{p.label}{' ⇅' if p.inversions else ''}<span" in header, p.label
+    assert section.count('<tr data-diagnoser=') == 2 * len(DIAGNOSERS)  # the parts table and the split table
+    assert ("part-swaps" in section) == any(p.inversions for p in expected)
+    assert "<th>gap private − public</th>" in section
+    good = next(s for s in summaries if s.diagnoser.name == "good")
+    assert f"{good.split_gaps['private'].value:.2f}" in section
+
+
+def test_a_claim_below_half_is_shown_as_a_hedge(runs):
+    html = render(runs)
+    assert '<option value="hedge">hedge</option>' in html
+    assert 'data-verdict="hedge"' in html
 
 
 def test_cases_show_labels_impact_and_every_claim(runs):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from diageval.scoring.metrics import BETTER, BOARD, HEADLINE, METRICS, columns_of, metric_table_markdown
 from diageval.scoring.summary import Metrics
-from diageval.scoring.tallies import BASE_COLUMNS, CALIBRATION_COLUMNS
+from diageval.scoring.tallies import BASE_COLUMNS, CALIBRATION_COLUMNS, REFERENCE, REFERENCE_RANKED
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "scoring.md"
 
@@ -18,12 +18,14 @@ def test_summary_metrics_are_the_table_in_order():
 
 
 def test_every_spec_is_complete_and_reads_existing_columns():
-    known = set(BASE_COLUMNS) | set(CALIBRATION_COLUMNS)
+    known = set(BASE_COLUMNS) | set(CALIBRATION_COLUMNS) | {REFERENCE, REFERENCE_RANKED}  # references: derived
     for name, spec in METRICS.items():
         assert spec.name == name and spec.label and spec.definition and spec.n_counts, name
         assert spec.better in ("higher", "lower") and format(0.5, spec.digits), name
         assert sum(x is not None for x in (spec.proportion, spec.ratio, spec.formula)) == 1, name
         assert columns_of(spec) <= known and spec.n_column in known, name
+        lo, hi = spec.bounds
+        assert lo < hi and (spec.prior is None or spec.proportion is None), name
 
 
 def test_derived_lists():

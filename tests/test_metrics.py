@@ -19,14 +19,15 @@ INFO = DiagnoserInfo(spec="test", name="test", version="0")
 
 
 def hand_set():
-    """Ten cases; the comments give each claim's verdict. Non-duplicate claims (confidence, credited):
-    p1 (0.9, 1) (0.4, 0); p2 (0.8, 0) (0.6, 1); p3 (0.7, 1); h1 (0.2, 0); a2 (0.6, 0)  -> 7 claims, 3 credited.
+    """Ten cases; the comments give each claim's verdict. Asserted (confidence >= 0.5), non-duplicate claims
+    (confidence, credited): p1 (0.9, 1); p2 (0.8, 0) (0.6, 1); p3 (0.7, 1); h1 (0.55, 0); a2 (0.6, 0) -> 6 claims,
+    3 credited; p1's claim at 0.4 is a hedge (the proper score alone).
     """
     s = lambda **kw: dict(taxonomy=TAX, **kw)  # noqa: E731
     return [
         score_case(make_case("p1", [{"category": STRAGGLER, "ranks": [1]}]),
                    diag(cause(STRAGGLER, 0.9, ranks=[1], impact=0.3),  # correct, localised
-                        cause(STALL, 0.4)),                             # wrong_cause
+                        cause(STALL, 0.4)),                             # hedge: below 0.5
                    **s(difficulty="easy", measured_impact=0.4, seconds=2.0)),
         score_case(make_case("p2", [{"category": LOADER}]),
                    diag(cause("symptom.low_utilization", 0.8),         # symptom_as_cause (top claim)
@@ -38,7 +39,7 @@ def hand_set():
                    **s(difficulty="hard", measured_impact=0.1, seconds=6.0)),
         score_case(make_case("p4", [{"category": CHECKPOINT}]), None,
                    **s(difficulty="hard", status="timeout", seconds=30.0, error="timed out after 30 s")),
-        score_case(make_case("h1"), diag(cause(STALL, 0.2)), **s(difficulty="easy", seconds=1.0)),  # false_alarm
+        score_case(make_case("h1"), diag(cause(STALL, 0.55)), **s(difficulty="easy", seconds=1.0)),  # false_alarm
         score_case(make_case("h2"), diag(), **s(difficulty="easy", seconds=1.0)),
         score_case(make_case("a1", expect="abstain"), diag(abstain="rank 1 trace missing"), **s(seconds=2.0)),
         score_case(make_case("a2", expect="abstain"), diag(cause(STRAGGLER, 0.6)), **s(seconds=2.0)),  # wrong_cause
@@ -63,18 +64,21 @@ def test_every_metric_by_hand(summary):
     m = summary.metrics
     expected = {
         # metric: (value, n)
-        # Headline loss per case (squared errors over its forecasts), null's loss = its true events:
+        # Headline loss per case (squared errors over its forecasts, hedges included):
         # p1 (.9-1)^2 + .4^2 = .17; p2 (.6-1)^2 + .8^2 (symptom) = .80; p3 (.7-1)^2 = .09; p4 timed out: 1;
-        # h1 .2^2 = .04; h2 0; a1 abstained rightly: 0; a2 .6^2 + (0-1)^2 (did not abstain) = 1.36 -> 3.46.
-        # null: one true event each on p1-p4, a1, a2 -> 6.
-        "skill": (1 - 3.46 / 6, 8),
-        # rank credit: p3 claimed rank 0 of a rank-1 cause: (0-1)^2 + wrong ranks .7^2 = 1.49 instead of .09
-        "skill_ranked": (1 - 4.86 / 6, 8),
-        "f1": (6 / 11, 8),                         # 2*3 / (2*3 + 4 misleading + 1 missed)
-        "precision": (3 / 7, 7),                   # credited p1 0.9, p2 0.6, p3 0.7 of 7 claims
+        # h1 .55^2 = .3025; h2 0; a1 abstained rightly: 0; a2 .6^2 + (0-1)^2 (did not abstain) = 1.36 -> 3.7225.
+        # Reference (climatology) over the 8 scored cases: straggler on 2, loader on 1, checkpoint on 1, 2 abstain:
+        # R = 2 (1 - 2/8) + 1 (1 - 1/8) + 1 (1 - 1/8) + 2 = 5.25.
+        "skill": (1 - 3.7225 / 5.25, 8),
+        # rank events (straggler only: the others are labeled without ranks): p1 rank 1 at .9: .01; p3 rank 0 at
+        # .7 (false): .49 and rank 1 unstated: 1 -> 3.7225 + .01 + 1.49 = 5.2225. Its reference adds the ranks'
+        # climatology: 2 labeled ranks among 8 cases x 2 ranks: 2 (1 - 2/16) = 1.75 -> 7.0.
+        "skill_ranked": (1 - 5.2225 / 7.0, 8),
+        "f1": (6 / 10, 8),                         # 2*3 / (2*3 + 3 misleading + 1 missed)
+        "precision": (3 / 6, 6),                   # credited p1 0.9, p2 0.6, p3 0.7 of 6 asserted claims
         "recall": (3 / 4, 4),                      # p1, p2, p3 found; p4 timed out
-        "misleading_rate": (4 / 7, 7),             # p1 0.4, p2 0.8, h1 0.2, a2 0.6
-        "misleading_rate_weighted": (2.0 / 4.2, 7),  # (.4+.8+.2+.6) / (.9+.4+.8+.6+.7+.2+.6)
+        "misleading_rate": (3 / 6, 6),             # p2 0.8, h1 0.55, a2 0.6 (p1's 0.4 is a hedge)
+        "misleading_rate_weighted": (1.95 / 4.15, 6),  # (.8+.55+.6) / (.9+.8+.6+.7+.55+.6)
         "false_alarm_rate": (1 / 2, 2),            # h1 claimed, h2 did not
         "abstention_precision": (1 / 1, 1),        # a1 is the only abstention, and right
         "abstention_recall": (1 / 2, 2),           # a1 abstained, a2 guessed
@@ -84,11 +88,11 @@ def test_every_metric_by_hand(summary):
         "rank_recall": (1 / 2, 2),                 # labeled ranks: p1 {1} (named), p3 {1} (not)
         "impact_mae": ((0.1 + 0.1) / 2, 2),        # p1 |0.3-0.4|, p3 |0.2-0.1|; no misleading claim states one
         # every (case, taxonomy cause) pair, 8 cases x PAIRS / 8 causes: (.9-1)^2 + .4^2 + (.6-1)^2 + (.7-1)^2
-        # + (0-1)^2 (p4) + .2^2 + .6^2 = 1.82; the symptom p2 claimed is not a pair
-        "brier": (1.82 / PAIRS, PAIRS),
-        # bins: p=0 |0 - 1| (p4's missed cause); (.8,.9] .1; (.3,.4] .4; (.5,.6] |(.6+.6) - 1| = .2;
-        # (.6,.7] .3; (.1,.2] .2 -> 2.2 / PAIRS pairs
-        "ece": (2.2 / PAIRS, PAIRS),
+        # + (0-1)^2 (p4) + .55^2 + .6^2 = 2.0825; the symptom p2 claimed is not a pair
+        "brier": (2.0825 / PAIRS, PAIRS),
+        # bins: p=0 |0 - 1| (p4's missed cause); (.8,.9] .1; (.3,.4] .4; (.5,.6] |(.6+.55+.6) - 1| = .75;
+        # (.6,.7] .3 -> 2.55 / PAIRS pairs
+        "ece": (2.55 / PAIRS, PAIRS),
         "seconds_per_case": (48 / 8, 8),           # 2+4+6+30+1+1+2+2 over the 8 scored cases
     }
     assert set(expected) == set(type(m).model_fields)
@@ -105,15 +109,16 @@ def test_reliability_table_over_every_pair(summary):
     # 6 pairs were claimed (p1 x2, p2, p3, h1, a2); the other PAIRS - 6 sit at 0, p4's missed cause among them
     unclaimed = PAIRS - 6
     assert (bins[0].pairs, bins[0].mean_probability, bins[0].observed) == (unclaimed, 0.0, pytest.approx(1 / unclaimed))
-    six = bins[6]  # (0.5, 0.6]: p2's labeled cause at .6, a2's guess at .6
-    assert (six.pairs, six.mean_probability, six.observed) == (2, pytest.approx(0.6), 0.5)
+    six = bins[6]  # (0.5, 0.6]: p2's labeled cause at .6, h1's alarm at .55, a2's guess at .6
+    assert (six.pairs, six.mean_probability, six.observed) == (3, pytest.approx(1.75 / 3), pytest.approx(1 / 3))
     assert bins[1].pairs == 0 and bins[1].mean_probability is None and bins[1].observed is None
 
 
 def test_sums_form_equals_a_direct_computation_on_random_diagnoses():
-    """Skill and Brier from the tally sums equal a direct loop over (case, cause) pairs."""
+    """Skill and Brier from the tally sums equal a direct loop over (case, cause) pairs, and skill's reference
+    is the loss of the climatological forecast (every cause at the share of cases labeled with it)."""
     rng = random.Random(3)
-    results, loss, loss_null, pair_sq = [], 0.0, 0.0, 0.0
+    results, loss, pair_sq, labels = [], 0.0, 0.0, []
     for i in range(40):
         label = rng.choice(TAX.causes)
         expect = rng.choice(["diagnose", "diagnose", "healthy", "abstain"])
@@ -129,9 +134,12 @@ def test_sums_form_equals_a_direct_computation_on_random_diagnoses():
             loss += err
             pair_sq += err if c in TAX.causes else 0.0
         loss += (abstain - (expect == "abstain")) ** 2
-        loss_null += len(labeled) + (expect == "abstain")
+        labels.append((labeled, expect == "abstain"))
+    rates = {c: sum(c in lab for lab, _ in labels) / len(labels) for c in TAX.causes}
+    climatology = sum((rates[c] - (c in lab)) ** 2 for lab, _ in labels for c in TAX.causes)
+    climatology += sum(abstain for _, abstain in labels)  # the abstain event: stated 0, true on abstain cases
     m = compute_metrics(tally_table(results), n_boot=0)
-    assert m["skill"].value == pytest.approx(1 - loss / loss_null)
+    assert m["skill"].value == pytest.approx(1 - loss / climatology)
     assert m["brier"].value == pytest.approx(pair_sq / (40 * len(TAX.causes)))
 
 
@@ -154,11 +162,12 @@ def test_by_difficulty(summary):
     d = summary.by_difficulty
     # a1 and a2 have no measured difficulty (nothing injected was verified): in no bucket
     assert {k: v.cases for k, v in d.items()} == {"easy": 3, "medium": 1, "hard": 2}
-    assert d["easy"].metrics.precision.value == pytest.approx(1 / 3)  # p1 0.9 of p1 0.9, 0.4 and h1 0.2
+    assert d["easy"].metrics.precision.value == pytest.approx(1 / 2)  # p1 0.9 of p1 0.9 and h1 0.55 (0.4: a hedge)
     assert d["easy"].metrics.false_alarm_rate.value == 0.5
     assert d["easy"].metrics.abstention_recall.value is None          # no abstain case is easy
     assert d["hard"].metrics.recall.value == 0.5                      # p3 found, p4 timed out
-    assert d["easy"].metrics.skill.value == pytest.approx(1 - (0.17 + 0.04) / 1)  # p1, h1, h2
+    # p1, h1, h2, against their own climatology: straggler on 1 of 3 cases, R = 1 (1 - 1/3)
+    assert d["easy"].metrics.skill.value == pytest.approx(1 - (0.17 + 0.3025) / (2 / 3))
 
 
 def test_confusion(summary):
@@ -181,7 +190,9 @@ def test_undefined_metrics_are_none_not_zero():
                  "abstention_precision", "abstention_recall", "localization_accuracy", "rank_precision",
                  "rank_recall", "impact_mae", "seconds_per_case"):
         assert getattr(m, name).value is None and getattr(m, name).ci is None, name
-    assert (m.recall.value, m.top1_accuracy.value, m.f1.value, m.skill.value) == (0.0, 0.0, 0.0, 0.0)
+    assert (m.recall.value, m.top1_accuracy.value, m.f1.value) == (0.0, 0.0, 0.0)
+    # one case: its base rates are its labels, so climatology loses nothing and skill is undefined
+    assert m.skill.value is None and m.skill.ci is None
 
 
 def test_f1_is_zero_when_precision_and_recall_are():

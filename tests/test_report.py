@@ -11,7 +11,8 @@ from scoring_helpers import LOADER, STALL, STRAGGLER, cause, diag, make_case
 from diageval.cases.taxonomy import load_taxonomy
 from diageval.cli import main
 from diageval.reports.leaderboard import LeaderboardError, format_metric, render_leaderboard
-from diageval.reports.report import ReportError, check_baselines, report_runs
+from diageval.reports.board_gate import check_board
+from diageval.reports.report import ReportError, report_runs
 from diageval.scoring.metrics import MetricValue
 from diageval.scoring.summary import DiagnoserInfo, summarize
 from diageval.scoring.verdicts import score_case
@@ -27,16 +28,16 @@ def run_summary(name, diagnoses, *, reference=False, self_test=False, case_set="
     return summarize(results, diagnoser=info, case_set_hash=case_set, taxonomy_version=taxonomy, n_boot=200)
 
 
-# skill = 1 - loss / 2 (null's loss: the two labeled causes)
-GOOD = [diag(cause(STRAGGLER, 0.9, ranks=[1])), diag(cause(LOADER, 0.8)), diag()]             # loss .05: .975
-NOISY = [diag(cause(STRAGGLER, 0.9, ranks=[1])), diag(cause(LOADER, 0.8)), diag(cause(STALL))]  # + .5^2: .85
-HALF = [diag(cause(STRAGGLER, 0.9, ranks=[1])), diag(), diag()]                                 # .01 + 1: .495
-NOTHING = [diag(), diag(), diag()]                                                              # 0
-SYMPTOMS = [diag(cause("symptom.long_collective", 0.9)), diag(cause("symptom.slow_step", 0.9)), diag()]  # -.81
+# skill = 1 - loss / R, R = 2 (1 - 1/3) = 4/3: two causes, each labeled on one of the three cases
+GOOD = [diag(cause(STRAGGLER, 0.9, ranks=[1])), diag(cause(LOADER, 0.8)), diag()]             # loss .05: .9625
+NOISY = [diag(cause(STRAGGLER, 0.9, ranks=[1])), diag(cause(LOADER, 0.8)), diag(cause(STALL))]  # + .5^2: .775
+HALF = [diag(cause(STRAGGLER, 0.9, ranks=[1])), diag(), diag()]                                 # .01 + 1: .2425
+NOTHING = [diag(), diag(), diag()]                                                              # 2: -.5
+SYMPTOMS = [diag(cause("symptom.long_collective", 0.9)), diag(cause("symptom.slow_step", 0.9)), diag()]  # -1.71
 
 
 def table_rows(markdown):
-    lines = markdown.split("### Recall by cause")[0].splitlines()
+    lines = markdown.split("\n### ")[0].splitlines()
     return [line for line in lines if line.startswith("| ") and not line.startswith("| #")]
 
 
@@ -57,8 +58,9 @@ def test_rows_ranked_by_skill_self_test_unranked_null_above_the_misleading():
     ]
     header = next(line for line in md.splitlines() if line.startswith("| # |"))
     assert header.startswith("| # | diagnoser | scored | skill ↑ | skill (ranks) ↑ | F1 ↑ | precision ↑")
-    assert "| 0.97 [" in rows[0] and "| -0.81 [" in rows[4]
-    assert "| 0.00 [0.00, 0.00] n=3 |" in rows[3]     # null: skill exactly 0
+    assert "| 0.96 [" in rows[0] and "| -1.71 [" in rows[4]
+    assert "| -0.50 [" in rows[3]                      # null: 1 - 2 / (4/3), below the base rates
+    assert "`null` (saying nothing) scores -0.500 on these cases" in md
     assert "– n=0" in rows[3]                          # null claims nothing: precision undefined
     assert "3 cases" in md and "`feedc0defeed`" in md and "taxonomy 1.0" in md
     assert "Ranked by skill then skill (ranks)" in md
@@ -140,13 +142,15 @@ def test_report_errors_name_the_run(tmp_path, monkeypatch):
         report_runs([empty])
     bad = tmp_path / "bad"
     bad.mkdir()
-    (bad / "summary.json").write_text(json.dumps({"schema_version": 2}))
+    (bad / "summary.json").write_text(json.dumps({"schema_version": 3}))
     with pytest.raises(ReportError, match="summary.json: not a diageval summary: diagnoser: Field required"):
         report_runs([bad])
     (bad / "summary.json").write_text(json.dumps({"schema_version": 1, "metrics": {"f1": {}}}))
-    with pytest.raises(ReportError, match=r"bad/summary.json: .*schema version 1, this diageval reads 2 .*re-score "
-                                          r"the run with `diageval score RUN_DIR`"):
-        report_runs([bad])
+    for old in (1, 2):
+        (bad / "summary.json").write_text(json.dumps({"schema_version": old, "metrics": {"f1": {}}}))
+        with pytest.raises(ReportError, match=rf"bad/summary.json: .*schema version {old}, this diageval reads 3 "
+                                              r".*re-score the run with `diageval score RUN_DIR`"):
+            report_runs([bad])
     a = write_run(tmp_path, "a", run_summary("good", GOOD))
     b = write_run(tmp_path, "b", run_summary("null", NOTHING, case_set="1" * 64))
     res = CliRunner().invoke(main, ["report", str(a), str(b)])
@@ -156,23 +160,84 @@ def test_report_errors_name_the_run(tmp_path, monkeypatch):
 ORACLE = [diag(cause(STRAGGLER, 1.0, ranks=[1])), diag(cause(LOADER, 1.0)), diag()]
 
 
-def test_baseline_checks_pass_on_a_sound_board():
-    board = [run_summary("oracle", ORACLE, self_test=True), run_summary("null", NOTHING), run_summary("leak", NOTHING),
-             run_summary("symptoms", SYMPTOMS), run_summary("good", GOOD)]
-    checks = check_baselines(board)
-    assert [ok for _, ok, _ in checks] == [True, True, True, True]
-    assert checks[2][2] == "skill 0.0, skill (ranks) 0.0; null's skill 0.0"
+def write_board(root, runs, cases=CASES):
+    """Run folders written by the project's writers, over case files written to ``root/cases``."""
+    import shutil
+    from datetime import datetime, timezone
+
+    import yaml
+
+    from diageval.cases.load import load_case_set
+    from diageval.paths import default_taxonomy_path
+    from diageval.run.store import RunDiagnoser, RunEnv, RunInfo, RunStore
+
+    cases_dir = root / "cases"
+    cases_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(default_taxonomy_path(), cases_dir / "taxonomy.yaml")
+    for c in cases:
+        data = c.model_dump(mode="json", exclude_none=True)
+        data["faults"] = [{"name": "slow_rank", "params": {"target_rank": 1, "slowdown_factor": 4.0}}] if c.faults else []
+        (cases_dir / f"{c.id}.yaml").write_text(yaml.safe_dump(data))
+    case_set = load_case_set(cases_dir)
+    out = []
+    for name, diagnoses in runs.items():
+        store = RunStore(root / name)
+        info = RunInfo(run_id=name, diagnoser=RunDiagnoser(spec=name, name=name, version="1", origin="test",
+                                                           reference=True, self_test=name == "oracle"),
+                       case_set_hash=case_set.hash, taxonomy_version=case_set.taxonomy.version, cases_dir=str(cases_dir),
+                       env=RunEnv(python="3", torch=None, platform="test", host="test"), device="cpu", timeout_s=60,
+                       jobs=1, started=datetime(2026, 1, 1, tzinfo=timezone.utc), status="complete")
+        store.begin(info)
+        results = [score_case(case_set.get(c.id).case, d, taxonomy=case_set.taxonomy, seconds=1.0)
+                   for c, d in zip(cases, diagnoses)]
+        for r in results:
+            store.append_result(r)
+        store.summary_path.write_text(summarize(results, diagnoser=DiagnoserInfo(spec=name, name=name, version="1"),
+                                      case_set_hash=case_set.hash, taxonomy_version=case_set.taxonomy.version,
+                                      n_boot=50).model_dump_json())
+        out.append(store.root)
+    return out
 
 
-def test_baseline_checks_fail_when_the_board_is_wrong():
-    leaky = run_summary("leak", HALF)               # a leak that found something
-    imperfect = run_summary("oracle", GOOD)         # an oracle below 1
-    harmless = run_summary("symptoms", NOTHING)     # symptoms that score like null
-    checks = dict((c.split(":")[0], ok) for c, ok, _ in check_baselines([imperfect, run_summary("null", NOTHING),
-                                                                         leaky, harmless]))
-    assert checks == {"oracle": False, "null": True, "leak": False, "symptoms": False}
-    missing = check_baselines([run_summary("null", NOTHING)])
-    assert [ok for _, ok, _ in missing] == [False, True, False, False] and "no oracle run" in missing[0][2]
+SOUND = {"oracle": ORACLE, "null": NOTHING, "leak": NOTHING, "symptoms": SYMPTOMS, "good": GOOD}
+
+
+def test_the_gate_passes_a_sound_board_on_its_closed_forms(tmp_path):
+    checks = check_board(write_board(tmp_path, SOUND))
+    assert [c.split(":")[0] for c, _, _ in checks] == ["oracle", "null", "base-rate spray", "leak", "symptoms"]
+    assert all(ok for _, ok, _ in checks), checks
+    measured = dict((c.split(":")[0], m) for c, _, m in checks)
+    assert "skill -0.49999" in measured["null"] and "closed form -0.49999" in measured["null"]  # 1 - 2 / (4/3)
+    assert "(3 cases, 2 labeled causes)" in measured["base-rate spray"]
+
+
+def test_the_gate_fails_a_wrong_board(tmp_path):
+    wrong = {"oracle": GOOD,        # an oracle below 1
+             "null": NOTHING,
+             "leak": HALF,          # a leak that found something
+             "symptoms": NOTHING}   # symptoms that score like null
+    checks = dict((c.split(":")[0], ok) for c, ok, _ in check_board(write_board(tmp_path, wrong)))
+    assert checks == {"oracle": False, "null": True, "base-rate spray": True, "leak": False, "symptoms": False}
+    missing = dict((c.split(":")[0], (ok, m)) for c, ok, m in check_board(write_board(tmp_path / "x", {"leak": NOTHING})))
+    assert not any(ok for ok, _ in missing.values())
+    assert "no null run" in missing["base-rate spray"][1] and "no oracle run" in missing["oracle"][1]
+
+
+def test_the_gate_recomputes_null_from_the_labels(tmp_path):
+    """A null whose summary.json does not hold the closed form fails: the gate counts the labels itself."""
+    runs = write_board(tmp_path, SOUND)
+    from diageval.run.store import RunStore
+
+    store = RunStore(runs[1])
+    s = store.read_summary()
+    store.summary_path.write_text(s.model_copy(update={"metrics": s.metrics.model_copy(update={
+        "skill": s.metrics.skill.model_copy(update={"value": 0.0})})}).model_dump_json())
+    checks = dict((c.split(":")[0], ok) for c, ok, _ in check_board(runs))
+    assert checks["null"] is False and checks["leak"] is False  # leak no longer equals null either
+    # case files that changed since the run: the spray cannot be scored on them
+    (tmp_path / "cases" / "h1.yaml").write_text((tmp_path / "cases" / "h1.yaml").read_text().replace("hand-built", "edited"))
+    spray = next((ok, m) for c, ok, m in check_board(runs) if c.startswith("base-rate spray"))
+    assert spray[0] is False and "changed since the run" in spray[1]
 
 
 def test_check_board_script_reads_run_folders(tmp_path):
@@ -181,16 +246,18 @@ def test_check_board_script_reads_run_folders(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    runs = [write_run(tmp_path, n, run_summary(n, d)) for n, d in
-            (("oracle", ORACLE), ("null", NOTHING), ("leak", NOTHING), ("symptoms", SYMPTOMS))]
+    runs = write_board(tmp_path, {n: SOUND[n] for n in ("oracle", "null", "leak", "symptoms")})
     (tmp_path / "leaderboard.md").write_text("not a run")
     ok = subprocess.run([sys.executable, str(root / ".ci" / "check_board"), *map(str, runs), str(tmp_path / "leaderboard.md")],
                         capture_output=True, text=True)
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert ok.stdout.count("\nok  ") + ok.stdout.startswith("ok  ") == 4
-    (runs[3] / "summary.json").write_text(run_summary("symptoms", NOTHING).model_dump_json())
+    assert ok.stdout.count("\nok  ") + ok.stdout.startswith("ok  ") == 5
+    from diageval.run.store import RunStore
+
+    RunStore(runs[3]).summary_path.write_text(RunStore(runs[1]).read_summary().model_copy(update={
+        "diagnoser": DiagnoserInfo(spec="symptoms", name="symptoms")}).model_dump_json())  # symptoms exactly like null
     bad = subprocess.run([sys.executable, str(root / ".ci" / "check_board"), *map(str, runs)], capture_output=True, text=True)
-    assert bad.returncode == 1 and "FAIL symptoms: skill < 0" in bad.stdout and "the board is wrong" in bad.stderr
+    assert bad.returncode == 1 and "FAIL symptoms: skill < null's" in bad.stdout and "the board is wrong" in bad.stderr
 
 
 def test_injected_and_recorded_cases_are_shown_apart_as_well_as_together():
@@ -200,6 +267,60 @@ def test_injected_and_recorded_cases_are_shown_apart_as_well_as_together():
                   case_set_hash="feedc0de" * 8, taxonomy_version="1.0", n_boot=200)
     assert {k: v.cases for k, v in s.by_evidence.items()} == {"injected": 2, "recorded": 1}
     board = render_leaderboard([s])
-    assert "### Injected and recorded cases apart" in board and "(1 cases)" in board
+    assert "### Skill by part" in board and "| recorded (1 cases) |" in board
     only_injected = run_summary("plain", GOOD)
-    assert "### Injected and recorded" not in render_leaderboard([only_injected])
+    assert "injected (" not in render_leaderboard([only_injected])
+
+
+FAMILY_CASES = [make_case(f"s{i}", [{"category": STRAGGLER, "ranks": [1]}]) for i in range(4)] + \
+               [make_case(f"l{i}", [{"category": LOADER}]) for i in range(4)] + [make_case(f"h{i}") for i in range(4)]
+
+
+def family_summary(name, straggler, loader):
+    """Finds the straggler cases at ``straggler``, the loader cases at ``loader`` (0: says nothing)."""
+    diagnoses = [diag(cause(STRAGGLER, straggler, ranks=[1])) if straggler else diag() for _ in range(4)] + \
+                [diag(cause(LOADER, loader)) if loader else diag() for _ in range(4)] + [diag() for _ in range(4)]
+    results = [score_case(c, d, taxonomy=TAX, seconds=1.0) for c, d in zip(FAMILY_CASES, diagnoses)]
+    return summarize(results, diagnoser=DiagnoserInfo(spec=name, name=name, version="1"), case_set_hash="f" * 64,
+                     taxonomy_version="1.0", n_boot=100)
+
+
+def test_skill_by_family_and_where_a_part_orders_the_diagnosers_otherwise():
+    """Pooled, the broad diagnoser wins; on the compute family the specialist does: the board says so."""
+    broad = family_summary("broad", 0.6, 0.95)
+    specialist = family_summary("specialist", 0.95, 0.0)
+    assert broad.metrics.skill.value > specialist.metrics.skill.value
+    assert set(broad.by_family) == {"compute", "input"}
+    assert broad.by_family["compute"].labeled == 4
+    # compute: 4 straggler cases of 12, R = 4 (1 - 4/12) = 8/3; the specialist loses 4 x .05^2
+    assert specialist.by_family["compute"].skill.value == pytest.approx(1 - 4 * 0.05**2 / (8 / 3))
+    assert specialist.by_family["input"].skill.value == pytest.approx(1 - 4 / (8 / 3))  # says nothing on input
+    md = render_leaderboard([broad, specialist])
+    part = md.split("### Skill by part")[1].split("\n### ")[0]
+    assert "compute.* (4 labeled) ⇅" in part and "input.* (4 labeled) |" in part
+    assert "- compute.*: **specialist 1** above **broad 1** (the board has each pair the other way)" in part
+
+
+def test_skill_by_split_and_the_gap_between_splits():
+    cases = [c.model_copy(update={"split": "public" if i % 2 else "private"}) for i, c in enumerate(FAMILY_CASES)]
+    diagnoses = [diag(cause(STRAGGLER, 0.9, ranks=[1])) if c.split == "public" else diag() for c in cases[:4]] + \
+                [diag(cause(LOADER, 0.9)) for _ in range(4)] + [diag() for _ in range(4)]
+    results = [score_case(c, d, taxonomy=TAX, seconds=1.0) for c, d in zip(cases, diagnoses)]
+    assert {r.split for r in results} == {"public", "private"}
+    s = summarize(results, diagnoser=DiagnoserInfo(spec="d", name="d", version="1"), case_set_hash="f" * 64,
+                  taxonomy_version="1.0", n_boot=300)
+    assert {k: v.cases for k, v in s.by_split.items()} == {"private": 6, "public": 6}
+    public, private = s.by_split["public"].metrics.skill.value, s.by_split["private"].metrics.skill.value
+    gap = s.split_gaps["public"]
+    assert gap.value == pytest.approx(public - private) and gap.value > 0 and gap.n == 6
+    assert gap.ci[0] <= gap.value <= gap.ci[1]
+    assert s.split_gaps["private"].value == pytest.approx(-gap.value)
+    md = render_leaderboard([s])
+    table = md.split("### Skill by split")[1]
+    assert "| split private (6 cases) | split public (6 cases) | gap private − public |" in table
+    assert f"{s.split_gaps['private'].value:.2f} [" in table
+    assert "split public (6 cases)" in md.split("### Skill by part")[1]  # a part of the per-part view too
+    unsplit = summarize([r.model_copy(update={"split": None}) for r in results],
+                        diagnoser=DiagnoserInfo(spec="d", name="d"), case_set_hash="f" * 64, taxonomy_version="1.0",
+                        n_boot=0)
+    assert unsplit.by_split == {} and unsplit.split_gaps == {} and "### Skill by split" not in render_leaderboard([unsplit])

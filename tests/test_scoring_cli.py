@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
-from scoring_helpers import LOADER, STALL, STRAGGLER, cause, diag, make_case, symptom
+from scoring_helpers import CHECKPOINT, LOADER, STALL, STRAGGLER, cause, diag, make_case, symptom
 
 from diageval.cases.taxonomy import load_taxonomy
 from diageval.cli import main
@@ -86,11 +86,15 @@ def test_diagnosis_file_errors(tmp_path, text, message):
 def test_format_case_result_shows_every_verdict_and_outcome():
     tax = load_taxonomy()
     case = make_case("c1", [{"category": STRAGGLER, "ranks": [1]}, {"category": LOADER}])
-    r = score_case(case, diag(cause(STRAGGLER, 0.8, ranks=[0], impact=0.2), cause(STALL, 0.3),
-                              symptom("symptom.slow_step")), taxonomy=tax, measured_impact=0.25)
+    r = score_case(case, diag(cause(STRAGGLER, 0.8, ranks=[0], impact=0.2), cause(STALL, 0.6),
+                              symptom("symptom.slow_step"), cause(CHECKPOINT, 0.3)), taxonomy=tax, measured_impact=0.25)
     text = format_case_result(r)
     assert "#0 compute.straggler_rank ranks [0] (confidence 0.80): mislocated - " in text
-    assert "#1 comm.collective_stall (confidence 0.30): wrong_cause - " in text
+    assert "#1 comm.collective_stall (confidence 0.60): wrong_cause - " in text
+    assert "#3 checkpoint.blocking_save (confidence 0.30): hedge - confidence 0.30 < 0.5: states that" in text
+    # one event per (cause, rank) in the rank-credited score: the rank claimed (0) and the rank labeled (1)
+    assert "  rank compute.straggler_rank@0: stated 0.80, true 0, error 0.640 (rank-credited score only)" in text
+    assert "  rank compute.straggler_rank@1: stated 0.00, true 1, error 1.000 (rank-credited score only)" in text
     assert "compute.straggler_rank ranks [1]: found, not localised - found by claim #0" in text
     assert "input.dataloader_starvation: missed - missed: no claim names input.dataloader_starvation" in text
     assert "symptoms observed (recorded, not scored): symptom.slow_step" in text
@@ -144,6 +148,16 @@ def test_runs_scored_by_older_rules_are_refused_until_rescored(tmp_path):
     with pytest.raises(RunReadError, match=r"result 1: .*no scoring_version.*re-score the run with `diageval score RUN_DIR`"):
         RunStore(run).load()  # what diageval compare reads
     summary = rescore_run(run, case_set=case_set)
-    assert summary.schema_version == 2 and summary.metrics.skill.value == 0.0
+    # one positive and one healthy case: R = 1 (1 - 1/2) = 0.5, null loses 1
+    assert summary.schema_version == 3 and summary.metrics.skill.value == pytest.approx(1 - 1 / 0.5)
     assert json.loads((run / "summary.json").read_text()) == before
     assert "null" in report_runs([run])
+    # scored by scoring 2 (skill against null, wrong-rank events folded): refused the same way
+    rows = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    (run / "results.jsonl").write_text("".join(json.dumps(r | {"scoring_version": 2}) + "\n" for r in rows))
+    (run / "summary.json").write_text(json.dumps(before | {"schema_version": 2}))
+    with pytest.raises(ReportError, match=r"schema version 2, this diageval reads 3.*diageval score RUN_DIR"):
+        report_runs([run])
+    with pytest.raises(RunReadError, match=r"result 1: .*scoring_version 2, this diageval reads 3.*diageval score RUN_DIR"):
+        RunStore(run).load()
+    assert rescore_run(run, case_set=case_set).schema_version == 3

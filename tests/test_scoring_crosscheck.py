@@ -1,9 +1,11 @@
 """An independent oracle for the calibration numbers: scikit-learn on pairs built straight from the labels.
 
-``scoring`` computes Brier over every (case, taxonomy cause) pair and the confusion matrix with numpy
-from its own per-case records. Here the same numbers are computed a second way, from the cases' labels
-and the raw findings only (never from the scored records), with scikit-learn's ``brier_score_loss`` and
-``confusion_matrix``, on random diagnoses over the built-in corpus.
+``scoring`` computes Brier over every (case, taxonomy cause) pair, the confusion matrix and the two
+skills with numpy from its own per-case records and tally columns. Here the same numbers are computed a
+second way, from the cases' labels and the raw findings only (never from the scored records): Brier and
+the confusion matrix with scikit-learn's ``brier_score_loss`` and ``confusion_matrix``, the skills by a
+plain loop over the events docs/scoring.md defines and the climatological reference from the label
+counts, on random diagnoses over the built-in corpus.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from sklearn.metrics import brier_score_loss, confusion_matrix
 
 from diageval.cases.load import load_case_set
 from diageval.diagnosis import Abstention, Diagnosis, Finding
+from diageval.scoring.results import FOUND_CONFIDENCE
 from diageval.scoring.summary import DiagnoserInfo, summarize
 from diageval.scoring.verdicts import score_case
 
@@ -54,7 +57,8 @@ def test_brier_over_every_pair_and_confusion_match_scikit_learn(seed):
         for cause in TAXONOMY.causes:  # every (case, taxonomy cause) pair
             probabilities.append(stated.get(cause, 0.0))
             outcomes.append(int(cause in labeled))
-        top = max(diagnosis.causes, key=lambda f: f.confidence).category if diagnosis.causes else None
+        asserted = [f for f in diagnosis.causes if f.confidence >= FOUND_CONFIDENCE]  # hedges name no top claim
+        top = max(asserted, key=lambda f: f.confidence).category if asserted else None
         y_pred.append(top or NONE)
         y_true.append(top if top in labeled else (case.labels.causes[0].category if labeled else NONE))
 
@@ -62,3 +66,55 @@ def test_brier_over_every_pair_and_confusion_match_scikit_learn(seed):
     labels = summary.confusion.labels
     expected = confusion_matrix(y_true, y_pred, labels=labels)
     assert np.array_equal(np.array(summary.confusion.matrix), expected)
+
+
+def _skills_by_hand(diagnoses) -> tuple[float, float]:
+    """skill and skill (ranks) from the labels and findings alone (docs/scoring.md)."""
+    causes = set(TAXONOMY.causes)
+    loss = ranked = 0.0
+    labeled_cases: dict[str, int] = {}
+    rank_true: dict[str, int] = {}
+    rank_slots: dict[str, int] = {}
+    abstain_cases = 0
+    for case, d in zip(CASES, diagnoses):
+        labels = case.labels.causes
+        labeled = {c.category for c in labels}
+        stated: dict[str, float] = {}
+        for f in d.causes:
+            stated[f.category] = max(stated.get(f.category, 0.0), f.confidence)
+        for k in causes | set(stated):
+            loss += (stated.get(k, 0.0) - (k in labeled)) ** 2
+        expects_abstain = case.labels.expect == "abstain"
+        abstain_cases += expects_abstain
+        loss += ((d.abstain is not None) - expects_abstain) ** 2
+        for k in labeled:
+            labeled_cases[k] = labeled_cases.get(k, 0) + 1
+        for k in causes:  # rank events of every cause no label of this case names without ranks
+            mine = [c for c in labels if c.category == k]
+            if any(c.ranks is None for c in mine):
+                continue
+            truth = {r for c in mine for r in c.ranks}
+            rank_true[k] = rank_true.get(k, 0) + len(truth)
+            rank_slots[k] = rank_slots.get(k, 0) + case.world_size
+            named: dict[int, float] = {}
+            for f in d.causes:
+                if f.category == k:
+                    for r in f.ranks or ():
+                        named[r] = max(named.get(r, 0.0), f.confidence)
+            ranked += sum((named.get(r, 0.0) - (r in truth)) ** 2 for r in truth | set(named))
+    n = len(CASES)
+    reference = sum(nk * (1 - nk / n) for nk in labeled_cases.values()) + abstain_cases
+    reference_ranked = reference + sum(p * (1 - p / rank_slots[k]) for k, p in rank_true.items())
+    return 1 - loss / reference, 1 - (loss + ranked) / reference_ranked
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_skills_match_a_direct_count_of_events_and_the_climatology(seed):
+    rng = random.Random(seed)
+    diagnoses = [_random_diagnosis(rng, c.world_size) for c in CASES]
+    results = [score_case(c, d, taxonomy=TAXONOMY) for c, d in zip(CASES, diagnoses)]
+    m = summarize(results, diagnoser=DiagnoserInfo(spec="random", name="random", version="1"),
+                  case_set_hash=CASE_SET.hash, taxonomy_version=TAXONOMY.version, n_boot=0).metrics
+    skill, skill_ranked = _skills_by_hand(diagnoses)
+    assert m.skill.value == pytest.approx(skill, abs=1e-12)
+    assert m.skill_ranked.value == pytest.approx(skill_ranked, abs=1e-12)

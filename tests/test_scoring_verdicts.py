@@ -57,9 +57,11 @@ def test_forecasts_cover_labeled_and_claimed_ids_and_the_abstain_decision():
              cause("symptom.long_collective", 0.9), cause("gpu.thermal_throttle", 0.1))
     r = score_case(case, d, taxonomy=TAX)
     assert forecasts(r) == [
-        ("cause", STALL, 0.4, 0.4, False),            # the highest confidence given to it
-        ("cause", STRAGGLER, 0.7, 0.0, True),         # rank credit: 0.7 named no ranks, 0.3 named the wrong one
-        ("wrong_ranks", STRAGGLER, 0.0, 0.3, False),  # counted in the rank-credited score only
+        ("cause", STALL, 0.4, 0.4, False),            # the highest confidence given to it (hedges included)
+        ("cause", STRAGGLER, 0.7, 0.7, True),
+        # one event per (cause, rank), in the rank-credited score only: the claim at 0.7 names no ranks
+        ("rank", f"{STRAGGLER}@0", 0.0, 0.3, False),  # a rank a claim names, not labeled
+        ("rank", f"{STRAGGLER}@1", 0.0, 0.0, True),   # the labeled rank, which no claim names
         ("not_a_cause", "gpu.thermal_throttle", 0.1, 0.1, False),
         ("not_a_cause", "symptom.long_collective", 0.9, 0.9, False),
         ("abstain", "abstain", 0.0, 0.0, False),
@@ -69,7 +71,8 @@ def test_forecasts_cover_labeled_and_claimed_ids_and_the_abstain_decision():
 
 def test_forecasts_of_silence_failure_and_abstention():
     ranked = make_case("c1", [{"category": STRAGGLER, "ranks": [1]}])
-    null = [("cause", STRAGGLER, 0.0, 0.0, True), ("abstain", "abstain", 0.0, 0.0, False)]
+    null = [("cause", STRAGGLER, 0.0, 0.0, True), ("rank", f"{STRAGGLER}@1", 0.0, 0.0, True),
+            ("abstain", "abstain", 0.0, 0.0, False)]
     assert forecasts(score_case(ranked, diag(), taxonomy=TAX)) == null
     assert forecasts(score_case(ranked, None, taxonomy=TAX, status="timeout")) == null
     assert forecasts(score_case(ranked, diag(abstain="x"), taxonomy=TAX))[-1] == ("abstain", "abstain", 1.0, 1.0, False)
@@ -81,9 +84,32 @@ def test_forecasts_of_silence_failure_and_abstention():
     assert score_case(make_case("x"), None, taxonomy=TAX, status="invalid").forecasts == []
 
 
-def test_label_without_ranks_gives_rank_credit_to_any_claim():
+def test_label_without_ranks_leaves_ranks_unjudged():
+    """A label without ranks means all ranks, or a cause that is not rank-specific: no rank event."""
     r = score_case(make_case("c1", [{"category": LOADER}]), diag(cause(LOADER, 0.6, ranks=[0])), taxonomy=TAX)
-    assert forecasts(r)[0] == ("cause", LOADER, 0.6, 0.6, True)
+    assert forecasts(r) == [("cause", LOADER, 0.6, 0.6, True), ("abstain", "abstain", 0.0, 0.0, False)]
+    # a cause nobody labeled: the ranks a claim names are statements about false events
+    r = score_case(make_case("c2", [{"category": LOADER}]), diag(cause(STALL, 0.6, ranks=[0, 1])), taxonomy=TAX)
+    assert [f for f in forecasts(r) if f[0] == "rank"] == [("rank", f"{STALL}@0", 0.0, 0.6, False),
+                                                           ("rank", f"{STALL}@1", 0.0, 0.6, False)]
+
+
+def test_rank_events_are_one_per_cause_and_rank():
+    """Naming every rank of an 8-rank job at 0.5 is eight statements, seven of them false: it scores far
+    worse than naming the right rank, and worse than naming the cause alone (issue 21: folded into one false
+    event it scored 0.5)."""
+    case = make_case("c1", [{"category": STRAGGLER, "ranks": [1]}], world_size=8)
+
+    def ranked_loss(d):
+        return sum((f.ranked_probability - f.outcome) ** 2 for f in score_case(case, d, taxonomy=TAX).forecasts)
+
+    every = diag(*(cause(STRAGGLER, 0.5, ranks=[r]) for r in range(8)))
+    assert ranked_loss(every) == pytest.approx(0.25 + 0.25 + 7 * 0.25)   # cause, rank 1, seven false ranks
+    assert ranked_loss(diag(cause(STRAGGLER, 0.5))) == pytest.approx(0.25 + 1)  # the cause, no rank stated
+    assert ranked_loss(diag(cause(STRAGGLER, 0.9, ranks=[1]))) == pytest.approx(0.01 + 0.01)
+    assert ranked_loss(diag()) == 2.0  # null: the cause and its labeled rank
+    # the unranked score is not touched by ranks: every one of these states the cause at its highest confidence
+    assert score_case(case, every, taxonomy=TAX).forecasts[0].probability == 0.5
 
 
 def test_every_claim_keeps_its_stated_impact():
@@ -110,11 +136,11 @@ def test_symptom_as_cause_wrong_cause_unknown_duplicate_in_confidence_order():
     case = make_case("c1", [{"category": STRAGGLER, "ranks": [1]}], symptoms=["symptom.long_collective"])
     d = diag(
         cause("symptom.long_collective", 0.9),   # #0: labeled symptom
-        cause(STRAGGLER, 0.3, ranks=[1]),        # #1: judged after #4, so a duplicate
+        cause(STRAGGLER, 0.55, ranks=[1]),       # #1: judged after #4, so a duplicate
         cause(STALL, 0.6),                       # #2: a cause, not labeled
-        cause("gpu.thermal_throttle", 0.2),      # #3: not in the taxonomy
+        cause("gpu.thermal_throttle", 0.52),     # #3: not in the taxonomy
         cause(STRAGGLER, 0.7, ranks=[1]),        # #4: the credited one
-        cause("symptom.low_utilization", 0.1),   # #5: an unlabeled symptom is still a symptom
+        cause("symptom.low_utilization", 0.5),   # #5: an unlabeled symptom is still a symptom (0.5 asserts)
         symptom("symptom.slow_step"),            # #6: kind symptom: recorded, never judged
     )
     r = score_case(case, d, taxonomy=TAX)
@@ -135,10 +161,26 @@ def test_symptom_as_cause_wrong_cause_unknown_duplicate_in_confidence_order():
 
 def test_healthy_control_every_cause_claim_is_a_false_alarm():
     case = make_case("h1")
-    r = score_case(case, diag(cause(STALL, 0.4), cause("symptom.slow_step", 0.9), symptom("symptom.low_utilization")),
+    r = score_case(case, diag(cause(STALL, 0.6), cause("symptom.slow_step", 0.9), symptom("symptom.low_utilization")),
                    taxonomy=TAX)
     assert [v.verdict for v in r.verdicts] == ["false_alarm", "false_alarm"]
     assert r.outcomes == [] and r.categories == []
+
+
+def test_a_claim_below_half_is_a_hedge_scored_by_the_proper_score_alone():
+    """Confidence < 0.5 states that the cause is more likely absent: it finds nothing (no recall, top-1,
+    localisation) and misleads nobody (no false alarm), while its probability is still an event of skill."""
+    case = make_case("c1", [{"category": STRAGGLER, "ranks": [1]}, {"category": LOADER}])
+    r = score_case(case, diag(cause(STRAGGLER, 0.45, ranks=[1]), cause(STALL, 0.2), cause(LOADER, 0.5)), taxonomy=TAX)
+    assert verdicts(r) == [(2, LOADER, "correct"), (0, STRAGGLER, "hedge"), (1, STALL, "hedge")]
+    assert "0.45 < 0.5" in r.verdicts[1].reason
+    assert [o.outcome for o in r.outcomes] == ["missed", "found"]  # label order: straggler, loader
+    assert "only a hedge names compute.straggler_rank (confidence 0.45 < 0.5)" in r.outcomes[0].reason
+    assert r.top_claim == LOADER
+    assert [(f.event, f.probability) for f in r.forecasts if f.kind == "cause"] == [
+        (STALL, 0.2), (STRAGGLER, 0.45), (LOADER, 0.5)]
+    only_hedges = score_case(make_case("h1"), diag(cause(STALL, 0.49)), taxonomy=TAX)
+    assert [v.verdict for v in only_hedges.verdicts] == ["hedge"] and only_hedges.top_claim is None
 
 
 def test_abstain_case_cause_claim_is_wrong_cause_and_abstaining_is_recorded():
@@ -210,5 +252,26 @@ def test_results_of_older_scoring_rules_are_refused_with_the_command_that_rescor
     del old["scoring_version"]
     with pytest.raises(ValueError, match=r"scoring_version.*diageval score RUN_DIR"):
         CaseResult.model_validate(old)
-    with pytest.raises(ValueError, match="scoring_version 1"):
-        CaseResult.model_validate({**old, "scoring_version": 1})
+    for version in (1, 2):
+        with pytest.raises(ValueError, match=f"scoring_version {version}.*diageval score RUN_DIR"):
+            CaseResult.model_validate({**old, "scoring_version": version})
+
+
+def test_a_case_may_name_its_split():
+    from pydantic import ValidationError
+
+    from diageval.cases.model import Case
+
+    data = make_case("c1", [{"category": STRAGGLER}]).model_dump(mode="json", exclude_none=True)
+    assert Case.model_validate(data | {"split": "public"}).split == "public"
+    assert Case.model_validate(data).split is None
+    for bad in ("", "two words", "-leading", 3):
+        with pytest.raises(ValidationError, match="split"):
+            Case.model_validate(data | {"split": bad})
+
+
+def test_results_carry_the_split_and_world_size():
+    case = make_case("c1", [{"category": STRAGGLER}], world_size=4).model_copy(update={"split": "public"})
+    r = score_case(case, diag(), taxonomy=TAX)
+    assert (r.split, r.world_size) == ("public", 4)
+    assert score_case(make_case("c2"), diag(), taxonomy=TAX).split is None

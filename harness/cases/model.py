@@ -191,6 +191,10 @@ class Case(_Strict):
     manifest: ManifestationCheck | None = None
     requires: Requires = Field(default_factory=Requires)
     tags: list[str] = Field(default_factory=list)
+    split: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+                              description="The part of the corpus this case belongs to (e.g. public, or a private "
+                                          "corpus' own name): `diageval report` shows each diagnoser's skill per "
+                                          "split and the gap between splits; never shown to a diagnoser")
 
     @model_validator(mode="before")
     @classmethod
