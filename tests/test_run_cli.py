@@ -12,7 +12,6 @@ import pytest
 from click.testing import CliRunner
 from run_fakes import FakeEvidence, write_bundle
 
-import diageval.run.pipeline as run_module
 from diageval.cli import main
 from diageval.paths import default_cases_dir
 
@@ -63,7 +62,9 @@ def test_diagnose_prints_findings_or_a_clear_error(tmp_path, cases_dir):
 
 
 def test_run_prints_the_headline_and_resumes(tmp_path, cases_dir, monkeypatch):
-    monkeypatch.setattr(run_module, "_default_evidence_fn", lambda: FakeEvidence(tmp_path / "bundles"))
+    fake = FakeEvidence(tmp_path / "bundles")  # the CLI hands the pipeline prepare_evidence (with --data): stand in for it
+    monkeypatch.setattr("diageval.recording.prepare.prepare_evidence",
+                        lambda loaded, *, device="auto", force=False, data_dir=None: fake(loaded, device=device, force=force))
     args = ["run", "-d", "oracle", "--cases", str(cases_dir), "--out", str(tmp_path / "runs"), "--timeout", "30"]
     out = CliRunner().invoke(main, args)
     assert out.exit_code == 0, out.output
