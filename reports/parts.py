@@ -10,7 +10,9 @@ outweighs them), so the board shows the parts apart. The parts, each read off th
 * cause family: ``comm``, ``compute``, ... (``Summary.by_family``: skill over the events of the family's
   causes on every case, against the family's base rates);
 * split: a case's ``split:`` (``Summary.by_split``), when some case names one; the gap between splits is
-  :func:`split_rows`' business.
+  :func:`split_rows`' business;
+* device family of the evidence: ``cpu``, ``nvidia``, ``amd``, ... (``Summary.by_device``), when the runs
+  hold more than one.
 
 Decided here (the design is silent):
 
@@ -19,7 +21,8 @@ Decided here (the design is silent):
   puts A above B and the part's skill puts B strictly above A (point values; a part where either is
   undefined says nothing about the pair). The inversions are point facts: each cell keeps its interval,
   and a swap between two cells whose intervals overlap widely is noise a reader can see.
-* Rows are in the board's order; columns are evidence kinds, then families (sorted), then splits.
+* Rows are in the board's order; columns are evidence kinds, then families (sorted), then splits, then
+  device families.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ EVIDENCE_KINDS = ("injected", "recorded")
 
 @dataclass(frozen=True)
 class Part:
-    kind: str  # "evidence", "family" or "split"
+    kind: str  # "evidence", "family", "split" or "device"
     name: str
     size: str  # what the part holds, as a reader reads it ("96 cases", "17 labeled")
     cells: list[MetricValue | None]  # per summary, in the order given; None: the run has no such part
@@ -42,7 +45,8 @@ class Part:
 
     @property
     def label(self) -> str:
-        return {"evidence": self.name, "family": f"{self.name}.*", "split": f"split {self.name}"}[self.kind]
+        return {"evidence": self.name, "family": f"{self.name}.*", "split": f"split {self.name}",
+                "device": f"on {self.name}"}[self.kind]
 
 
 def _skill(s: Summary, kind: str, name: str) -> MetricValue | None:
@@ -52,7 +56,7 @@ def _skill(s: Summary, kind: str, name: str) -> MetricValue | None:
     if kind == "family":
         fam = s.by_family.get(name)
         return None if fam is None else fam.skill
-    sub = s.by_split.get(name)
+    sub = (s.by_device if kind == "device" else s.by_split).get(name)
     return None if sub is None else sub.metrics.skill
 
 
@@ -64,6 +68,8 @@ def _size(summaries: list[Summary], kind: str, name: str) -> str:
             return f"{s.by_family[name].labeled} labeled"
         if kind == "split" and name in s.by_split:
             return f"{s.by_split[name].cases} cases"
+        if kind == "device" and name in s.by_device:
+            return f"{s.by_device[name].cases} cases"
     return ""
 
 
@@ -88,6 +94,9 @@ def parts(summaries: list[Summary], ranked_runs: list[bool]) -> list[Part]:
         names += [("evidence", k) for k in kinds]
     names += [("family", f) for f in sorted({f for s in summaries for f in s.by_family})]
     names += [("split", p) for p in sorted({p for s in summaries for p in s.by_split})]
+    devices = sorted({d for s in summaries for d in s.by_device})
+    if len(devices) > 1:
+        names += [("device", d) for d in devices]
     out = []
     for kind, name in names:
         cells = [_skill(s, kind, name) for s in summaries]

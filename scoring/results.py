@@ -131,6 +131,8 @@ class CaseResult(_Record):
     tags: list[str] = Field(default_factory=list)
     split: str | None = Field(None, description="The case's split (its `split:` field), e.g. public; null when "
                               "the case names none")
+    device_family: str | None = Field(None, description="cpu, nvidia, amd, mtia or unknown: the kind of device "
+                                      "the evidence comes from (the board's per-device view); null in older results")
     world_size: int = Field(1, description="Ranks in the case's job: the rank events a label-blind forecast of a "
                             "ranked cause would state (the rank-credited score's reference)")
     categories: list[str] = Field(default_factory=list, description="The labeled causes")

@@ -25,6 +25,9 @@ Decided here (the design is silent):
   split the skill over its cases minus the skill over the run's other cases, with the hull of the BCa and
   jackknife-t intervals of that difference over the same resamples (a diagnoser that generalises has a
   gap whose interval holds 0).
+* ``by_device`` repeats the full metric set over the cases of each device family of the evidence (a
+  case's ``device_family``: cpu, nvidia, amd, mtia, unknown), so a reader sees whether a diagnoser's skill
+  on the CPU cases recorded here carries over to real GPU jobs.
 * ``by_difficulty`` repeats the full metric set over the scored cases of each difficulty, in the same
   resamples as the overall metrics (each resample of the run, restricted to that difficulty's cases:
   the usual bootstrap of a sub-population, whose size varies from resample to resample as it would
@@ -206,6 +209,9 @@ class Summary(_Model):
         description="Skill per cause family (the id's first segment), every case included")
     by_split: dict[str, SubsetBreakdown] = Field(
         description="The full metric set per split (the cases' `split:`); empty when no case names a split")
+    by_device: dict[str, SubsetBreakdown] = Field(
+        default_factory=dict, description="The full metric set per device family of the evidence (cpu, nvidia, amd, "
+        "mtia, unknown: a case's `device_family`)")
     split_gaps: dict[str, MetricValue] = Field(
         description="Per split: skill over its cases minus skill over the run's other cases, with the interval "
                     "of that difference (n: the split's cases); empty with fewer than two splits")
@@ -263,12 +269,14 @@ def summarize(
     splits = np.array([r.split or NO_SPLIT for r in scored])
     split_names = sorted(set(splits.tolist())) if any(r.split for r in scored) else []
     split_subsets = {name: resampled.subset(splits == name) for name in split_names}
+    devices = np.array([r.device_family or "unknown" for r in scored])
+    device_subsets = {name: resampled.subset(devices == name) for name in sorted(set(devices.tolist()))}
     per_category = {cat: category_metrics(cat) for cat in categories}
     per_family = {family: {"skill": family_skill(family)} for family in table.families}
     Resampled.warm([(resampled, METRICS), *((resampled, specs) for specs in per_category.values()),
                     *((resampled, specs) for specs in per_family.values()),
                     *((subset, METRICS) for subset in [*subsets.values(), *evidence_subsets.values(),
-                                                       *split_subsets.values()])])
+                                                       *split_subsets.values(), *device_subsets.values()])])
 
     by_category = {
         cat: CategoryBreakdown(
@@ -284,6 +292,8 @@ def summarize(
                    for kind, subset in evidence_subsets.items()}
     by_split = {name: SubsetBreakdown(cases=len(subset.table), metrics=Metrics(**subset.metrics()))
                 for name, subset in split_subsets.items()}
+    by_device = {name: SubsetBreakdown(cases=len(subset.table), metrics=Metrics(**subset.metrics()))
+                 for name, subset in device_subsets.items()}
     labeled = {k: int(resampled.point[category_column("labeled", k)][0]) for k in table.labeled}
     by_family = {family: FamilyBreakdown(labeled=sum(n for k, n in labeled.items() if cause_family(k) == family),
                                          skill=resampled.metrics(specs)["skill"])
@@ -303,6 +313,7 @@ def summarize(
         reference=reference_of(resampled.point, labeled),
         by_family=by_family,
         by_split=by_split,
+        by_device=by_device,
         split_gaps=split_gaps,
         reliability=reliability_of(table),
         detection=detection_by_cause(scored),

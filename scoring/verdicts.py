@@ -92,6 +92,7 @@ def score_case(
         evidence=case.evidence_kind,
         tags=list(case.tags),
         split=case.split,
+        device_family=case.device_family,
         world_size=case.world_size,
         categories=[label.category for label in case.labels.causes],
         measured_impact=measured_impact,

@@ -324,3 +324,26 @@ def test_skill_by_split_and_the_gap_between_splits():
                         diagnoser=DiagnoserInfo(spec="d", name="d"), case_set_hash="f" * 64, taxonomy_version="1.0",
                         n_boot=0)
     assert unsplit.by_split == {} and unsplit.split_gaps == {} and "### Skill by split" not in render_leaderboard([unsplit])
+
+
+def test_skill_by_device_family_of_the_evidence():
+    """Issue 23: a diagnoser's skill on the CPU cases recorded here, and on each kind of real device, apart."""
+    cases = FAMILY_CASES
+    results = [score_case(c, diag(cause(STRAGGLER, 0.9, ranks=[1])) if i < 4 else diag(), taxonomy=TAX, seconds=1.0)
+               for i, c in enumerate(cases)]
+    assert {r.device_family for r in results} == {"cpu"}  # injected cases recorded on CPU here
+    results = [r.model_copy(update={"device_family": "nvidia" if i % 3 == 0 else "cpu"}) for i, r in enumerate(results)]
+    s = summarize(results, diagnoser=DiagnoserInfo(spec="d", name="d", version="1"), case_set_hash="f" * 64,
+                  taxonomy_version="1.0", n_boot=200)
+    assert {k: v.cases for k, v in s.by_device.items()} == {"cpu": 8, "nvidia": 4}
+    part = render_leaderboard([s]).split("### Skill by part")[1].split("\n### ")[0]
+    assert "on cpu (8 cases)" in part and "on nvidia (4 cases)" in part
+
+
+def test_a_recorded_case_s_device_family_is_its_hardware_s_maker():
+    from diageval.cases.load import load_case_set
+
+    families = {lc.case.id: lc.case.device_family for lc in load_case_set().cases}
+    assert families["mi300x-one-rank-of-eight"] == "amd" and families["v100-ddp-gpu-bound"] == "nvidia"
+    assert families["mlp-ddp-healthy"] == "cpu"
+    assert set(families.values()) <= {"cpu", "nvidia", "amd", "mtia", "unknown"}

@@ -148,6 +148,15 @@ class Measured(_Strict):
     figures: list[MeasuredFile] = Field(min_length=1)
 
 
+DEVICE_MAKERS: dict[str, tuple[str, ...]] = {
+    "cpu": ("cpu only",),
+    "nvidia": ("nvidia", "tesla", "quadro", "geforce", "a100", "h100", "b200"),
+    "amd": ("amd", "instinct", "mi300", "mi250"),
+    "mtia": ("mtia",),
+}
+"""Device families by words of a recorded case's ``hardware``, in order (the first that matches)."""
+
+
 class RecordedEvidence(_Strict):
     """A real job's traces as a case's evidence, with their provenance and the measurements behind the labels."""
 
@@ -231,6 +240,19 @@ class Case(_Strict):
     @property
     def evidence_kind(self) -> Literal["injected", "recorded"]:
         return "recorded" if self.recorded is not None else "injected"
+
+    @property
+    def device_family(self) -> str:
+        """The kind of device the evidence comes from, for the board's per-device view (issue 23): a recorded
+        case's by its hardware's maker (:data:`DEVICE_MAKERS`; ``unknown`` where the traces name none), an
+        injected one by the device it is recorded on here (``cpu``, or ``nvidia`` for CUDA cases)."""
+        if self.recorded is None:
+            return "nvidia" if self.requires.device == "cuda" else "cpu"
+        hardware = self.recorded.hardware.lower()
+        for family, marks in DEVICE_MAKERS.items():
+            if any(m in hardware for m in marks):
+                return family
+        return "unknown"
 
     @property
     def world_size(self) -> int:
