@@ -346,3 +346,15 @@ def load_taxonomy_version(cases_dir: Path) -> str:
     from diageval.cases.taxonomy import load_taxonomy
 
     return load_taxonomy(cases_dir / "taxonomy.yaml").version
+
+
+def test_a_venv_inside_the_checkout_stays_on_the_box_s_path(tmp_path, monkeypatch):
+    """CI and a newcomer make their venv inside the checkout (a hidden root): its bin folder stays on PATH
+    (the box binds it as the running Python), so `cmd:python ...` runs the venv's Python."""
+    checkout = tmp_path / "checkout"
+    venv = checkout / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    monkeypatch.setattr(sys, "prefix", str(venv))
+    env = scrubbed_env({"PATH": f"{venv}/bin:{checkout}/tools:/usr/bin", "LANG": f"{checkout}/x"},
+                       SandboxPolicy(hidden=(checkout,)))
+    assert env["PATH"] == f"{venv}/bin:/usr/bin" and "LANG" not in env

@@ -298,14 +298,23 @@ def scrubbed_env(environ: Mapping[str, str], policy: SandboxPolicy, *, home: Pat
     hidden root. ``HOME``, ``PWD`` and ``TMPDIR`` point into the box; ``policy.extra_env`` is added last.
     """
     hidden = [str(real_path(h)) for h in policy.hidden] + [str(h) for h in policy.hidden]
+    homes = [real_path(Path(p)) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
     env = {}
-    names_hidden = lambda text: any(h in text for h in hidden if h and h != "/")  # noqa: E731
+
+    def shown(text: str) -> bool:
+        """Names nothing hidden, or is a folder of the running Python (a venv inside the checkout)."""
+        if not any(h in text for h in hidden if h and h != "/"):
+            return True
+        return os.path.isabs(text) and any(is_within(real_path(Path(text)), home) for home in homes)
+
     for key, value in environ.items():
         if key.startswith(ENV_DROP_PREFIX) or key in ("PWD", "OLDPWD") or not policy.host.passes(key):
             continue
-        if names_hidden(value) and os.pathsep in value:  # PATH-like: keep the entries that name nothing hidden
-            value = os.pathsep.join(v for v in value.split(os.pathsep) if v and not names_hidden(v))
-        if value and not names_hidden(value):
+        if os.pathsep in value or key == "PATH":  # PATH-like: keep the entries that may be shown
+            value = os.pathsep.join(v for v in value.split(os.pathsep) if v and shown(v))
+            if value:
+                env[key] = value
+        elif value and shown(value):
             env[key] = value
     env.update({"HOME": str(home), "PWD": str(home), "TMPDIR": "/tmp"})
     env.update(policy.extra_env)
