@@ -19,6 +19,17 @@ def is_within(p: Path, root: Path) -> bool:
     return p == root or root in p.parents
 
 
+def python_homes() -> list[Path]:
+    """The running Python's prefixes, resolved (a venv's and its base interpreter's)."""
+    return [real_path(Path(p)) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
+
+
+def in_python(p: Path) -> bool:
+    """Whether ``p`` lies inside the running Python's prefixes (a venv inside the checkout included)."""
+    rp = real_path(Path(p))
+    return any(is_within(rp, home) for home in python_homes())
+
+
 
 def python_paths() -> list[tuple[Path, bool]]:
     """(folder, whether to look through it first) for the Python installation: its prefixes, the
@@ -29,12 +40,10 @@ def python_paths() -> list[tuple[Path, bool]]:
     folder outside the prefixes is bound as it is when it is a site folder (``site-packages``,
     ``dist-packages``: another environment's packages), else only when it holds no label store (an
     editable install's project folder)."""
-    homes = [real_path(Path(p)) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
     paths = [(Path(p), False) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, Path(sys.executable).parent)]
     for entry in installation_path():
-        rp = real_path(Path(entry))
-        inside = any(is_within(rp, h) for h in homes)
-        paths.append((Path(entry), not inside and rp.name not in ("site-packages", "dist-packages")))
+        site_folder = real_path(Path(entry)).name in ("site-packages", "dist-packages")
+        paths.append((Path(entry), not in_python(Path(entry)) and not site_folder))
     return paths
 
 

@@ -44,7 +44,6 @@ import functools
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -56,7 +55,7 @@ from diageval.hosting.errors import SandboxUnavailable
 from diageval.hosting.label_stores import harness_outputs, refusal
 from diageval.hosting.limits import BoxGroups, limited_argv, remove_stale_groups
 from diageval.hosting.policy import HostPolicy
-from diageval.hosting.python_paths import is_within, path_dirs, python_paths, real_path
+from diageval.hosting.python_paths import in_python, is_within, path_dirs, python_paths, real_path
 
 BOX_ROOT = Path("/box")
 BOX_IN = BOX_ROOT / "in"
@@ -243,18 +242,17 @@ def readable_paths(policy: SandboxPolicy) -> list[Path]:
     package's source folders) is bound. A ``$PATH`` folder outside the system and Python is bound only
     when :func:`~diageval.hosting.label_stores.refusal` finds nothing in it.
     """
-    homes = [real_path(Path(p)) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
     hidden = [real_path(h) for h in policy.hidden]
-    exposing = [h for h in hidden if not any(is_within(h, home) for home in homes)]  # inside Python: masked instead
+    exposing = [h for h in hidden if not in_python(h)]  # inside Python: masked instead
     outputs = harness_outputs()
     wanted: list[Path] = []
     for p, checked in python_paths() + [(Path(d), True) for d in path_dirs()]:
         rp = real_path(p)
         if not rp.exists() or any(is_within(h, rp) for h in exposing):
             continue
-        if any(is_within(rp, h) for h in hidden) and not any(is_within(rp, home) for home in homes):
+        if any(is_within(rp, h) for h in hidden) and not in_python(rp):
             continue
-        system = any(is_within(rp, Path(d)) for d in SYSTEM_DIRS) or any(is_within(rp, home) for home in homes)
+        system = any(is_within(rp, Path(d)) for d in SYSTEM_DIRS) or in_python(rp)
         if checked and not system and refusal(rp, outputs) is not None:
             continue
         wanted.append(rp)
@@ -298,14 +296,13 @@ def scrubbed_env(environ: Mapping[str, str], policy: SandboxPolicy, *, home: Pat
     hidden root. ``HOME``, ``PWD`` and ``TMPDIR`` point into the box; ``policy.extra_env`` is added last.
     """
     hidden = [str(real_path(h)) for h in policy.hidden] + [str(h) for h in policy.hidden]
-    homes = [real_path(Path(p)) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
     env = {}
 
     def shown(text: str) -> bool:
         """Names nothing hidden, or is a folder of the running Python (a venv inside the checkout)."""
         if not any(h in text for h in hidden if h and h != "/"):
             return True
-        return os.path.isabs(text) and any(is_within(real_path(Path(text)), home) for home in homes)
+        return os.path.isabs(text) and in_python(Path(text))
 
     for key, value in environ.items():
         if key.startswith(ENV_DROP_PREFIX) or key in ("PWD", "OLDPWD") or not policy.host.passes(key):

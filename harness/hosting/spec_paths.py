@@ -27,6 +27,7 @@ from pathlib import Path
 
 from diageval.hosting.box_policy import HiddenRoots
 from diageval.hosting.errors import SpecPathError
+from diageval.hosting.python_paths import in_python
 
 BOX_OWN = ("/proc", "/dev", "/sys")  # the box mounts its own: a word there names nothing of the host
 
@@ -73,20 +74,13 @@ def _module_paths(spec: str, module: str, roots: HiddenRoots, cwd: Path) -> Spec
         location = Path(found.origin)
     else:
         return SpecPaths(spec)
-    if _installed(location):
+    if in_python(location):
         return SpecPaths(spec)  # the Python installation is visible as it is
     shown, why = roots.may_show(location)
     if shown is None:
         raise SpecPathError(f"{spec!r}: module {top!r} is at {location}, which a sandboxed diagnoser may not see: {why}; "
                             "install it as a package, or move it to a folder of its own")
     return SpecPaths(spec, visible=(shown,), python_path=(str(location.parent),))
-
-
-def _installed(location: Path) -> bool:
-    from diageval.hosting.sandbox import is_within, real_path
-
-    homes = [real_path(Path(p)) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
-    return any(is_within(real_path(location), h) for h in homes)
 
 
 def _command_paths(spec: str, roots: HiddenRoots, cwd: Path) -> SpecPaths:
