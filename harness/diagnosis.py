@@ -38,6 +38,20 @@ WholeNumber = Annotated[int, BeforeValidator(_strict("an integer"))]
 """A JSON integer: a boolean or a string is refused (a lax int would read ``true`` as 1)."""
 
 
+FACTOR_PART_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:=+-]{0,63}$"
+
+
+class FactorRef(BaseModel):
+    """One value of one factor of a fleet or a regression: the machine, software version or configuration
+    value that runs share (``host: node-07``, ``version: v2.5.1``, ``loader_workers: "2"``). Names and
+    values are opaque words from the evidence's ``fleet.json``; they never encode a fault."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=FACTOR_PART_PATTERN, description="The factor, as fleet.json's run metadata names it")
+    value: str = Field(pattern=FACTOR_PART_PATTERN, description="The factor's value the claim is about")
+
+
 class Finding(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -51,6 +65,13 @@ class Finding(BaseModel):
     impact: Number | None = Field(None, ge=0.0, le=1.0, description="Claimed fraction of step time lost to it")
     summary: str = Field("", description="One line a person can read")
     evidence: list[str] = Field(default_factory=list, description="Pointers a person can check in the bundle")
+    factor: FactorRef | None = Field(
+        None, description="Fleet and regression evidence: the factor value the cause sits behind (the runs that "
+        "have it are the slow ones); null for one job's evidence"
+    )
+    magnitude: Number | None = Field(
+        None, gt=0.0, description="Regression evidence: the claimed candidate / baseline step-time ratio"
+    )
 
     @model_validator(mode="after")
     def _ranges(self) -> "Finding":
@@ -65,6 +86,10 @@ class Abstention(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     reason: str = Field(min_length=1, description="Why the evidence is insufficient")
+    factors: list[FactorRef] = Field(
+        default_factory=list, description="Fleet evidence: factor values that cannot be told apart (aliased, "
+        "e.g. every run on node-07 also ran v2.5), named by an abstention that refuses to pick one"
+    )
 
 
 class Diagnosis(BaseModel):
