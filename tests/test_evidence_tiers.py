@@ -112,7 +112,8 @@ def _shown(tier: str, **kw) -> set[str]:
 
 
 ONE_RANK_CAUSES = {"input.dataloader_starvation", "checkpoint.blocking_save", "launch.kernel_launch_overhead",
-                   "host.device_sync", "memory.allocator_churn"}
+                   "host.device_sync", "memory.allocator_churn", "measurement.profiler_overhead", "compile.recompilation",
+                   "compute.numeric_precision"}
 
 
 def test_steps_shows_no_cause_so_every_positive_expects_abstention():

@@ -171,6 +171,15 @@ def check_case(case: Case, file: str, taxonomy: Taxonomy) -> list[CaseProblem]:
             bad(field, f"{sym!r} is a cause; list it under labels.causes, not labels.symptoms")
     if case.manifest and case.manifest.rank is not None and case.manifest.rank >= case.world_size:
         bad("manifest.rank", f"rank {case.manifest.rank} is out of range for world_size {case.world_size}")
+    if case.fleet is not None:  # regression and fleet cases: their runs' workloads and the faults behind factors
+        from diageval.cases.fleet_checks import check_fleet
+
+        for field, issue in check_fleet(case):
+            if isinstance(issue, ValidationError):
+                problems.extend(_pydantic_problems(file, issue, prefix=field))
+            else:
+                bad(field, issue)
+        return problems
     if case.workload is None:  # recorded: no workload; its faults may only edit the imported evidence
         for i, fault_spec in enumerate(case.faults):
             fault = FAULTS.get(fault_spec.name)

@@ -19,16 +19,29 @@ Conventions decided here (the design is silent):
   re-derives them); its ``faults`` may only be evidence edits (a derived case: part of the real traces
   removed, e.g. their device events, applied to the imported bundle), and ``recorded.rationale`` says how they lead to the labels. The trace files are
   never in the repository: the harness finds them under the data folder (``paths.real_traces_dir``).
+* ``kind`` (issue 24): ``job`` (the default: one run, what slows it), ``regression`` (a baseline and a
+  candidate run that differ in exactly one declared factor: did the candidate regress, by how much, why)
+  or ``fleet`` (8-16 runs of one workload across hosts, versions and configurations). The two multi-run
+  kinds carry ``fleet:``: the runs, each with an opaque name, its metadata (factor -> value, opaque words
+  that never encode a fault), its start order and per-run workload parameter overrides, and the faults
+  that apply wherever one factor takes one value (``where: {name: host, value: node-07}``). The case's
+  ``workload`` is every run's base workload (or, for a recorded regression, each run names its
+  ``recorded`` traces); case-level ``faults`` stay empty. A fleet's labels name the factor value each
+  cause sits behind (``causes[].factor``); a fleet whose faulty factor value is aliased with another
+  (every run with one also has the other) expects ``abstain`` and names both under ``labels.aliased``.
+  :meth:`Case.fleet_members` turns each run into an ordinary job case (what gets recorded and cached).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from diageval.cases.taxonomy import TAXONOMY_ID_PATTERN
+from diageval.diagnosis import FACTOR_PART_PATTERN, FactorRef
 from diageval.fileio import sha256_text
 
 CASE_ID_PATTERN = r"^[a-z0-9]+(-[a-z0-9]+)*$"
@@ -66,6 +79,8 @@ class CauseLabel(_Strict):
     category: str = Field(pattern=TAXONOMY_ID_PATTERN, description="A cause id of the taxonomy")
     ranks: list[int] | None = Field(None, description="Ranks where the cause sits; null = all or not rank-specific")
     steps: tuple[int, int] | None = Field(None, strict=False, description="Half-open step range [start, stop)")
+    factor: FactorRef | None = Field(None, description="Regression and fleet cases: the factor value the cause "
+                                                       "sits behind (the runs with it are the slow ones)")
 
     @field_validator("ranks")
     @classmethod
@@ -91,9 +106,15 @@ class Labels(_Strict):
     causes: list[CauseLabel] = Field(default_factory=list)
     symptoms: list[str] = Field(default_factory=list, description="Symptom ids the cause produces")
     expect: Literal["diagnose", "healthy", "abstain"]
+    aliased: list[FactorRef] = Field(default_factory=list, description="Fleet cases expecting abstain: the factor "
+                                     "values that cannot be told apart (every run with one has the others)")
 
     @model_validator(mode="after")
     def _expect_matches_causes(self) -> "Labels":
+        if self.aliased and self.expect != "abstain":
+            raise ValueError("aliased: only a case with expect: abstain names aliased factor values")
+        if self.aliased and len(set(self.aliased)) < 2:
+            raise ValueError("aliased: name at least two different factor values (the ones that cannot be told apart)")
         if self.expect == "diagnose" and not self.causes:
             raise ValueError("causes: a case with expect: diagnose needs at least one labeled cause")
         if self.expect != "diagnose" and self.causes:
@@ -185,6 +206,92 @@ class RecordedEvidence(_Strict):
         return self
 
 
+RUN_NAME_PATTERN = r"^[a-z0-9]+(-[a-z0-9]+)*$"
+
+
+class FleetRun(_Strict):
+    """One run of a regression or fleet case. Its name and metadata reach the diagnoser (``fleet.json``):
+    opaque words that never encode a fault (a test greps them for taxonomy, fault and parameter words)."""
+
+    name: str = Field(pattern=RUN_NAME_PATTERN, max_length=32, description="Opaque run name (e.g. job-4f1c)")
+    metadata: dict[str, str] = Field(min_length=1, description="Factor name -> value (host, version, a config "
+                                                                "value), all strings, opaque")
+    start: int = Field(ge=0, description="Start order in the fleet (0 first); fleet.json gives each run a start "
+                                         "time in this order")
+    role: Literal["baseline", "candidate"] | None = Field(None, description="Regression cases: which run is which")
+    workload_params: dict[str, Any] = Field(default_factory=dict, description="Overrides of the base workload's "
+                                            "params for this run (benign variation: a seed, a batch size)")
+    recorded: RecordedEvidence | None = Field(None, description="A recorded regression: this run's real traces")
+
+    @field_validator("metadata")
+    @classmethod
+    def _opaque_words(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, value in v.items():  # the FactorRef patterns: a diagnosis must be able to name each of them
+            for part in (name, value):
+                if not isinstance(part, str) or not re.match(FACTOR_PART_PATTERN, part):
+                    raise ValueError(f"{name!r}: {value!r}: expected factor names and values as opaque words matching "
+                                     f"{FACTOR_PART_PATTERN} (strings: quote numbers)")
+        return v
+
+
+class FactorFaults(_Strict):
+    """Faults injected into every run whose metadata gives ``where.name`` the value ``where.value``."""
+
+    where: FactorRef
+    faults: list[FaultSpec] = Field(min_length=1)
+
+
+class FleetSpec(_Strict):
+    runs: list[FleetRun] = Field(min_length=2, max_length=16)
+    faults: list[FactorFaults] = Field(default_factory=list, description="Faults behind factor values")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "FleetSpec":
+        names = [r.name for r in self.runs]
+        if len(set(names)) != len(names):
+            raise ValueError("runs: two runs share a name")
+        starts = [r.start for r in self.runs]
+        if len(set(starts)) != len(starts):
+            raise ValueError("runs: two runs share a start order")
+        keys = set(self.runs[0].metadata)
+        for i, r in enumerate(self.runs):
+            if set(r.metadata) != keys:
+                raise ValueError(f"runs[{i}].metadata: expected the same factors as runs[0] ({', '.join(sorted(keys))}), "
+                                 f"got {', '.join(sorted(r.metadata))}")
+        for i, ff in enumerate(self.faults):
+            if ff.where.name not in keys:
+                raise ValueError(f"faults[{i}].where.name: {ff.where.name!r} is not a factor of the runs' metadata "
+                                 f"({', '.join(sorted(keys))})")
+            if not self.runs_with(ff.where):
+                raise ValueError(f"faults[{i}].where.value: no run has {ff.where.name} = {ff.where.value!r}")
+        return self
+
+    @property
+    def factors(self) -> list[str]:
+        return sorted(self.runs[0].metadata)
+
+    def runs_with(self, ref: FactorRef) -> list[FleetRun]:
+        return [r for r in self.runs if r.metadata.get(ref.name) == ref.value]
+
+    def faults_of(self, run: FleetRun) -> list[FaultSpec]:
+        """The faults injected into ``run``: those of every ``where`` its metadata matches, in listed order."""
+        return [f for ff in self.faults if run.metadata.get(ff.where.name) == ff.where.value for f in ff.faults]
+
+    def aliased_with(self, ref: FactorRef) -> list[FactorRef]:
+        """Every other factor value held by exactly the same runs as ``ref`` (perfectly confounded with it)."""
+        runs = {r.name for r in self.runs_with(ref)}
+        out = []
+        for name in self.factors:
+            for value in sorted({r.metadata[name] for r in self.runs}):
+                other = FactorRef(name=name, value=value)
+                if other != ref and {r.name for r in self.runs_with(other)} == runs:
+                    out.append(other)
+        return out
+
+    def ordered(self) -> list[FleetRun]:
+        return sorted(self.runs, key=lambda r: r.start)
+
+
 class Requires(_Strict):
     device: Literal["any", "cuda"] = "any"
     min_devices: int = Field(1, ge=1, description="CUDA devices needed when device is cuda")
@@ -193,6 +300,11 @@ class Requires(_Strict):
 class Case(_Strict):
     id: str = Field(pattern=CASE_ID_PATTERN, description="Unique, kebab-case; never shown to a diagnoser")
     title: str = Field(min_length=1)
+    kind: Literal["job", "regression", "fleet"] = Field("job", description="job: one run, what slows it; "
+                                                        "regression: a baseline and a candidate run differing in one "
+                                                        "factor; fleet: 8-16 runs across hosts, versions, configurations")
+    fleet: FleetSpec | None = Field(None, description="regression and fleet cases: the runs, their metadata and the "
+                                                      "faults behind factor values")
     workload: WorkloadSpec | None = Field(None, description="Injected evidence: the workload recorded here")
     recorded: RecordedEvidence | None = Field(None, description="Recorded evidence: a real job's traces")
     faults: list[FaultSpec] = Field(default_factory=list, description="Empty = healthy control")
@@ -217,6 +329,10 @@ class Case(_Strict):
 
     @model_validator(mode="after")
     def _internal(self) -> "Case":
+        if self.kind != "job":
+            return self._check_multi_run()
+        if self.fleet is not None:
+            raise ValueError("fleet: only cases of kind regression or fleet have runs; add kind: regression or kind: fleet")
         if (self.workload is None) == (self.recorded is None):
             raise ValueError("workload: a case has exactly one of workload (injected evidence) and recorded (a real job's traces)")
         if self.recorded is not None:
@@ -237,8 +353,86 @@ class Case(_Strict):
             raise ValueError("faults: a positive case injects at least one fault")
         return self
 
+    def _check_multi_run(self) -> "Case":
+        fleet = self.fleet
+        if fleet is None:
+            raise ValueError(f"fleet: a case of kind {self.kind} needs fleet: (its runs, their metadata and faults)")
+        if self.faults:
+            raise ValueError(f"faults: a {self.kind} case injects through fleet.faults (behind a factor value); "
+                             "leave the case-level faults empty")
+        if self.recorded is not None:
+            raise ValueError(f"recorded: a recorded {self.kind} case names each run's traces under fleet.runs[].recorded")
+        recorded_runs = [r.recorded is not None for r in fleet.runs]
+        if self.workload is None and not all(recorded_runs):
+            raise ValueError("workload: every run needs either the case's workload (recorded live here) or its own "
+                             "recorded traces (fleet.runs[].recorded)")
+        if self.workload is not None and any(recorded_runs):
+            raise ValueError("fleet.runs: a case with a workload records its runs live; recorded traces go in a case "
+                             "without a workload")
+        if any(recorded_runs) and fleet.faults:
+            raise ValueError("fleet.faults: a recorded fleet injects nothing; its labels rest on the runs' recorded.measured")
+        if self.kind == "regression":
+            if len(fleet.runs) != 2:
+                raise ValueError(f"fleet.runs: a regression has exactly 2 runs (baseline and candidate), got {len(fleet.runs)}")
+            if sorted(str(r.role) for r in fleet.runs) != ["baseline", "candidate"]:
+                raise ValueError("fleet.runs: a regression's runs have role baseline and role candidate, one each")
+            a, b = (r.metadata for r in fleet.runs)
+            differ = [k for k in a if a[k] != b[k]]
+            if len(differ) != 1:
+                raise ValueError(f"fleet.runs: a regression's runs differ in exactly one declared factor; they differ in "
+                                 f"{len(differ)} ({', '.join(differ) or 'none'})")
+        else:
+            if not 8 <= len(fleet.runs) <= 16:
+                raise ValueError(f"fleet.runs: a fleet has 8 to 16 runs, got {len(fleet.runs)}")
+            if any(r.role is not None for r in fleet.runs):
+                raise ValueError("fleet.runs: role (baseline, candidate) is for regression cases only")
+        for i, c in enumerate(self.labels.causes):
+            if c.factor is None:
+                raise ValueError(f"labels.causes[{i}].factor: a {self.kind} case names the factor value the cause sits behind")
+            if not fleet.runs_with(c.factor):
+                raise ValueError(f"labels.causes[{i}].factor: no run has {c.factor.name} = {c.factor.value!r}")
+            if self.workload is not None and not any(ff.where == c.factor for ff in fleet.faults):
+                raise ValueError(f"labels.causes[{i}].factor: no fleet.faults entry injects behind "
+                                 f"{c.factor.name} = {c.factor.value!r}")
+            if self.workload is not None and c.steps is not None and c.steps[1] > self.workload.steps:
+                raise ValueError(f"labels.causes[{i}].steps: stop {c.steps[1]} is past the workload's {self.workload.steps} steps")
+        for i, ref in enumerate(self.labels.aliased):
+            if not fleet.runs_with(ref):
+                raise ValueError(f"labels.aliased[{i}]: no run has {ref.name} = {ref.value!r}")
+        if self.labels.aliased:
+            first = self.labels.aliased[0]
+            group = set(fleet.aliased_with(first)) | {first}
+            for i, ref in enumerate(self.labels.aliased[1:], start=1):
+                if ref not in group:
+                    raise ValueError(f"labels.aliased[{i}]: {ref.name} = {ref.value!r} is not held by exactly the runs "
+                                     f"that hold {first.name} = {first.value!r}; aliased values share every run")
+        if self.labels.expect == "diagnose" and self.manifest is None and self.workload is not None:
+            raise ValueError("manifest: required for expect: diagnose (how to tell the fault behind the factor manifested)")
+        if self.labels.expect == "diagnose" and self.workload is not None and not fleet.faults:
+            raise ValueError("fleet.faults: a positive case injects at least one fault behind a factor value")
+        if self.labels.expect != "diagnose" and self.manifest is not None:
+            raise ValueError("manifest: only positive cases (expect: diagnose) have one")
+        return self
+
+    def fleet_members(self) -> list[tuple[FleetRun, "Case"]]:
+        """Each run of an injected regression or fleet case, in start order, as the ordinary job case that records
+        it: the base workload with the run's parameter overrides and the faults behind its factor values. Its
+        id is derived from its spec (not the fleet case's), so runs with the same spec are one cached recording
+        shared between cases; its labels are empty (a member is never scored alone)."""
+        if self.fleet is None or self.workload is None:
+            raise ValueError(f"case {self.id}: only an injected regression or fleet case has members to record")
+        out = []
+        for run in self.fleet.ordered():
+            workload = self.workload.model_copy(update={"params": {**self.workload.params, **run.workload_params}})
+            member = Case(id="member", title=f"a run of {self.id}", workload=workload, faults=self.fleet.faults_of(run),
+                          labels=Labels(expect="healthy"), requires=self.requires)
+            out.append((run, member.model_copy(update={"id": f"member-{member.spec_hash()[:16]}"})))
+        return out
+
     @property
     def evidence_kind(self) -> Literal["injected", "recorded"]:
+        if self.fleet is not None:
+            return "injected" if self.workload is not None else "recorded"
         return "recorded" if self.recorded is not None else "injected"
 
     @property
@@ -246,9 +440,12 @@ class Case(_Strict):
         """The kind of device the evidence comes from, for the board's per-device view (issue 23): a recorded
         case's by its hardware's maker (:data:`DEVICE_MAKERS`; ``unknown`` where the traces name none), an
         injected one by the device it is recorded on here (``cpu``, or ``nvidia`` for CUDA cases)."""
-        if self.recorded is None:
+        recorded = self.recorded
+        if self.fleet is not None and self.workload is None:
+            recorded = self.fleet.runs[0].recorded
+        if recorded is None:
             return "nvidia" if self.requires.device == "cuda" else "cpu"
-        hardware = self.recorded.hardware.lower()
+        hardware = recorded.hardware.lower()
         for family, marks in DEVICE_MAKERS.items():
             if any(m in hardware for m in marks):
                 return family
@@ -256,16 +453,29 @@ class Case(_Strict):
 
     @property
     def world_size(self) -> int:
-        return self.recorded.world_size if self.recorded is not None else self.workload.world_size
+        scaled = [f.params.get("scaled_world_size") for f in self.faults if f.name == "scale_out"]
+        if scaled and isinstance(scaled[-1], int):  # an evidence edit that scales the job out (issue 26)
+            return scaled[-1]
+        if self.workload is not None:
+            return self.workload.world_size
+        if self.fleet is not None:  # a recorded fleet: its largest run
+            return max(r.recorded.world_size for r in self.fleet.runs if r.recorded is not None)
+        return self.recorded.world_size
 
     def healthy_twin(self) -> "Case":
         """The same case with its faults removed: the baseline for the manifestation check."""
         if self.recorded is not None:
             raise ValueError(f"case {self.id}: a recorded case has no healthy twin")
+        if self.fleet is not None:
+            raise ValueError(f"case {self.id}: a {self.kind} case has no healthy twin; its runs without the fault are its baseline")
         return self.model_copy(update={"faults": []})
 
     def spec_hash(self) -> str:
         """Hash of everything that shapes a recording or an import (not title, tags or labels)."""
+        if self.fleet is not None:
+            payload = {"kind": self.kind, "workload": self.workload.model_dump() if self.workload else None,
+                       "fleet": self.fleet.model_dump(mode="json")}
+            return sha256_text(yaml.safe_dump(payload, sort_keys=True))
         if self.recorded is not None:
             payload = {"recorded": [(f.rank, f.sha256) for f in sorted(self.recorded.files, key=lambda f: f.rank)]}
             if self.faults:  # evidence edits of the real traces

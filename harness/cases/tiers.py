@@ -100,6 +100,18 @@ CAUSE_TIERS: dict[str, CauseTier] = {
     "memory.allocator_churn": CauseTier(
         lowest="one-rank",
         why="allocation and free runtime calls every step are in the churning rank's trace only"),
+    "measurement.profiler_overhead": CauseTier(
+        lowest="one-rank",
+        why="what the costly profiler options leave (stacks, input shapes, memory events on the ops) is in the "
+            "measured run's trace; step times only say the run is slower"),
+    "compile.recompilation": CauseTier(
+        lowest="one-rank",
+        why="the slow steps are in the step log, but that their time goes to the compiler is seen only in the "
+            "trace's compile regions; every rank compiles alike"),
+    "compute.numeric_precision": CauseTier(
+        lowest="one-rank",
+        why="the wider input types of the same ops are in a trace recorded with shapes; step times only say "
+            "the run is slower"),
 }
 
 
@@ -122,7 +134,7 @@ def traced_ranks(case: Case) -> set[int]:
     for fault in case.faults:
         if fault.name == "drop_rank_trace":
             ranks.discard(fault.params.get("missing_rank"))
-        elif fault.name == "sample_rank_traces":
+        elif fault.name == "sample_rank_traces" or (fault.name == "scale_out" and fault.params.get("traced_ranks")):
             ranks &= set(fault.params.get("traced_ranks", ()))
     return ranks
 
