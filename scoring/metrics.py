@@ -180,7 +180,8 @@ METRICS: dict[str, MetricSpec] = {s.name: s for s in [
                headline=True, bounds=UNBOUNDED_BELOW, prior=_skill_prior("loss_null_ranked", REFERENCE_RANKED),
                definition="skill plus one event per (cause, rank), for every cause the case does not label without "
                           "ranks: each rank a claim on it or its label names, at the highest confidence of the claims "
-                          "naming it; R adds the ranks' climatology",
+                          "naming it, and the same per (cause, factor value) of a regression or fleet, plus one per "
+                          "factor value an abstention names or the case labels aliased; R adds their climatology",
                n_counts="scored cases"),
     MetricSpec("f1", "F1", formula=lambda t: f1_of(t["found"], t["causes"], t["misleading"]), prior=_ends(1.0, 0.0),
                definition="2·found / (2·found + misleading claims + missed causes); null scores 0",
@@ -212,10 +213,22 @@ METRICS: dict[str, MetricSpec] = {s.name: s for s in [
     _p("rank_recall", "rank_hit", "rank_labeled", label="rank R", board=False,
        definition="labeled ranks named / labeled ranks, over found causes whose label names ranks",
        n_counts="labeled ranks of found ranked causes"),
+    _p("factor_precision", "factor_hit", "factor_stated", label="factor P",
+       definition="true factor statements / factor statements: the (cause, factor value) pairs claimed at confidence "
+                  "≥ 0.5 and the factor values an abstention names, true when a label of that cause sits behind that "
+                  "value (or the case labels the value aliased)", n_counts="factor statements"),
+    _p("factor_recall", "factor_hit", "factor_labeled", label="factor R",
+       definition="labeled (cause, factor value) pairs and aliased values stated (at confidence ≥ 0.5, or named by "
+                  "the abstention) / labeled ones", n_counts="labeled factor values (regression and fleet cases)"),
     MetricSpec("impact_mae", "impact MAE", better="lower", board=False, n_column="impact_n",
                ratio=("impact_abs_err", "impact_n"), prior=_ends(0.0, 0.5),
                definition="mean |claimed − true impact| over every stated impact: credited claims' sum vs the "
                           "measured impact, a misleading claim's vs 0", n_counts="impact statements judged"),
+    MetricSpec("magnitude_error", "magnitude err.", better="lower", digits=".3f", board=False, n_column="magnitude_n",
+               ratio=("magnitude_log_err", "magnitude_n"), bounds=(0.0, np.inf), prior=_ends(0.0, float(np.log(2.0))),
+               definition="mean |ln(claimed / measured)| over the cases with a measured candidate / baseline ratio "
+                          "(regressions) whose most confident claim stating a magnitude states one (0.1: about 10% off)",
+               n_counts="regression cases with a claimed magnitude"),
     MetricSpec("brier", "Brier", better="lower", digits=".3f", n_column="pairs",
                ratio=("pair_sq_err", "pairs"), prior=_wrong_answer_share,
                definition="mean (probability − labeled)² over every (case, taxonomy cause) pair",

@@ -16,11 +16,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SCORING_VERSION = 3
+SCORING_VERSION = 4
 """Version of the judging rules in :mod:`diageval.scoring.verdicts`; 2 added forecasts (the headline
 score), strict localisation (claimed ranks a subset of the labeled ranks) and every claim's impact; 3
 made a claim below :data:`FOUND_CONFIDENCE` a ``hedge`` (scored by the proper score alone), gave the
-rank-credited score one event per (cause, rank), and records the case's world size and split."""
+rank-credited score one event per (cause, rank), and records the case's world size and split; 4 (issue 24)
+adds the fleet's factors: one event per (cause, factor value) and per aliased factor value an abstention
+names, in the rank-credited score, and a regression's claimed and measured magnitude."""
+READABLE_VERSIONS: frozenset[int] = frozenset({3, SCORING_VERSION})
+"""Versions whose results this code reads as they are. A version-3 result is a version-4 one without factor
+events: version 3 knew no fleet case and no diagnosis could name a factor, so every field version 4 adds is
+empty on it and every number is the same (tests/test_scoring_factors.py re-scores one to show it)."""
 
 FOUND_CONFIDENCE = 0.5
 """A cause claim asserts its cause (can find a labeled cause, or mislead) only at this confidence or more.
@@ -64,6 +70,7 @@ class ClaimVerdict(_Record):
     confidence: float
     ranks: list[int] | None = Field(None, description="Ranks the claim names")
     impact: float | None = Field(None, description="The impact the claim states (fraction of step time), if any")
+    factor: str | None = Field(None, description="The factor value the claim names ('name=value'), if any")
     reason: str = Field(description="One line a person can read")
 
     @property
@@ -84,12 +91,17 @@ class CauseOutcome(_Record):
     localized: bool | None = Field(
         None, description="Found and the label names ranks: did the credited claim name overlapping ranks? Else null"
     )
+    factor: str | None = Field(None, description="The factor value the label puts the cause behind ('name=value'); "
+                               "null for one job's evidence")
     claim_index: int | None = Field(None, description="The finding that found it")
     claimed_ranks: list[int] | None = Field(None, description="Ranks the crediting claim named (found causes only)")
     reason: str
 
 
-ForecastKind = Literal["cause", "not_a_cause", "rank", "abstain"]
+ForecastKind = Literal["cause", "not_a_cause", "rank", "factor", "aliased", "abstain"]
+RANKED_ONLY_KINDS: frozenset[str] = frozenset({"rank", "factor", "aliased"})
+"""Events only the rank-credited score (``skill_ranked``) has: where in the job (ranks) and where in the
+fleet (factor values)."""
 
 
 class Forecast(_Record):
@@ -103,8 +115,14 @@ class Forecast(_Record):
     ``rank``: "cause k sits on rank r" (event ``k@r``), in the rank-credited score only: one per rank that
     a claim on k names or a label of k names, for every taxonomy cause k that no label of the case names
     without ranks (probability = the highest confidence of the claims on k that name r; outcome = r is a
-    labeled rank of k). ``abstain``: whether the diagnoser abstained, and whether the case
-    expects it. See :mod:`diageval.scoring.verdicts` for the rules and docs/scoring.md for the reasoning.
+    labeled rank of k). ``factor``: "cause k sits behind factor value v" (event ``k@name=value``), in the
+    rank-credited score only, the same way: one per value of the case's fleet that a claim on k names or a
+    label of k names, for every taxonomy cause k that no label of the case names without a factor
+    (probability = the highest confidence of the claims on k naming v; outcome = a label of k names v).
+    ``aliased``: "factor value v cannot be told apart from another" (event ``aliased@name=value``), in the
+    rank-credited score only: one per value the abstention names or the case labels aliased (probability 1
+    when the diagnosis abstained naming it, else 0; outcome = labeled aliased). ``abstain``: whether the
+    diagnoser abstained, and whether the case expects it. See :mod:`diageval.scoring.verdicts` for the rules and docs/scoring.md for the reasoning.
     """
 
     kind: ForecastKind
@@ -118,7 +136,7 @@ class Forecast(_Record):
 
 
 class CaseResult(_Record):
-    scoring_version: Literal[3] = Field(description="The judging rules that wrote this result (SCORING_VERSION)")
+    scoring_version: Literal[3, 4] = Field(description="The judging rules that wrote this result (SCORING_VERSION)")
     case_id: str
     status: Status
     expect: Literal["diagnose", "healthy", "abstain"]
@@ -135,6 +153,11 @@ class CaseResult(_Record):
                                       "the evidence comes from (the board's per-device view); null in older results")
     world_size: int = Field(1, description="Ranks in the case's job: the rank events a label-blind forecast of a "
                             "ranked cause would state (the rank-credited score's reference)")
+    fleet_factors: int = Field(0, description="Factor values of the case's fleet ((name, value) pairs over its runs' "
+                               "metadata): the factor events a label-blind forecast of a cause would state; 0 for "
+                               "one job's evidence")
+    aliased: list[str] = Field(default_factory=list, description="Factor values the case labels aliased "
+                               "('name=value'): the right abstention names them")
     categories: list[str] = Field(default_factory=list, description="The labeled causes")
     verdicts: list[ClaimVerdict] = Field(default_factory=list, description="In scoring order: descending confidence")
     outcomes: list[CauseOutcome] = Field(default_factory=list, description="In label order")
@@ -143,6 +166,10 @@ class CaseResult(_Record):
     abstain_reason: str | None = None
     top_claim: str | None = Field(None, description="Category of the highest-confidence cause claim")
     claimed_impact: float | None = Field(None, description="Sum of the credited claims' impacts, capped at 1")
+    claimed_magnitude: float | None = Field(None, description="Regression evidence: the candidate / baseline "
+                                            "step-time ratio the most confident asserted claim stating one states")
+    measured_magnitude: float | None = Field(None, description="Regression evidence: the candidate / baseline "
+                                             "step-time ratio measured by the case's verification")
     forecasts: list[Forecast] = Field(default_factory=list, description="The events of the headline score (empty "
                                       "for unscored cases)")
     taxonomy_causes: int = Field(0, description="Causes in the taxonomy the case was judged with: the (case, "
@@ -156,10 +183,11 @@ class CaseResult(_Record):
     @model_validator(mode="before")
     @classmethod
     def _current_rules(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("scoring_version") != SCORING_VERSION:
+        if isinstance(data, dict) and data.get("scoring_version") not in READABLE_VERSIONS:
             found = data.get("scoring_version")
             written = "no scoring_version (diageval before scoring 2)" if found is None else f"scoring_version {found!r}"
-            raise ValueError(f"scored by other rules: {written}, this diageval reads {SCORING_VERSION}; "
+            readable = " and ".join(str(v) for v in sorted(READABLE_VERSIONS))
+            raise ValueError(f"scored by other rules: {written}, this diageval reads {readable}; "
                              "re-score the run with `diageval score RUN_DIR`")
         return data
 

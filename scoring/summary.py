@@ -46,7 +46,8 @@ Decided here (the design is silent):
   it names one, else the case's first labeled cause, or ``none`` for healthy and abstain cases;
   predicted = the top (highest-confidence) cause claim, or ``none`` when the diagnoser claimed no cause
   (abstained, failed, or said nothing). Labels are every category on either axis, sorted, then ``none``.
-* ``schema_version`` 3 (this code) measures skill against climatology instead of ``null`` and adds the
+* ``schema_version`` 4 (this code) adds the factor metrics (factor precision and recall, magnitude error;
+  issue 24); 3 measures skill against climatology instead of ``null`` and adds the
   reference, the per-family and per-split views; version 2 replaced version 1's headline (F1, then
   misleading rate) with skill. Reading an older summary fails with a message that says to re-score the
   run (``diageval score RUN_DIR``).
@@ -81,7 +82,7 @@ from diageval.scoring.tallies import (
     tally_table,
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DETECTION_RECALL = 0.8
 DETECTION_MIN_CASES = 5
 DIFFICULTIES = ("easy", "medium", "hard")
@@ -193,7 +194,7 @@ class BootstrapInfo(_Model):
 
 
 class Summary(_Model):
-    schema_version: Literal[3] = SCHEMA_VERSION
+    schema_version: Literal[4] = SCHEMA_VERSION
     diagnoser: DiagnoserInfo
     case_set_hash: str
     taxonomy_version: str
@@ -229,7 +230,7 @@ class Summary(_Model):
     def _current_schema(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
             raise ValueError(f"summary schema version {data.get('schema_version')!r}, this diageval reads "
-                             f"{SCHEMA_VERSION} (skill against climatology): re-score the run with `diageval score RUN_DIR`")
+                             f"{SCHEMA_VERSION} (factor metrics): re-score the run with `diageval score RUN_DIR`")
         return data
 
 

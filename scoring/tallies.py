@@ -26,6 +26,17 @@ rank-credited score ``rank_slots@k``: the job's world size unless a label of k n
 (``reference``, ``reference_ranked``, ``reference@<family>``) from any totals of them: the point, each
 bootstrap resample, each jackknife sample.
 
+Factors (issue 24): the rank-credited score's ``factor`` and ``aliased`` events (a regression's or fleet's
+(cause, factor value) statements, and the factor values an abstention names) are counted with its rank
+events: in ``loss_ranked`` and ``loss_null_ranked``, never in the headline loss. Its reference adds their
+climatology the same way, ``factor_slots@k`` (the fleet's factor values, where k's factor is judged) and
+``factor_true@k`` (the labeled factor values of k), plus ``aliased_values`` (the values the case labels
+aliased: an abstention can only name a value or not, so, as for the abstain decision, climatology names
+none and loses one per aliased value). Factor precision and recall read the same events at the
+found threshold: ``factor_stated`` (factor and aliased events stated at confidence >= 0.5),
+``factor_hit`` (... that are true) and ``factor_labeled`` (true factor and aliased events). The magnitude
+error has one term per case with a measured and a claimed magnitude: |ln(claimed / measured)|.
+
 The table is a plain array (cases × columns, rows sorted by case id) built in one pass, so that
 :func:`~diageval.scoring.summary.summarize` of 10,000 cases stays well under a second.
 """
@@ -38,7 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from diageval.scoring.results import UNCOUNTED_VERDICTS, CaseResult
+from diageval.scoring.results import FOUND_CONFIDENCE, RANKED_ONLY_KINDS, UNCOUNTED_VERDICTS, CaseResult
 
 CALIBRATION_BINS = 11
 """Bin 0 holds the pairs stated at probability 0 (unclaimed); bins 1-10 are (0, 0.1], ..., (0.9, 1.0]."""
@@ -81,13 +92,19 @@ BASE_COLUMNS = [
     "impact_abs_err",
     "seconds_n",
     "seconds_sum",
+    "aliased_values",   # factor values the case labels aliased (the rank-credited reference adds them)
+    "factor_stated",    # factor and aliased events stated at confidence >= 0.5
+    "factor_hit",       # ... that are true
+    "factor_labeled",   # true factor and aliased events
+    "magnitude_n",      # cases with a claimed and a measured magnitude
+    "magnitude_log_err",  # |ln(claimed / measured)|
 ]
 CALIBRATION_COLUMNS = [f"cal_{part}_{b}" for part in ("n", "conf", "hit", "gap") for b in range(CALIBRATION_BINS)]
 """Per calibration bin: pairs, their summed probability, their labeled count, and probability − labeled
 (the ECE resamples sum the gap column, one per bin instead of two)."""
 CATEGORY_FIELDS = ["causes", "found", "localizable", "localized", "claims", "credited", "f1_den"]
 """Per labeled cause: its labels, found, ... and the F1 denominator found + causes + wrong claims naming it."""
-LABEL_FIELDS = ["labeled", "rank_slots", "rank_true"]
+LABEL_FIELDS = ["labeled", "rank_slots", "rank_true", "factor_slots", "factor_true"]
 """Per cause labeled in some case of the table: what the references are computed from (module docstring)."""
 FAMILY_LOSS = "family_loss"
 """Per cause family (the id's first segment: ``comm`` of ``comm.collective_stall``): the headline loss over
@@ -133,10 +150,11 @@ def reference_totals(t: Mapping[str, np.ndarray], labeled: Iterable[str], famili
     for k in labeled:
         nk = np.asarray(t[category_column("labeled", k)], dtype=float)
         per_cause[k] = nk - _share_of_squares(nk, n)
-        true = np.asarray(t[category_column("rank_true", k)], dtype=float)
-        ranks = ranks + true - _share_of_squares(true, np.asarray(t[category_column("rank_slots", k)], dtype=float))
+        for true_col, slots_col in (("rank_true", "rank_slots"), ("factor_true", "factor_slots")):
+            true = np.asarray(t[category_column(true_col, k)], dtype=float)
+            ranks = ranks + true - _share_of_squares(true, np.asarray(t[category_column(slots_col, k)], dtype=float))
     base = sum(per_cause.values(), np.asarray(t["abstain_cases"], dtype=float))
-    out = {REFERENCE: base, REFERENCE_RANKED: base + ranks}
+    out = {REFERENCE: base, REFERENCE_RANKED: base + ranks + np.asarray(t["aliased_values"], dtype=float)}
     for family in families:
         out[category_column(REFERENCE_FAMILY, family)] = sum(
             (v for k, v in per_cause.items() if cause_family(k) == family), np.zeros_like(n))
@@ -173,7 +191,8 @@ class TallyTable:
 
     def derived_inputs(self) -> list[str]:
         """The columns :func:`reference_totals` reads."""
-        return ["cases", "abstain_cases", *(category_column(f, k) for k in self.labeled for f in LABEL_FIELDS)]
+        return ["cases", "abstain_cases", "aliased_values",
+                *(category_column(f, k) for k in self.labeled for f in LABEL_FIELDS)]
 
     def with_references(self, totals: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """``totals`` (which hold :meth:`derived_inputs`) with the references added."""
@@ -208,12 +227,18 @@ def _row(result: CaseResult, categories: dict[str, int], labels: dict[str, int],
     cal = [0.0] * len(CALIBRATION_COLUMNS)
     loss = loss_ranked = loss_null = rank_null = pair_sq_err = 0.0
     cause_events = 0
+    factor_stated = factor_hit = factor_labeled = 0
     for f in result.forecasts:
         y = 1.0 if f.outcome else 0.0
         p = f.probability
         loss_ranked += (f.ranked_probability - y) ** 2
-        if f.kind == "rank":
+        if f.kind in RANKED_ONLY_KINDS:
             rank_null += y
+            if f.kind != "rank":
+                stated = f.ranked_probability >= FOUND_CONFIDENCE
+                factor_stated += stated
+                factor_hit += stated and f.outcome
+                factor_labeled += f.outcome
             continue
         loss += (p - y) ** 2
         loss_null += y
@@ -271,17 +296,26 @@ def _row(result: CaseResult, categories: dict[str, int], labels: dict[str, int],
                       (at + 3, o.localized is True)]
 
     ranks_of: dict[str, set[int] | None] = {}
-    for o in result.outcomes:  # the labels: a cause labeled without ranks has its ranks unjudged
+    factors_of: dict[str, set[str] | None] = {}
+    for o in result.outcomes:  # the labels: a cause labeled without ranks (a factor) has its ranks (factor) unjudged
         known = ranks_of.get(o.category, set())
         ranks_of[o.category] = None if known is None or o.ranks is None else known | set(o.ranks)
+        known_factors = factors_of.get(o.category, set())
+        factors_of[o.category] = None if known_factors is None or o.factor is None else known_factors | {o.factor}
     for category, ranks in ranks_of.items():
         at = labels.get(category)
-        if at is not None:  # labeled, rank_slots, rank_true
+        if at is not None:  # labeled, rank_slots, rank_true, factor_slots, factor_true
+            factors = factors_of[category]
             extra += [(at, 1.0), (at + 1, 0.0 if ranks is None else float(result.world_size)),
-                      (at + 2, 0.0 if ranks is None else float(len(ranks)))]
+                      (at + 2, 0.0 if ranks is None else float(len(ranks))),
+                      (at + 3, 0.0 if factors is None else float(result.fleet_factors)),
+                      (at + 4, 0.0 if factors is None else float(len(factors)))]
     for category, at in labels.items():
         if category not in ranks_of:
-            extra.append((at + 1, float(result.world_size)))
+            extra += [(at + 1, float(result.world_size)), (at + 3, float(result.fleet_factors))]
+    magnitude_n = magnitude_err = 0.0
+    if result.claimed_magnitude is not None and result.measured_magnitude is not None and result.measured_magnitude > 0:
+        magnitude_n, magnitude_err = 1.0, abs(math.log(result.claimed_magnitude / result.measured_magnitude))
 
     healthy, abstain, positive = expect == "healthy", expect == "abstain", expect == "diagnose"
     return [  # the order of BASE_COLUMNS, then CALIBRATION_COLUMNS
@@ -291,6 +325,7 @@ def _row(result: CaseResult, categories: dict[str, int], labels: dict[str, int],
         healthy, healthy and claims > 0, abstain, result.abstained, abstain and result.abstained,
         positive, positive and result.top_claim in result.categories,
         impact_n, impact_err, result.seconds is not None, result.seconds or 0.0,
+        len(result.aliased), factor_stated, factor_hit, factor_labeled, magnitude_n, magnitude_err,
         *cal,
     ]
 

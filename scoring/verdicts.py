@@ -40,6 +40,15 @@ The rules are design.md's "Scoring"; what it leaves open is decided here:
 * Forecasts (the events of the headline score, :class:`~diageval.scoring.results.Forecast`) are built by
   :func:`forecasts_of`; a failed diagnosis said nothing, so its forecasts are those of ``null``
   (every probability 0, no abstention).
+* Factors (issue 24; regression and fleet cases). A claim's verdict is about its cause, as on one job: the
+  factor value it names is judged apart, by the ``factor`` events of the rank-credited score (one per
+  (cause, factor value), like a rank) and by factor precision and recall (:mod:`diageval.scoring.tallies`).
+  A claim naming the right cause behind the wrong factor value is ``correct`` (the cause is there) and
+  states a false factor event. An abstention's ``factors`` are judged by the ``aliased`` events: right
+  where the case labels them aliased, false elsewhere.
+* ``claimed_magnitude`` is the magnitude stated by the most confident asserted claim that states one
+  (any verdict: a regression claimed on a noise-only pair is judged against the ratio measured there);
+  the magnitude error compares it with the verification's measured ratio.
 """
 
 from __future__ import annotations
@@ -48,7 +57,7 @@ from typing import Literal
 
 from diageval.cases.model import Case, CauseLabel
 from diageval.cases.taxonomy import Taxonomy, is_symptom_id
-from diageval.diagnosis import Diagnosis, Finding
+from diageval.diagnosis import Abstention, Diagnosis, FactorRef, Finding
 from diageval.scoring.results import (
     ANSWERED_STATUSES,
     FAILED_STATUSES,
@@ -69,6 +78,7 @@ def score_case(
     taxonomy: Taxonomy,
     status: Status = "ok",
     measured_impact: float | None = None,
+    measured_magnitude: float | None = None,
     difficulty: Literal["easy", "medium", "hard"] | None = None,
     seconds: float | None = None,
     error: str | None = None,
@@ -94,6 +104,9 @@ def score_case(
         split=case.split,
         device_family=case.device_family,
         world_size=case.world_size,
+        fleet_factors=len(fleet_values(case)),
+        aliased=[factor_key(ref) for ref in case.labels.aliased],
+        measured_magnitude=measured_magnitude,
         categories=[label.category for label in case.labels.causes],
         measured_impact=measured_impact,
         seconds=seconds,
@@ -105,7 +118,7 @@ def score_case(
     if status in FAILED_STATUSES:
         why = f"no diagnosis ({status}{': ' + error if error else ''})"
         outcomes = [_missed(label, why) for label in case.labels.causes]
-        return CaseResult(**base, outcomes=outcomes, forecasts=forecasts_of(case, [], False, taxonomy))
+        return CaseResult(**base, outcomes=outcomes, forecasts=forecasts_of(case, [], None, taxonomy))
     if diagnosis is None:  # harness_error or invalid: never scored
         return CaseResult(**base)
 
@@ -118,6 +131,7 @@ def score_case(
     asserted = [f for _, f in claims if f.confidence >= FOUND_CONFIDENCE]
 
     credited_impacts = [f.impact for i, f in claims if i in credit.values() and f.impact is not None]
+    magnitudes = [f.magnitude for f in asserted if f.magnitude is not None]
     return CaseResult(
         **base,
         verdicts=verdicts,
@@ -127,7 +141,8 @@ def score_case(
         abstain_reason=diagnosis.abstain.reason if diagnosis.abstain else None,
         top_claim=asserted[0].category if asserted else None,
         claimed_impact=min(1.0, sum(credited_impacts)) if credited_impacts else None,
-        forecasts=forecasts_of(case, [f for _, f in claims], diagnosis.abstain is not None, taxonomy),
+        claimed_magnitude=magnitudes[0] if magnitudes else None,
+        forecasts=forecasts_of(case, [f for _, f in claims], diagnosis.abstain, taxonomy),
     )
 
 
@@ -142,7 +157,8 @@ def _judge_claims(
     for index, claim in claims:
         def verdict(kind: str, reason: str) -> None:
             verdicts.append(ClaimVerdict(index=index, category=claim.category, verdict=kind, confidence=claim.confidence,
-                                         ranks=claim.ranks, impact=claim.impact, reason=reason))
+                                         ranks=claim.ranks, impact=claim.impact,
+                                         factor=factor_key(claim.factor) if claim.factor else None, reason=reason))
 
         cat = claim.category
         if claim.confidence < FOUND_CONFIDENCE:
@@ -208,7 +224,26 @@ def _wrong_cause_reason(case: Case, category: str, taxonomy: Taxonomy) -> str:
 
 
 def _missed(label: CauseLabel, why: str) -> CauseOutcome:
-    return CauseOutcome(category=label.category, ranks=label.ranks, outcome="missed", reason=f"missed: {why}")
+    return CauseOutcome(category=label.category, ranks=label.ranks, factor=_label_factor(label), outcome="missed",
+                        reason=f"missed: {why}")
+
+
+def factor_key(ref: FactorRef) -> str:
+    """How a factor value is written in results and event ids: ``name=value``."""
+    return f"{ref.name}={ref.value}"
+
+
+def _label_factor(label: CauseLabel) -> str | None:
+    return factor_key(label.factor) if label.factor is not None else None
+
+
+def fleet_values(case: Case) -> list[FactorRef]:
+    """Every (factor, value) pair of the case's runs: what a forecast over the fleet's factor values ranges over
+    (none for one job's evidence)."""
+    if case.fleet is None:
+        return []
+    return sorted({FactorRef(name=k, value=v) for run in case.fleet.runs for k, v in run.metadata.items()},
+                  key=lambda ref: (ref.name, ref.value))
 
 
 def _outcomes(
@@ -235,7 +270,8 @@ def _outcomes(
             elif localized is False:
                 where = (f", but its ranks {v.ranks} are not a subset of labeled ranks {label.ranks}" if v.ranks
                          else f", but it names no ranks (labeled ranks {label.ranks})")
-            outcomes.append(CauseOutcome(category=label.category, ranks=label.ranks, outcome="found",
+            outcomes.append(CauseOutcome(category=label.category, ranks=label.ranks, factor=_label_factor(label),
+                                         outcome="found",
                                          localized=localized, claim_index=v.index, claimed_ranks=v.ranks,
                                          reason=f"found by claim #{v.index} ({v.verdict}, confidence {v.confidence:.2f}){where}"))
         elif diagnosis.abstain is not None:
@@ -250,7 +286,7 @@ def _outcomes(
     return outcomes
 
 
-def forecasts_of(case: Case, claims: list[Finding], abstained: bool, taxonomy: Taxonomy) -> list[Forecast]:
+def forecasts_of(case: Case, claims: list[Finding], abstention: Abstention | None, taxonomy: Taxonomy) -> list[Forecast]:
     """The events of the headline score for one case (see :class:`~diageval.scoring.results.Forecast`).
 
     * One ``cause`` event per taxonomy cause that is labeled or claimed: probability = the highest
@@ -263,6 +299,14 @@ def forecasts_of(case: Case, claims: list[Finding], abstained: bool, taxonomy: T
       it names; probability = the highest confidence of the claims on the cause that name the rank (a
       claim naming no ranks states nothing about ranks), outcome = a label of the cause names the rank.
       So naming every rank of an 8-rank job at 0.5 is eight statements, seven of them false.
+    * One ``factor`` event per (cause, factor value), in the rank-credited score only, the same way: for each
+      taxonomy cause that no label of the case names without a factor, one per factor value a claim on the
+      cause names or a label of it names; probability = the highest confidence of the claims on the cause
+      naming that value, outcome = a label of the cause names it. So naming every host of a fleet is as many
+      statements as hosts, all but one false.
+    * One ``aliased`` event per factor value the abstention names or the case labels aliased, in the
+      rank-credited score only: probability 1 when the diagnosis abstained naming it, else 0; outcome =
+      labeled aliased.
     * One ``abstain`` event: probability 1 when the diagnoser abstained, else 0; outcome = the case
       expects abstention.
 
@@ -285,10 +329,17 @@ def forecasts_of(case: Case, claims: list[Finding], abstained: bool, taxonomy: T
         out.append(Forecast(kind=kind, event=cat, probability=p, ranked_probability=p, outcome=cat in labels))
         if kind == "cause" and not any(label.ranks is None for label in labels.get(cat, [])):
             out += _rank_events(cat, labels.get(cat, []), [c for c in claims if c.category == cat])
-    a = 1.0 if abstained else 0.0
+        if kind == "cause" and not any(label.factor is None for label in labels.get(cat, [])):
+            out += _factor_events(cat, labels.get(cat, []), [c for c in claims if c.category == cat])
+    named = {factor_key(ref) for ref in abstention.factors} if abstention is not None else set()
+    aliased = {factor_key(ref) for ref in case.labels.aliased}
+    out += [Forecast(kind="aliased", event=f"aliased@{key}", probability=0.0,
+                     ranked_probability=1.0 if key in named else 0.0, outcome=key in aliased)
+            for key in sorted(named | aliased)]
+    a = 1.0 if abstention is not None else 0.0
     out.append(Forecast(kind="abstain", event="abstain", probability=a, ranked_probability=a,
                         outcome=case.labels.expect == "abstain"))
-    order = {"cause": 0, "rank": 1, "not_a_cause": 2, "abstain": 3}
+    order = {"cause": 0, "rank": 1, "factor": 2, "aliased": 3, "not_a_cause": 4, "abstain": 5}
     return sorted(out, key=lambda f: (order[f.kind], f.event))
 
 
@@ -302,3 +353,16 @@ def _rank_events(category: str, labels: list[CauseLabel], claims: list[Finding])
     return [Forecast(kind="rank", event=f"{category}@{r}", probability=0.0, ranked_probability=stated.get(r, 0.0),
                      outcome=r in labeled)
             for r in sorted(labeled | set(stated))]
+
+
+def _factor_events(category: str, labels: list[CauseLabel], claims: list[Finding]) -> list[Forecast]:
+    """The (cause, factor value) events of one cause whose labels (if any) all name a factor value."""
+    labeled = {factor_key(label.factor) for label in labels if label.factor is not None}
+    stated: dict[str, float] = {}
+    for claim in claims:
+        if claim.factor is not None:
+            key = factor_key(claim.factor)
+            stated[key] = max(stated.get(key, 0.0), claim.confidence)
+    return [Forecast(kind="factor", event=f"{category}@{key}", probability=0.0, ranked_probability=stated.get(key, 0.0),
+                     outcome=key in labeled)
+            for key in sorted(labeled | set(stated))]

@@ -149,15 +149,15 @@ def test_runs_scored_by_older_rules_are_refused_until_rescored(tmp_path):
         RunStore(run).load()  # what diageval compare reads
     summary = rescore_run(run, case_set=case_set)
     # one positive and one healthy case: R = 1 (1 - 1/2) = 0.5, null loses 1
-    assert summary.schema_version == 3 and summary.metrics.skill.value == pytest.approx(1 - 1 / 0.5)
+    assert summary.schema_version == 4 and summary.metrics.skill.value == pytest.approx(1 - 1 / 0.5)
     assert json.loads((run / "summary.json").read_text()) == before
     assert "null" in report_runs([run])
     # scored by scoring 2 (skill against null, wrong-rank events folded): refused the same way
     rows = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
     (run / "results.jsonl").write_text("".join(json.dumps(r | {"scoring_version": 2}) + "\n" for r in rows))
     (run / "summary.json").write_text(json.dumps(before | {"schema_version": 2}))
-    with pytest.raises(ReportError, match=r"schema version 2, this diageval reads 3.*diageval score RUN_DIR"):
+    with pytest.raises(ReportError, match=r"schema version 2, this diageval reads 4.*diageval score RUN_DIR"):
         report_runs([run])
-    with pytest.raises(RunReadError, match=r"result 1: .*scoring_version 2, this diageval reads 3.*diageval score RUN_DIR"):
+    with pytest.raises(RunReadError, match=r"result 1: .*scoring_version 2, this diageval reads 3 and 4.*diageval score RUN_DIR"):
         RunStore(run).load()
-    assert rescore_run(run, case_set=case_set).schema_version == 3
+    assert rescore_run(run, case_set=case_set).schema_version == 4
