@@ -22,3 +22,4 @@ class RankPlan(BaseModel):
     bundle_dir: Path  # the temporary bundle folder; the rank writes rank<N>/trace.json.gz here
     scratch_dir: Path  # private scratch: raw trace, per-rank step log, checkpoints
     collective_timeout_s: float | None = None  # the process group's timeout; None = torch's default
+    monitor: str | None = None  # an in-job monitor of diageval.recording.monitors.MONITORS to install, by name

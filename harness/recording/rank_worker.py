@@ -87,6 +87,12 @@ def run_rank(plan: RankPlan) -> None:
         rank=plan.rank, world_size=plan.world_size, steps=plan.steps,
         device=f"cuda:{plan.rank}" if use_cuda else "cpu", backend=backend, scratch_dir=plan.scratch_dir,
     )
+    monitor = None  # an in-job monitor, installed before the workload and the injectors exist (monitors/hooks.py)
+    if plan.monitor is not None:
+        from diageval.recording.monitors.hooks import install_monitor
+
+        monitor = install_monitor(plan.monitor, rank=ctx.rank, world_size=ctx.world_size, device=ctx.device,
+                                  bundle_dir=plan.bundle_dir)
     info = WORKLOADS[plan.workload]
     params = info.params_model.model_validate(plan.workload_params)
     injection = _build_faults(plan, ctx)
@@ -115,9 +121,15 @@ def run_rank(plan: RankPlan) -> None:
     try:
         for step in range(plan.steps):
             t_start = time.time()
+            if monitor is not None:
+                monitor.step_start(step)
             try:
                 injection.on_step_start(step)
+                if monitor is not None:
+                    monitor.batch_requested(step)
                 batch = next(batches)
+                if monitor is not None:
+                    monitor.batch_ready(step)
                 loss = setup.train_step(batch)
             except Exception:
                 rows.append({"rank": ctx.rank, "step": step, "t_start": t_start, "t_end": time.time()})
@@ -134,6 +146,8 @@ def run_rank(plan: RankPlan) -> None:
                 torch.cuda.current_stream().synchronize()
             t_end = time.time()
             rows.append({"rank": ctx.rank, "step": step, "t_start": t_start, "t_end": t_end})
+            if monitor is not None:
+                monitor.step_end(step)
             prof.step()
     except Exception as exc:
         if failed_step is None:  # failed outside the step (logging, checkpointing): not a job failure we model
@@ -141,6 +155,8 @@ def run_rank(plan: RankPlan) -> None:
         # The error itself, not the python stack: the stack would name the injector's frames.
         print(f"step {failed_step} failed: {''.join(traceback.format_exception_only(exc)).strip()}", file=sys.stderr)
     prof.stop()
+    if monitor is not None:
+        monitor.finish(failed=failed_step is not None)
     _dump_flight_recorder(plan.bundle_dir / "flight_recorder" / f"rank_{ctx.rank}", backend)
     if failed_step is not None:
         del batches  # stop the DataLoader workers before the hard exit

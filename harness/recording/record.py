@@ -73,8 +73,10 @@ def _gloo_only(case: Case) -> list[str]:
     return [f.name for f in case.faults if "nccl" not in getattr(FAULTS[f.name].load(), "backends", ("nccl",))]
 
 
-def record_case(case: Case, dest: Path, *, device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> BundleManifest:
-    """Run ``case`` live and write its bundle to ``dest`` (replaced if it exists). Raises RecordingError."""
+def record_case(case: Case, dest: Path, *, device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S,
+                monitor: str | None = None) -> BundleManifest:
+    """Run ``case`` live and write its bundle to ``dest`` (replaced if it exists). Raises RecordingError.
+    ``monitor``: an in-job monitor to install in every rank (:mod:`diageval.recording.monitors`)."""
     from diageval.recording.bundle_writer import bundle_env, finish_bundle, merge_step_logs
     from diageval.recording.faults import FAULTS
     from diageval.recording.metrics import MetricsSampler
@@ -108,7 +110,8 @@ def record_case(case: Case, dest: Path, *, device: str = "auto", timeout_s: floa
     plans = [
         RankPlan(rank=r, world_size=world, steps=case.workload.steps, device=device, workload=case.workload.name,
                  workload_params=case.workload.params, live_faults=live, store_path=scratch / "store",
-                 bundle_dir=tmp_dir, scratch_dir=scratch, collective_timeout_s=min(timeouts) if timeouts else None)
+                 bundle_dir=tmp_dir, scratch_dir=scratch, collective_timeout_s=min(timeouts) if timeouts else None,
+                 monitor=monitor)
         for r in range(world)
     ]
     sampler = MetricsSampler()

@@ -164,6 +164,7 @@ def run_diagnoser(
     if not selected:
         raise RunError(f"no case matches (cases: {list(options.case_ids) or 'all'}, tags: {list(options.tags) or 'any'})")
     runnable, skipped = _split_by_device(selected, options.device, cuda_device_count or _cuda_device_count)
+    runnable, skipped, evidence_fn = _for_monitor(spec, runnable, skipped, evidence_fn, options.evidence)
     runs_root = Path(options.out_dir or default_runs_dir())
     cases_dir = Path(options.cases_dir or default_cases_dir())
     policy = policy.model_copy(update={"runs_dir": runs_root, "cases_dir": cases_dir})
@@ -492,6 +493,30 @@ def _split_by_device(
         else:
             runnable.append(lc)
     return runnable, skipped
+
+
+def _for_monitor(spec: str, runnable: list[LoadedCase], skipped: list[SkippedCase], evidence_fn: EvidenceFn | None,
+                 tier: EvidenceTier) -> tuple[list[LoadedCase], list[SkippedCase], EvidenceFn | None]:
+    """For an in-job monitor's spec (:mod:`diageval.recording.monitors`): its evidence is each case recorded
+    with the monitor installed, and the cases no monitor can be judged on are skipped, saying why. Any other
+    spec: everything unchanged."""
+    from diageval.recording.monitors import monitor_for_spec
+
+    monitor = monitor_for_spec(spec)
+    if monitor is None:
+        return runnable, skipped, evidence_fn
+    if tier != FULL:
+        raise RunError(f"{spec} is an in-job monitor: it watches the live job, so --evidence {tier} does not apply to it")
+    from diageval.recording.monitors.evidence import monitored_evidence, not_monitorable
+
+    keep, more = [], []
+    for lc in runnable:
+        why = not_monitorable(lc.case)
+        if why:
+            more.append(SkippedCase(case_id=lc.case.id, reason=f"in-job monitor: {why}"))
+        else:
+            keep.append(lc)
+    return keep, skipped + more, monitored_evidence(evidence_fn or _default_evidence_fn(), monitor.name)
 
 
 def _cuda_device_count() -> int:
