@@ -20,16 +20,21 @@ Order of reasoning (each analyser is independent; see its module):
    is healthy only if every present rank's own trace bounds what could hide (device idle plus exposed
    communication under the smallest cause worth naming); otherwise it abstains, saying why.
 4. What the run looks like (``observed``), reported as ``kind: symptom``.
+
+A bundle with ``fleet.json`` (a regression pair or a fleet of runs) is judged by ``fleet``: which factor
+value the slow runs share, then this analysis on each run for why.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
+from diageval.bundle.fleet import read_fleet
 from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers.rules.collectives import judge_stall, judge_straggler, measure_collectives
 from diageval.diagnosers.rules.data_wait import judge_data_wait, measure_data_wait
 from diageval.diagnosers.rules.evidence import bounded_below_a_cause, describe_bound, reach, too_little_evidence
+from diageval.diagnosers.rules.fleet import diagnose_fleet
 from diageval.diagnosers.rules.host_sync import (
     judge_allocator_churn,
     judge_host_sync,
@@ -106,15 +111,19 @@ def below_cut_symptoms(causes: list[Finding], symptoms: list[Finding]) -> list[F
 
 class RulesDiagnoser:
     name: ClassVar[str] = "rules"
-    version: ClassVar[str] = "0.4.0"
+    version: ClassVar[str] = "0.5.0"
     # the causes its judges can name (the coverage table judges it on these as well as on all causes)
     claims: ClassVar[tuple[str, ...]] = (
         "input.dataloader_starvation", "checkpoint.blocking_save", "comm.collective_stall",
         "compute.straggler_rank", "launch.kernel_launch_overhead", "host.device_sync", "compute.load_imbalance",
-        "memory.allocator_churn",
+        "memory.allocator_churn", "measurement.profiler_overhead", "compute.numeric_precision", "compile.recompilation",
     )
 
     def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:
+        fleet = read_fleet(bundle)
+        return diagnose_fleet(fleet, self.diagnose_job) if fleet is not None else self.diagnose_job(bundle)
+
+    def diagnose_job(self, bundle: EvidenceBundle) -> Diagnosis:
         ev = gather_evidence(bundle)
         symptoms = observe_symptoms(ev)
         reason = ev.incomplete_reason()

@@ -1,0 +1,290 @@
+"""Fleet and regression evidence (``fleet.json`` beside one bundle per run): which factor value the slow runs
+share, by how much, and why (issue 24).
+
+How it reasons, in order:
+
+1. **One number per run.** A run's step time is, per step, the slowest rank's duration (the job's step ends
+   when its last rank does); its level is the median over its steps (robust to a warm-up step or a stray
+   hiccup). Runs, not steps, are the units of comparison: steps of one run share its host, version and
+   config, so they are not independent evidence about a factor.
+2. **Segment by every factor value.** For each value *v* of each factor, the runs holding it (A) against
+   the others (B): the effect is the difference of the mean log run level, A − B (a ratio, exp of it), with
+   a standard error from the run-to-run spread: the pooled within-group standard deviation of the log
+   levels (n − 2 degrees of freedom), never below :data:`RUN_NOISE_FLOOR` nor below the runs' own median
+   standard errors (a regression pair has no spread to pool: its noise is the floor). The interval is
+   effect ± t · se. The confidence that *v* is behind a slowdown is the probability that the effect exceeds
+   the smallest one worth naming (``thresholds.MIN_CAUSE_SHARE``: a tenth of the step), graded as every
+   rules confidence is (``stats.graded_confidence``).
+3. **Aliased values are not separated.** Values held by exactly the same runs (every node-07 run is also a
+   v2.5 run) have one effect; when the strongest effect belongs to such a group, the diagnosis abstains
+   naming every value of the group: no evidence in the fleet can say which one it is.
+4. **More than one factor.** After a value is named, its runs are set aside and step 2 runs again on the
+   others (up to :data:`MAX_FACTORS` values), so a second faulty value is judged against runs that lack
+   the first one.
+5. **Why the runs are slow.** The slow runs' own evidence is read against the other runs': the rules'
+   one-job analysis of each run (its cause claims), and what a trace shows about how it was made
+   (:func:`trace_marks`: profiler bookkeeping events per op, wide numeric types in compute ops, compiled
+   regions compiled more than once). A mechanism counts for the value by how much more of the slow runs
+   show it than of the others (share or mean confidence, A − B); the claim's confidence is the factor's
+   confidence times that difference. When nothing differs, the diagnosis says which runs are slower and by
+   how much (``symptom.slow_step`` naming the value) and claims no cause.
+
+A regression pair's claims state the magnitude (candidate / baseline level). The module reads only the
+bundles; the case, its labels and its fault words never reach it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from diageval.bundle.fleet import Fleet
+from diageval.bundle.model import EvidenceBundle
+from diageval.bundle.trace_stream import StreamState, TraceFormatError, iter_trace_events
+from diageval.diagnosers.rules import thresholds as T
+from diageval.diagnosers.rules.stats import claimable, graded_confidence, median, median_standard_error
+from diageval.diagnosis import Abstention, Diagnosis, FactorRef, Finding
+
+RUN_NOISE_FLOOR = 0.05
+"""The least run-to-run spread of a run's log median step time assumed (5%): the harness's own floor on a
+healthy twin's noise (``recording/truth.py``), since a shared host moves a run's median by a few percent
+between otherwise equal runs. A fleet that shows more spread uses its own."""
+MAX_FACTORS = 3
+"""Values named in one fleet at most: each later one is judged on the runs the earlier ones leave."""
+MIN_STEPS = 3
+"""A run with fewer logged steps has no level (one slow first step is not a run's speed)."""
+WIDE_TYPES = ("double", "c10::complex<double>")
+COMPUTE_OP = re.compile(r"(mm|matmul|linear|conv|bmm|baddbmm|addmm)", re.IGNORECASE)
+COMPILED_REGION = re.compile(r"Torch-Compiled Region: (\d+)/(\d+)")
+OBSERVER_SHARE = 0.5
+"""Profiler bookkeeping events (Python frames of ``with_stack``, ``[memory]`` events of ``profile_memory``)
+per recorded op at which a run counts as observed in detail: ``with_stack`` adds about one Python frame
+per op, ``profile_memory`` a few allocation events per op; a run profiled plainly has none."""
+WIDE_SHARE = 0.5
+"""Share of a run's compute ops (matmuls, convolutions) with double-precision inputs at which it counts as
+computing wide: a model in float32 has none, one switched to float64 has all of them."""
+
+JobDiagnoser = Callable[[EvidenceBundle], Diagnosis]
+
+
+@dataclass
+class RunLevel:
+    """One run: its metadata and its step times."""
+
+    name: str
+    metadata: dict[str, str]
+    step_times: list[float]
+    bundle: EvidenceBundle | None = None
+    signals: dict[str, float] = field(default_factory=dict)  # mechanism -> strength in [0, 1] (step 5)
+
+    @property
+    def level(self) -> float:
+        return math.log(max(median(self.step_times), 1e-9))
+
+    @property
+    def level_se(self) -> float:
+        return median_standard_error([math.log(max(t, 1e-9)) for t in self.step_times])
+
+
+@dataclass(frozen=True)
+class Effect:
+    """The runs holding a factor value (A) against the others (B)."""
+
+    factor: FactorRef
+    runs: tuple[str, ...]
+    ratio: float          # exp(mean log level of A - of B)
+    low: float            # 95% interval of the ratio
+    high: float
+    confidence: float     # P(ratio > 1 + MIN_CAUSE_SHARE)
+
+    def describe(self) -> str:
+        return (f"runs with {self.factor.name}={self.factor.value} ({len(self.runs)}: {', '.join(self.runs[:6])}"
+                f"{', ...' if len(self.runs) > 6 else ''}) take {self.ratio:.2f}x the others' median step time "
+                f"[95% interval {self.low:.2f}, {self.high:.2f}]")
+
+
+def step_times(bundle: EvidenceBundle) -> list[float]:
+    """Per logged step, the slowest rank's duration (seconds), in step order."""
+    per_step: dict[int, float] = {}
+    for s in bundle.steps():
+        per_step[s.step] = max(per_step.get(s.step, 0.0), s.duration)
+    return [per_step[k] for k in sorted(per_step)]
+
+
+def run_levels(fleet: Fleet) -> tuple[list[RunLevel], list[str]]:
+    """The fleet's runs with enough steps to have a level (by start time), and a note per run left out."""
+    runs, notes = [], []
+    for info in fleet.ordered():
+        bundle = fleet.open_run(info.name)
+        times = step_times(bundle)
+        if len(times) < MIN_STEPS:
+            notes.append(f"run {info.name}: {len(times)} logged step(s), fewer than {MIN_STEPS}: left out")
+            continue
+        runs.append(RunLevel(info.name, dict(info.metadata), times, bundle))
+    return runs, notes
+
+
+def _t_quantile(df: int) -> float:
+    if df < 1:
+        return 1.959964
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, df))
+
+
+def effect_of(ref: FactorRef, runs: list[RunLevel]) -> Effect | None:
+    """The effect of holding ``ref`` among ``runs`` (module docstring, step 2); None when no run, or every
+    run, holds it."""
+    a = [r for r in runs if r.metadata.get(ref.name) == ref.value]
+    b = [r for r in runs if r.metadata.get(ref.name) != ref.value]
+    if not a or not b:
+        return None
+    ya, yb = [r.level for r in a], [r.level for r in b]
+    ma, mb = sum(ya) / len(ya), sum(yb) / len(yb)
+    df = len(runs) - 2
+    spread = math.sqrt((sum((y - ma) ** 2 for y in ya) + sum((y - mb) ** 2 for y in yb)) / df) if df > 0 else 0.0
+    own = math.sqrt(sum(r.level_se ** 2 for r in runs) / len(runs))
+    sigma = max(RUN_NOISE_FLOOR, spread, own)
+    se = sigma * math.sqrt(1 / len(a) + 1 / len(b))
+    diff, t = ma - mb, _t_quantile(df)
+    cut = math.log(1 + T.MIN_CAUSE_SHARE)
+    return Effect(factor=ref, runs=tuple(r.name for r in a), ratio=math.exp(diff), low=math.exp(diff - t * se),
+                  high=math.exp(diff + t * se), confidence=graded_confidence(diff, cut, se))
+
+
+def factor_values(runs: list[RunLevel]) -> list[FactorRef]:
+    names = sorted({k for r in runs for k in r.metadata})
+    return [FactorRef(name=k, value=v) for k in names for v in sorted({r.metadata[k] for r in runs if k in r.metadata})]
+
+
+def aliases(ref: FactorRef, runs: list[RunLevel]) -> list[FactorRef]:
+    """Other values held by exactly the runs that hold ``ref`` (over the whole fleet)."""
+    held = {r.name for r in runs if r.metadata.get(ref.name) == ref.value}
+    return [other for other in factor_values(runs)
+            if other != ref and {r.name for r in runs if r.metadata.get(other.name) == other.value} == held]
+
+
+def slow_values(runs: list[RunLevel]) -> tuple[list[Effect], list[FactorRef]]:
+    """The values behind a slowdown, strongest first (steps 2-4), and the aliased group that stopped the
+    search (empty when none did)."""
+    named: list[Effect] = []
+    left = list(runs)
+    for _ in range(MAX_FACTORS):
+        effects = [e for e in (effect_of(ref, left) for ref in factor_values(left)) if e is not None]
+        if not effects:
+            break
+        best = max(effects, key=lambda e: (e.confidence, e.ratio))
+        if not claimable(best.confidence):
+            break
+        group = aliases(best.factor, runs)
+        if group and best.confidence >= 0.5:
+            return named, [best.factor, *group]
+        named.append(best)
+        left = [r for r in left if r.name not in best.runs]
+        if len(left) < 2:
+            break
+    return named, []
+
+
+def trace_marks(bundle: EvidenceBundle) -> dict[str, float]:
+    """What the run's traces show about how it ran, each in [0, 1]: ``observer`` (profiler bookkeeping events
+    per op, over :data:`OBSERVER_SHARE`), ``wide`` (compute ops on double-precision inputs, over
+    :data:`WIDE_SHARE`), ``recompiled`` (a compiled region compiled more than once)."""
+    ops = bookkeeping = compute = wide = 0
+    compiled: dict[str, set[str]] = {}
+    for rank, path in bundle.trace_paths().items():
+        state = StreamState()
+        try:
+            for ev in iter_trace_events(path, state):
+                if ev.cat == "cpu_op":
+                    ops += 1
+                    if ev.name and COMPUTE_OP.search(ev.name):
+                        compute += 1
+                        types = ev.decoded_args().get("Input type") or []
+                        wide += any(isinstance(x, str) and x in WIDE_TYPES for x in types)
+                elif ev.cat == "python_function" or ev.name == "[memory]":
+                    bookkeeping += 1
+                if ev.name and ev.name.startswith("Torch-Compiled Region"):
+                    m = COMPILED_REGION.search(ev.name)
+                    if m:
+                        compiled.setdefault(m.group(1), set()).add(m.group(2))
+        except TraceFormatError:
+            continue
+    return {
+        "observer": float(ops > 0 and bookkeeping / ops >= OBSERVER_SHARE),
+        "wide": float(compute > 0 and wide / compute >= WIDE_SHARE),
+        "recompiled": float(any(len(v) > 1 for v in compiled.values())),
+    }
+
+
+MARK_CAUSES = {"observer": "measurement.profiler_overhead", "wide": "compute.numeric_precision",
+               "recompiled": "compile.recompilation"}
+MARK_WORDS = {"observer": "profiler bookkeeping events (Python frames, memory events) on most ops",
+              "wide": "double-precision inputs to most compute ops", "recompiled": "a compiled region compiled again"}
+
+
+def run_signals(run: RunLevel, diagnose_job: JobDiagnoser) -> dict[str, float]:
+    """Mechanism -> strength for one run: the one-job rules' cause claims (their confidence) and the trace marks."""
+    if not run.signals and run.bundle is not None:
+        signals: dict[str, float] = {}
+        for f in diagnose_job(run.bundle).causes:
+            signals[f.category] = max(signals.get(f.category, 0.0), f.confidence)
+        for mark, strength in trace_marks(run.bundle).items():
+            category = MARK_CAUSES[mark]
+            signals[category] = max(signals.get(category, 0.0), strength)
+        run.signals = signals
+    return run.signals
+
+
+def explain(effect: Effect, slow: list[RunLevel], others: list[RunLevel], diagnose_job: JobDiagnoser,
+            magnitude: float | None) -> list[Finding]:
+    """The causes the slow runs show more than the others (step 5), each behind ``effect.factor``."""
+    def mean(rows: list[RunLevel], category: str) -> float:
+        return sum(run_signals(r, diagnose_job).get(category, 0.0) for r in rows) / len(rows) if rows else 0.0
+
+    categories = sorted({c for r in slow for c in run_signals(r, diagnose_job)})
+    findings = []
+    for category in categories:
+        a, b = mean(slow, category), mean(others, category)
+        confidence = round(min(T.MAX_CONFIDENCE, effect.confidence * max(0.0, a - b)), 3)
+        if not claimable(confidence):
+            continue
+        mark = next((m for m, c in MARK_CAUSES.items() if c == category), None)
+        shown = MARK_WORDS[mark] if mark else f"the one-job rules name {category}"
+        findings.append(Finding(
+            category=category, kind="cause", confidence=confidence, factor=effect.factor, magnitude=magnitude,
+            summary=f"{effect.describe()}; their evidence shows {shown} (mean {a:.2f} on them, {b:.2f} on the others)",
+            evidence=[f"fleet.json: {effect.factor.name}={effect.factor.value} on runs {', '.join(effect.runs)}",
+                      *(f"runs/{r.name}: median step {median(r.step_times) * 1e3:.1f} ms" for r in slow[:4])]))
+    return sorted(findings, key=lambda f: -f.confidence)
+
+
+def diagnose_fleet(fleet: Fleet, diagnose_job: JobDiagnoser) -> Diagnosis:
+    """The diagnosis of a regression pair or a fleet (module docstring)."""
+    runs, notes = run_levels(fleet)
+    if len(runs) < 2:
+        return Diagnosis(abstain=Abstention(reason="; ".join([*notes, f"{len(runs)} run(s) with a level: nothing "
+                                                              "to compare"])))
+    named, aliased = slow_values(runs)
+    if aliased:
+        effect = effect_of(aliased[0], runs)
+        values = ", ".join(f"{r.name}={r.value}" for r in aliased)
+        return Diagnosis(abstain=Abstention(
+            reason=f"{effect.describe() if effect else 'a slowdown'}; the same runs hold {values}: the fleet "
+                   "cannot tell these factor values apart", factors=aliased))
+    findings: list[Finding] = []
+    set_aside = {name for e in named for name in e.runs}
+    clean = [r for r in runs if r.name not in set_aside]
+    for effect in named:
+        slow = [r for r in runs if r.name in effect.runs]
+        magnitude = effect.ratio if fleet.is_regression else None
+        causes = explain(effect, slow, clean, diagnose_job, magnitude)
+        findings += causes
+        if not causes:
+            findings.append(Finding(category="symptom.slow_step", kind="symptom", confidence=effect.confidence,
+                                    factor=effect.factor, magnitude=magnitude,
+                                    summary=f"{effect.describe()}; no mechanism in their evidence differs from the "
+                                            "other runs'"))
+    return Diagnosis(findings=sorted(findings, key=lambda f: (f.kind != "cause", -f.confidence)))
