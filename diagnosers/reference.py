@@ -2,8 +2,14 @@
 
 * ``null``   claims nothing. The floor.
 * ``prior``  claims the corpus' most frequent labeled cause on every bundle, with confidence equal to that
-  cause's share of all labeled causes (ties go to the alphabetically first id). It reads nothing.
-* ``oracle`` reads the labels (bundle -> case through the run's ``bundle_cases``) and claims exactly them.
+  cause's share of all labeled causes (ties go to the alphabetically first id). On fleet evidence (a
+  bundle with ``fleet.json``: a regression pair or a fleet) it uses the cases of that kind instead, and
+  adds the same cause behind every factor value of the bundle's fleet at that cause's factor base rate (its
+  labeled factor values over the factor values of those cases' fleets): the climatology of the factor.
+  It counts only the public split (cases whose ``split`` is ``public``; every case when none names a
+  split), so a private split's labels never reach it. It reads nothing of a bundle but ``fleet.json``.
+* ``oracle`` reads the labels (bundle -> case through the run's ``bundle_cases``) and claims exactly them,
+  each behind its labeled factor value; on an aliased case it abstains naming the aliased values.
   A self-test of the harness and scoring: it must score perfectly, and it is never ranked.
 * ``leak``   greps the bundle's bytes (file names too, gzipped traces decompressed) for public words:
   taxonomy ids, the last segment of cause ids, registered fault names and their parameter names, and
@@ -25,8 +31,11 @@ import gzip
 from collections import Counter
 from typing import Any
 
+from diageval.bundle.fleet import read_fleet
 from diageval.bundle.model import EvidenceBundle
-from diageval.diagnosis import Abstention, Diagnosis, Finding
+from diageval.diagnosis import Abstention, Diagnosis, FactorRef, Finding
+
+PUBLIC_SPLIT = "public"
 
 
 class NullDiagnoser:
@@ -56,27 +65,65 @@ class _NeedsCorpus:
 
 class PriorDiagnoser(_NeedsCorpus):
     name = "prior"
-    version = "1"
+    version = "2"
 
     _claim: Finding | None = None
+    _fleet_claims: dict[str, tuple[Finding, float] | None]  # kind -> (the kind's cause claim, its factor rate)
 
     def _prepared(self, corpus: Any) -> None:
-        counts = Counter(c.category for case in corpus.cases if case.labels.expect == "diagnose" for c in case.labels.causes)
-        total = sum(counts.values())
-        if not total:
-            self._claim = None
-            return
-        category, count = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-        self._claim = Finding(
-            category=category,
-            kind="cause",
-            confidence=count / total,
-            summary=f"the corpus' most frequent labeled cause ({count} of {total} labeled causes)",
-        )
+        cases = public_cases(corpus.cases)
+        self._claim = _most_frequent([c for c in cases if c.kind == "job"] or cases)
+        self._fleet_claims = {}
+        for kind in ("regression", "fleet"):
+            mine = [c for c in cases if c.kind == kind]
+            claim = _most_frequent(mine)
+            self._fleet_claims[kind] = None if claim is None else (claim, _factor_rate(mine, claim.category))
 
     def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:
         self.corpus  # noqa: B018 - fail loudly when prepare was skipped
-        return Diagnosis(findings=[self._claim] if self._claim else [])
+        fleet = read_fleet(bundle)
+        if fleet is None:
+            return Diagnosis(findings=[self._claim] if self._claim else [])
+        known = self._fleet_claims.get("regression" if fleet.is_regression else "fleet")
+        if known is None:
+            return Diagnosis()
+        claim, rate = known
+        values = [FactorRef(name=f, value=v) for f in fleet.factors for v in fleet.values(f)]
+        behind = [claim.model_copy(update={"confidence": min(rate, claim.confidence), "factor": ref,
+                                           "summary": f"{claim.category} behind a factor value at its base rate "
+                                                      f"{rate:.3f} (labeled factor values over fleet values)"})
+                  for ref in values] if rate > 0 else []
+        return Diagnosis(findings=[claim, *behind])
+
+
+def public_cases(cases: list[Any]) -> list[Any]:
+    """The cases of the public split; every case when none names a split (a corpus without splits is public)."""
+    if not any(c.split for c in cases):
+        return list(cases)
+    return [c for c in cases if c.split == PUBLIC_SPLIT]
+
+
+def _most_frequent(cases: list[Any]) -> Finding | None:
+    counts = Counter(c.category for case in cases if case.labels.expect == "diagnose" for c in case.labels.causes)
+    total = sum(counts.values())
+    if not total:
+        return None
+    category, count = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return Finding(category=category, kind="cause", confidence=count / total,
+                   summary=f"the corpus' most frequent labeled cause ({count} of {total} labeled causes)")
+
+
+def _factor_rate(cases: list[Any], category: str) -> float:
+    """Labeled factor values of ``category`` over the factor values of the cases' fleets (where its factor is
+    judged: cases that do not label it without a factor)."""
+    true = slots = 0
+    for case in cases:
+        mine = [c for c in case.labels.causes if c.category == category]
+        if any(c.factor is None for c in mine) or case.fleet is None:
+            continue
+        true += len({(c.factor.name, c.factor.value) for c in mine})
+        slots += len({(k, v) for run in case.fleet.runs for k, v in run.metadata.items()})
+    return true / slots if slots else 0.0
 
 
 class OracleDiagnoser(_NeedsCorpus):
@@ -91,9 +138,11 @@ class OracleDiagnoser(_NeedsCorpus):
         labels = case.labels
         symptoms = [Finding(category=s, kind="symptom", confidence=1.0, summary="labeled symptom") for s in labels.symptoms]
         if labels.expect == "abstain":
-            return Diagnosis(findings=symptoms, abstain=Abstention(reason="the case is labeled: evidence insufficient"))
+            return Diagnosis(findings=symptoms, abstain=Abstention(reason="the case is labeled: evidence insufficient",
+                                                                   factors=list(labels.aliased)))
         causes = [
-            Finding(category=c.category, kind="cause", confidence=1.0, ranks=c.ranks, steps=c.steps, summary="labeled cause")
+            Finding(category=c.category, kind="cause", confidence=1.0, ranks=c.ranks, steps=c.steps,
+                    factor=c.factor, summary="labeled cause")
             for c in labels.causes
         ]
         return Diagnosis(findings=causes + symptoms)

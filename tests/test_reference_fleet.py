@@ -1,0 +1,69 @@
+"""The reference diagnosers on fleet evidence (issue 24 item 5): the oracle names each labeled cause behind its
+factor value and abstains naming aliased values; prior adds its cause behind every factor value of the fleet at
+the factor's base rate, from the public split only; scored, oracle is perfect and null below a diagnoser that
+finds the factor."""
+
+from __future__ import annotations
+
+import pytest
+from fleet_fakes import fleet_bundle, fleet_metadata
+from test_scoring_factors import NODE2, NODE4, RACK2, _corpus, fleet_case
+
+from diageval.cases.taxonomy import load_taxonomy
+from diageval.diagnosers.reference import NullDiagnoser, OracleDiagnoser, PriorDiagnoser
+from diageval.hosting.corpus import ReferenceCorpus
+from diageval.scoring.summary import DiagnoserInfo, summarize
+from diageval.scoring.verdicts import score_case
+
+TAX = load_taxonomy()
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    runs = [{"metadata": fleet_metadata(i), "median_s": 0.1, "noise": 0.02} for i in range(8)]
+    return fleet_bundle(tmp_path_factory.mktemp("fleet"), runs)
+
+
+def test_oracle_names_the_factor_and_the_aliased_values(bundle):
+    cases = [fleet_case("fa", behind=NODE2), fleet_case("fc", expect="abstain", aliased=[NODE4, RACK2])]
+    oracle = OracleDiagnoser()
+    oracle.prepare(ReferenceCorpus(cases=cases, taxonomy=TAX, bundle_cases={bundle.bundle_id: "fa"}))
+    [claim] = oracle.diagnose(bundle).causes
+    assert claim.factor == NODE2 and claim.confidence == 1.0
+    oracle.prepare(ReferenceCorpus(cases=cases, taxonomy=TAX, bundle_cases={bundle.bundle_id: "fc"}))
+    assert oracle.diagnose(bundle).abstain.factors == [NODE4, RACK2]
+
+
+def test_prior_states_the_factor_base_rate_over_the_fleet_values_from_the_public_split(bundle):
+    public = [fleet_case("fa", behind=NODE2).model_copy(update={"split": "public"}),
+              fleet_case("fd", expect="healthy").model_copy(update={"split": "public"})]
+    private = [fleet_case(f"p{i}", behind=NODE4, category="compute.numeric_precision").model_copy(
+        update={"split": "holdout"}) for i in range(3)]
+    prior = PriorDiagnoser()
+    prior.prepare(ReferenceCorpus(cases=public + private, taxonomy=TAX))
+    d = prior.diagnose(bundle)
+    top, *behind = d.findings
+    # the public fleets label host.cpu_contention once: 1 of 1 labeled causes; its factor: 1 labeled value of the
+    # 16 factor values of the two public fleets (8 each)
+    assert (top.category, top.confidence, top.factor) == ("host.cpu_contention", 1.0, None)
+    assert len(behind) == 10  # every value of this fleet: 4 hosts, 2 versions, 2 racks, 2 loader settings
+    assert all(f.confidence == pytest.approx(1 / 16) for f in behind)
+    assert {f.category for f in behind} == {"host.cpu_contention"}
+
+
+def test_oracle_scores_one_and_null_is_below_a_diagnoser_that_finds_the_factor():
+    cases = _corpus()
+
+    def run(diagnose):
+        results = [score_case(c, diagnose(c), taxonomy=TAX) for c in cases]
+        return summarize(results, diagnoser=DiagnoserInfo(spec="x", name="x"), case_set_hash="x",
+                         taxonomy_version=TAX.version, n_boot=0).metrics
+
+    from test_scoring_factors import _honest
+
+    oracle = run(lambda c: _honest(c))
+    null = run(lambda c: NullDiagnoser().diagnose(None))
+    finder = run(lambda c: _honest(c, 0.7) if c.fleet is not None else NullDiagnoser().diagnose(None))
+    assert oracle.skill.value == 1.0 and oracle.skill_ranked.value == 1.0
+    assert null.skill_ranked.value < finder.skill_ranked.value and null.skill.value < finder.skill.value
+    assert null.factor_recall.value == 0.0 and finder.factor_recall.value == 1.0
