@@ -392,18 +392,12 @@ def report_cmd(run_dirs: tuple[Path, ...], output: Path | None, html_path: Path 
 
 
 def _write_html_report(run_dirs: list[Path], html_path: Path) -> None:
-    from diageval.recording.stored_checks import stored_checks
     from diageval.reports.html import write_html_report
-    from diageval.reports.html_data import Manifestation, gather
+    from diageval.reports.html_data import gather
     from diageval.reports.signal_value import gather_points, signal_value_html, split_by_tier
 
     full, tiered = split_by_tier(run_dirs)  # runs on a smaller evidence tier: the signal-value section only
-    inputs = gather(full or tiered)
-    if inputs.case_set is not None:
-        checks = stored_checks(inputs.case_set, inputs.runs[0].info.device)
-        inputs.manifestations = {case_id: Manifestation(metric=v.metric, ratio=v.ratio, min_ratio=v.min_ratio,
-                                                        noise=v.noise, repeats=v.repeats)
-                                 for case_id, v in checks.items()}
+    inputs = gather(full or tiered)  # the manifestation measurements come from the runs' results
     write_html_report(inputs, html_path, signal_value=signal_value_html(gather_points(run_dirs)) if tiered else "")
     click.echo(f"wrote {html_path}", err=True)
 
@@ -438,12 +432,13 @@ def record_cmd(case_ids: tuple[str, ...], cases_dir: Path | None, out_dir: Path 
 @main.command("verify")
 @click.argument("case_ids", nargs=-1)
 @CASES_OPTION
-@click.option("--repeats", type=click.IntRange(1, 50), default=3, show_default=True,
-              help="Recordings of each case and of its healthy twin.")
+@click.option("--repeats", type=click.IntRange(1, 50), default=None,
+              help="Test exactly this many repeat pairs (twin, case) instead of the sequential test (pairs added "
+                   "until it decides, up to its cap).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--force", is_flag=True, help="Record every repeat again instead of reusing the cache.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per case.")
-def verify_cmd(case_ids: tuple[str, ...], cases_dir: Path | None, repeats: int, device: str, force: bool,
+def verify_cmd(case_ids: tuple[str, ...], cases_dir: Path | None, repeats: int | None, device: str, force: bool,
                as_json: bool) -> None:
     """Check that positive cases manifest against their healthy twins (no ids = all). Exit 1 if any did not."""
     from diageval.cases.load import CaseLoadError

@@ -4,15 +4,15 @@ Each run folder is read as :class:`ReportRun` through the run store's typed read
 ``results.jsonl``: :meth:`~diageval.run.store.RunStore.load`; ``summary.json``:
 :meth:`~diageval.run.store.RunStore.read_summary`) and every saved diagnosis through the one diagnosis
 reader (:func:`~diageval.diagnosis.read_diagnosis_file`). The case files the runs were made from give titles and labels (ranks, steps,
-symptoms); the manifestation check (ratio, noise) comes from the caller, since it lives in the bundle
-cache and reports read nothing from recording.
+symptoms); the manifestation test's measurement (ratio, noise, z, p-value, repeat pairs) from the results
+(:class:`~diageval.scoring.results.ManifestationMeasure`), never from a bundle cache.
 
 Decided here (the design is silent):
 
 * The runs must be comparable exactly as for the markdown leaderboard
   (:func:`~diageval.reports.leaderboard.check_comparable`), and are listed in its order.
-* A case's measured impact is the first run's that has one (every run of one case set reads it from the
-  same verification); a run that disagrees is named in the case's notes.
+* A case's measured impact and manifestation measurement are the first run's that has one (every run of one
+  case set reads it from the same verification); a run whose impact disagrees is named in the case's notes.
 * When the case files at ``run.json``'s ``cases_dir`` are missing or changed since (another case-set
   hash), the page still renders from the results alone (labeled causes and their ranks), and says so.
 * The per-cause misleading rate is computed over the cases labeled with that cause (and, as rows of
@@ -34,23 +34,12 @@ from diageval.reports.leaderboard import check_comparable, is_ranked, rank_key
 from diageval.reports.report import ReportError
 from diageval.run.store import LoadedRun, RunInfo, RunReadError, RunStore
 from diageval.scoring.metrics import METRICS, MetricValue, compute_metrics
-from diageval.scoring.results import ANSWERED_STATUSES, CaseResult
+from diageval.scoring.results import ANSWERED_STATUSES, CaseResult, ManifestationMeasure
 from diageval.scoring.summary import Summary
 from diageval.scoring.tallies import tally_table
 
 HEALTHY_ROW = "healthy controls"
 ABSTAIN_ROW = "abstain cases"
-
-
-@dataclass(frozen=True)
-class Manifestation:
-    """A positive case's manifestation check, as the bundle cache holds it."""
-
-    metric: str
-    ratio: float
-    min_ratio: float
-    noise: float
-    repeats: int
 
 
 @dataclass
@@ -84,7 +73,7 @@ class ReportInputs:
     given: list[ReportRun]  # in the order the run folders were given (compare: A, then B)
     case_set: CaseSet | None  # the case files, when they still match the runs
     case_note: str | None  # why the case files are not used, when they are not
-    manifestations: Mapping[str, Manifestation]
+    manifestations: Mapping[str, ManifestationMeasure]  # case id -> as the first run with one carries it
 
 
 def read_run(run_dir: Path) -> ReportRun:
@@ -112,7 +101,7 @@ def order_runs(runs: list[ReportRun]) -> list[ReportRun]:
     return ranked + unranked
 
 
-def gather(run_dirs: list[Path], manifestations: Mapping[str, Manifestation] | None = None) -> ReportInputs:
+def gather(run_dirs: list[Path]) -> ReportInputs:
     """Read the runs, check they share a case set, and find their case files."""
     runs = [read_run(Path(d)) for d in run_dirs]
     try:
@@ -130,7 +119,12 @@ def gather(run_dirs: list[Path], manifestations: Mapping[str, Manifestation] | N
         note = (f"the case files at {first.cases_dir} changed since these runs (case-set hash {case_set.hash[:12]} "
                 f"now, {first.case_set_hash[:12]} then): titles and symptoms are not shown")
         case_set = None
-    return ReportInputs(runs=runs, given=given, case_set=case_set, case_note=note, manifestations=dict(manifestations or {}))
+    manifestations: dict[str, ManifestationMeasure] = {}
+    for run in runs:
+        for case_id, result in run.results.items():
+            if result.manifestation is not None:
+                manifestations.setdefault(case_id, result.manifestation)
+    return ReportInputs(runs=runs, given=given, case_set=case_set, case_note=note, manifestations=manifestations)
 
 
 def case_groups(runs: list[ReportRun]) -> dict[str, list[str]]:

@@ -135,6 +135,22 @@ class Forecast(_Record):
     outcome: bool
 
 
+class ManifestationMeasure(_Record):
+    """What the manifestation test measured for an injected positive case (diageval.recording.manifest_test):
+    the numbers behind its difficulty and its being valid, carried so that reports read them from the run."""
+
+    metric: str = Field(description="The case's manifest metric")
+    min_ratio: float = Field(description="The minimum effect the estimate had to reach")
+    ratio: float = Field(description="The case/twin ratio the test estimated")
+    noise: float = Field(description="The healthy twin's relative spread of the metric over the repeats")
+    effect_to_noise: float = Field(description="z = (ratio - 1) / max(noise, floor): the difficulty's measure")
+    statistic: float | None = Field(None, description="The test's z statistic (null: a check made before the test)")
+    p_value: float | None = Field(None, description="Its one-sided p-value of 'no slowdown'")
+    alpha: float | None = Field(None, description="The p-value had to be below this at the deciding look")
+    repeats: int = Field(description="Repeat pairs (twin, case) recorded and tested")
+    manifested: bool
+
+
 class CaseResult(_Record):
     scoring_version: Literal[3, 4] = Field(description="The judging rules that wrote this result (SCORING_VERSION)")
     case_id: str
@@ -175,6 +191,8 @@ class CaseResult(_Record):
     taxonomy_causes: int = Field(0, description="Causes in the taxonomy the case was judged with: the (case, "
                                  "cause) pairs of calibration")
     measured_impact: float | None = Field(None, description="The injection's measured fraction of step time")
+    manifestation: ManifestationMeasure | None = Field(None, description="The manifestation test's measurement, for "
+                                                     "an injected positive case; null otherwise and in older results")
     seconds: float | None = Field(None, description="Wall time the diagnoser took")
     bundle_id: str | None = None
     bundle_sha256: str | None = None

@@ -67,6 +67,7 @@ from diageval.scoring.results import (
     CauseOutcome,
     ClaimVerdict,
     Forecast,
+    ManifestationMeasure,
     Status,
 )
 
@@ -84,6 +85,7 @@ def score_case(
     error: str | None = None,
     bundle_id: str | None = None,
     bundle_sha256: str | None = None,
+    manifestation: ManifestationMeasure | None = None,
 ) -> CaseResult:
     """Judge ``diagnosis`` against ``case``'s labels (see the module docstring for the rules)."""
     if status in ANSWERED_STATUSES:
@@ -109,6 +111,7 @@ def score_case(
         measured_magnitude=measured_magnitude,
         categories=[label.category for label in case.labels.causes],
         measured_impact=measured_impact,
+        manifestation=manifestation,
         seconds=seconds,
         bundle_id=bundle_id,
         bundle_sha256=bundle_sha256,

@@ -28,6 +28,7 @@ from diageval.reports.report import ReportError
 from diageval.run.grade import summarize_run
 from diageval.run.store import RunDiagnoser, RunEnv, RunInfo, RunStore
 from diageval.scoring.metrics import BOARD, METRICS
+from diageval.scoring.results import ManifestationMeasure
 from diageval.scoring.verdicts import score_case
 
 CASE_FILES = {
@@ -93,6 +94,10 @@ labels: {causes: [], symptoms: [symptom.long_collective], expect: abstain}
 """,
 }
 IMPACT = {"straggler": 0.85, "starved": 0.62, "weak-straggler": 0.15}
+# what the manifestation test measured, as the pipeline puts it in the results ("starved": a run made before)
+MEASURES = {"straggler": ManifestationMeasure(metric="step_time_median", min_ratio=1.5, ratio=3.0, noise=0.2,
+                                              effect_to_noise=10.0, statistic=7.5, p_value=3.2e-14, alpha=0.0025,
+                                              repeats=2, manifested=True)}
 
 STRAGGLER, LOADER, STALL = "compute.straggler_rank", "input.dataloader_starvation", "comm.collective_stall"
 LONG_COLLECTIVE = "symptom.long_collective"
@@ -159,7 +164,8 @@ def write_run(runs: Path, cases_dir: Path, name: str) -> Path:
         diagnosis = outcome if isinstance(outcome, Diagnosis) else None
         status = "ok" if diagnosis is not None else outcome
         result = score_case(lc.case, diagnosis, taxonomy=case_set.taxonomy, status=status, seconds=0.25,
-                            measured_impact=IMPACT.get(lc.case.id), error=None if diagnosis else "took too long")
+                            measured_impact=IMPACT.get(lc.case.id), manifestation=MEASURES.get(lc.case.id),
+                            error=None if diagnosis else "took too long")
         if diagnosis is not None:
             store.diagnosis_path(lc.case.id).parent.mkdir(parents=True, exist_ok=True)
             store.diagnosis_path(lc.case.id).write_text(diagnosis.model_dump_json(), encoding="utf-8")
@@ -346,19 +352,12 @@ def test_a_page_that_fetches_is_caught(tmp_path):
     assert log.requests == ["https://cdn.example.invalid/x.js"]
 
 
-def test_manifestation_checks_read_from_the_bundle_cache(tmp_path):
-    """The page's noise and ratio come from the truth file the run's evidence step wrote, found by its key."""
-    from diageval.recording.cache import cache_key, write_truth
-    from diageval.recording.stored_checks import stored_checks
-    from diageval.recording.truth import TruthRecord, Verification
-
-    case_set = load_case_set(write_cases(tmp_path))
-    straggler = case_set.get("straggler").case
-    v = Verification(metric="step_time_median", min_ratio=1.5, injected=0.09, healthy=0.03, ratio=3.0, noise=0.2,
-                     repeats=3, manifested=True, impact=0.66)
-    key = cache_key(straggler, "cpu")
-    write_truth(tmp_path, TruthRecord(case_id="straggler", key=key, repeat=0, recorded=datetime.now(timezone.utc),
-                                      verification=v))
-    found = stored_checks(case_set, "cpu", cache_dir=tmp_path)
-    assert set(found) == {"straggler"}  # the other positive cases were never verified in this cache
-    assert (found["straggler"].ratio, found["straggler"].noise, found["straggler"].repeats) == (3.0, 0.2, 3)
+def test_manifestation_measurements_come_from_the_results(runs):
+    """The page's ratio, noise, z and p-value are the ones the run's results carry (no bundle cache is read);
+    a positive case whose results carry none says so."""
+    inputs = gather(runs)
+    assert set(inputs.manifestations) == {"straggler"}
+    assert inputs.manifestations["straggler"].p_value == pytest.approx(3.2e-14)
+    html = render(runs)
+    assert "ratio 3.00 (min 1.50), healthy-twin noise 0.20, z 10.0, test p 3.2e-14 (alpha 0.0025) over 2 repeat pairs" in html
+    assert "no manifestation measurement in the results" in html  # starved: a run made before results carried it

@@ -38,6 +38,10 @@ from diageval.recording.truth import TruthRecord
 _HARNESS = Path(__file__).resolve().parent.parent
 # The sources that shape a recording, relative to the package root: a change to any of them re-records.
 RECORDING_SOURCES = ("recording", "bundle/model.py")
+# Modules of recording/ that judge recordings but never shape one: a change to them re-verifies (prepare
+# re-verifies a record its test did not make), it does not re-record.
+VERIFICATION_ONLY = ("recording/verify.py", "recording/truth.py", "recording/manifest_test.py",
+                     "recording/stored_checks.py", "recording/label_support.py")
 
 
 def recording_code_version() -> str:
@@ -47,6 +51,7 @@ def recording_code_version() -> str:
     for name in RECORDING_SOURCES:
         p = _HARNESS / name
         files += sorted(p.rglob("*.py")) if p.is_dir() else [p]
+    files = [f for f in files if f.relative_to(_HARNESS).as_posix() not in VERIFICATION_ONLY]
     for f in files:
         h.update(f.relative_to(_HARNESS).as_posix().encode())
         h.update(f.read_bytes())

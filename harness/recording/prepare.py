@@ -28,8 +28,8 @@ def prepare_evidence(loaded: LoadedCase, *, device: str = "auto", force: bool = 
                      cache_dir: Path | None = None, data_dir: Path | None = None) -> PreparedEvidence:
     """Record (or reuse) the case's bundle; for a positive case also verify that its injection manifested.
 
-    Verification reuses a stored one unless ``force``; it records ``DEFAULT_REPEATS`` repeats of the case
-    and of its healthy twin (all cached). Raises ``RecordingError`` when a recording fails.
+    Verification reuses a stored one unless ``force``; it records repeat pairs of the case and of its healthy
+    twin (all cached) until the sequential manifestation test decides. Raises ``RecordingError`` when a recording fails.
     A recorded case's traces are imported instead (:mod:`diageval.recording.recorded`; ``data_dir`` is
     where its files are), raising ``EvidenceUnavailable`` when they are absent; it has no verification.
     """
@@ -43,7 +43,7 @@ def prepare_evidence(loaded: LoadedCase, *, device: str = "auto", force: bool = 
                                 manifest_sha256=sha256_file(folder / MANIFEST_NAME), verification=None)
     from diageval.paths import bundle_cache_dir
     from diageval.recording.record import resolve_device
-    from diageval.recording.verify import DEFAULT_REPEATS, verify_case
+    from diageval.recording.verify import verify_case
 
     case = loaded.case
     cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
@@ -52,10 +52,11 @@ def prepare_evidence(loaded: LoadedCase, *, device: str = "auto", force: bool = 
     verified_now = False
     if verify and case.labels.expect == "diagnose":
         truth = read_truth(cache, cache_key(case, resolved))
-        if truth is not None and truth.verification is not None and not force:
+        if truth is not None and truth.verification is not None and truth.verification.test is not None and not force:
             verification = truth.verification
-        else:  # records every repeat, repeat 0 (the bundle returned below) included
-            verification = verify_case(case, repeats=DEFAULT_REPEATS, device=resolved, cache_dir=cache, force=force)
+        else:  # records every repeat pair, repeat 0 (the bundle returned below) included; a record without the
+            # manifestation test's measurement is re-verified (its recordings are reused)
+            verification = verify_case(case, device=resolved, cache_dir=cache, force=force)
             verified_now = True
     key, folder, _ = ensure_bundle(case, resolved, force=force and not verified_now, cache_dir=cache)
     bundle = EvidenceBundle.open(folder)

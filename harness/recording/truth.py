@@ -8,6 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, computed_field
 
+from diageval.recording.manifest_test import ManifestTest
+
 Difficulty = Literal["easy", "medium", "hard"]
 
 # A case's difficulty is how far its injection's effect stands above the run-to-run noise of its healthy
@@ -29,19 +31,23 @@ class Verification(BaseModel):
     min_ratio: float
     injected: float = Field(description="Median over repeats of the metric with the faults (seconds)")
     healthy: float = Field(description="Median over repeats of the metric of the healthy twin (seconds)")
-    ratio: float = Field(description="injected / healthy")
+    ratio: float = Field(description="The case/twin ratio: the manifestation test's estimate (exp of the mean per-pair "
+                         "log shift); injected / healthy in a record made before the test")
     noise: float = Field(
         description="Relative spread of the healthy twin's metric over repeats: (max - min) / median. "
         "A ratio whose excess over 1 is not well above this is not trustworthy."
     )
-    repeats: int
+    repeats: int = Field(description="Repeat pairs (twin, case) recorded and tested")
     manifested: bool = Field(
-        description="ratio >= min_ratio and (with 2+ repeats) every injected repeat above every healthy one"
+        description="The manifestation test's decision: its p-value below its alpha and its estimate >= min_ratio "
+        "(in a record made before the test: ratio >= min_ratio and every injected repeat above every healthy one)"
     )
     impact: float | None = Field(
         description="Measured fraction of step time lost: 1 - healthy/injected mean step time over the "
         "labeled steps (medians over repeats)"
     )
+    test: ManifestTest | None = Field(None, description="What the manifestation test measured and decided; None in a "
+                                      "record made before it (such a record is verified again)")
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -1,15 +1,17 @@
-"""Manifestation check: record a positive case and its healthy twin several times and compare.
+"""Manifestation check: record a positive case and its healthy twin in interleaved repeat pairs and test.
 
 Step time of one step = mean over the ranks of ``t_end - t_start`` in ``steps.jsonl`` (ranks of a
 data-parallel job finish a step together, so this is close to every rank's), except for
 ``rank_step_time_median``, which uses ``manifest.rank`` alone. The metric is taken over the labeled
 step range (the union of the causes' ``steps``), or over all steps when no cause names a range.
 
-Per repeat ``i`` the case and its twin are each recorded once (cached: repeat ``i`` of a twin is shared
-by every case with the same workload). ``injected`` and ``healthy`` are medians over repeats;
-``noise`` is the healthy twin's relative spread over repeats; a case manifested when the ratio reaches
-``min_ratio`` and, with two or more repeats, the slowest healthy repeat is faster than the fastest
-injected one (the effect is not an accident of one noisy recording).
+Repeat pair ``i`` is the twin recorded, then the case (cached: repeat ``i`` of a twin is shared by every case
+with the same workload). The decision is :mod:`diageval.recording.manifest_test`'s: per-step times of each
+pair (the first :data:`~diageval.recording.manifest_test.WARMUP_STEPS` steps of a recording left out), a
+shift estimate per pair, a test across pairs with a minimum effect (``min_ratio``), sequential (pairs are
+added until a look decides, up to a cap). ``ratio`` is the test's estimate; ``injected`` and ``healthy`` are
+medians over repeats of the metric; ``noise`` is the healthy twin's relative spread over repeats (the
+difficulty's denominator, :mod:`diageval.recording.truth`).
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from diageval.bundle.model import EvidenceBundle, StepRecord
 from diageval.cases.model import Case
 from diageval.progress import Progress
 from diageval.recording.cache import ensure_bundle, read_truth, write_truth
+from diageval.recording.manifest_test import LOOKS, WARMUP_STEPS, manifest_test, pairs_needed, sequential_test
 from diageval.recording.truth import TruthRecord, Verification
 
-DEFAULT_REPEATS = 3
+DEFAULT_REPEATS = LOOKS[0]
+"""Pairs recorded before the first look (more are added when it does not decide)."""
 
 # A case's ratio moves from one verify to the next on a shared machine: the machine's speed moves (the same
 # healthy twin took 13.9 ms a step in one run, 8.5 ms in another) and a fault's cost does not scale with it.
@@ -70,32 +74,52 @@ def metric_value(steps: list[StepRecord], metric: str, step_range: tuple[int, in
     raise ValueError(f"unknown manifest metric {metric!r}")
 
 
-def compare(case: Case, injected_steps: list[list[StepRecord]], healthy_steps: list[list[StepRecord]]) -> Verification:
-    """The Verification of a case from the step logs of its repeats and of its twin's."""
+def test_range(case: Case) -> tuple[int, int]:
+    """The labeled step range without the warm-up steps, when steps remain after them."""
+    start, stop = labeled_step_range(case)
+    return (max(start, WARMUP_STEPS), stop) if stop > max(start, WARMUP_STEPS) else (start, stop)
+
+
+def compare(case: Case, injected_steps: list[list[StepRecord]], healthy_steps: list[list[StepRecord]],
+            repeats: int | None = None) -> Verification:
+    """The Verification of a case from the step logs of its repeats and of its twin's (pair i = twin i, case i).
+
+    ``repeats`` None: the sequential test over as many pairs as given; a number: one test at the full alpha
+    on exactly that many pairs.
+    """
+    from diageval.recording.manifest_test import ALPHA
+
     assert case.manifest is not None
+    if len(injected_steps) != len(healthy_steps):
+        raise ValueError(f"case {case.id}: {len(injected_steps)} case recordings but {len(healthy_steps)} twin ones")
     rng = labeled_step_range(case)
     m = case.manifest
     inj = [metric_value(s, m.metric, rng, m.rank) for s in injected_steps]
     hea = [metric_value(s, m.metric, rng, m.rank) for s in healthy_steps]
     injected, healthy = statistics.median(inj), statistics.median(hea)
-    ratio = injected / healthy
     noise = (max(hea) - min(hea)) / healthy if len(hea) > 1 else 0.0
-    separated = len(inj) < 2 or min(inj) > max(hea)
+    trng = test_range(case)
+    rank = m.rank if m.metric == "rank_step_time_median" else None
+    pairs = [(step_times(h, trng, rank), step_times(c, trng, rank)) for h, c in zip(healthy_steps, injected_steps)]
+    if repeats is None:
+        test = sequential_test(pairs, m.metric, m.min_ratio)
+    else:
+        test = manifest_test(pairs[:repeats], m.metric, m.min_ratio, alpha=ALPHA)
     inj_mean = statistics.median(metric_value(s, "step_time_mean", rng) for s in injected_steps)
     hea_mean = statistics.median(metric_value(s, "step_time_mean", rng) for s in healthy_steps)
     return Verification(
-        metric=m.metric, min_ratio=m.min_ratio, injected=injected, healthy=healthy, ratio=ratio, noise=noise,
-        repeats=len(inj), manifested=ratio >= m.min_ratio and separated,
-        impact=max(0.0, 1.0 - hea_mean / inj_mean),
+        metric=m.metric, min_ratio=m.min_ratio, injected=injected, healthy=healthy, ratio=test.estimate, noise=noise,
+        repeats=len(inj), manifested=test.manifested, impact=max(0.0, 1.0 - hea_mean / inj_mean), test=test,
     )
 
 
-def verify_case(case: Case, *, repeats: int = DEFAULT_REPEATS, device: str = "cpu", cache_dir: Path | None = None,
+def verify_case(case: Case, *, repeats: int | None = None, device: str = "cpu", cache_dir: Path | None = None,
                 force: bool = False, progress: Callable[[str], None] | None = None) -> Verification:
-    """Record (or reuse) ``repeats`` recordings of ``case`` and of its twin, compare, store the result.
+    """Record (or reuse) repeat pairs of ``case`` and of its twin, test, store the result.
 
-    ``device`` must be resolved (cpu or cuda). The Verification is stored in the truth file of the
-    case's repeat-0 bundle (outside the bundle folder).
+    ``repeats`` None: the sequential test (pairs added up to the cap until a look decides); a number: exactly
+    that many pairs, one test. ``device`` must be resolved (cpu or cuda). The Verification is stored in the
+    truth file of the case's repeat-0 bundle (outside the bundle folder).
     """
     from diageval.paths import bundle_cache_dir
 
@@ -103,14 +127,30 @@ def verify_case(case: Case, *, repeats: int = DEFAULT_REPEATS, device: str = "cp
         raise ValueError(f"case {case.id}: only positive cases (expect: diagnose) are verified")
     cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
     twin = case.healthy_twin()
+    case_folders: list[Path] = []  # the recorded bundles, pair i at index i (label checks read them too)
+    twin_folders: list[Path] = []
     injected, healthy = [], []
-    for i in range(repeats):
-        for role, c, sink in (("twin", twin, healthy), ("case", case, injected)):
-            if progress:
-                progress(f"{case.id}: {role} {i + 1}/{repeats}")
-            _, folder, _ = ensure_bundle(c, device, repeat=i, force=force, cache_dir=cache, role=role)
-            sink.append(EvidenceBundle.open(folder).steps())
-    verification = compare(case, injected, healthy)
+
+    def record_up_to(n: int) -> None:
+        for i in range(len(injected), n):
+            for role, c, folders, sink in (("twin", twin, twin_folders, healthy), ("case", case, case_folders, injected)):
+                if progress:
+                    progress(f"{case.id}: {role} {i + 1}/{n}")
+                _, folder, _ = ensure_bundle(c, device, repeat=i, force=force, cache_dir=cache, role=role)
+                folders.append(folder)
+                sink.append(EvidenceBundle.open(folder).steps())
+
+    if repeats is not None:
+        record_up_to(repeats)
+        verification = compare(case, injected, healthy, repeats=repeats)
+    else:
+        record_up_to(DEFAULT_REPEATS)
+        while True:
+            verification = compare(case, injected, healthy)
+            assert verification.test is not None
+            if verification.test.decided:
+                break
+            record_up_to(pairs_needed(len(injected) + 1))
     key, _, _ = ensure_bundle(case, device, repeat=0, cache_dir=cache)
     truth = read_truth(cache, key) or TruthRecord(case_id=case.id, key=key, repeat=0, recorded=_now())
     write_truth(cache, truth.model_copy(update={"verification": verification, "case_id": case.id}))
@@ -123,7 +163,7 @@ def _now():
     return datetime.now(timezone.utc)
 
 
-VERIFY_COLUMNS = ["case", "metric", "healthy", "injected", "ratio", "noise", "min_ratio", "manifested"]
+VERIFY_COLUMNS = ["case", "metric", "healthy", "injected", "ratio", "noise", "min_ratio", "pairs", "z", "p", "manifested"]
 
 
 def narrow_margin(v: Verification) -> bool:
@@ -135,11 +175,13 @@ def verification_row(case_id: str, v: Verification) -> dict[str, str]:
     return {
         "case": case_id, "metric": v.metric, "healthy": f"{v.healthy * 1000:.1f}ms",
         "injected": f"{v.injected * 1000:.1f}ms", "ratio": f"{v.ratio:.2f}", "noise": f"{v.noise:.2f}",
-        "min_ratio": f"{v.min_ratio:.2f}", "manifested": "yes" if v.manifested else "NO",
+        "min_ratio": f"{v.min_ratio:.2f}", "pairs": str(v.repeats),
+        "z": f"{v.test.statistic:.1f}" if v.test else "", "p": f"{v.test.p_value:.1e}" if v.test else "",
+        "manifested": "yes" if v.manifested else "NO",
     }
 
 
-def verify_cases(case_ids: list[str], *, cases_dir: Path | None = None, repeats: int = DEFAULT_REPEATS,
+def verify_cases(case_ids: list[str], *, cases_dir: Path | None = None, repeats: int | None = None,
                  device: str = "auto", cache_dir: Path | None = None, force: bool = False,
                  progress: Progress | None = None) -> list[tuple[str, Verification]]:
     """Verify the named positive cases (all positive cases when ``case_ids`` is empty).
@@ -173,6 +215,13 @@ def verify_cases(case_ids: list[str], *, cases_dir: Path | None = None, repeats:
         if progress:
             progress.started("verify", n, len(chosen), f"verifying {case.id}")
         dev = resolve_device(device, case)
+        if case.fleet is not None:  # a regression or fleet: its own test against the fleet's noise (fleet_verify.py)
+            from diageval.recording.fleet_verify import fleet_evidence
+
+            results.append((case.id, fleet_evidence(case, device=dev, force=force, cache_dir=cache_dir)[1]))
+            if progress:
+                progress.advance("verify")
+            continue
         results.append((case.id, verify_case(case, repeats=repeats, device=dev, cache_dir=cache_dir, force=force,
                                              progress=progress)))
         if progress:

@@ -114,6 +114,7 @@ class _Ready:
     measured_impact: float | None
     difficulty: str | None  # measured (the verification's effect over noise); None for cases without an injection
     size: EvidenceSize | None = None  # what the bundle the diagnoser gets weighs
+    manifestation: Any = None  # ManifestationMeasure: what the manifestation test measured (injected positives)
 
 
 def default_run_id(diagnoser_name: str, case_set_hash: str, evidence: EvidenceTier = FULL) -> str:
@@ -337,11 +338,12 @@ class _Pipeline:
             return {"status": "harness_error", "error": f"the bundle path {bundle_dir} reveals the case id", **ids}
         verification = getattr(prepared, "verification", None)
         impact = getattr(verification, "impact", None)
+        measure = _measure(verification)
         if case.labels.expect == "diagnose" and case.recorded is None:  # recorded: labeled from measurements
             if verification is None:
                 return {"status": "invalid", "error": "no manifestation check was recorded for this positive case", **ids}
             if not verification.manifested:
-                return {"status": "invalid", "error": f"the injection did not manifest: {_why_not_manifested(verification)}", "measured_impact": impact, **ids}
+                return {"status": "invalid", "error": f"the injection did not manifest: {_why_not_manifested(verification)}", "measured_impact": impact, "manifestation": measure, **ids}
         difficulty = getattr(verification, "difficulty", None)
         try:  # the tier the diagnoser gets: an evidence edit of the bundle (diageval.run.evidence_tiers)
             shown = tier_bundle(bundle_dir, self.tier)
@@ -357,7 +359,7 @@ class _Pipeline:
             bundle_id, bundle_sha = EvidenceBundle.open(shown).bundle_id, sha256_file(shown / "bundle.json")
         else:
             bundle_id, bundle_sha = prepared.bundle_id, prepared.manifest_sha256
-        return _Ready(loaded, shown, bundle_id, bundle_sha, impact, difficulty, evidence_size(shown, bundle_dir))
+        return _Ready(loaded, shown, bundle_id, bundle_sha, impact, difficulty, evidence_size(shown, bundle_dir), measure)
 
     def diagnose_all(self, ready: list[_Ready]) -> int:
         """Diagnose ``ready`` with ``jobs`` slots; return how many cases finished."""
@@ -387,7 +389,7 @@ class _Pipeline:
                 return
             ex = slots.get()
             ids = {"bundle_id": item.bundle_id, "bundle_sha256": item.bundle_sha256, "measured_impact": item.measured_impact,
-                   "difficulty": item.difficulty}
+                   "difficulty": item.difficulty, "manifestation": item.manifestation}
             try:
                 attempt: Attempt | None = ex.diagnose(item.bundle_dir, self.store.case_dir(item.loaded.case.id),
                                                       bundle_id=shown_ids[item.loaded.case.id])
@@ -531,9 +533,29 @@ def _default_evidence_fn() -> EvidenceFn:
     return prepare_evidence
 
 
+def _measure(v: "Verification | None") -> Any:
+    """The manifestation test's measurement as results carry it (None without a full verification)."""
+    from diageval.scoring.results import ManifestationMeasure
+
+    if v is None or not hasattr(v, "effect_to_noise"):  # a stand-in without the measurement (tests' fakes)
+        return None
+    test = getattr(v, "test", None)
+    return ManifestationMeasure(
+        metric=v.metric, min_ratio=v.min_ratio, ratio=v.ratio, noise=v.noise, effect_to_noise=v.effect_to_noise,
+        statistic=test.statistic if test else None, p_value=test.p_value if test else None,
+        alpha=test.alpha if test else None, repeats=v.repeats, manifested=v.manifested,
+    )
+
+
 def _why_not_manifested(v: Verification) -> str:
-    """Which of the two conditions of a manifestation failed (both can)."""
-    if v.ratio < v.min_ratio:
-        return f"ratio {v.ratio:.3g} below min_ratio {v.min_ratio:g}"
-    return (f"ratio {v.ratio:.3g} reached min_ratio {v.min_ratio:g}, but the fastest of the {v.repeats} injected "
-            f"repeats was not slower than the slowest healthy one (twin noise {v.noise:.2f})")
+    """Which condition of the manifestation test failed: the minimum effect, the p-value, or both."""
+    test = getattr(v, "test", None)
+    if test is None:  # a record made before the test
+        return f"ratio {v.ratio:.3g} against min_ratio {v.min_ratio:g} over {v.repeats} repeats (twin noise {v.noise:.2f})"
+    why = []
+    if test.estimate < test.min_ratio:
+        why.append(f"estimated ratio {test.estimate:.3g} below min_ratio {test.min_ratio:g}")
+    if test.p_value >= test.alpha:
+        why.append(f"p-value {test.p_value:.2g} not below {test.alpha:g} (z {test.statistic:.2f}; per-pair ratios "
+                   + ", ".join(f"{r:.2f}" for r in test.pair_shifts) + ")")
+    return f"{' and '.join(why)} after {test.pairs} repeat pairs"

@@ -58,7 +58,7 @@ from diageval.fileio import append_jsonl, atomic_write_text, read_jsonl, write_j
 from diageval.paths import SOURCE_ROOT
 from diageval.cases.tiers import EvidenceTier
 from diageval.run.evidence_tiers import EvidenceSize
-from diageval.scoring.results import CaseResult, Status
+from diageval.scoring.results import CaseResult, ManifestationMeasure, Status
 from diageval.scoring.summary import Summary
 from diageval.validation import field_path
 
@@ -141,6 +141,7 @@ class SavedOutcome(BaseModel):
     case_id: str
     status: Status
     measured_impact: float | None = None
+    manifestation: ManifestationMeasure | None = None  # in runs before it was carried: none
     difficulty: Literal["easy", "medium", "hard"] | None = None  # in runs before it was measured: as declared
     seconds: float | None = None
     error: str | None = None

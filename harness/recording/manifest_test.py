@@ -1,0 +1,181 @@
+"""The manifestation test: did a case's injection slow it down by at least ``min_ratio`` against its healthy
+twin, with a stated error rate, on a shared machine whose speed moves?
+
+Data: ``k`` repeat pairs, each a twin recording and a case recording made back to back (twin i, case i, twin
+i+1, ...), and in each recording the per-step times of the labeled steps (warm-up steps left out, see
+:data:`WARMUP_STEPS`).
+
+Why not a permutation of step times within a pair: measured on the twins of a fresh-clone CI run (load 5-7,
+113 workload repeats, 226 adjacent twin/twin pairs), two healthy recordings made seconds apart differ as a
+whole by a median of 14% and by 52% at the 90th percentile (Hodges-Lehmann shift of their step times): the
+machine's speed moves between recordings more than steps vary within one (log step-time sd 0.19). A test that
+treats the steps of the two recordings of a pair as exchangeable calls such a shift an effect with p ~ 1e-6.
+So the unit of evidence is the recording pair, and the steps only make each pair's estimate precise:
+
+* per pair ``i``: ``d_i`` = log of the case/twin shift. For a median metric it is the Hodges-Lehmann
+  estimate (median of every case-step minus twin-step difference of log step times: the estimator the
+  Wilcoxon rank-sum test inverts, robust to a stray slow step); for a mean or p90 metric the log of the
+  metric's ratio. Its within-recording variance ``w_i`` comes from the step times (robust spread for a
+  median metric), inflated by ``(1 + rho) / (1 - rho)`` for the lag-1 autocorrelation ``rho`` of step times
+  within a recording (measured there: median 0.16), the variance factor of a mean of an AR(1) series.
+* between pairs the drift of the machine cancels (each ``d_i`` is a difference within one pair), but the
+  two recordings of a pair still differ by the recording-level shift. The variance ``s2`` of one pair's
+  ``d_i`` is taken as the larger of (a) what this verify's own pairs show: the sample variance of the
+  ``d_i`` (shift, step noise and any variation of the effect itself; the drift cancels in each ``d_i``), and
+  (b) a floor: :data:`RECORDING_SHIFT_SD` squared (two recordings' shift, measured on a CI run's twins,
+  above) plus the mean ``w_i``: a verify of two or three pairs cannot be trusted to have seen the machine's
+  spread.
+* the statistic ``z = mean(d) / sqrt(s2 / k)``, one-sided p-value ``1 - Phi(z)`` (H0: no slowdown), and the
+  estimate ``ratio = exp(mean(d))``. The case manifested at a look when ``p < alpha_look`` and
+  ``ratio >= min_ratio`` (the minimum effect).
+
+Sequential: looks after :data:`LOOKS` pairs (2, 3, 4, 6); a look that decides "manifested" stops; the last
+look decides. Alpha is spent by Bonferroni over the looks (``ALPHA / len(LOOKS)`` each), so the chance that a
+healthy pair of recordings manifests at any look is at most ``ALPHA`` whenever the p-values are valid; whether
+they are on this machine is measured, not assumed: ``benchmarks/manifestation_calibration.py`` prints the A/A
+false-manifest rate (a healthy twin against itself) and the positive rungs' manifest rate with intervals.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+from pydantic import BaseModel, Field
+
+ALPHA = 0.01
+"""The false-manifest rate the test is built for (a healthy twin against itself), over all looks together."""
+LOOKS: tuple[int, ...] = (2, 3, 4, 6)
+"""Repeat pairs after which the test looks; the last is the cap. Most cases are decided at the first look (a
+gross fault); a case near its detection limit gets more pairs (each pair ~4 s of recording on 2 cores)."""
+ALPHA_PER_LOOK = ALPHA / len(LOOKS)
+RECORDING_SHIFT_SD = 0.19
+"""Floor of the sd of the log shift between two healthy recordings made back to back: 1.4826 x the median
+absolute deviation of 226 adjacent twin/twin Hodges-Lehmann shifts of a fresh-clone CI run's cache (load 5-7;
+the plain sd was 0.31, pulled by the recordings that a burst of load hit). Measured on healthy twins, not on
+the positive cases the test judges."""
+WARMUP_STEPS = 2
+"""Steps at the start of a recording left out of the test: step 0 took a median 2.0x the recording's median
+step time and step 1 1.16x (68 twin recordings of the CI run above), from one-time costs (first allocations,
+the collective's buffers) that both recordings pay and that are not like their later steps."""
+MAX_AUTOCORRELATION = 0.8
+MIN_STEPS = 1
+
+
+class ManifestTest(BaseModel):
+    """What the manifestation test measured and decided (stored with the case's verification and its results)."""
+
+    pairs: int = Field(description="Repeat pairs (twin, case) the decision was made on")
+    estimate: float = Field(description="exp(mean over pairs of the per-pair log shift): the case/twin ratio")
+    statistic: float = Field(description="z = mean log shift / its standard error across pairs")
+    p_value: float = Field(description="One-sided p-value of 'no slowdown' (1 - Phi(z))")
+    alpha: float = Field(description="The p-value must be below this at the deciding look (ALPHA / looks)")
+    min_ratio: float = Field(description="The minimum effect: the estimate must reach it")
+    shift_sd: float = Field(description="sd of one pair's log shift used (recording-level shift and step noise)")
+    autocorrelation: float = Field(description="Lag-1 autocorrelation of step times within a recording (pooled)")
+    pair_shifts: list[float] = Field(description="Per pair: the case/twin ratio of that pair")
+    manifested: bool
+    decided: bool = Field(description="True when no further pair could change the decision (a pass or the cap)")
+
+
+def manifest_test(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], metric: str, min_ratio: float,
+                  alpha: float = ALPHA_PER_LOOK, final: bool = True) -> ManifestTest:
+    """The test on ``pairs`` of (twin step times, case step times) in seconds, one look.
+
+    ``final``: this look is the last one (the cap, or no more pairs to come): its decision stands either way.
+    With one pair the recording-level shift is the floor alone. Raises ValueError on no pairs, fewer than :data:`MIN_STEPS` steps in a recording, or a step time
+    that is not positive.
+    """
+    if not pairs:
+        raise ValueError("the manifestation test needs at least one repeat pair")
+    logs = []
+    for i, (twin, case) in enumerate(pairs):
+        for role, times in (("twin", twin), ("case", case)):
+            if len(times) < MIN_STEPS:
+                raise ValueError(f"repeat {i} {role}: {len(times)} step times, the test needs at least {MIN_STEPS}")
+            if min(times) <= 0:
+                raise ValueError(f"repeat {i} {role}: a step time <= 0 ({min(times)})")
+        logs.append(([math.log(t) for t in twin], [math.log(t) for t in case]))
+    rho = min(MAX_AUTOCORRELATION, max(0.0, _pooled_lag1([s for pair in logs for s in pair])))
+    inflation = (1 + rho) / (1 - rho)
+    by_median = metric in ("step_time_median", "rank_step_time_median")
+    shifts, within = [], []
+    for (twin, case), (lt, lc) in zip(pairs, logs):
+        if by_median:
+            shifts.append(statistics.median(c - t for c in lc for t in lt))
+            within.append(inflation * (_robust_var(lt) / len(lt) + _robust_var(lc) / len(lc)))
+        else:
+            mt, mc = _metric(twin, metric), _metric(case, metric)
+            shifts.append(math.log(mc / mt))
+            within.append(inflation * (_var(twin) / (len(twin) * mt * mt) + _var(case) / (len(case) * mc * mc)))
+    k = len(pairs)
+    observed = statistics.variance(shifts) if k > 1 else 0.0
+    floor = RECORDING_SHIFT_SD ** 2 + statistics.fmean(within)
+    var = max(observed, floor)
+    mean = statistics.fmean(shifts)
+    z = mean / math.sqrt(var / k)
+    p = 0.5 * math.erfc(z / math.sqrt(2))
+    estimate = math.exp(mean)
+    manifested = p < alpha and estimate >= min_ratio
+    return ManifestTest(
+        pairs=k, estimate=estimate, statistic=z, p_value=p, alpha=alpha, min_ratio=min_ratio,
+        shift_sd=math.sqrt(var), autocorrelation=rho, pair_shifts=[math.exp(s) for s in shifts],
+        manifested=manifested, decided=manifested or final,
+    )
+
+
+def sequential_test(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], metric: str, min_ratio: float,
+                    looks: Sequence[int] = LOOKS, alpha: float = ALPHA) -> ManifestTest:
+    """The sequential test on the first pairs of ``pairs``: the first look that manifests, else the last look
+    ``pairs`` reaches (decided only when that is the cap). A caller adds pairs until the result is decided."""
+    per_look = alpha / len(looks)
+    reached = [n for n in looks if n <= len(pairs)]
+    if not reached:
+        raise ValueError(f"the first look needs {looks[0]} repeat pairs, got {len(pairs)}")
+    result = None
+    for n in reached:
+        result = manifest_test(pairs[:n], metric, min_ratio, alpha=per_look, final=n == looks[-1])
+        if result.manifested:
+            return result
+    assert result is not None
+    return result
+
+
+def pairs_needed(done: int, looks: Sequence[int] = LOOKS) -> int:
+    """The pair count of the next look after ``done`` pairs (``done`` itself if it is a look's, else the next)."""
+    return next((n for n in looks if n >= done), looks[-1])
+
+
+def _metric(times: Sequence[float], metric: str) -> float:
+    if metric == "step_time_mean":
+        return statistics.fmean(times)
+    if metric == "step_time_p90":
+        ordered = sorted(times)
+        return ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
+    raise ValueError(f"unknown manifest metric {metric!r}")
+
+
+def _var(xs: Sequence[float]) -> float:
+    """Sample variance; 0 for one step (a one-step range: its pair's shift is all the test sees of it)."""
+    return statistics.variance(xs) if len(xs) > 1 else 0.0
+
+
+def _robust_var(xs: Sequence[float]) -> float:
+    """(1.4826 x MAD)^2, at least (the sample sd / 10)^2 so that a recording of identical steps is not exact."""
+    if len(xs) < 2:
+        return 0.0
+    med = statistics.median(xs)
+    mad = 1.4826 * statistics.median(abs(x - med) for x in xs)
+    return max(mad, statistics.stdev(xs) / 10) ** 2
+
+
+def _pooled_lag1(series: Sequence[Sequence[float]]) -> float:
+    """Lag-1 autocorrelation pooled over series, each centred on its own median (robust to a stray step)."""
+    num = den = 0.0
+    for xs in series:
+        med = statistics.median(xs)
+        d = [x - med for x in xs]
+        num += sum(a * b for a, b in zip(d, d[1:]))
+        den += sum(a * a for a in d)
+    return num / den if den > 0 else 0.0
