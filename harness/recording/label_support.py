@@ -1,0 +1,237 @@
+"""Label support: does the evidence a case is scored on hold each labeled cause where the label puts it?
+
+Manifestation (:mod:`diageval.recording.verify`) asks whether the step got slower. That does not say
+the slowdown is the labeled cause on the labeled rank: on 2 cores, competitors bound to one rank's core
+pushed the *other* rank's DataLoader workers aside (the labeled rank's ops ran at the twin's speed), and a
+starved loader beside a 6x straggler had time to keep up (1.6-7 ms of wait in 112 ms steps). This module
+reads the traces of the case's recordings and of its healthy twin's (every repeat the verification
+recorded) through the shared per-step reader (:func:`diageval.bundle.trace_summary.summarize_trace`)
+and checks each labeled cause on its own, with the measure that cause produces:
+
+* **Rank-local causes** (:data:`RANK_LOCAL`: a straggler, load imbalance, CPU contention, a blocking
+  checkpoint): a rank's *own time* per step, the step less the time it waited inside collectives and
+  for data (its compute plus host time no op explains, such as a blocking write). The labeled rank's own
+  time must exceed the twin's (same rank, same steps) by more than the twin's spread, and every other
+  rank's excess must stay below the least-stretched labeled rank's by more than that spread: the effect
+  is on the labeled rank and did not land on another one instead. The peers of a straggler wait inside
+  the collective, so their own time stays at the twin's.
+* **Causes measured as a share of the step** (:data:`SHARE_MEASURES`: a starved loader's data wait,
+  a stalled collective's time inside collectives, launch overhead's time in ops too short to be more
+  than dispatch): on each labeled rank (every rank when the label names none) the share of the step that
+  measure takes must exceed the twin's share by more than the twin's spread of that share. A share, not
+  a time: a wait that grows from 2 to 7 ms while the step grows from 30 to 112 ms is not what slows it.
+
+Each cause is checked on its own within a two-cause recording, with its own measure (own time excludes
+the data wait, so a starved loader does not count as a straggler's stretch, and the reverse).
+
+Thresholds (no number here is fitted to a case):
+
+* The twin's spread of a measure is its range over every twin repeat and every rank, relative to its
+  median for times, absolute for shares: a healthy job's ranks do the same work, so the range over
+  ranks and repeats is how far that measure moves with nothing injected. It is floored at
+  :data:`~diageval.recording.truth.NOISE_FLOOR` (5%, relative for times; 5 points of the step for
+  shares), the floor the manifestation check puts under a range of few repeats.
+* Case and twin values are medians over repeats of each repeat's mean per step over the traced steps
+  inside the cause's labeled step range (a mean, not a median, per repeat: a checkpoint stalls one step
+  in several, and its cost is in the mean).
+
+What is not checked says so (``checked: false`` with the reason) and raises no problem: causes without
+a measure here (a collective hang ends the job: its steps are not comparable; exposed communication and
+the GPU-only causes), a labeled rank whose trace the evidence does not hold, traces that cover none of
+the labeled steps.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from diageval.bundle.model import EvidenceBundle
+from diageval.bundle.trace_summary import StepSummary, summarize_trace
+from diageval.cases.model import Case, CauseLabel
+from diageval.recording.truth import NOISE_FLOOR
+
+RANK_LOCAL = frozenset({
+    "compute.straggler_rank", "compute.load_imbalance", "host.cpu_contention", "checkpoint.blocking_save",
+})
+"""Causes that sit on the ranks their label names, measured by those ranks' own time."""
+
+SHARE_MEASURES = {
+    "input.dataloader_starvation": "data wait",
+    "comm.collective_stall": "time in collectives",
+    "launch.kernel_launch_overhead": "time in short ops",
+}
+"""Causes measured by the share of the step one kind of time takes, and that kind."""
+
+
+class RankMeans(BaseModel):
+    """One rank of one recording: means per step over the steps looked at (milliseconds)."""
+
+    steps: int
+    step_ms: float
+    own_ms: float = Field(description="Step less the time inside collectives and waiting for data")
+    data_wait_ms: float
+    collective_ms: float
+    short_ops_ms: float
+
+    def share(self, kind: str) -> float:
+        value = {"data wait": self.data_wait_ms, "time in collectives": self.collective_ms,
+                 "time in short ops": self.short_ops_ms}[kind]
+        return value / self.step_ms if self.step_ms > 0 else 0.0
+
+
+class CauseSupport(BaseModel):
+    """Whether the evidence holds one labeled cause where its label puts it."""
+
+    category: str
+    ranks: list[int] | None
+    measure: str | None = Field(description="own time, or the share of the step of one kind of time; None "
+                                            "when not checked")
+    checked: bool
+    supported: bool = Field(description="True when not checked")
+    detail: str = Field(description="The numbers behind the verdict, or why it was not checked")
+
+
+def _rank_means(steps: Sequence[StepSummary], step_range: tuple[int, int]) -> RankMeans | None:
+    kept = [s for s in steps if step_range[0] <= s.number < step_range[1]]
+    if not kept:
+        return None
+
+    def mean_ms(values) -> float:
+        return statistics.fmean(values) / 1000.0
+
+    return RankMeans(
+        steps=len(kept),
+        step_ms=mean_ms(s.dur_us for s in kept),
+        own_ms=mean_ms(max(0.0, s.dur_us - s.collective_us - s.data_wait_us) for s in kept),
+        data_wait_ms=mean_ms(s.data_wait_us for s in kept),
+        collective_ms=mean_ms(s.collective_us for s in kept),
+        short_ops_ms=mean_ms(s.short_ops_us for s in kept),
+    )
+
+
+class RecordingSteps(BaseModel):
+    """Every rank's per-step trace summary of one recording (read once, looked at per cause)."""
+
+    ranks: dict[int, list[StepSummary]]
+
+    @classmethod
+    def read(cls, folder: Path) -> "RecordingSteps":
+        bundle = EvidenceBundle.open(folder)
+        return cls(ranks={rank: summarize_trace(path).steps for rank, path in sorted(bundle.trace_paths().items())})
+
+    def means(self, step_range: tuple[int, int]) -> dict[int, RankMeans]:
+        out = {}
+        for rank, steps in self.ranks.items():
+            m = _rank_means(steps, step_range)
+            if m is not None:
+                out[rank] = m
+        return out
+
+
+def _spread(values: list[float], *, relative: bool) -> float:
+    """Range of ``values`` (relative to their median when ``relative``), floored at NOISE_FLOOR."""
+    if len(values) < 2:
+        return NOISE_FLOOR
+    width = max(values) - min(values)
+    if relative:
+        mid = statistics.median(values)
+        width = width / mid if mid > 0 else 0.0
+    return max(width, NOISE_FLOOR)
+
+
+def _per_rank(recordings: list[dict[int, RankMeans]], value) -> dict[int, float]:
+    """Rank -> median over the recordings that hold the rank of ``value(RankMeans)``."""
+    ranks = sorted({r for rec in recordings for r in rec})
+    return {r: statistics.median(value(rec[r]) for rec in recordings if r in rec) for r in ranks}
+
+
+def _rank_list(ranks: Sequence[int]) -> str:
+    return ",".join(map(str, ranks))
+
+
+def check_rank_local(label: CauseLabel, case: list[dict[int, RankMeans]], twin: list[dict[int, RankMeans]]) -> CauseSupport:
+    """The labeled ranks' own time stretched beyond the twin's spread, more than any other rank's."""
+    base = dict(category=label.category, ranks=label.ranks, measure="own time")
+    labeled = list(label.ranks or [])
+    in_case = _per_rank(case, lambda m: m.own_ms)
+    in_twin = _per_rank(twin, lambda m: m.own_ms)
+    missing = [r for r in labeled if r not in in_case or r not in in_twin]
+    if not labeled or missing:
+        why = "the label names no rank" if not labeled else f"no trace of rank(s) {_rank_list(missing)} in the labeled steps"
+        return CauseSupport(**base, checked=False, supported=True, detail=f"not checked: {why}")
+    spread = _spread([m.own_ms for rec in twin for m in rec.values()], relative=True)
+    excess = {r: in_case[r] / in_twin[r] - 1.0 for r in in_case if r in in_twin and in_twin[r] > 0}
+    numbers = "; ".join(f"rank {r} {in_case[r]:.1f} ms vs twin {in_twin[r]:.1f} ms ({excess[r]:+.0%})" for r in sorted(excess))
+    detail = f"own time per step: {numbers}; twin spread {spread:.0%}"
+    weakest = min(excess[r] for r in labeled)
+    if weakest <= spread:
+        low = [r for r in labeled if excess[r] <= spread]
+        return CauseSupport(**base, checked=True, supported=False,
+                            detail=f"labeled rank(s) {_rank_list(low)} not stretched beyond the twin's spread: {detail}")
+    others = {r: e for r, e in excess.items() if r not in labeled}
+    landed = [r for r, e in others.items() if e >= weakest - spread]
+    if landed:
+        return CauseSupport(**base, checked=True, supported=False,
+                            detail=f"rank(s) {_rank_list(landed)}, not labeled, stretched as much as the labeled "
+                                   f"rank(s) (within the twin's spread): {detail}")
+    return CauseSupport(**base, checked=True, supported=True, detail=detail)
+
+
+def check_share(label: CauseLabel, kind: str, case: list[dict[int, RankMeans]], twin: list[dict[int, RankMeans]]) -> CauseSupport:
+    """On each labeled rank (every rank when none is named) the cause's share of the step beyond the twin's."""
+    base = dict(category=label.category, ranks=label.ranks, measure=f"share of the step: {kind}")
+    in_case = _per_rank(case, lambda m: m.share(kind))
+    in_twin = _per_rank(twin, lambda m: m.share(kind))
+    ranks = list(label.ranks) if label.ranks else sorted(set(in_case) & set(in_twin))
+    missing = [r for r in ranks if r not in in_case or r not in in_twin]
+    if not ranks or missing:
+        why = "no rank traced in the labeled steps" if not ranks else f"no trace of rank(s) {_rank_list(missing)} in the labeled steps"
+        return CauseSupport(**base, checked=False, supported=True, detail=f"not checked: {why}")
+    spread = _spread([m.share(kind) for rec in twin for m in rec.values()], relative=False)
+    numbers = "; ".join(f"rank {r} {in_case[r]:.0%} vs twin {in_twin[r]:.0%}" for r in ranks)
+    detail = f"{kind} as a share of the step: {numbers}; twin spread {spread * 100:.0f} points"
+    low = [r for r in ranks if in_case[r] - in_twin[r] <= spread]
+    if low:
+        return CauseSupport(**base, checked=True, supported=False,
+                            detail=f"rank(s) {_rank_list(low)}: {kind} does not stand out against the twin: {detail}")
+    return CauseSupport(**base, checked=True, supported=True, detail=detail)
+
+
+def cause_support(label: CauseLabel, workload_steps: int, case: Sequence[RecordingSteps],
+                  twin: Sequence[RecordingSteps]) -> CauseSupport:
+    """One labeled cause against the case's recordings and its twin's (see the module docstring)."""
+    step_range = label.steps if label.steps is not None else (0, workload_steps)
+    if label.category not in RANK_LOCAL and label.category not in SHARE_MEASURES:
+        return CauseSupport(category=label.category, ranks=label.ranks, measure=None, checked=False, supported=True,
+                            detail="not checked: no measure of this cause here")
+    case_means = [m for m in (rec.means(step_range) for rec in case) if m]
+    twin_means = [m for m in (rec.means(step_range) for rec in twin) if m]
+    if not case_means or not twin_means:
+        return CauseSupport(category=label.category, ranks=label.ranks, measure=None, checked=False, supported=True,
+                            detail=f"not checked: the traces hold none of the labeled steps [{step_range[0]}, {step_range[1]})")
+    if label.category in RANK_LOCAL:
+        return check_rank_local(label, case_means, twin_means)
+    return check_share(label, SHARE_MEASURES[label.category], case_means, twin_means)
+
+
+def label_support(case: Case, injected: Sequence[Path], healthy: Sequence[Path]) -> list[CauseSupport]:
+    """Every labeled cause of ``case`` checked against the bundle folders of its recordings (``injected``)
+    and of its healthy twin's (``healthy``), one per repeat."""
+    if not injected or not healthy:
+        raise ValueError(f"case {case.id}: label support needs the case's and its twin's recordings "
+                         f"(got {len(injected)} and {len(healthy)})")
+    needed = [c for c in case.labels.causes if c.category in RANK_LOCAL or c.category in SHARE_MEASURES]
+    case_steps = [RecordingSteps.read(f) for f in injected] if needed else []
+    twin_steps = [RecordingSteps.read(f) for f in healthy] if needed else []
+    steps = case.workload.steps if case.workload is not None else 0
+    return [cause_support(c, steps, case_steps, twin_steps) for c in case.labels.causes]
+
+
+def label_problems(support: Sequence[CauseSupport]) -> list[str]:
+    """One line per labeled cause its evidence does not support (empty when every checked cause holds)."""
+    return [f"{s.category}{f' on rank(s) {_rank_list(s.ranks)}' if s.ranks else ''}: {s.detail}"
+            for s in support if s.checked and not s.supported]

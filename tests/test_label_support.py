@@ -1,0 +1,164 @@
+"""Label support (issue 22 item 5): each labeled cause is checked against the traces of the case and of its
+healthy twin, on the rank the label names, with the measure the cause produces. Built on small synthetic
+bundles (tests/synthetic_traces.py): a straggler's peer waits inside the collective, a starved loader shows
+as data wait, and the twin's repeats differ a little, as a healthy job's do."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from diageval.cases.model import Case
+from diageval.recording.label_support import (
+    CauseSupport,
+    RankMeans,
+    check_rank_local,
+    check_share,
+    label_problems,
+    label_support,
+)
+from diageval.recording.truth import NOISE_FLOOR
+
+from synthetic_traces import StepShape, build_bundle
+
+FROM_STEP = 4
+
+
+def _case(causes: list[dict], faults: list[dict] | None = None, steps: int = 12) -> Case:
+    return Case.model_validate({
+        "id": "label-support-probe", "title": "probe",
+        "workload": {"name": "mlp_ddp", "world_size": 2, "steps": steps},
+        "faults": faults or [{"name": "slow_rank", "params": {"target_rank": 1, "slowdown_factor": 4.0}}],
+        "labels": {"causes": causes, "symptoms": [], "expect": "diagnose"},
+        "manifest": {"metric": "step_time_median", "min_ratio": 1.2},
+    })
+
+
+def _twins(tmp: Path) -> list[Path]:
+    """Three healthy repeats whose compute differs by a few percent, rank to rank and run to run."""
+    return [build_bundle(tmp / f"twin{i}", lambda r, k, i=i: StepShape(compute_us=4000 * (1 + 0.03 * i + 0.02 * r)),
+                         n_steps=12) for i in range(3)]
+
+
+def _recordings(tmp: Path, shape) -> list[Path]:
+    return [build_bundle(tmp / f"case{i}", lambda r, k, i=i: shape(r, k, 1 + 0.02 * i), n_steps=12) for i in range(3)]
+
+
+def straggler(rank: int, factor: float):
+    def shape(r: int, k: int, jitter: float) -> StepShape:
+        slow = factor if r == rank and k >= FROM_STEP else 1.0
+        return StepShape(compute_us=4000 * jitter * slow)
+    return shape
+
+
+def test_a_straggler_on_the_labeled_rank_is_supported(tmp_path):
+    case = _case([{"category": "compute.straggler_rank", "ranks": [1], "steps": [FROM_STEP, 12]}])
+    [s] = label_support(case, _recordings(tmp_path, straggler(1, 4.0)), _twins(tmp_path))
+    assert s.checked and s.supported, s.detail
+    assert "rank 1" in s.detail and "twin spread" in s.detail
+    assert label_problems([s]) == []
+
+
+def test_a_straggler_label_on_the_wrong_rank_is_refused_with_the_numbers(tmp_path):
+    case = _case([{"category": "compute.straggler_rank", "ranks": [0], "steps": [FROM_STEP, 12]}])
+    [s] = label_support(case, _recordings(tmp_path, straggler(1, 4.0)), _twins(tmp_path))
+    assert s.checked and not s.supported
+    [problem] = label_problems([s])
+    assert problem.startswith("compute.straggler_rank on rank(s) 0: labeled rank(s) 0 not stretched")
+    assert "own time per step" in problem
+
+
+def test_an_effect_that_landed_on_the_other_rank_is_refused(tmp_path):
+    """Contention labeled on rank 0 whose cost shows on rank 1 as well as rank 0 (the issue's spill-over):
+    both ranks stretched alike, so the evidence does not put the cause on rank 0."""
+    def both(r: int, k: int, jitter: float) -> StepShape:
+        return StepShape(compute_us=4000 * jitter * (2.0 if k >= FROM_STEP else 1.0))
+
+    case = _case([{"category": "host.cpu_contention", "ranks": [0], "steps": [FROM_STEP, 12]}],
+                 [{"name": "cpu_contention", "params": {"contended_rank": 0}}])
+    [s] = label_support(case, _recordings(tmp_path, both), _twins(tmp_path))
+    assert s.checked and not s.supported
+    assert "rank(s) 1, not labeled, stretched as much" in s.detail
+
+
+def test_each_cause_of_a_two_cause_case_is_checked_on_its_own(tmp_path):
+    """A straggler beside a loader whose wait is lost in the longer step: the straggler holds, the
+    starvation label does not (its share of the step is the twin's)."""
+    def mixed(r: int, k: int, jitter: float) -> StepShape:
+        slow = 4.0 if r == 1 and k >= FROM_STEP else 1.0
+        return StepShape(compute_us=4000 * jitter * slow, data_us=600.0 if k >= FROM_STEP else 300.0)
+
+    case = _case([{"category": "compute.straggler_rank", "ranks": [1], "steps": [FROM_STEP, 12]},
+                  {"category": "input.dataloader_starvation", "steps": [FROM_STEP, 12]}],
+                 [{"name": "slow_rank", "params": {"target_rank": 1, "slowdown_factor": 4.0}},
+                  {"name": "dataloader_starvation", "params": {"extra_prep_ms": 1}}])
+    straggler_support, loader_support = label_support(case, _recordings(tmp_path, mixed), _twins(tmp_path))
+    assert straggler_support.supported and straggler_support.checked
+    assert loader_support.checked and not loader_support.supported
+    assert "data wait does not stand out against the twin" in loader_support.detail
+
+
+def test_a_loader_that_starves_the_step_is_supported_beside_a_straggler(tmp_path):
+    def mixed(r: int, k: int, jitter: float) -> StepShape:
+        slow = 2.0 if r == 1 and k >= FROM_STEP else 1.0
+        return StepShape(compute_us=4000 * jitter * slow, data_us=6000.0 if k >= FROM_STEP else 300.0)
+
+    case = _case([{"category": "compute.straggler_rank", "ranks": [1], "steps": [FROM_STEP, 12]},
+                  {"category": "input.dataloader_starvation", "steps": [FROM_STEP, 12]}])
+    support = label_support(case, _recordings(tmp_path, mixed), _twins(tmp_path))
+    assert [s.supported for s in support] == [True, True], [s.detail for s in support]
+
+
+def test_what_cannot_be_checked_says_why_and_raises_no_problem(tmp_path):
+    case = _case([{"category": "comm.collective_hang", "ranks": [1], "steps": [FROM_STEP, 12]},
+                  {"category": "compute.straggler_rank", "ranks": [1], "steps": [20, 30]}], steps=30)
+    support = label_support(case, _recordings(tmp_path, straggler(1, 4.0)), _twins(tmp_path))
+    assert [s.checked for s in support] == [False, False]
+    assert support[0].detail == "not checked: no measure of this cause here"
+    assert "hold none of the labeled steps [20, 30)" in support[1].detail
+    assert label_problems(support) == []
+
+
+def test_a_labeled_rank_without_a_trace_is_not_checked(tmp_path):
+    twins = [build_bundle(tmp_path / f"t{i}", n_steps=12, missing_ranks=(1,)) for i in range(2)]
+    cases = [build_bundle(tmp_path / f"c{i}", n_steps=12, missing_ranks=(1,)) for i in range(2)]
+    case = _case([{"category": "compute.straggler_rank", "ranks": [1], "steps": [FROM_STEP, 12]}])
+    [s] = label_support(case, cases, twins)
+    assert not s.checked and "no trace of rank(s) 1" in s.detail
+
+
+def test_without_recordings_it_says_what_is_missing():
+    case = _case([{"category": "compute.straggler_rank", "ranks": [1]}])
+    with pytest.raises(ValueError, match="label support needs the case's and its twin's recordings"):
+        label_support(case, [], [])
+
+
+def _means(own: float, wait: float = 1.0, coll: float = 2.0) -> RankMeans:
+    return RankMeans(steps=5, step_ms=own + wait + coll, own_ms=own, data_wait_ms=wait, collective_ms=coll,
+                     short_ops_ms=0.0)
+
+
+def test_the_threshold_is_the_twins_spread_floored_at_the_noise_floor():
+    """Own time 10% above a twin whose ranks and repeats agree exactly: the spread is the 5% floor, so 10%
+    passes; the same 10% against a twin spread of 20% does not."""
+    from diageval.cases.model import CauseLabel
+
+    label = CauseLabel(category="compute.straggler_rank", ranks=[0])
+    flat_twin = [{0: _means(10.0), 1: _means(10.0)}] * 3
+    case = [{0: _means(11.0), 1: _means(10.0)}] * 3
+    assert NOISE_FLOOR == 0.05
+    assert check_rank_local(label, case, flat_twin).supported
+    noisy_twin = [{0: _means(9.0), 1: _means(11.0)}, {0: _means(10.0), 1: _means(10.0)}, {0: _means(10.0), 1: _means(10.0)}]
+    assert not check_rank_local(label, case, noisy_twin).supported
+
+
+def test_a_share_is_compared_in_points_of_the_step():
+    from diageval.cases.model import CauseLabel
+
+    label = CauseLabel(category="input.dataloader_starvation")
+    twin = [{0: _means(10.0, wait=1.0), 1: _means(10.0, wait=1.0)}] * 2
+    assert check_share(label, "data wait", [{0: _means(10.0, wait=5.0), 1: _means(10.0, wait=5.0)}], twin).supported
+    result = check_share(label, "data wait", [{0: _means(10.0, wait=5.0), 1: _means(10.0, wait=1.5)}], twin)
+    assert isinstance(result, CauseSupport) and not result.supported and result.detail.startswith("rank(s) 1:")
