@@ -4,8 +4,8 @@
 * ``prior``  claims the corpus' most frequent labeled cause on every bundle, with confidence equal to that
   cause's share of all labeled causes (ties go to the alphabetically first id). On fleet evidence (a
   bundle with ``fleet.json``: a regression pair or a fleet) it uses the cases of that kind instead, and
-  adds the same cause behind every factor value of the bundle's fleet at that cause's factor base rate (its
-  labeled factor values over the factor values of those cases' fleets): the climatology of the factor.
+  adds the same cause behind every factor value of the bundle's fleet at the factor base rate (the values
+  a label puts a cause behind over the factor values of those cases' fleets): the factor's climatology.
   It counts only the public split (cases whose ``split`` is ``public``; every case when none names a
   split), so a private split's labels never reach it. It reads nothing of a bundle but ``fleet.json``.
 * ``oracle`` reads the labels (bundle -> case through the run's ``bundle_cases``) and claims exactly them,
@@ -77,7 +77,7 @@ class PriorDiagnoser(_NeedsCorpus):
         for kind in ("regression", "fleet"):
             mine = [c for c in cases if c.kind == kind]
             claim = _most_frequent(mine)
-            self._fleet_claims[kind] = None if claim is None else (claim, _factor_rate(mine, claim.category))
+            self._fleet_claims[kind] = None if claim is None else (claim, _factor_rate(mine))
 
     def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:
         self.corpus  # noqa: B018 - fail loudly when prepare was skipped
@@ -113,15 +113,14 @@ def _most_frequent(cases: list[Any]) -> Finding | None:
                    summary=f"the corpus' most frequent labeled cause ({count} of {total} labeled causes)")
 
 
-def _factor_rate(cases: list[Any], category: str) -> float:
-    """Labeled factor values of ``category`` over the factor values of the cases' fleets (where its factor is
-    judged: cases that do not label it without a factor)."""
+def _factor_rate(cases: list[Any]) -> float:
+    """Factor values a label puts a cause behind over the factor values of the cases' fleets: the base rate of
+    the factor events (docs/scoring.md)."""
     true = slots = 0
     for case in cases:
-        mine = [c for c in case.labels.causes if c.category == category]
-        if any(c.factor is None for c in mine) or case.fleet is None:
+        if case.fleet is None:
             continue
-        true += len({(c.factor.name, c.factor.value) for c in mine})
+        true += len({(c.factor.name, c.factor.value) for c in case.labels.causes if c.factor is not None})
         slots += len({(k, v) for run in case.fleet.runs for k, v in run.metadata.items()})
     return true / slots if slots else 0.0
 

@@ -180,8 +180,9 @@ METRICS: dict[str, MetricSpec] = {s.name: s for s in [
                headline=True, bounds=UNBOUNDED_BELOW, prior=_skill_prior("loss_null_ranked", REFERENCE_RANKED),
                definition="skill plus one event per (cause, rank), for every cause the case does not label without "
                           "ranks: each rank a claim on it or its label names, at the highest confidence of the claims "
-                          "naming it, and the same per (cause, factor value) of a regression or fleet, plus one per "
-                          "factor value an abstention names or the case labels aliased; R adds their climatology",
+                          "naming it, and the same per factor value of a regression or fleet a finding or a label "
+                          "names, plus one per value an abstention names or the case labels aliased; R adds their "
+                          "climatology",
                n_counts="scored cases"),
     MetricSpec("f1", "F1", formula=lambda t: f1_of(t["found"], t["causes"], t["misleading"]), prior=_ends(1.0, 0.0),
                definition="2·found / (2·found + misleading claims + missed causes); null scores 0",
@@ -214,12 +215,12 @@ METRICS: dict[str, MetricSpec] = {s.name: s for s in [
        definition="labeled ranks named / labeled ranks, over found causes whose label names ranks",
        n_counts="labeled ranks of found ranked causes"),
     _p("factor_precision", "factor_hit", "factor_stated", label="factor P",
-       definition="true factor statements / factor statements: the (cause, factor value) pairs claimed at confidence "
-                  "≥ 0.5 and the factor values an abstention names, true when a label of that cause sits behind that "
-                  "value (or the case labels the value aliased)", n_counts="factor statements"),
+       definition="true factor statements / factor statements: the factor values named by a finding at confidence "
+                  "≥ 0.5 or by an abstention, true when a label puts a cause behind the value (or labels it "
+                  "aliased)", n_counts="factor statements"),
     _p("factor_recall", "factor_hit", "factor_labeled", label="factor R",
-       definition="labeled (cause, factor value) pairs and aliased values stated (at confidence ≥ 0.5, or named by "
-                  "the abstention) / labeled ones", n_counts="labeled factor values (regression and fleet cases)"),
+       definition="labeled factor values and aliased values stated (by a finding at confidence ≥ 0.5, or by the "
+                  "abstention) / labeled ones", n_counts="labeled factor values (regression and fleet cases)"),
     MetricSpec("impact_mae", "impact MAE", better="lower", board=False, n_column="impact_n",
                ratio=("impact_abs_err", "impact_n"), prior=_ends(0.0, 0.5),
                definition="mean |claimed − true impact| over every stated impact: credited claims' sum vs the "

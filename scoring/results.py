@@ -21,7 +21,7 @@ SCORING_VERSION = 4
 score), strict localisation (claimed ranks a subset of the labeled ranks) and every claim's impact; 3
 made a claim below :data:`FOUND_CONFIDENCE` a ``hedge`` (scored by the proper score alone), gave the
 rank-credited score one event per (cause, rank), and records the case's world size and split; 4 (issue 24)
-adds the fleet's factors: one event per (cause, factor value) and per aliased factor value an abstention
+adds the fleet's factors: one event per factor value named and per aliased factor value an abstention
 names, in the rank-credited score, and a regression's claimed and measured magnitude."""
 READABLE_VERSIONS: frozenset[int] = frozenset({3, SCORING_VERSION})
 """Versions whose results this code reads as they are. A version-3 result is a version-4 one without factor
@@ -115,10 +115,10 @@ class Forecast(_Record):
     ``rank``: "cause k sits on rank r" (event ``k@r``), in the rank-credited score only: one per rank that
     a claim on k names or a label of k names, for every taxonomy cause k that no label of the case names
     without ranks (probability = the highest confidence of the claims on k that name r; outcome = r is a
-    labeled rank of k). ``factor``: "cause k sits behind factor value v" (event ``k@name=value``), in the
-    rank-credited score only, the same way: one per value of the case's fleet that a claim on k names or a
-    label of k names, for every taxonomy cause k that no label of the case names without a factor
-    (probability = the highest confidence of the claims on k naming v; outcome = a label of k names v).
+    labeled rank of k). ``factor``: "the slowdown sits behind factor value v" (event ``factor@name=value``),
+    in the rank-credited score only: one per value that a finding (cause or symptom) names or a label names
+    (probability = the highest confidence of the findings naming v; outcome = a label puts a cause behind v,
+    whichever cause: the cause is judged by its own event).
     ``aliased``: "factor value v cannot be told apart from another" (event ``aliased@name=value``), in the
     rank-credited score only: one per value the abstention names or the case labels aliased (probability 1
     when the diagnosis abstained naming it, else 0; outcome = labeled aliased). ``abstain``: whether the

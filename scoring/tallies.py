@@ -27,15 +27,16 @@ rank-credited score ``rank_slots@k``: the job's world size unless a label of k n
 bootstrap resample, each jackknife sample.
 
 Factors (issue 24): the rank-credited score's ``factor`` and ``aliased`` events (a regression's or fleet's
-(cause, factor value) statements, and the factor values an abstention names) are counted with its rank
-events: in ``loss_ranked`` and ``loss_null_ranked``, never in the headline loss. Its reference adds their
-climatology the same way, ``factor_slots@k`` (the fleet's factor values, where k's factor is judged) and
-``factor_true@k`` (the labeled factor values of k), plus ``aliased_values`` (the values the case labels
-aliased: an abstention can only name a value or not, so, as for the abstain decision, climatology names
-none and loses one per aliased value). Factor precision and recall read the same events at the
-found threshold: ``factor_stated`` (factor and aliased events stated at confidence >= 0.5),
-``factor_hit`` (... that are true) and ``factor_labeled`` (true factor and aliased events). The magnitude
-error has one term per case with a measured and a claimed magnitude: |ln(claimed / measured)|.
+factor values stated, and the values an abstention names) are counted with its rank events: in
+``loss_ranked`` and ``loss_null_ranked``, never in the headline loss. Its reference adds their climatology
+the same way: ``factor_slots`` (the values of the case's fleet: what a label-blind forecast states) and
+``factor_true`` (the values the case's labels put a cause behind) give F (1 − F / M) over totals, and
+``aliased_values`` (the values the case labels aliased: an abstention can only name a value or not, so, as
+for the abstain decision, climatology names none and loses one per aliased value). Factor precision and
+recall read the same events at the found threshold: ``factor_stated`` (factor and aliased events stated
+at confidence >= 0.5), ``factor_hit`` (... that are true) and ``factor_labeled`` (true factor and aliased
+events). The magnitude error has one term per case with a measured and a claimed magnitude:
+|ln(claimed / measured)|.
 
 The table is a plain array (cases × columns, rows sorted by case id) built in one pass, so that
 :func:`~diageval.scoring.summary.summarize` of 10,000 cases stays well under a second.
@@ -93,6 +94,8 @@ BASE_COLUMNS = [
     "seconds_n",
     "seconds_sum",
     "aliased_values",   # factor values the case labels aliased (the rank-credited reference adds them)
+    "factor_slots",     # factor values of the case's fleet
+    "factor_true",      # ... that a label puts a cause behind
     "factor_stated",    # factor and aliased events stated at confidence >= 0.5
     "factor_hit",       # ... that are true
     "factor_labeled",   # true factor and aliased events
@@ -104,7 +107,7 @@ CALIBRATION_COLUMNS = [f"cal_{part}_{b}" for part in ("n", "conf", "hit", "gap")
 (the ECE resamples sum the gap column, one per bin instead of two)."""
 CATEGORY_FIELDS = ["causes", "found", "localizable", "localized", "claims", "credited", "f1_den"]
 """Per labeled cause: its labels, found, ... and the F1 denominator found + causes + wrong claims naming it."""
-LABEL_FIELDS = ["labeled", "rank_slots", "rank_true", "factor_slots", "factor_true"]
+LABEL_FIELDS = ["labeled", "rank_slots", "rank_true"]
 """Per cause labeled in some case of the table: what the references are computed from (module docstring)."""
 FAMILY_LOSS = "family_loss"
 """Per cause family (the id's first segment: ``comm`` of ``comm.collective_stall``): the headline loss over
@@ -150,11 +153,13 @@ def reference_totals(t: Mapping[str, np.ndarray], labeled: Iterable[str], famili
     for k in labeled:
         nk = np.asarray(t[category_column("labeled", k)], dtype=float)
         per_cause[k] = nk - _share_of_squares(nk, n)
-        for true_col, slots_col in (("rank_true", "rank_slots"), ("factor_true", "factor_slots")):
-            true = np.asarray(t[category_column(true_col, k)], dtype=float)
-            ranks = ranks + true - _share_of_squares(true, np.asarray(t[category_column(slots_col, k)], dtype=float))
+        true = np.asarray(t[category_column("rank_true", k)], dtype=float)
+        ranks = ranks + true - _share_of_squares(true, np.asarray(t[category_column("rank_slots", k)], dtype=float))
+    factors = np.asarray(t["factor_true"], dtype=float)
+    factors = factors - _share_of_squares(factors, np.asarray(t["factor_slots"], dtype=float))
     base = sum(per_cause.values(), np.asarray(t["abstain_cases"], dtype=float))
-    out = {REFERENCE: base, REFERENCE_RANKED: base + ranks + np.asarray(t["aliased_values"], dtype=float)}
+    out = {REFERENCE: base,
+           REFERENCE_RANKED: base + ranks + factors + np.asarray(t["aliased_values"], dtype=float)}
     for family in families:
         out[category_column(REFERENCE_FAMILY, family)] = sum(
             (v for k, v in per_cause.items() if cause_family(k) == family), np.zeros_like(n))
@@ -191,7 +196,7 @@ class TallyTable:
 
     def derived_inputs(self) -> list[str]:
         """The columns :func:`reference_totals` reads."""
-        return ["cases", "abstain_cases", "aliased_values",
+        return ["cases", "abstain_cases", "aliased_values", "factor_slots", "factor_true",
                 *(category_column(f, k) for k in self.labeled for f in LABEL_FIELDS)]
 
     def with_references(self, totals: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -296,23 +301,18 @@ def _row(result: CaseResult, categories: dict[str, int], labels: dict[str, int],
                       (at + 3, o.localized is True)]
 
     ranks_of: dict[str, set[int] | None] = {}
-    factors_of: dict[str, set[str] | None] = {}
-    for o in result.outcomes:  # the labels: a cause labeled without ranks (a factor) has its ranks (factor) unjudged
+    for o in result.outcomes:  # the labels: a cause labeled without ranks has its ranks unjudged
         known = ranks_of.get(o.category, set())
         ranks_of[o.category] = None if known is None or o.ranks is None else known | set(o.ranks)
-        known_factors = factors_of.get(o.category, set())
-        factors_of[o.category] = None if known_factors is None or o.factor is None else known_factors | {o.factor}
     for category, ranks in ranks_of.items():
         at = labels.get(category)
-        if at is not None:  # labeled, rank_slots, rank_true, factor_slots, factor_true
-            factors = factors_of[category]
+        if at is not None:  # labeled, rank_slots, rank_true
             extra += [(at, 1.0), (at + 1, 0.0 if ranks is None else float(result.world_size)),
-                      (at + 2, 0.0 if ranks is None else float(len(ranks))),
-                      (at + 3, 0.0 if factors is None else float(result.fleet_factors)),
-                      (at + 4, 0.0 if factors is None else float(len(factors)))]
+                      (at + 2, 0.0 if ranks is None else float(len(ranks)))]
     for category, at in labels.items():
         if category not in ranks_of:
-            extra += [(at + 1, float(result.world_size)), (at + 3, float(result.fleet_factors))]
+            extra.append((at + 1, float(result.world_size)))
+    factor_true = len({o.factor for o in result.outcomes if o.factor is not None})
     magnitude_n = magnitude_err = 0.0
     if result.claimed_magnitude is not None and result.measured_magnitude is not None and result.measured_magnitude > 0:
         magnitude_n, magnitude_err = 1.0, abs(math.log(result.claimed_magnitude / result.measured_magnitude))
@@ -325,7 +325,8 @@ def _row(result: CaseResult, categories: dict[str, int], labels: dict[str, int],
         healthy, healthy and claims > 0, abstain, result.abstained, abstain and result.abstained,
         positive, positive and result.top_claim in result.categories,
         impact_n, impact_err, result.seconds is not None, result.seconds or 0.0,
-        len(result.aliased), factor_stated, factor_hit, factor_labeled, magnitude_n, magnitude_err,
+        len(result.aliased), result.fleet_factors, factor_true, factor_stated, factor_hit, factor_labeled,
+        magnitude_n, magnitude_err,
         *cal,
     ]
 

@@ -41,11 +41,14 @@ The rules are design.md's "Scoring"; what it leaves open is decided here:
   :func:`forecasts_of`; a failed diagnosis said nothing, so its forecasts are those of ``null``
   (every probability 0, no abstention).
 * Factors (issue 24; regression and fleet cases). A claim's verdict is about its cause, as on one job: the
-  factor value it names is judged apart, by the ``factor`` events of the rank-credited score (one per
-  (cause, factor value), like a rank) and by factor precision and recall (:mod:`diageval.scoring.tallies`).
-  A claim naming the right cause behind the wrong factor value is ``correct`` (the cause is there) and
-  states a false factor event. An abstention's ``factors`` are judged by the ``aliased`` events: right
-  where the case labels them aliased, false elsewhere.
+  factor value a finding names is judged apart, by the ``factor`` events of the rank-credited score (one
+  per factor value of the fleet a finding names or a label names: "the slowdown sits behind this value",
+  whatever the cause) and by factor precision and recall (:mod:`diageval.scoring.tallies`). So a claim
+  naming the right cause behind the wrong host is ``correct`` for its cause and a false factor statement;
+  the wrong cause behind the right host is a wrong cause and a true factor statement; a symptom finding
+  that names a factor value (a tool that localises a slowdown without naming its mechanism: change points,
+  trace diffs) states that value at its confidence. An abstention's ``factors`` are judged by the
+  ``aliased`` events: right where the case labels them aliased, false elsewhere.
 * ``claimed_magnitude`` is the magnitude stated by the most confident asserted claim that states one
   (any verdict: a regression claimed on a noise-only pair is judged against the ratio measured there);
   the magnitude error compares it with the verification's measured ratio.
@@ -145,7 +148,8 @@ def score_case(
         top_claim=asserted[0].category if asserted else None,
         claimed_impact=min(1.0, sum(credited_impacts)) if credited_impacts else None,
         claimed_magnitude=magnitudes[0] if magnitudes else None,
-        forecasts=forecasts_of(case, [f for _, f in claims], diagnosis.abstain, taxonomy),
+        forecasts=forecasts_of(case, [f for _, f in claims], diagnosis.abstain, taxonomy,
+                               [f for f in diagnosis.findings if f.factor is not None]),
     )
 
 
@@ -289,7 +293,8 @@ def _outcomes(
     return outcomes
 
 
-def forecasts_of(case: Case, claims: list[Finding], abstention: Abstention | None, taxonomy: Taxonomy) -> list[Forecast]:
+def forecasts_of(case: Case, claims: list[Finding], abstention: Abstention | None, taxonomy: Taxonomy,
+                 factor_findings: list[Finding] = ()) -> list[Forecast]:
     """The events of the headline score for one case (see :class:`~diageval.scoring.results.Forecast`).
 
     * One ``cause`` event per taxonomy cause that is labeled or claimed: probability = the highest
@@ -302,11 +307,10 @@ def forecasts_of(case: Case, claims: list[Finding], abstention: Abstention | Non
       it names; probability = the highest confidence of the claims on the cause that name the rank (a
       claim naming no ranks states nothing about ranks), outcome = a label of the cause names the rank.
       So naming every rank of an 8-rank job at 0.5 is eight statements, seven of them false.
-    * One ``factor`` event per (cause, factor value), in the rank-credited score only, the same way: for each
-      taxonomy cause that no label of the case names without a factor, one per factor value a claim on the
-      cause names or a label of it names; probability = the highest confidence of the claims on the cause
-      naming that value, outcome = a label of the cause names it. So naming every host of a fleet is as many
-      statements as hosts, all but one false.
+    * One ``factor`` event per factor value that a finding (cause or symptom: ``factor_findings``) names or a
+      label names, in the rank-credited score only: probability = the highest confidence of the findings
+      naming it, outcome = a label of the case sits behind it (any cause: the cause is judged by its own
+      events). So naming every host of a fleet is as many statements as hosts, all but one false.
     * One ``aliased`` event per factor value the abstention names or the case labels aliased, in the
       rank-credited score only: probability 1 when the diagnosis abstained naming it, else 0; outcome =
       labeled aliased.
@@ -332,8 +336,7 @@ def forecasts_of(case: Case, claims: list[Finding], abstention: Abstention | Non
         out.append(Forecast(kind=kind, event=cat, probability=p, ranked_probability=p, outcome=cat in labels))
         if kind == "cause" and not any(label.ranks is None for label in labels.get(cat, [])):
             out += _rank_events(cat, labels.get(cat, []), [c for c in claims if c.category == cat])
-        if kind == "cause" and not any(label.factor is None for label in labels.get(cat, [])):
-            out += _factor_events(cat, labels.get(cat, []), [c for c in claims if c.category == cat])
+    out += _factor_events(case, factor_findings)
     named = {factor_key(ref) for ref in abstention.factors} if abstention is not None else set()
     aliased = {factor_key(ref) for ref in case.labels.aliased}
     out += [Forecast(kind="aliased", event=f"aliased@{key}", probability=0.0,
@@ -358,14 +361,14 @@ def _rank_events(category: str, labels: list[CauseLabel], claims: list[Finding])
             for r in sorted(labeled | set(stated))]
 
 
-def _factor_events(category: str, labels: list[CauseLabel], claims: list[Finding]) -> list[Forecast]:
-    """The (cause, factor value) events of one cause whose labels (if any) all name a factor value."""
-    labeled = {factor_key(label.factor) for label in labels if label.factor is not None}
+def _factor_events(case: Case, findings: list[Finding]) -> list[Forecast]:
+    """The factor-value events: one per value a finding names or a label of the case names."""
+    labeled = {factor_key(label.factor) for label in case.labels.causes if label.factor is not None}
     stated: dict[str, float] = {}
-    for claim in claims:
-        if claim.factor is not None:
-            key = factor_key(claim.factor)
-            stated[key] = max(stated.get(key, 0.0), claim.confidence)
-    return [Forecast(kind="factor", event=f"{category}@{key}", probability=0.0, ranked_probability=stated.get(key, 0.0),
+    for f in findings:
+        if f.factor is not None:
+            key = factor_key(f.factor)
+            stated[key] = max(stated.get(key, 0.0), f.confidence)
+    return [Forecast(kind="factor", event=f"factor@{key}", probability=0.0, ranked_probability=stated.get(key, 0.0),
                      outcome=key in labeled)
             for key in sorted(labeled | set(stated))]

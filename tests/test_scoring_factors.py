@@ -79,16 +79,23 @@ def ranked_loss(result: CaseResult) -> float:
     return sum((f.ranked_probability - f.outcome) ** 2 for f in result.forecasts)
 
 
-def test_factor_events_are_one_per_cause_and_factor_value():
+def test_factor_events_are_one_per_factor_value_judged_apart_from_the_cause():
     case = fleet_case("f1", behind=NODE2)
     r = score_case(case, Diagnosis(findings=[claim(CONTENTION, 0.8, NODE2)]), taxonomy=TAX)
     assert r.fleet_factors == 8 and r.outcomes[0].factor == "host=node-02"
-    assert events(r, "factor") == [(f"{CONTENTION}@host=node-02", 0.8, True)]
+    assert events(r, "factor") == [("factor@host=node-02", 0.8, True)]
     assert r.verdicts[0].verdict == "correct" and r.verdicts[0].factor == "host=node-02"
     # the right cause behind the wrong host: the cause is credited, the factor is two wrong statements
     wrong = score_case(case, Diagnosis(findings=[claim(CONTENTION, 0.8, NODE4)]), taxonomy=TAX)
     assert wrong.verdicts[0].verdict == "correct"
-    assert events(wrong, "factor") == [(f"{CONTENTION}@host=node-02", 0.0, True), (f"{CONTENTION}@host=node-04", 0.8, False)]
+    assert events(wrong, "factor") == [("factor@host=node-02", 0.0, True), ("factor@host=node-04", 0.8, False)]
+    # the wrong cause behind the right host: a wrong cause, and a true factor statement
+    other = score_case(case, Diagnosis(findings=[claim(PROFILER, 0.8, NODE2)]), taxonomy=TAX)
+    assert other.verdicts[0].verdict == "wrong_cause" and events(other, "factor") == [("factor@host=node-02", 0.8, True)]
+    # a symptom naming the host (a tool that localises without a mechanism) states the value at its confidence
+    seen = score_case(case, Diagnosis(findings=[Finding(category="symptom.slow_step", kind="symptom", confidence=0.7,
+                                                        factor=NODE2)]), taxonomy=TAX)
+    assert events(seen, "factor") == [("factor@host=node-02", 0.7, True)] and seen.verdicts == []
     # naming every value of the fleet at 0.5 is eight statements, seven false; the factor events stay out of the
     # headline (probability 0 there), as rank events do
     every = Diagnosis(findings=[claim(CONTENTION, 0.5, FactorRef(name=k, value=v))
@@ -98,13 +105,10 @@ def test_factor_events_are_one_per_cause_and_factor_value():
     assert ranked_loss(spray) == pytest.approx(0.25 + 0.25 + 7 * 0.25)
     assert ranked_loss(r) == pytest.approx(0.04 + 0.04)
     assert all(f.probability == 0.0 for f in spray.forecasts if f.kind == "factor")
-    # a cause claimed behind a factor on one job's evidence: a false factor event
+    # a factor named on one job's evidence: a false statement (no label puts a cause behind a factor there)
     job = score_case(make_case("j1", [{"category": CONTENTION}]), Diagnosis(findings=[claim(CONTENTION, 0.7, NODE2)]),
                      taxonomy=TAX)
-    assert events(job, "factor") == []  # the label names no factor: unjudged, as a label without ranks
-    other = score_case(make_case("j2", [{"category": CONTENTION}]), Diagnosis(findings=[claim(PROFILER, 0.7, NODE2)]),
-                       taxonomy=TAX)
-    assert events(other, "factor") == [(f"{PROFILER}@host=node-02", 0.7, False)]
+    assert events(job, "factor") == [("factor@host=node-02", 0.7, False)]
 
 
 def test_an_abstention_naming_the_aliased_values_is_credited():
@@ -146,11 +150,9 @@ def test_references_add_the_factor_climatology_and_the_oracle_scores_one():
     results = [score_case(c, _honest(c), taxonomy=TAX) for c in cases]
     table = tally_table(results)
     t = table.totals(np.ones((1, len(table))))
-    # factor climatology: contention's factor is judged on every fleet and regression case but none labels it
-    # without a factor ... except job case ja, whose label names none (unjudged); slots: 4 fleets x 8 values +
-    # the regression's 3 (host=node-01, version=v1, version=v2) = 35, 1 true -> 1 (1 - 1/35); profiler: 35 slots,
-    # 2 true (fb's v2, ra's v2) -> 2 (1 - 2/35); aliased values: 2
-    expected = 1 * (1 - 1 / 35) + 2 * (1 - 2 / 35) + 2
+    # factor climatology: slots: 4 fleets x 8 values + the regression's 3 (host=node-01, version=v1, version=v2)
+    # = 35; true: fa's node-02, fb's v2, ra's v2 = 3 -> 3 (1 - 3/35); aliased values: 2
+    expected = 3 * (1 - 3 / 35) + 2
     # ranks: contention's label on ja names no ranks; profiler and contention on the fleet labels neither: every
     # label without ranks leaves ranks unjudged, so the rank part is 0 (no labeled ranks)
     assert float(t[REFERENCE_RANKED][0] - t[REFERENCE][0]) == pytest.approx(expected)
