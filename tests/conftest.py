@@ -30,8 +30,13 @@ def corpus_bundles() -> dict[str, Path]:
         fcntl.flock(lock, fcntl.LOCK_EX)
         for lc in load_case_set().cases:
             case = lc.case
-            if case.recorded is not None or case.requires.device == "cuda":
+            if case.recorded is not None or case.requires.device == "cuda" or case.evidence_kind == "recorded":
                 continue
-            _, folder, _ = ensure_bundle(case, "cpu", repeat=0, cache_dir=cache)
+            if case.fleet is not None:  # a regression or fleet: its members, shared, and the fleet bundle
+                from diageval.recording.fleet import ensure_fleet_bundle
+
+                _, folder, _ = ensure_fleet_bundle(case, "cpu", cache_dir=cache)
+            else:
+                _, folder, _ = ensure_bundle(case, "cpu", repeat=0, cache_dir=cache)
             bundles[case.id] = folder
     return bundles

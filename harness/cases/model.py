@@ -30,6 +30,10 @@ Conventions decided here (the design is silent):
   cause sits behind (``causes[].factor``); a fleet whose faulty factor value is aliased with another
   (every run with one also has the other) expects ``abstain`` and names both under ``labels.aliased``.
   :meth:`Case.fleet_members` turns each run into an ordinary job case (what gets recorded and cached).
+
+Size: over 400 lines because the case file is one tree of strict models validated together (job, recorded
+and multi-run sections, and the checks across them); splitting the fleet section out would make the two
+modules import each other (its runs hold fault specs and recorded evidence, the case holds the fleet).
 """
 
 from __future__ import annotations

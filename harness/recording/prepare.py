@@ -41,6 +41,12 @@ def prepare_evidence(loaded: LoadedCase, *, device: str = "auto", force: bool = 
         folder = import_recorded(loaded, data_dir=data_dir, cache_dir=cache_dir, force=force)
         return PreparedEvidence(case_id=loaded.case.id, bundle_dir=folder, bundle_id=EvidenceBundle.open(folder).bundle_id,
                                 manifest_sha256=sha256_file(folder / MANIFEST_NAME), verification=None)
+    if loaded.case.fleet is not None:  # a regression or fleet (issue 24): its runs recorded as shared members
+        from diageval.recording.fleet_verify import fleet_evidence
+
+        folder, verification = fleet_evidence(loaded.case, device=device, force=force, verify=verify, cache_dir=cache_dir)
+        return PreparedEvidence(case_id=loaded.case.id, bundle_dir=folder, bundle_id=EvidenceBundle.open(folder).bundle_id,
+                                manifest_sha256=sha256_file(folder / MANIFEST_NAME), verification=verification)
     from diageval.paths import bundle_cache_dir
     from diageval.recording.record import resolve_device
     from diageval.recording.verify import verify_case
@@ -93,7 +99,12 @@ def record_cases(case_ids: list[str], *, cases_dir: Path | None = None, device: 
                 progress.advance("record")
             continue
         dev = resolve_device(device, lc.case)
-        _, folder, fresh = ensure_bundle(lc.case, dev, force=force, cache_dir=cache_dir)
+        if lc.case.fleet is not None:  # a regression or fleet: its members, then the fleet bundle
+            from diageval.recording.fleet import ensure_fleet_bundle
+
+            _, folder, fresh = ensure_fleet_bundle(lc.case, dev, force=force, cache_dir=cache_dir)
+        else:
+            _, folder, fresh = ensure_bundle(lc.case, dev, force=force, cache_dir=cache_dir)
         if progress:
             progress.advance("record")
         out.append((lc.case.id, folder, fresh))

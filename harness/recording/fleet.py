@@ -1,0 +1,121 @@
+"""Recording a regression or fleet case (issue 24): its members, cached and shared, then one fleet bundle.
+
+Each run of the case is an ordinary job case (:meth:`diageval.cases.model.Case.fleet_members`: the base
+workload with the run's overrides and the faults behind its factor values), recorded through the bundle
+cache like any case. The ``i``-th run of a fleet with a given member spec is that spec's repeat ``i``: runs
+with the same spec are distinct recordings (their run-to-run noise is the fleet's), and the same (spec,
+repeat) is one recording shared by every case that holds it, so a corpus of fleets over one workload records
+each distinct run once.
+
+The fleet bundle (:mod:`diageval.bundle.fleet`) is assembled from copies of the members, each moved onto the
+fleet's schedule: every timestamp of a member (steps, metrics, trace events, log stamps, Flight Recorder
+dumps: the clock-offset evidence edit, :class:`~diageval.recording.faults.bundle_edits.ClockOffset`, per rank)
+is shifted so that its first step starts at the run's scheduled start (:func:`diageval.bundle.fleet.start_times`),
+and its ``bundle.json`` gets a fresh id and that start as its creation time. Without the shift, when each member
+was recorded would say which runs this case recorded for itself (the faulty ones, when the healthy ones come
+from the cache).
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+
+from diageval.bundle.fleet import FleetRunInfo, start_times, write_fleet
+from diageval.bundle.model import MANIFEST_NAME, BundleManifest, describe_files
+from diageval.cases.model import Case, FleetRun
+from diageval.fileio import append_jsonl, atomic_write_text, owned_temp_dir, read_jsonl, write_jsonl
+
+
+def members_with_repeats(case: Case) -> list[tuple[FleetRun, Case, int]]:
+    """Each run in start order with its member case and the repeat it records as (the count of earlier runs of
+    this fleet with the same member spec)."""
+    seen: Counter[str] = Counter()
+    out = []
+    for run, member in case.fleet_members():
+        out.append((run, member, seen[member.id]))
+        seen[member.id] += 1
+    return out
+
+
+def ensure_fleet_bundle(case: Case, device: str, *, force: bool = False,
+                        cache_dir: Path | None = None) -> tuple[str, Path, bool]:
+    """The cached fleet bundle of ``case`` (assembled now if missing or ``force``): (key, folder, assembled now).
+    Members are recorded only when their own cache entry is missing (``force`` re-assembles, it does not
+    re-record them)."""
+    from diageval.paths import bundle_cache_dir
+    from diageval.recording.cache import bundles_root, cache_key, ensure_bundle, read_truth, write_truth
+    from diageval.recording.record import TMP_PREFIX
+    from diageval.recording.truth import TruthRecord
+
+    if case.fleet is None:
+        raise ValueError(f"case {case.id}: not a regression or fleet case")
+    cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
+    key = cache_key(case, device)
+    folder = bundles_root(cache) / key
+    if not force and (folder / MANIFEST_NAME).is_file():
+        return key, folder, False
+    members: dict[str, Path] = {}
+    for run, member, repeat in members_with_repeats(case):
+        _, members[run.name], _ = ensure_bundle(member, device, repeat=repeat, cache_dir=cache)
+    runs = fleet_runs(case)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = owned_temp_dir(folder.parent, TMP_PREFIX)
+    try:
+        staged = tmp / "members"
+        for info in runs:  # each member copied and moved onto the fleet's schedule before the fleet is written
+            dest = staged / info.name
+            shutil.copytree(members[info.name], dest)
+            move_to_start(dest, info.start)
+        out = tmp / "fleet"
+        write_fleet(out, runs, {info.name: staged / info.name for info in runs})
+        if folder.exists():
+            shutil.rmtree(folder)
+        out.rename(folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    previous = read_truth(cache, key)
+    if previous is None or previous.case_id != case.id or force:
+        write_truth(cache, TruthRecord(case_id=case.id, role="case", key=key, repeat=0, recorded=datetime.now(timezone.utc)))
+    append_jsonl(cache / "index.jsonl", {"case_id": case.id, "role": "case", "key": key, "repeat": 0, "device": device,
+                                         "recorded": datetime.now(timezone.utc).isoformat()})
+    return key, folder, True
+
+
+def fleet_runs(case: Case) -> list[FleetRunInfo]:
+    """fleet.json's runs of ``case``: name, metadata, scheduled start, role, bundle folder; nothing else."""
+    assert case.fleet is not None
+    ordered = case.fleet.ordered()
+    starts = start_times([r.start for r in ordered])
+    return [FleetRunInfo(name=r.name, metadata=dict(r.metadata), start=t, role=r.role, bundle=f"runs/{r.name}")
+            for r, t in zip(ordered, starts)]
+
+
+def move_to_start(bundle_dir: Path, start: datetime) -> None:
+    """Shift every timestamp of the bundle at ``bundle_dir`` so that its first step starts at ``start``, and give
+    it a fresh manifest (new id, ``created`` = ``start``)."""
+    from diageval.recording.faults.bundle_edits import ClockOffset
+    from diageval.recording.faults.params import ClockOffsetParams
+
+    bundle_dir = Path(bundle_dir)
+    manifest = BundleManifest.model_validate_json((bundle_dir / MANIFEST_NAME).read_text(encoding="utf-8"))
+    steps = list(read_jsonl(bundle_dir / "steps.jsonl")) if (bundle_dir / "steps.jsonl").is_file() else []
+    first = min((row["t_start"] for row in steps), default=None)
+    if first is not None:
+        offset_s = start.timestamp() - first
+        for rank in range(manifest.env.world_size):  # the one way evidence clocks are moved: per rank
+            # built without validation: the edit's own bound (10 s, a skew between hosts) is for cases, not this move
+            ClockOffset(ClockOffsetParams.model_construct(offset_rank=rank, offset_ms=offset_s * 1000.0)).apply(bundle_dir)
+        metrics = bundle_dir / "metrics.jsonl"
+        if metrics.is_file():  # the host rows (the per-rank ones moved with their rank above)
+            rows = list(read_jsonl(metrics))
+            for row in rows:
+                if row.get("scope") != "rank" and isinstance(row.get("time"), (int, float)):
+                    row["time"] = row["time"] + offset_s
+            write_jsonl(metrics, rows)
+    (bundle_dir / MANIFEST_NAME).unlink()
+    fresh = manifest.model_copy(update={"bundle_id": uuid.uuid4().hex, "created": start, "files": describe_files(bundle_dir)})
+    atomic_write_text(bundle_dir / MANIFEST_NAME, fresh.model_dump_json(indent=2) + "\n")
