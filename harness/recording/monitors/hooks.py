@@ -15,12 +15,17 @@ What a monitor is given (:class:`MonitorContext`): its rank, the world size, the
 its raw output goes to (``monitor/`` of the bundle being written). Not the case id, the workload's name
 or params, the step count, the faults or their params. Before it is constructed every ``DIAGEVAL_*``
 variable is removed from the rank's environment (they name the cache and the case folder, where the
-labels are). ``tests/test_monitors.py`` checks each route with a probe monitor that records everything
-it is handed and everything the process shows it (environment, argv, the context, its output folder).
+labels are), ``sys.argv`` is cut to the program's name (a rank inherits the harness's command line, which
+may name cases). The working directory stays the harness's (the recorder's paths may be relative to
+it), and the file system is the rank's: that is part of what the trust note below accepts.
+``tests/test_monitors.py`` checks each route with a probe monitor that records everything it is handed
+and everything the process shows it (environment, argv, the context, its output folder).
 
 Trust (decided here, the issue is silent): the monitor's code runs inside the training process, which
-also holds the injector once it is built. Python cannot fence one object from another in one process: a
-monitor that walks the interpreter's frames could find the rank's plan. So only the monitors of the
+also holds the injector once it is built, and it runs unboxed, as the recorded job does (a box would
+change the timing the cases are verified by). Python cannot fence one object from another in one process:
+a monitor that walks the interpreter's frames could find the rank's plan, one that opens files could read
+the case folder. What is guarded is what a monitor is *handed* (above, tested). So only the monitors of the
 harness's own registry (:data:`diageval.recording.monitors.MONITORS`) can be installed, never a spec a
 user passes; their in-job code only times the loop and calls the tool's own scoring, and it writes raw
 measurements, not a diagnosis. The diagnosis is made afterwards from that raw output by the monitor's
@@ -41,6 +46,7 @@ itself goes on, so a broken monitor never becomes a recording failure.
 from __future__ import annotations
 
 import os
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -218,6 +224,7 @@ def install_monitor(name: str, *, rank: int, world_size: int, device: str, bundl
     scrub_environment()
     out = Path(bundle_dir) / MONITOR_DIR
     out.mkdir(parents=True, exist_ok=True)
+    sys.argv = sys.argv[:1]
     ctx = MonitorContext(rank=rank, world_size=world_size, device=device, out_dir=out)
     try:
         monitor = MONITORS[name].load()(ctx)
