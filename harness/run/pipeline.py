@@ -9,7 +9,8 @@ The pipeline, in two phases:
    timing measurement: a diagnoser busy on the same cores would distort it.
 2. **Diagnosis**, ``jobs`` cases at a time: each job owns a slot of the hosted diagnoser
    (:mod:`diageval.hosting`: a long-lived worker process for in-process diagnosers, a fresh box per case
-   for ``cmd:``), each in a sandbox that sees a private, checked copy of one bundle at a time and nothing
+   for ``cmd:``), in this process (``--executor local``) or on the workers of a Ray cluster (``--executor
+   ray[:ADDRESS]``: each slot opened on its node by the same hosting code; results come back here), each in a sandbox that sees a private, checked copy of one bundle at a time and nothing
    of the checkout, the cache, the cases or the runs; a crash, a hang past the timeout, a box limit
    broken or an invalid output becomes that case's status and the run goes on. Each case is scored and its line appended to
    ``results.jsonl`` the moment it ends. A cached bundle whose files no longer match its ``bundle.json``
@@ -25,7 +26,7 @@ Ctrl-C (or SIGTERM) kills the diagnoses in flight, discards their unfinished cas
 ``interrupted`` and keeps every finished case; running the same command again resumes. The default run
 id is ``<diagnoser name>-<case-set hash[:8]>`` so that it does.
 
-Size: ~460 lines, over the ~400 the project aims at: the run's two phases with their resume, interrupt
+Size: ~550 lines, over the ~400 the project aims at: the run's two phases with their resume, interrupt
 and re-record bookkeeping read best in one place; everything with a job of its own (hosting, the sandbox,
 the case folders, the store, grading) is a module of its own.
 
@@ -41,7 +42,6 @@ map from this run's random bundle ids to case ids, through :meth:`diageval.hosti
 from __future__ import annotations
 
 import contextlib
-import queue
 import random
 import re
 import secrets
@@ -49,19 +49,19 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from diageval.bundle.model import EvidenceBundle
 from diageval.cases.load import CaseSet, LoadedCase
 from diageval.cases.tiers import FULL, EvidenceTier, case_under_tier
 from diageval.errors import DiagevalError
 from diageval.fileio import atomic_write_text
-from diageval.hosting import Attempt, BundleIntegrityError, Host, HostPolicy, LiveGroups, Slot, remove_stale_boxes
+from diageval.hosting import (Attempt, DiagnoseTask, ExecutorSpec, HarnessFailure, Host, HostPolicy, remove_stale_boxes,
+                              run_diagnoses)
 from diageval.progress import Progress
 from diageval.run.evidence_tiers import EvidenceSize, TierSourceDamaged, evidence_size, tier_bundle
 from diageval.run.grade import summarize_run
@@ -92,6 +92,12 @@ class RunOptions(BaseModel):
     device: Device = "auto"
     seed: int | None = Field(None, description="the shuffle of the cases (default: drawn at random, or the resumed run's)")
     evidence: EvidenceTier = Field(FULL, description="the evidence tier the diagnoser gets (diageval.cases.tiers)")
+    executor: ExecutorSpec = Field(ExecutorSpec(), description="where diagnoses run: local, ray or ray:ADDRESS (diageval.hosting.executors)")
+
+    @field_validator("executor", mode="before")
+    @classmethod
+    def _executor(cls, value: object) -> object:
+        return ExecutorSpec.parse(value) if isinstance(value, str) else value
 
 
 @dataclass
@@ -207,7 +213,7 @@ def _run_locked(hosted: Host, case_set: CaseSet, store: RunStore, show: Progress
             case_set_hash=case_set.hash,
             taxonomy_version=case_set.taxonomy.version,
             cases_dir=str(cases_dir.resolve()),
-            env=run_env(),
+            env=_env_with_executor(options.executor),
             device=device,
             timeout_s=policy.timeout_s,
             jobs=jobs,
@@ -238,7 +244,7 @@ def _run_locked(hosted: Host, case_set: CaseSet, store: RunStore, show: Progress
     if counts["resumed"]:
         show.line(f"resuming {store.root}: {counts['resumed']} case(s) already done, {len(todo)} to go")
     evidence_fn = evidence_fn or _default_evidence_fn()
-    pipeline = _Pipeline(hosted, case_set, store, jobs=jobs, show=show, tier=options.evidence)
+    pipeline = _Pipeline(hosted, case_set, store, jobs=jobs, show=show, tier=options.evidence, executor=options.executor)
     try:
         by_id = {lc.case.id: lc for lc in todo}
         prepared = pipeline.prepare_all([by_id[cid] for cid in evidence_order], evidence_fn, device)
@@ -284,8 +290,9 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 class _Pipeline:
     def __init__(self, hosted: Host, case_set: CaseSet, store: RunStore, *, jobs: int, show: Progress,
-                 tier: EvidenceTier = FULL):
+                 tier: EvidenceTier = FULL, executor: ExecutorSpec = ExecutorSpec()):
         self.hosted = hosted
+        self.executor = executor
         self.tier = tier
         self.case_set = _under_tier(case_set, tier)  # as scored and as handed to prior and oracle
         self.store = store
@@ -362,69 +369,41 @@ class _Pipeline:
         return _Ready(loaded, shown, bundle_id, bundle_sha, impact, difficulty, evidence_size(shown, bundle_dir), measure)
 
     def diagnose_all(self, ready: list[_Ready]) -> int:
-        """Diagnose ``ready`` with ``jobs`` slots; return how many cases finished."""
+        """Diagnose ``ready`` with ``jobs`` slots on the run's executor (``local`` or ``ray``,
+        :func:`diageval.hosting.run_diagnoses`); return how many cases finished. Each finished case is scored
+        and saved here, in this process, whatever executed it."""
         if not ready:
             return 0
-        live = LiveGroups()
-        stop = threading.Event()
         shown_ids = {r.loaded.case.id: secrets.token_hex(16) for r in ready}  # random per run
         handover = self.hosted.handover(self.case_set, {shown_ids[r.loaded.case.id]: r.loaded.case.id for r in ready})
-        slots: queue.Queue[Slot] = queue.Queue()
-        executors: list[Slot] = []
-        try:
-            for _ in range(min(self.jobs, len(ready))):
-                executors.append(self.hosted.slot(live=live, log_path=self.store.log_path, handover=handover))
-        except BaseException:
-            for ex in executors:
-                ex.close()
-            raise
-        for ex in executors:
-            slots.put(ex)
+        tasks = [DiagnoseTask(r.bundle_dir, r.bundle_sha256, shown_ids[r.loaded.case.id], self.store.case_dir(r.loaded.case.id))
+                 for r in ready]
         finished = 0
         total = len(ready)
 
-        def task(item: _Ready) -> None:
+        def done(index: int, outcome: Attempt | HarnessFailure) -> None:
             nonlocal finished
-            if stop.is_set():
-                return
-            ex = slots.get()
+            item = ready[index]
             ids = {"bundle_id": item.bundle_id, "bundle_sha256": item.bundle_sha256, "measured_impact": item.measured_impact,
-                   "difficulty": item.difficulty, "manifestation": item.manifestation}
-            try:
-                attempt: Attempt | None = ex.diagnose(item.bundle_dir, self.store.case_dir(item.loaded.case.id),
-                                                      bundle_id=shown_ids[item.loaded.case.id])
-            except BundleIntegrityError as exc:
-                attempt = None
-                with self._write_lock:
-                    self.damaged.append(item.loaded)
-                fields = {"status": "harness_error", "error": f"{exc}; the cache entry is recorded again after the diagnoses", **ids}
-            finally:
-                slots.put(ex)
-            if stop.is_set():  # interrupted mid-diagnosis: this case was not really run; leave it undone
-                return
-            if attempt is not None:
-                fields = {"status": attempt.status, "error": attempt.error, "seconds": attempt.seconds, **ids}
+                   "difficulty": item.difficulty}
+            attempt = outcome if isinstance(outcome, Attempt) else None
+            if isinstance(outcome, HarnessFailure):
+                error = outcome.error
+                if outcome.bundle_damaged:
+                    with self._write_lock:
+                        self.damaged.append(item.loaded)
+                    error += "; the cache entry is recorded again after the diagnoses"
+                fields = {"status": "harness_error", "error": error, **ids}
+            else:
+                fields = {"status": outcome.status, "error": outcome.error, "seconds": outcome.seconds, **ids}
             status = self._save(item.loaded, attempt, fields)
             with self._write_lock:
                 finished += 1
                 n = finished
             self.show.step("diagnose", n, total, item.loaded.case.id, status, attempt.seconds if attempt else None)
 
-        pool = ThreadPoolExecutor(max_workers=len(executors), thread_name_prefix="diagnose")
-        try:
-            futures = [pool.submit(task, item) for item in ready]
-            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-            for f in done:
-                f.result()  # a WorkerStartError (diagnoser cannot start here) stops the run
-        except BaseException:
-            stop.set()
-            live.kill_all()
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
-        finally:
-            pool.shutdown(wait=True)
-            for ex in executors:
-                ex.close()
+        run_diagnoses(self.hosted, tasks, done, executor=self.executor, jobs=self.jobs, handover=handover,
+                      log_path=self.store.log_path)
         return finished
 
     def record_damaged_again(self, evidence_fn: EvidenceFn, device: Device) -> None:
@@ -464,6 +443,12 @@ def _under_tier(case_set: CaseSet, tier: EvidenceTier) -> CaseSet:
         return case_set
     cases = [lc.model_copy(update={"case": case_under_tier(lc.case, tier)}) for lc in case_set.cases]
     return case_set.model_copy(update={"cases": cases})
+
+
+def _env_with_executor(executor: ExecutorSpec) -> Any:
+    """This machine's environment, and where the diagnoses ran when that was not here (``executor``)."""
+    env = run_env()
+    return env if executor.kind == "local" else env.model_copy(update={"executor": str(executor)})
 
 
 def _split_by_device(

@@ -1,0 +1,71 @@
+"""The ``local`` executor: ``jobs`` slots of the hosted diagnoser in this process, one thread each.
+
+Each thread takes a free slot (a long-lived worker in its box, or a ``cmd:`` slot that opens a box per case),
+diagnoses one task and gives the slot back. A bundle that fails its checksums is a
+:class:`~diageval.hosting.executors.HarnessFailure` with ``bundle_damaged``; an exception from a slot (a worker
+that cannot start) stops the run; Ctrl-C kills every diagnosis in flight, and those tasks are not reported.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from diageval.hosting.attempt import Slot
+from diageval.hosting.errors import BundleIntegrityError
+from diageval.hosting.executors.tasks import DiagnoseTask, HarnessFailure, OnDone, Outcome
+from diageval.hosting.process_groups import LiveGroups
+
+if TYPE_CHECKING:
+    from diageval.hosting.host import Host
+
+
+def run_local(host: "Host", tasks: list[DiagnoseTask], on_done: OnDone, *, jobs: int,
+              handover: dict[str, Any] | None, log_path: Path | None) -> None:
+    live = LiveGroups()
+    stop = threading.Event()
+    slots: queue.Queue[Slot] = queue.Queue()
+    executors: list[Slot] = []
+    try:
+        for _ in range(min(jobs, len(tasks))):
+            executors.append(host.slot(live=live, log_path=log_path, handover=handover))
+    except BaseException:
+        for ex in executors:
+            ex.close()
+        raise
+    for ex in executors:
+        slots.put(ex)
+
+    def run(index: int) -> None:
+        if stop.is_set():
+            return
+        task = tasks[index]
+        ex = slots.get()
+        try:
+            outcome: Outcome = ex.diagnose(task.bundle_dir, task.case_dir, bundle_id=task.bundle_id)
+        except BundleIntegrityError as exc:
+            outcome = HarnessFailure(str(exc), bundle_damaged=True)
+        finally:
+            slots.put(ex)
+        if stop.is_set():  # interrupted mid-diagnosis: this task was not really run; leave it unreported
+            return
+        on_done(index, outcome)
+
+    pool = ThreadPoolExecutor(max_workers=len(executors), thread_name_prefix="diagnose")
+    try:
+        futures = [pool.submit(run, i) for i in range(len(tasks))]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        for f in done:
+            f.result()  # a WorkerStartError (diagnoser cannot start here) stops the run
+    except BaseException:
+        stop.set()
+        live.kill_all()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True)
+        for ex in executors:
+            ex.close()
