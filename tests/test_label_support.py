@@ -121,6 +121,13 @@ def test_what_cannot_be_checked_says_why_and_raises_no_problem(tmp_path):
     assert label_problems(support) == []
 
 
+def test_the_one_cause_of_a_case_measured_by_its_share_is_left_to_the_manifestation_check(tmp_path):
+    case = _case([{"category": "input.dataloader_starvation"}], [{"name": "dataloader_starvation",
+                                                                 "params": {"extra_prep_ms": 1}}])
+    [s] = label_support(case, [tmp_path / "never-read"], [tmp_path / "never-read"])
+    assert not s.checked and s.detail == "not checked: the case's one cause, measured by the manifestation check"
+
+
 def test_a_labeled_rank_without_a_trace_is_not_checked(tmp_path):
     twins = [build_bundle(tmp_path / f"t{i}", n_steps=12, missing_ranks=(1,)) for i in range(2)]
     cases = [build_bundle(tmp_path / f"c{i}", n_steps=12, missing_ranks=(1,)) for i in range(2)]

@@ -35,6 +35,11 @@ Thresholds (no number here is fitted to a case):
   inside the cause's labeled step range (a mean, not a median, per repeat: a checkpoint stalls one step
   in several, and its cost is in the mean).
 
+Which causes are checked (:func:`needs_check`): every rank-local cause, and every cause of a case with
+more than one. The cause of a one-cause case measured as a share of the step is the case's whole step-time
+effect, which the manifestation check measures; reading every trace of every repeat to see it again would
+cost CI time (a launch case's traces take 2-6 s to summarise per verify on 2 cores) for no new question.
+
 What is not checked says so (``checked: false`` with the reason) and raises no problem: causes without
 a measure here (a collective hang ends the job: its steps are not comparable; exposed communication and
 the GPU-only causes), a labeled rank whose trace the evidence does not hold, traces that cover none of
@@ -201,13 +206,21 @@ def check_share(label: CauseLabel, kind: str, case: list[dict[int, RankMeans]], 
     return CauseSupport(**base, checked=True, supported=True, detail=detail)
 
 
+def needs_check(case: Case, label: CauseLabel) -> str | None:
+    """Why ``label`` of ``case`` is not checked here, or None when it is (see the module docstring)."""
+    if label.category in RANK_LOCAL:
+        return None
+    if label.category not in SHARE_MEASURES:
+        return "no measure of this cause here"
+    if len(case.labels.causes) < 2:
+        return "the case's one cause, measured by the manifestation check"
+    return None
+
+
 def cause_support(label: CauseLabel, workload_steps: int, case: Sequence[RecordingSteps],
                   twin: Sequence[RecordingSteps]) -> CauseSupport:
     """One labeled cause against the case's recordings and its twin's (see the module docstring)."""
     step_range = label.steps if label.steps is not None else (0, workload_steps)
-    if label.category not in RANK_LOCAL and label.category not in SHARE_MEASURES:
-        return CauseSupport(category=label.category, ranks=label.ranks, measure=None, checked=False, supported=True,
-                            detail="not checked: no measure of this cause here")
     case_means = [m for m in (rec.means(step_range) for rec in case) if m]
     twin_means = [m for m in (rec.means(step_range) for rec in twin) if m]
     if not case_means or not twin_means:
@@ -224,11 +237,15 @@ def label_support(case: Case, injected: Sequence[Path], healthy: Sequence[Path])
     if not injected or not healthy:
         raise ValueError(f"case {case.id}: label support needs the case's and its twin's recordings "
                          f"(got {len(injected)} and {len(healthy)})")
-    needed = [c for c in case.labels.causes if c.category in RANK_LOCAL or c.category in SHARE_MEASURES]
+    skipped = {i: needs_check(case, c) for i, c in enumerate(case.labels.causes)}
+    needed = any(why is None for why in skipped.values())
     case_steps = [RecordingSteps.read(f) for f in injected] if needed else []
     twin_steps = [RecordingSteps.read(f) for f in healthy] if needed else []
     steps = case.workload.steps if case.workload is not None else 0
-    return [cause_support(c, steps, case_steps, twin_steps) for c in case.labels.causes]
+    return [cause_support(c, steps, case_steps, twin_steps) if skipped[i] is None else
+            CauseSupport(category=c.category, ranks=c.ranks, measure=None, checked=False, supported=True,
+                         detail=f"not checked: {skipped[i]}")
+            for i, c in enumerate(case.labels.causes)]
 
 
 def label_problems(support: Sequence[CauseSupport]) -> list[str]:
