@@ -589,6 +589,10 @@ def diagnose_cmd(spec: str, bundle_dir: Path, cases_dir: Path | None, as_json: b
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
               help="Cases diagnosed at once (evidence is always prepared one case at a time).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--executor", default="local", show_default=True, metavar="local|ray[:ADDRESS]",
+              help="Where diagnoses run: here, or on the workers of a Ray cluster (ray: $RAY_ADDRESS or a local Ray; "
+                   "ray:ADDRESS joins that one; every node needs diageval and bubblewrap; `pip install 'diageval[ray]'`). "
+                   "Evidence is recorded here either way; --jobs is the number of slots.")
 @click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder with recorded cases' trace files (default: $DIAGEVAL_DATA, else the user cache folder "
                    "`diageval data fetch` fills, then ../shared/real-traces).")
@@ -598,7 +602,8 @@ def diagnose_cmd(spec: str, bundle_dir: Path, cases_dir: Path | None, as_json: b
                                       "the tier cannot show are scored as abstain-expected.")
 @host_options
 def run_cmd(spec: str, cases_dir: Path | None, case_ids: tuple[str, ...], tags: tuple[str, ...], out_dir: Path | None,
-            run_id: str | None, jobs: int, device: str, data_dir: Path | None, evidence: str, **host: object) -> None:
+            run_id: str | None, jobs: int, device: str, executor: str, data_dir: Path | None, evidence: str,
+            **host: object) -> None:
     """Run a diagnoser on the cases (recording evidence as needed), score it, and save runs/<run_id>/."""
     import functools
 
@@ -612,8 +617,14 @@ def run_cmd(spec: str, cases_dir: Path | None, case_ids: tuple[str, ...], tags: 
         case_set = load_case_set(cases_dir)
     except CaseLoadError as err:
         raise click.ClickException(f"the corpus has invalid cases (run `diageval cases validate`):\n{err}")
+    from diageval.hosting import ExecutorSpec
+
+    try:
+        executor_spec = ExecutorSpec.parse(executor)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--executor")
     options = RunOptions(case_ids=case_ids, tags=tags, cases_dir=cases_dir, out_dir=out_dir, run_id=run_id, jobs=jobs,
-                         device=device, evidence=evidence)  # type: ignore[arg-type]
+                         device=device, evidence=evidence, executor=executor_spec)  # type: ignore[arg-type]
     with sigterm_as_interrupt():
         outcome = run_diagnoser(spec, case_set, options, _host_policy(**host),  # type: ignore[arg-type]
                                 evidence_fn=functools.partial(prepare_evidence, data_dir=data_dir))

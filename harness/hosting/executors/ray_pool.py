@@ -58,6 +58,7 @@ class _Pool:
         self.lost = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
                      ray.exceptions.ObjectLostError, ray.exceptions.LocalRayletDiedError, ray.exceptions.OutOfMemoryError)
         self.actors: list[Any] = []
+        self.logs: dict[Any, str] = {}  # actor -> its diagnoser.log there, which the run's log stands for here
 
     def run(self, tasks: list[DiagnoseTask], on_done: OnDone, jobs: int) -> None:
         ray = self.ray
@@ -95,6 +96,10 @@ class _Pool:
                         on_done(i, HarnessFailure(f"{why}, twice"))
                     continue
                 free.append(actor)
+                if "attempt" in reply and self.logs.get(actor) and self.log_path is not None:  # errors name the run's log
+                    error = reply["attempt"].get("error")
+                    if error:
+                        reply["attempt"]["error"] = error.replace(self.logs[actor], str(self.log_path))
                 if "transfer" in reply:
                     tries[i] += 1
                     if tries[i] < TRIES:
@@ -131,22 +136,10 @@ class _Pool:
                 raise HostError(f"the Ray cluster could not start a diagnoser slot ({type(exc).__name__}: "
                                 f"{_first_line(exc)}); each slot needs 1 CPU on a node with diageval installed "
                                 "(`ray status` shows what is free)") from None
-            self._check_identity(reply)
+            check_opened(reply, self.host)
+            self.logs[actor] = str(reply.get("log_path", ""))
             opened.append(actor)
         return opened
-
-    def _check_identity(self, reply: dict[str, Any]) -> None:
-        node = reply.get("node", "?")
-        if not reply.get("ok"):
-            cls = getattr(host_errors, str(reply.get("type")), HostError)
-            cls = cls if isinstance(cls, type) and issubclass(cls, HostError) and cls is not BundleIntegrityError else HostError
-            raise cls(f"on Ray node {node}: {reply.get('error')}")
-        mine = (self.host.name, self.host.version, self.host.isolation.kind)
-        theirs = (reply.get("name"), reply.get("version"), reply.get("isolation"))
-        if mine != theirs:
-            raise HostError(f"on Ray node {node} the diagnoser is {theirs[0]} version {theirs[1]} (isolation {theirs[2]}), "
-                            f"here {mine[0]} version {mine[1]} (isolation {mine[2]}): install the same diagnoser and "
-                            "diageval on every node, so that one run holds one diagnoser")
 
     def _forget(self, actor: Any) -> None:
         if actor in self.actors:
@@ -209,6 +202,22 @@ class _Pool:
                     task.case_dir.mkdir(parents=True, exist_ok=True)
                     (task.case_dir / name).write_bytes(data)
         return attempt
+
+
+def check_opened(reply: dict[str, Any], host: "Host") -> None:
+    """Raise the ``HostError`` a slot's :meth:`RemoteSlot.open` answered (naming its node), or a ``HostError`` when
+    the node hosts another diagnoser, version or isolation than ``host`` (one run holds one diagnoser)."""
+    node = reply.get("node", "?")
+    if not reply.get("ok"):
+        cls = getattr(host_errors, str(reply.get("type")), HostError)
+        cls = cls if isinstance(cls, type) and issubclass(cls, HostError) and cls is not BundleIntegrityError else HostError
+        raise cls(f"on Ray node {node}: {reply.get('error')}")
+    mine = (host.name, host.version, host.isolation.kind)
+    theirs = (reply.get("name"), reply.get("version"), reply.get("isolation"))
+    if mine != theirs:
+        raise HostError(f"on Ray node {node} the diagnoser is {theirs[0]} version {theirs[1]} (isolation {theirs[2]}), "
+                        f"here {mine[0]} version {mine[1]} (isolation {mine[2]}): install the same diagnoser and "
+                        "diageval on every node, so that one run holds one diagnoser")
 
 
 def _import_ray() -> Any:

@@ -61,7 +61,7 @@ class RemoteSlot:
             self.close()
             return {"ok": False, "type": type(exc).__name__, "error": str(exc), "node": node}
         return {"ok": True, "name": self.host.name, "version": self.host.version, "isolation": self.host.isolation.kind,
-                "node": node}
+                "node": node, "log_path": str(self.work / "diagnoser.log")}
 
     def diagnose(self, packed: Packed, key: str, bundle_id: str) -> dict[str, Any]:
         """``{"attempt": ..., "kept": {name: bytes}}``, ``{"integrity": {"rel", "problem"}}`` (the bundle failed
