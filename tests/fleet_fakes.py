@@ -28,16 +28,17 @@ def member_bundle(root: Path, *, median_s: float, noise: float, steps: int = 12,
         t += d + 0.001
     (root / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     events, ts = [], 0
+    step_us = round(median_s * 1e4)  # the profiled steps scale with the run's speed (100 ms -> 1000 us)
     for i in range(3):
         events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
-                       "ts": ts, "dur": 1000})
+                       "ts": ts, "dur": step_us})
         for k in range(4):
             events.append({"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1, "ts": ts + 10 + k * 200,
                            "dur": 150, "args": {"Input type": ["double" if wide else "float"] * 3}})
             if observer:
                 events.append({"ph": "X", "cat": "python_function", "name": "torch/nn/modules/linear.py(125): forward",
                                "pid": 1, "tid": 1, "ts": ts + 5 + k * 200, "dur": 160})
-        ts += 1100
+        ts += step_us + 100
     (root / "rank0").mkdir()
     with gzip.open(root / "rank0" / "trace.json.gz", "wt") as fh:
         json.dump({"schemaVersion": 1, "traceEvents": events}, fh)
