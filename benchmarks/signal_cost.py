@@ -42,6 +42,8 @@ def bytes_per_step(cache: Path) -> None:
             continue  # a tier bundle cut from a recording, or no step log: no steps to divide by
         if not any(f.path.startswith("flight_recorder/") for f in manifest.files):
             continue  # an imported real trace or an edited bundle: not a whole recording
+        if any(f.path.startswith("monitor/") for f in manifest.files):
+            continue  # recorded with an in-job monitor (its cost: benchmarks/monitor_overhead.py), not a plain one
         steps = len({json.loads(line)["step"] for line in (folder / "steps.jsonl").read_text().splitlines() if line.strip()})
         if not steps:
             continue

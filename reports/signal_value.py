@@ -16,6 +16,11 @@ Decided here (the issue is silent):
   point value (more evidence buys nothing this corpus can tell), and the step up the ladder with the
   largest skill gain. Gains are differences of point values; the intervals beside them say whether a gain
   is larger than the corpus can resolve (no paired interval is computed here).
+* In-job monitors (issue 27 item 5): a monitor's run is a full-evidence run (on the board); its cost is
+  not bytes but the job's slowdown, measured by ``benchmarks/monitor_overhead.py`` (monitor on vs off,
+  interleaved) into ``monitor-overhead.json`` beside the run folders (:data:`OVERHEAD_FILE`, model
+  :class:`OverheadMeasurement`). A run whose diagnoser that file names gets its slowdown, with its
+  interval and n, beside its skill in a table of its own.
 """
 
 from __future__ import annotations
@@ -25,9 +30,48 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from diageval.cases.tiers import FULL, TIERS
 from diageval.run.store import RunInfo, RunReadError, RunStore
 from diageval.scoring.metrics import MetricValue
+
+
+OVERHEAD_FILE = "monitor-overhead.json"  # beside the run folders (their parent folder)
+
+
+class MonitorOverhead(BaseModel):
+    """One monitor's slowdown of the job: monitored / plain time per step, over interleaved pairs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    monitor: str = Field(description="the monitor's name, which is its diagnoser's")
+    slowdown: float = Field(description="median over pairs of monitored / plain job time per step")
+    ci: tuple[float, float] = Field(description="95% bootstrap interval of that median")
+    n: int = Field(ge=1, description="pairs")
+
+
+class OverheadMeasurement(BaseModel):
+    """What ``benchmarks/monitor_overhead.py --json`` writes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    case: str = Field(description="the case recorded, with and without each monitor")
+    method: str = Field(description="how the pairs were made, in words")
+    monitors: list[MonitorOverhead]
+
+
+def read_overhead(runs_root: Path) -> dict[str, MonitorOverhead]:
+    """The slowdowns in ``runs_root/OVERHEAD_FILE`` by monitor name; {} without the file. Raises ValueError
+    naming the file when it is there but not an :class:`OverheadMeasurement`."""
+    path = Path(runs_root) / OVERHEAD_FILE
+    if not path.is_file():
+        return {}
+    try:
+        measured = OverheadMeasurement.model_validate_json(path.read_bytes())
+    except ValueError as exc:
+        raise ValueError(f"{path}: not a monitor overhead measurement ({exc})") from None
+    return {m.monitor: m for m in measured.monitors}
 
 
 @dataclass(frozen=True)
@@ -41,6 +85,7 @@ class TierPoint:
     bytes_per_case: float | None
     bytes_per_step: float | None
     sized: int  # cases with a recorded size
+    overhead: MonitorOverhead | None = None  # an in-job monitor's slowdown of the job, when measured
 
 
 def split_by_tier(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Path]]:
@@ -71,6 +116,7 @@ def _point(run_dir: Path) -> TierPoint:
         bytes_per_case=sum(s.bytes for s in sizes) / len(sizes) if sizes else None,
         bytes_per_step=sum(s.bytes for s in stepped) / sum(s.steps for s in stepped) if stepped else None,
         sized=len(sizes),
+        overhead=read_overhead(run_dir.parent).get(summary.diagnoser.name) if info.evidence_tier == FULL else None,
     )
 
 
@@ -133,17 +179,48 @@ TIER_NOTE = ("Tiers (diageval.cases.tiers): steps = step log; metrics = + host m
              "scored as abstain-expected.")
 
 
-def signal_value_markdown(points: Sequence[TierPoint]) -> str:
-    """The section for the markdown report ('' without a run on a smaller tier)."""
-    if not any(p.tier != FULL for p in points):
+MONITOR_HEADER = ["monitor", "skill [95% interval]", "n (cases)", "job slowdown [95% interval]", "n (pairs)"]
+MONITOR_NOTE = ("In-job monitors run inside the recorded job; their cost is the job's slowdown (monitored / plain time "
+                "per step, interleaved pairs; benchmarks/monitor_overhead.py), not bytes.")
+
+
+def _monitor_rows(points: Sequence[TierPoint]) -> list[list[str]]:
+    return [[p.diagnoser, _skill(p.skill), str(p.cases),
+             f"{p.overhead.slowdown:.3f}x [{p.overhead.ci[0]:.3f}, {p.overhead.ci[1]:.3f}]", str(p.overhead.n)]
+            for p in points if p.overhead is not None]
+
+
+def monitor_markdown(points: Sequence[TierPoint]) -> str:
+    """The monitors' table for the markdown report ('' when no run has a measured overhead)."""
+    rows = _monitor_rows(points)
+    if not rows:
         return ""
+    lines = ["", "## In-job monitors: skill beside overhead", "", MONITOR_NOTE, "",
+             "| " + " | ".join(MONITOR_HEADER) + " |", "|" + "---|" * len(MONITOR_HEADER)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+
+
+def monitor_html(points: Sequence[TierPoint]) -> str:
+    rows = _monitor_rows(points)
+    if not rows:
+        return ""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in MONITOR_HEADER)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return (f'<section id="monitor-overhead">\n<h2>In-job monitors: skill beside overhead</h2>\n<p>{html.escape(MONITOR_NOTE)}</p>\n'
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>\n</section>\n")
+
+
+def signal_value_markdown(points: Sequence[TierPoint]) -> str:
+    """The section for the markdown report ('' without a run on a smaller tier), then the monitors' table."""
+    if not any(p.tier != FULL for p in points):
+        return monitor_markdown(points)
     lines = ["", "## Signal value: skill per evidence tier", "", TIER_NOTE, "",
              "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     lines += ["| " + " | ".join(r) + " |" for r in _rows(points)]
     answers = which_first(points)
     if answers:
         lines += ["", "Which signal first:", ""] + [f"- {name}: {text}" for name, text in sorted(answers.items())]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + monitor_markdown(points)
 
 
 def signal_value_plot(points: Sequence[TierPoint]) -> str:
@@ -177,14 +254,14 @@ def signal_value_plot(points: Sequence[TierPoint]) -> str:
 def signal_value_html(points: Sequence[TierPoint]) -> str:
     """The HTML section ('' without a run on a smaller tier): the table, the plot, the answers."""
     if not any(p.tier != FULL for p in points):
-        return ""
+        return monitor_html(points)
     head = "".join(f"<th>{html.escape(h)}</th>" for h in HEADER)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in _rows(points))
     answers = "".join(f"<li>{html.escape(n)}: {html.escape(t)}</li>" for n, t in sorted(which_first(points).items()))
     return (f'<section id="signal-value">\n<h2>Signal value: skill per evidence tier</h2>\n<p>{html.escape(TIER_NOTE)}</p>\n'
             f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>\n"
             f"<figure>{signal_value_plot(points)}</figure>\n"
-            + (f"<p>Which signal first:</p><ul>{answers}</ul>\n" if answers else "") + "</section>\n")
+            + (f"<p>Which signal first:</p><ul>{answers}</ul>\n" if answers else "") + "</section>\n" + monitor_html(points))
 
 
 def insert_section(page: str, section: str) -> str:

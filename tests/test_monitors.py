@@ -216,3 +216,62 @@ def test_traceml_adapter_maps_its_step_time_diagnosis(tmp_path, slow, expect):
     claims = [(f.category, f.ranks) for f in diagnosis.findings if f.confidence >= 0.5]
     assert diagnosis.abstain is None
     assert claims == ([expect] if expect else []), [f.summary for f in diagnosis.findings]
+
+
+# --- on a GPU (scripts/gpu-check.sh runs the gpu-marked tests) ------------------------------------------
+
+
+def _cuda_devices() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_cuda_devices() < 1, reason="needs a CUDA device")
+def test_gpu_nvrx_detector_in_a_cuda_job_reports_section_and_gpu_scores(tmp_path):
+    """On CUDA the in-job monitor uses nvrx's own Detector (CUPTI kernel timing): its reports carry GPU scores."""
+    pytest.importorskip("nvidia_resiliency_ext", reason="nvrx-straggler needs pip install 'diageval[nvrx]'")
+    from diageval.diagnosers.monitors.nvrx_straggler import REPORTS_FILE, NvrxStragglerDiagnoser
+    from diageval.recording.record import record_case
+
+    case = load_case_set(None).get("mlp-healthy-gpu").case
+    small = case.model_copy(update={"workload": case.workload.model_copy(update={"steps": 12})})
+    record_case(small, tmp_path / "b", device="cuda", monitor="nvrx-straggler")
+    folder = tmp_path / "b" / MONITOR_DIR
+    errors = {p.name: p.read_text() for p in folder.glob("error-rank*.txt")}
+    assert not errors, errors
+    reports = [json.loads(line) for line in (folder / REPORTS_FILE).read_text().splitlines()]
+    assert len(reports) >= 2
+    assert all(r["gpu_relative_perf_scores"] for r in reports), reports
+    assert all(set(r["section_relative_perf_scores"]) == {"forward", "step"} for r in reports), reports
+    assert NvrxStragglerDiagnoser().diagnose(_Bundle(tmp_path / "b")).abstain is None
+
+
+# --- overhead beside skill in the report -----------------------------------------------------------------
+
+
+def test_the_report_shows_a_measured_monitor_overhead_beside_its_skill(tmp_path):
+    from run_fakes import FakeEvidence, make_case, make_case_set, run_with
+
+    from diageval.reports.report import report_runs
+    from diageval.reports.signal_value import (OVERHEAD_FILE, MonitorOverhead, OverheadMeasurement, gather_points,
+                                               signal_value_html)
+
+    case_set = make_case_set([make_case("v1", ranks=[1]), make_case("v3", expect="healthy")])
+    common = dict(cases_dir=tmp_path / "cases", out_dir=tmp_path / "runs", evidence_fn=FakeEvidence(tmp_path / "bundles"),
+                  progress=None, cuda_device_count=lambda: 0, timeout=5.0)
+    dirs = [run_with("null", case_set, run_id="null", **common).run_dir,
+            run_with("null", case_set, evidence="steps", run_id="null-steps", **common).run_dir]
+    assert "In-job monitors" not in report_runs(dirs)  # nothing measured, no table
+    # "null" stands in for a monitor's diagnoser: the table matches runs to measurements by diagnoser name
+    measured = OverheadMeasurement(case="c", method="m", monitors=[MonitorOverhead(monitor="null", slowdown=1.07, ci=(1.01, 1.15), n=8)])
+    (tmp_path / "runs" / OVERHEAD_FILE).write_text(measured.model_dump_json())
+    markdown = report_runs(dirs)
+    section = markdown.partition("## In-job monitors: skill beside overhead")[2]
+    rows = [line for line in section.splitlines() if line.startswith("| null |")]
+    assert len(rows) == 1 and "1.070x [1.010, 1.150] | 8 |" in rows[0]  # the full-evidence run only
+    assert 'id="monitor-overhead"' in signal_value_html(gather_points(dirs))
+    (tmp_path / "runs" / OVERHEAD_FILE).write_text("{}")
+    with pytest.raises(ValueError, match=OVERHEAD_FILE):
+        gather_points(dirs)

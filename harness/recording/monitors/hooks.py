@@ -85,6 +85,13 @@ class StepMonitor:
     def __init__(self, ctx: MonitorContext):
         self.ctx = ctx
 
+    def section_enter(self, name: str) -> None:
+        """A timed section starts: ``step`` (at step start) or ``forward`` (the outermost module forward), for a
+        tool that times sections itself (nvrx's Detector on CUDA)."""
+
+    def section_exit(self, name: str) -> None:
+        """That section ends (``step``: at step end, before :meth:`on_step`)."""
+
     def on_step(self, phases: StepPhases) -> None:
         """Called at every step end with the step's phases (after the step's timer stopped)."""
 
@@ -109,6 +116,7 @@ class PhaseClock:
     _forward_t0: float = 0.0
     _optimizer_t0: float = 0.0
     _handles: list[Any] = field(default_factory=list)
+    listener: Any = None  # told when the outermost forward starts and ends (section_enter/section_exit)
 
     def attach(self) -> None:
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
@@ -128,6 +136,8 @@ class PhaseClock:
 
     def _forward_pre(self, module: Any, args: Any) -> None:
         if self._depth == 0:
+            if self.listener is not None:
+                self.listener.section_enter("forward")
             self._forward_t0 = time.perf_counter()
         self._depth += 1
 
@@ -138,6 +148,8 @@ class PhaseClock:
             self.forward_ms += (now - self._forward_t0) * 1e3
             self.forward_seen = True
             self.last_forward_end = now
+            if self.listener is not None:
+                self.listener.section_exit("forward")
 
     def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._optimizer_t0 = time.perf_counter()
@@ -169,7 +181,7 @@ class InstalledMonitor:
     def __init__(self, monitor: StepMonitor, ctx: MonitorContext):
         self.monitor: StepMonitor | None = monitor
         self.ctx = ctx
-        self.clock = PhaseClock()
+        self.clock = PhaseClock(listener=self)
         self.clock.attach()
 
     def _guard(self, fn: Any, *args: Any) -> None:
@@ -185,8 +197,17 @@ class InstalledMonitor:
         self.clock.detach()
         (self.ctx.out_dir / f"error-rank{self.ctx.rank}.txt").write_text(text, encoding="utf-8")
 
+    def section_enter(self, name: str) -> None:
+        if self.monitor is not None:
+            self._guard(self.monitor.section_enter, name)
+
+    def section_exit(self, name: str) -> None:
+        if self.monitor is not None:
+            self._guard(self.monitor.section_exit, name)
+
     def step_start(self, step: int) -> None:
         self.clock.start()
+        self.section_enter("step")
 
     def batch_requested(self, step: int) -> None:
         self.clock.request_t = time.perf_counter()
@@ -195,8 +216,10 @@ class InstalledMonitor:
         self.clock.batch_t = time.perf_counter()
 
     def step_end(self, step: int) -> None:
+        phases = self.clock.phases(step)
+        self.section_exit("step")
         if self.monitor is not None:
-            self._guard(self.monitor.on_step, self.clock.phases(step))
+            self._guard(self.monitor.on_step, phases)
 
     def finish(self, failed: bool) -> None:
         if self.monitor is not None:

@@ -9,11 +9,15 @@ Decided here (the tool leaves them to its user):
   ``training_step``: the forward pass and the loss, not the backward pass, whose gradient all-reduce would
   make every rank wait for the slowest) and ``step`` (the whole loop iteration). Times are CPU wall
   milliseconds, as ``Detector.detection_section`` measures them (``perf_counter_ns``).
-* Without CUDA, ``straggler.Detector`` cannot start: it loads its CUPTI extension (``libcupti.so.12``) at
-  ``initialize`` and calls ``torch.cuda.synchronize`` in ``generate_report``. So the section times are
-  kept here (what ``detection_section`` keeps: the elapsed times since the last report) and handed to the
-  same ``ReportGenerator`` the Detector uses, with no kernel summaries: the GPU scores (CUPTI kernel
-  times) are absent on CPU and the report's GPU fields stay empty. The GPU check runs the Detector itself.
+* On CUDA the sections are the Detector's own (``straggler.Detector.detection_section``, entered and left
+  at the hook's boundaries) and each report is ``Detector.generate_report()``: section scores and GPU
+  scores from its CUPTI kernel times. Without CUDA the Detector cannot start: it loads its CUPTI
+  extension (``libcupti.so.12``) at ``initialize`` and calls ``torch.cuda.synchronize`` in
+  ``generate_report``. So on CPU the section times are kept here (what ``detection_section`` keeps: the
+  elapsed times since the last report) and handed to the same ``ReportGenerator`` the Detector uses,
+  with no kernel summaries, and the report's GPU fields stay empty. The CUDA path is checked by the
+  ``gpu``-marked test in ``tests/test_monitors.py`` (``scripts/gpu-check.sh`` runs it); it has not run
+  on a GPU yet.
 * Reporting interval: the Detector's own tracker aims at one report per 60 s (16 steps to estimate),
   longer than a whole recorded job; :data:`REPORT_EVERY` steps instead, so a 20-40-step job gets 4-8
   reports, each a median over 5 steps, and individual scores have earlier windows to compare with.
@@ -59,13 +63,33 @@ def _scores(by_section: Any) -> dict[str, dict[str, float | None]]:
 class NvrxStragglerMonitor(StepMonitor):
     def __init__(self, ctx: MonitorContext):
         super().__init__(ctx)
-        from nvidia_resiliency_ext.straggler.reporting import ReportGenerator
+        self.detector = None  # straggler.Detector on CUDA; else the ReportGenerator below
+        self.open: dict[str, object] = {}  # the Detector's sections entered and not yet left
+        if ctx.device.startswith("cuda"):
+            from nvidia_resiliency_ext.straggler import Detector
 
-        self.generator = ReportGenerator(scores_to_compute=["relative_perf_scores", "individual_perf_scores"],
-                                         gather_on_rank0=True, node_name="node")
+            Detector.initialize(scores_to_compute="all", gather_on_rank0=True, profiling_interval=1, node_name="node")
+            self.detector = Detector
+        else:
+            from nvidia_resiliency_ext.straggler.reporting import ReportGenerator
+
+            self.generator = ReportGenerator(scores_to_compute=["relative_perf_scores", "individual_perf_scores"],
+                                             gather_on_rank0=True, node_name="node")
         self.times: dict[str, list[float]] = {s: [] for s in SECTIONS}
         self.window_start = 0
         self.last_step = -1
+
+    # the Detector's own sections (CUDA only), entered and left at the hook's boundaries
+    def section_enter(self, name: str) -> None:
+        if self.detector is not None and name not in self.open:
+            cm = self.detector.detection_section(name, profile_cuda=True)
+            cm.__enter__()
+            self.open[name] = cm
+
+    def section_exit(self, name: str) -> None:
+        cm = self.open.pop(name, None)
+        if cm is not None:
+            cm.__exit__(None, None, None)
 
     def on_step(self, phases: StepPhases) -> None:
         if phases.forward_ms is not None:
@@ -76,11 +100,18 @@ class NvrxStragglerMonitor(StepMonitor):
             self._report(phases.step + 1)
 
     def finish(self, failed: bool) -> None:
+        for name in list(self.open):
+            self.section_exit(name)
         if not failed and self.last_step + 1 > self.window_start:  # the last, shorter window
             self._report(self.last_step + 1)
+        if self.detector is not None:
+            self.detector.shutdown()
 
     def _report(self, stop: int) -> None:
-        report = self.generator.generate_report(section_summaries(self.times), {})  # a collective on every rank
+        if self.detector is not None:
+            report = self.detector.generate_report()  # a collective on every rank
+        else:
+            report = self.generator.generate_report(section_summaries(self.times), {})  # a collective on every rank
         start, self.window_start = self.window_start, stop
         self.times = {s: [] for s in SECTIONS}
         if report is None:  # not rank 0
