@@ -153,12 +153,10 @@ def detection_limit(cause: str, impacts: Sequence[float], found: Sequence[bool],
 
 
 def summary_limits(summary: Summary) -> dict[str, DetectionLimit]:
-    """Cause -> detection limit, for every cause of ``summary`` with a case whose impact was measured."""
-    out = {}
-    for cause, d in sorted(summary.detection.items()):
-        if d.points:
-            out[cause] = detection_limit(cause, [p.impact for p in d.points], [p.found for p in d.points])
-    return out
+    """Cause -> detection limit, for every labeled cause of ``summary`` (undefined, with 0 cases, for a cause
+    none of whose cases had its impact measured: recorded jobs, cases skipped on this device)."""
+    return {cause: detection_limit(cause, [p.impact for p in d.points], [p.found for p in d.points])
+            for cause, d in sorted(summary.detection.items())}
 
 
 def limit_text(d: DetectionLimit) -> str:

@@ -16,9 +16,10 @@ Decided here (the design is silent):
   reader must see next to its numbers: self-test, reference, ...).
 * Below the board: skill by part (evidence kind, cause family, split; :mod:`diageval.reports.parts`), with
   the parts whose order of diagnosers differs from the board's marked ⇅ and the swapped pairs listed;
-  skill by split and the gap between splits; recall by cause; and each cause's detection limit
-  (undefined until the corpus holds the cause at several severities; the cell then says how many cases
-  it has).
+  skill by split and the gap between splits; recall by cause; and each cause's detection limit with its
+  interval (:mod:`diageval.reports.detection_limits`: the measured impact at which the diagnoser finds the
+  cause half the time; undefined until the corpus holds the cause at several severities, the cell then
+  saying how many cases it has).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 import jinja2
 
 from diageval.errors import DiagevalError
+from diageval.reports.detection_limits import limit_text, summary_limits
 from diageval.reports.parts import gap_label, parts, split_columns, split_rows
 from diageval.scoring.metrics import BOARD, HEADLINE, METRICS, MetricValue
 from diageval.scoring.summary import DETECTION_MIN_CASES, DiagnoserInfo, Summary
@@ -105,17 +107,6 @@ def _row(s: Summary, rank: str) -> dict:
     return {"rank": rank, "diagnoser": _cell(label), "scored": s.counts.scored, "cells": [_cell(c) for c in cells]}
 
 
-def _detection_cell(s: Summary, category: str) -> str:
-    d = s.detection.get(category)
-    if d is None:
-        return "–"
-    if d.limit is not None:
-        return f"{d.limit:.2f} ({d.recall_above:.0%} of cases above)"
-    if d.cases < DETECTION_MIN_CASES:
-        return f"undefined ({d.cases} of {DETECTION_MIN_CASES} cases)"
-    return "not reached"
-
-
 def render_leaderboard(summaries: list[Summary]) -> str:
     """Markdown leaderboard of runs on one case set; raises :class:`LeaderboardError` otherwise."""
     check_comparable(summaries)
@@ -129,8 +120,10 @@ def render_leaderboard(summaries: list[Summary]) -> str:
          "cells": [_cell(format_metric(s.by_category[c].recall)) if c in s.by_category else "–" for c in categories]}
         for r, s in zip(rows, ranked + unranked)
     ]
-    detection_rows = [{"diagnoser": r["diagnoser"], "cells": [_detection_cell(s, c) for c in categories]}
-                      for r, s in zip(rows, ranked + unranked)]
+    limits = [summary_limits(s) for s in ranked + unranked]
+    detection_rows = [{"diagnoser": r["diagnoser"],
+                       "cells": [_cell(limit_text(per_run[c])) if c in per_run else "–" for c in categories]}
+                      for r, per_run in zip(rows, limits)]
     ordered = ranked + unranked
     names = [r["diagnoser"] for r in rows]
     board_parts = parts(ordered, [is_ranked(s.diagnoser) for s in ordered])

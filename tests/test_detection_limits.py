@@ -98,3 +98,4 @@ def test_limits_are_read_from_a_summary_s_measured_cases():
     assert set(limits) == {STRAGGLER, LOADER}
     assert (limits[STRAGGLER].state, limits[STRAGGLER].limit, limits[STRAGGLER].cases) == ("measured", 0.4, 6)
     assert (limits[LOADER].state, limits[LOADER].cases) == ("undefined", 2)
+    assert limit_text(limits[LOADER]) == f"undefined (2 of {DETECTION_MIN_CASES} cases)"
