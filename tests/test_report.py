@@ -142,13 +142,13 @@ def test_report_errors_name_the_run(tmp_path, monkeypatch):
         report_runs([empty])
     bad = tmp_path / "bad"
     bad.mkdir()
-    (bad / "summary.json").write_text(json.dumps({"schema_version": 3}))
+    (bad / "summary.json").write_text(json.dumps({"schema_version": 4}))
     with pytest.raises(ReportError, match="summary.json: not a diageval summary: diagnoser: Field required"):
         report_runs([bad])
     (bad / "summary.json").write_text(json.dumps({"schema_version": 1, "metrics": {"f1": {}}}))
-    for old in (1, 2):
+    for old in (1, 2, 3):
         (bad / "summary.json").write_text(json.dumps({"schema_version": old, "metrics": {"f1": {}}}))
-        with pytest.raises(ReportError, match=rf"bad/summary.json: .*schema version {old}, this diageval reads 3 "
+        with pytest.raises(ReportError, match=rf"bad/summary.json: .*schema version {old}, this diageval reads 4 "
                                               r".*re-score the run with `diageval score RUN_DIR`"):
             report_runs([bad])
     a = write_run(tmp_path, "a", run_summary("good", GOOD))
