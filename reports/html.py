@@ -29,6 +29,7 @@ import jinja2
 from diageval import __version__
 from diageval.cases.taxonomy import is_symptom_id
 from diageval.reports import plots
+from diageval.reports.detection_limits import limit_text, summary_limits
 from diageval.reports.html_data import (
     ABSTAIN_ROW,
     HEALTHY_ROW,
@@ -41,7 +42,7 @@ from diageval.reports.leaderboard import is_ranked, marks, null_skill_text
 from diageval.reports.parts import gap_label, parts, split_columns, split_rows
 from diageval.scoring.metrics import BOARD, HEADLINE, METRICS, MetricValue
 from diageval.scoring.results import MISLEADING_VERDICTS
-from diageval.scoring.summary import DETECTION_MIN_CASES, DETECTION_RECALL
+from diageval.scoring.summary import DETECTION_MIN_CASES
 
 TEMPLATES = Path(__file__).parent / "templates"
 VERDICTS = ("correct", "mislocated", "symptom_as_cause", "wrong_cause", "false_alarm", "duplicate", "hedge")
@@ -137,15 +138,27 @@ def heatmap(inputs: ReportInputs) -> list[dict]:
 
 
 def detection_svg(inputs: ReportInputs) -> str:
-    """Recall against measured impact per cause (the summaries' detection tables), one line per diagnoser."""
+    """Recall against measured impact per cause (the summaries' detection tables), one line per diagnoser;
+    a dashed line where a diagnoser's detection limit is measured (not where it is censored)."""
     by_cause: dict[str, dict[str, plots.Detection]] = {}
     for run in inputs.runs:
+        limits = summary_limits(run.summary)
         for cause, d in run.summary.detection.items():
+            limit = limits[cause].limit if limits[cause].state == "measured" else None
             by_cause.setdefault(cause, {})[run.name] = plots.Detection(
-                points=[plots.DetectionPoint(p.impact, p.found) for p in d.points], limit=d.limit)
+                points=[plots.DetectionPoint(p.impact, p.found) for p in d.points], limit=limit)
     if not any(d.points for per_run in by_cause.values() for d in per_run.values()):
         return ""
     return plots.detection_curves(dict(sorted(by_cause.items())), [r.name for r in inputs.runs])
+
+
+def detection_limits_table(inputs: ReportInputs) -> list[dict]:
+    """Per cause with a measured case: each diagnoser's detection limit, its interval and n (the markdown
+    board's cells)."""
+    per_run = [summary_limits(run.summary) for run in inputs.runs]
+    causes = sorted({c for limits in per_run for c, d in limits.items() if d.cases})
+    return [{"cause": c, "cells": [limit_text(limits[c]) if c in limits else "–" for limits in per_run]}
+            for c in causes]
 
 
 def reliability_svg(inputs: ReportInputs) -> str:
@@ -310,7 +323,7 @@ def render_html(inputs: ReportInputs, *, generated: datetime | None = None) -> s
         heatmap=heatmap(inputs),
         diagnosers=[r.name for r in inputs.runs],
         detection_svg=detection_svg(inputs),
-        detection_recall=DETECTION_RECALL,
+        detection_limits=detection_limits_table(inputs),
         detection_min=DETECTION_MIN_CASES,
         headline=" then ".join(METRICS[m].label for m in HEADLINE),
         reliability_svg=reliability_svg(inputs),

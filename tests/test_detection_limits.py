@@ -81,8 +81,9 @@ def test_bad_input_names_the_cause():
         detection_limit("c", [0.1, float("nan"), 0.3, 0.4, 0.5], [True] * 5)
 
 
-def test_limits_are_read_from_a_summary_s_measured_cases():
-    """Six straggler cases at increasing measured impact, found from 0.4 up; the loader's two cases are too few."""
+def ladder_summary(name: str = "x"):
+    """Six straggler cases at increasing measured impact, found from 0.4 up; two loader cases and one without
+    a measured impact."""
     tax = load_taxonomy()
     results = []
     for i, impact in enumerate([0.1, 0.2, 0.3, 0.4, 0.5, 0.6]):
@@ -92,10 +93,28 @@ def test_limits_are_read_from_a_summary_s_measured_cases():
     for i, impact in enumerate([0.3, 0.6]):
         results.append(score_case(make_case(f"l{i}", [{"category": LOADER}]), diag(), taxonomy=tax, measured_impact=impact))
     results.append(score_case(make_case("l-unmeasured", [{"category": LOADER}]), diag(), taxonomy=tax))
-    summary = summarize(results, diagnoser=DiagnoserInfo(spec="x", name="x"), case_set_hash="h", taxonomy_version="1",
-                        n_boot=0)
-    limits = summary_limits(summary)
+    return summarize(results, diagnoser=DiagnoserInfo(spec=name, name=name), case_set_hash="h", taxonomy_version="1",
+                     n_boot=0)
+
+
+def test_limits_are_read_from_a_summary_s_measured_cases():
+    limits = summary_limits(ladder_summary())
     assert set(limits) == {STRAGGLER, LOADER}
     assert (limits[STRAGGLER].state, limits[STRAGGLER].limit, limits[STRAGGLER].cases) == ("measured", 0.4, 6)
     assert (limits[LOADER].state, limits[LOADER].cases) == ("undefined", 2)
     assert limit_text(limits[LOADER]) == f"undefined (2 of {DETECTION_MIN_CASES} cases)"
+
+
+def test_the_board_and_the_page_show_each_limit_with_its_interval():
+    from types import SimpleNamespace
+
+    from diageval.reports.html import detection_limits_table
+    from diageval.reports.leaderboard import render_leaderboard
+
+    summary = ladder_summary("ladder")
+    cell = limit_text(summary_limits(summary)[STRAGGLER])
+    assert cell.startswith("0.40 [") and cell.endswith("n=6")
+    table = render_leaderboard([summary]).split("### Detection limit by cause")[1]
+    assert cell in table and f"undefined (2 of {DETECTION_MIN_CASES} cases)" in table
+    [straggler, loader] = detection_limits_table(SimpleNamespace(runs=[SimpleNamespace(summary=summary)]))
+    assert (loader["cause"], straggler["cause"], straggler["cells"]) == (LOADER, STRAGGLER, [cell])
