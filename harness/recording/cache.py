@@ -150,6 +150,7 @@ def derive_bundle(base: Path, dest: Path, edits: list) -> None:
 
     from diageval.bundle.model import MANIFEST_NAME, BundleManifest, describe_files
     from diageval.fileio import owned_temp_dir
+    from diageval.recording.faults.base import BundleFault
     from diageval.recording.record import TMP_PREFIX
 
     source = BundleManifest.model_validate_json((base / MANIFEST_NAME).read_text(encoding="utf-8"))
@@ -158,10 +159,12 @@ def derive_bundle(base: Path, dest: Path, edits: list) -> None:
     try:
         shutil.copytree(base, tmp, dirs_exist_ok=True)
         (tmp / MANIFEST_NAME).unlink()
+        env = source.env
         for edit in edits:
             edit.apply(tmp)
+            env = edit.bundle_env(env) if isinstance(edit, BundleFault) else env  # a tier filter keeps the job
         manifest = source.model_copy(update={"bundle_id": uuid.uuid4().hex, "created": datetime.now(timezone.utc),
-                                             "files": describe_files(tmp)})
+                                             "env": env, "files": describe_files(tmp)})
         atomic_write_text(tmp / MANIFEST_NAME, manifest.model_dump_json(indent=2) + "\n")
         if dest.exists():
             shutil.rmtree(dest)

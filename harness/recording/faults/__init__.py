@@ -42,6 +42,8 @@ FAULTS: dict[str, FaultInfo] = {
                   p.check_sample_rank_traces),
         FaultInfo("trace_window", "Keep a shorter window of profiled steps in every trace",
                   p.TraceWindowParams, "diageval.recording.faults.bundle_edits:TraceWindow", p.check_trace_window),
+        FaultInfo("scale_out", "Derive an N-rank job: the kept rank placed among jittered, clock-skewed copies of the other",
+                  p.ScaleOutParams, "diageval.recording.faults.scale_out:ScaleOut", p.check_scale_out),
         FaultInfo("drop_step_markers", "Remove the ProfilerStep markers from every trace (no profiler schedule)",
                   p.DropStepMarkersParams, "diageval.recording.faults.bundle_edits:DropStepMarkers"),
         FaultInfo("drop_device_events", "Remove the device events of every trace, keeping the host's runtime calls",

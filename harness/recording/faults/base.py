@@ -18,6 +18,7 @@ from typing import IO, Any, ClassVar
 
 from pydantic import BaseModel
 
+from diageval.bundle.model import BundleEnv
 from diageval.recording.context import RankContext
 
 
@@ -60,6 +61,11 @@ class BundleFault:
 
     def apply(self, bundle_dir: Path) -> None:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def bundle_env(self, env: BundleEnv) -> BundleEnv:
+        """The derived bundle's ``env`` (its ``bundle.json``), from the source's; unchanged unless the edit
+        changes what the job was (``scale_out``: its world size)."""
+        return env
 
 
 class Injection:

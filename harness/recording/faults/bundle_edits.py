@@ -159,38 +159,39 @@ class DropDeviceEvents(BundleFault):
 
 class TraceWindow(BundleFault):
     def apply(self, bundle_dir: Path) -> None:
-        first = self.params.window_first_step
-        kept = range(first, first + self.params.window_steps)
+        first, count = self.params.window_first_step, self.params.window_steps
+        _edit_traces(bundle_dir, lambda doc, path: window_trace(doc, first, count, path))
 
-        def edit(doc: dict[str, Any], path: Path) -> None:
-            events = [e for e in doc["traceEvents"] if isinstance(e, dict)]
-            spans = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events if _step_marker(e) in kept]
-            if not spans:
-                steps = sorted(s for s in map(_step_marker, events) if s is not None)
-                raise EvidenceEditError(f"{path}: no ProfilerStep#{first}..#{kept[-1]} to keep (the trace has "
-                                        f"steps {steps[0]}..{steps[-1]})" if steps else f"{path}: no ProfilerStep markers")
-            start, end = min(s for s, _ in spans), max(e for _, e in spans)
 
-            def inside(e: dict[str, Any]) -> bool:
-                return isinstance(e.get("ts"), (int, float)) and start <= e["ts"] < end
+def window_trace(doc: dict[str, Any], first: int, count: int, path: Path) -> None:
+    """Keep ``count`` profiled steps from ``first`` in ``doc`` (what ``trace_window`` does to each trace)."""
+    kept = range(first, first + count)
+    events = [e for e in doc["traceEvents"] if isinstance(e, dict)]
+    spans = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events if _step_marker(e) in kept]
+    if not spans:
+        steps = sorted(s for s in map(_step_marker, events) if s is not None)
+        raise EvidenceEditError(f"{path}: no ProfilerStep#{first}..#{kept[-1]} to keep (the trace has "
+                                f"steps {steps[0]}..{steps[-1]})" if steps else f"{path}: no ProfilerStep markers")
+    start, end = min(s for s, _ in spans), max(e for _, e in spans)
 
-            host = [e for e in events if e.get("cat") not in DEVICE_SIDE_CATEGORIES and e.get("ph") != "M" and inside(e)]
-            launched = {(e.get("args") or {}).get("correlation") for e in host if e.get("cat") in RUNTIME_CATEGORIES}
-            out = []
-            for e in events:
-                if e.get("ph") == "M":
-                    out.append(e)
-                elif e.get("cat") in DEVICE_SIDE_CATEGORIES:
-                    corr = (e.get("args") or {}).get("correlation")
-                    if (corr in launched) if corr is not None else inside(e):
-                        out.append(e)
-                elif e.get("cat") == "Trace" and e.get("ph") == "X":  # the profiler's own span: the window now
-                    out.append({**e, "ts": start, "dur": end - start})
-                elif inside(e):
-                    out.append(e)
-            doc["traceEvents"] = _drop_orphan_flows(out)
+    def inside(e: dict[str, Any]) -> bool:
+        return isinstance(e.get("ts"), (int, float)) and start <= e["ts"] < end
 
-        _edit_traces(bundle_dir, edit)
+    host = [e for e in events if e.get("cat") not in DEVICE_SIDE_CATEGORIES and e.get("ph") != "M" and inside(e)]
+    launched = {(e.get("args") or {}).get("correlation") for e in host if e.get("cat") in RUNTIME_CATEGORIES}
+    out = []
+    for e in events:
+        if e.get("ph") == "M":
+            out.append(e)
+        elif e.get("cat") in DEVICE_SIDE_CATEGORIES:
+            corr = (e.get("args") or {}).get("correlation")
+            if (corr in launched) if corr is not None else inside(e):
+                out.append(e)
+        elif e.get("cat") == "Trace" and e.get("ph") == "X":  # the profiler's own span: the window now
+            out.append({**e, "ts": start, "dur": end - start})
+        elif inside(e):
+            out.append(e)
+    doc["traceEvents"] = _drop_orphan_flows(out)
 
 
 class ClockOffset(BundleFault):

@@ -272,3 +272,47 @@ class LoadImbalanceParams(_Params):
 
 def check_load_imbalance(p: LoadImbalanceParams, w: WorkloadSpec) -> list[tuple[str, str]]:
     return _multi_rank(w) + _rank_ok("heavier_rank", p.heavier_rank, w) + _step_ok("from_step", p.from_step, w)
+
+
+# --- scale-out (issue 26; harness/recording/faults/scale_out.py) ---------------------------------------
+
+
+class ScaleOutParams(_Params):
+    scaled_world_size: int = Field(ge=3, le=4096, description="Ranks of the scaled job")
+    kept_rank: int = Field(ge=0, description="The recorded rank kept whole (a positive case's culprit)")
+    kept_at_rank: int = Field(ge=0, description="Its rank in the scaled job (drawn by the case author)")
+    copied_rank: int = Field(ge=0, description="The recorded rank whose jittered copies fill every other rank")
+    window_first_step: int = Field(ge=0, description="The first profiled step each scaled trace keeps")
+    window_steps: int = Field(ge=1, description="How many profiled steps each scaled trace keeps")
+    traced_ranks: list[int] | None = Field(None, min_length=1, description="Only these ranks' traces are written "
+                                           "(a sampled fleet profile); null: every rank's")
+    jitter_seed: int = Field(0, ge=0, description="Seeds the clock skews, process ids and per-rank noise")
+
+    @field_validator("traced_ranks")
+    @classmethod
+    def _distinct_traced(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (any(r < 0 for r in v) or len(set(v)) != len(v)):
+            raise ValueError("expected distinct ranks >= 0")
+        return v
+
+
+def check_scale_out(p: ScaleOutParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    out = _multi_rank(w) + _rank_ok("kept_rank", p.kept_rank, w) + _rank_ok("copied_rank", p.copied_rank, w)
+    if p.kept_rank == p.copied_rank:
+        out.append(("copied_rank", f"is the kept rank ({p.kept_rank}); copy the other recorded rank"))
+    if p.scaled_world_size <= w.world_size:
+        out.append(("scaled_world_size", f"{p.scaled_world_size} is not above the recorded {w.world_size} ranks"))
+    if p.kept_at_rank >= p.scaled_world_size:
+        out.append(("kept_at_rank", f"rank {p.kept_at_rank} is out of range for the scaled {p.scaled_world_size} ranks"))
+    for r in p.traced_ranks or []:
+        if r >= p.scaled_world_size:
+            out.append(("traced_ranks", f"rank {r} is out of range for the scaled {p.scaled_world_size} ranks"))
+    if p.traced_ranks is not None and len(p.traced_ranks) >= p.scaled_world_size:
+        out.append(("traced_ranks", f"keeps all {p.scaled_world_size} ranks' traces: leave it out instead"))
+    profiled = _profiled_steps(w)
+    last = p.window_first_step + p.window_steps - 1
+    if profiled is not None and (p.window_first_step not in profiled or last not in profiled):
+        out.append(("window_first_step", f"steps {p.window_first_step}..{last} are not all profiled "
+                                         f"(the profiler records steps {profiled[0]}..{profiled[-1]})"))
+    return out
+
