@@ -467,6 +467,9 @@ def verify_cmd(case_ids: tuple[str, ...], cases_dir: Path | None, repeats: int |
     if narrow:
         click.echo(f"manifested by less than the run-to-run spread (ratio under {RUN_TO_RUN_MARGIN} x min_ratio), so "
                    f"some future verify will fail; raise the severity or lower min_ratio: {', '.join(narrow)}", err=True)
+    for case_id, v in results:
+        for problem in v.label_problems or []:
+            click.echo(f"{case_id}: label not supported by the evidence: {problem}", err=True)
     failed = [c for c, v in results if not v.manifested]
     if failed:
         click.echo(f"did not manifest: {', '.join(failed)}", err=True)

@@ -169,3 +169,30 @@ def test_a_share_is_compared_in_points_of_the_step():
     assert check_share(label, "data wait", [{0: _means(10.0, wait=5.0), 1: _means(10.0, wait=5.0)}], twin).supported
     result = check_share(label, "data wait", [{0: _means(10.0, wait=5.0), 1: _means(10.0, wait=1.5)}], twin)
     assert isinstance(result, CauseSupport) and not result.supported and result.detail.startswith("rank(s) 1:")
+
+
+def test_verify_marks_a_case_whose_label_its_evidence_does_not_hold_invalid(tmp_path, monkeypatch):
+    """verify_case runs the label checks on the very recordings the manifestation test read: a 4x straggler
+    on rank 1 manifests, and labeled on rank 0 it is refused with the reason in the Verification."""
+    from diageval.recording import verify
+
+    made: dict[tuple[str, int], Path] = {}
+
+    def stand_in(case, device, *, repeat=0, force=False, cache_dir=None, role="case"):
+        key = (role if case.faults else "twin", repeat)
+        if key not in made:
+            jitter = 1 + 0.02 * repeat
+            shape = (lambda r, k: StepShape(compute_us=4000 * jitter * (4.0 if r == 1 and k >= FROM_STEP else 1.0))) \
+                if key[0] == "case" else (lambda r, k: StepShape(compute_us=4000 * jitter))
+            made[key] = build_bundle(tmp_path / f"{key[0]}{repeat}", shape, n_steps=12)
+        return f"{key[0]}{repeat}", made[key], False
+
+    monkeypatch.setattr(verify, "ensure_bundle", stand_in)
+    right = _case([{"category": "compute.straggler_rank", "ranks": [1], "steps": [FROM_STEP, 12]}])
+    v = verify.verify_case(right, cache_dir=tmp_path / "cache")
+    assert v.manifested and v.label_problems == []
+    wrong = _case([{"category": "compute.straggler_rank", "ranks": [0], "steps": [FROM_STEP, 12]}])
+    v = verify.verify_case(wrong, cache_dir=tmp_path / "cache")
+    assert not v.manifested and v.test is not None and v.test.manifested
+    [problem] = v.label_problems
+    assert problem.startswith("compute.straggler_rank on rank(s) 0: labeled rank(s) 0 not stretched")

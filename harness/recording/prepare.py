@@ -58,7 +58,8 @@ def prepare_evidence(loaded: LoadedCase, *, device: str = "auto", force: bool = 
     verified_now = False
     if verify and case.labels.expect == "diagnose":
         truth = read_truth(cache, cache_key(case, resolved))
-        if truth is not None and truth.verification is not None and truth.verification.test is not None and not force:
+        if truth is not None and truth.verification is not None and truth.verification.test is not None and not force \
+                and (truth.verification.label_problems is not None or not truth.verification.manifested):
             verification = truth.verification
         else:  # records every repeat pair, repeat 0 (the bundle returned below) included; a record without the
             # manifestation test's measurement is re-verified (its recordings are reused)

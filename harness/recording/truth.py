@@ -48,6 +48,10 @@ class Verification(BaseModel):
     )
     test: ManifestTest | None = Field(None, description="What the manifestation test measured and decided; None in a "
                                       "record made before it (such a record is verified again)")
+    label_problems: list[str] | None = Field(
+        None, description="Each labeled cause its evidence does not support, with the numbers "
+        "(recording/label_support.py); any makes manifested false. Empty: every checked cause holds; None: not "
+        "checked (the injection did not manifest, or a record made before the check, which is verified again)")
 
     @computed_field  # type: ignore[prop-decorator]
     @property

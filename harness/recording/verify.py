@@ -25,6 +25,7 @@ from diageval.bundle.model import EvidenceBundle, StepRecord
 from diageval.cases.model import Case
 from diageval.progress import Progress
 from diageval.recording.cache import ensure_bundle, read_truth, write_truth
+from diageval.recording.label_support import label_problems, label_support
 from diageval.recording.manifest_test import LOOKS, WARMUP_STEPS, manifest_test, pairs_needed, sequential_test
 from diageval.recording.truth import TruthRecord, Verification
 
@@ -151,6 +152,9 @@ def verify_case(case: Case, *, repeats: int | None = None, device: str = "cpu", 
             if verification.test.decided:
                 break
             record_up_to(pairs_needed(len(injected) + 1))
+    if verification.manifested:  # does the evidence hold each labeled cause where its label puts it?
+        problems = label_problems(label_support(case, case_folders, twin_folders))
+        verification = verification.model_copy(update={"label_problems": problems, "manifested": not problems})
     key, _, _ = ensure_bundle(case, device, repeat=0, cache_dir=cache)
     truth = read_truth(cache, key) or TruthRecord(case_id=case.id, key=key, repeat=0, recorded=_now())
     write_truth(cache, truth.model_copy(update={"verification": verification, "case_id": case.id}))

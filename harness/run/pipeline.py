@@ -533,7 +533,10 @@ def _measure(v: "Verification | None") -> Any:
 
 
 def _why_not_manifested(v: Verification) -> str:
-    """Which condition of the manifestation test failed: the minimum effect, the p-value, or both."""
+    """Which condition of the manifestation test failed: the minimum effect, the p-value, or both; or which
+    labeled cause its evidence does not support."""
+    if getattr(v, "label_problems", None):
+        return "a labeled cause is not in the evidence: " + "; ".join(v.label_problems)
     test = getattr(v, "test", None)
     if test is None:  # a record made before the test
         return f"ratio {v.ratio:.3g} against min_ratio {v.min_ratio:g} over {v.repeats} repeats (twin noise {v.noise:.2f})"
