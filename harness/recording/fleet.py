@@ -41,11 +41,12 @@ def members_with_repeats(case: Case) -> list[tuple[FleetRun, Case, int]]:
     return out
 
 
-def ensure_fleet_bundle(case: Case, device: str, *, force: bool = False,
-                        cache_dir: Path | None = None) -> tuple[str, Path, bool]:
+def ensure_fleet_bundle(case: Case, device: str, *, force: bool = False, cache_dir: Path | None = None,
+                        data_dir: Path | None = None) -> tuple[str, Path, bool]:
     """The cached fleet bundle of ``case`` (assembled now if missing or ``force``): (key, folder, assembled now).
     Members are recorded only when their own cache entry is missing (``force`` re-assembles, it does not
-    re-record them)."""
+    re-record them). A recorded regression or fleet imports each run's real traces from the data folder
+    (``data_dir``; ``EvidenceUnavailable`` when they are absent) as a recorded job case does."""
     from diageval.paths import bundle_cache_dir
     from diageval.recording.cache import bundles_root, cache_key, ensure_bundle, read_truth, write_truth
     from diageval.recording.record import TMP_PREFIX
@@ -59,8 +60,11 @@ def ensure_fleet_bundle(case: Case, device: str, *, force: bool = False,
     if not force and (folder / MANIFEST_NAME).is_file():
         return key, folder, False
     members: dict[str, Path] = {}
-    for run, member, repeat in members_with_repeats(case):
-        _, members[run.name], _ = ensure_bundle(member, device, repeat=repeat, cache_dir=cache)
+    if case.workload is None:
+        members = import_recorded_runs(case, cache_dir=cache, data_dir=data_dir, force=force)
+    else:
+        for run, member, repeat in members_with_repeats(case):
+            _, members[run.name], _ = ensure_bundle(member, device, repeat=repeat, cache_dir=cache)
     runs = fleet_runs(case)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = owned_temp_dir(folder.parent, TMP_PREFIX)
@@ -83,6 +87,21 @@ def ensure_fleet_bundle(case: Case, device: str, *, force: bool = False,
     append_jsonl(cache / "index.jsonl", {"case_id": case.id, "role": "case", "key": key, "repeat": 0, "device": device,
                                          "recorded": datetime.now(timezone.utc).isoformat()})
     return key, folder, True
+
+
+def import_recorded_runs(case: Case, *, cache_dir: Path, data_dir: Path | None, force: bool) -> dict[str, Path]:
+    """Run name -> the imported bundle of its real traces (each run a recorded job case, cached by its files)."""
+    from diageval.cases.load import LoadedCase
+    from diageval.cases.model import Labels
+    from diageval.recording.recorded import import_recorded
+
+    assert case.fleet is not None
+    out = {}
+    for run in case.fleet.ordered():
+        member = Case(id="member", title=f"a run of {case.id}", recorded=run.recorded, labels=Labels(expect="healthy"))
+        loaded = LoadedCase(case=member, path=Path(f"{case.id}.yaml#{run.name}"), file_sha256="")
+        out[run.name] = import_recorded(loaded, data_dir=data_dir, cache_dir=cache_dir, force=force)
+    return out
 
 
 def fleet_runs(case: Case) -> list[FleetRunInfo]:

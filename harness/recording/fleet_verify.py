@@ -110,11 +110,17 @@ def permutation_p(with_values: list[float], without_values: list[float]) -> tupl
     return observed, at_least / count, count
 
 
-def fleet_effects(case: Case, run_metric: dict[str, float]) -> list[FactorEffect]:
-    """The effect of each labeled factor value (each fault's ``where`` for a positive case) against the fault-free runs."""
-    assert case.fleet is not None and case.manifest is not None
+def fleet_effects(case: Case, run_metric: dict[str, float], refs: list[FactorRef] | None = None,
+                  min_ratio: float | None = None) -> list[FactorEffect]:
+    """The effect of each factor value in ``refs`` (default: the labeled ones) against the fault-free runs;
+    ``min_ratio`` defaults to the case's manifest's (benchmarks/fleet_corpus.py measures unlabeled faults too)."""
+    assert case.fleet is not None
+    if min_ratio is None:
+        assert case.manifest is not None
+        min_ratio = case.manifest.min_ratio
     clean = [r.name for r in case.fleet.runs if not case.fleet.faults_of(r)]
-    refs = list(dict.fromkeys(c.factor for c in case.labels.causes if c.factor is not None))
+    if refs is None:
+        refs = list(dict.fromkeys(c.factor for c in case.labels.causes if c.factor is not None))
     out = []
     for ref in refs:
         with_runs = [r.name for r in case.fleet.runs_with(ref)]
@@ -122,7 +128,7 @@ def fleet_effects(case: Case, run_metric: dict[str, float]) -> list[FactorEffect
         ratio = math.exp(stat)
         out.append(FactorEffect(factor=ref, runs_with=len(with_runs), runs_without=len(clean), ratio=ratio, statistic=stat,
                                 p_value=p, permutations=count, alpha=FLEET_ALPHA,
-                                manifested=p <= FLEET_ALPHA and ratio >= case.manifest.min_ratio))
+                                manifested=p <= FLEET_ALPHA and ratio >= min_ratio))
     return out
 
 
@@ -171,7 +177,7 @@ def verify_fleet(case: Case, *, device: str, cache_dir: Path, force: bool = Fals
 
 
 def fleet_evidence(case: Case, *, device: str = "auto", force: bool = False, verify: bool = True,
-                   cache_dir: Path | None = None) -> tuple[Path, Verification | None]:
+                   cache_dir: Path | None = None, data_dir: Path | None = None) -> tuple[Path, Verification | None]:
     """A regression or fleet case's bundle folder (members recorded or reused, assembled) and, for a positive case,
     its verification (a stored one reused unless ``force``; it is kept in the fleet bundle's truth record)."""
     from diageval.paths import bundle_cache_dir
@@ -180,9 +186,9 @@ def fleet_evidence(case: Case, *, device: str = "auto", force: bool = False, ver
     from diageval.recording.record import resolve_device
 
     cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
-    resolved = resolve_device(device, case)
-    key, folder, _ = ensure_fleet_bundle(case, resolved, force=force, cache_dir=cache)
-    if not verify or case.labels.expect != "diagnose":
+    resolved = resolve_device(device, case) if case.workload is not None else "cpu"  # a recorded fleet: imported
+    key, folder, _ = ensure_fleet_bundle(case, resolved, force=force, cache_dir=cache, data_dir=data_dir)
+    if not verify or case.labels.expect != "diagnose" or case.workload is None:
         return folder, None
     truth = read_truth(cache, key)
     if truth is not None and truth.verification is not None and not force and fleet_verification_path(cache, key).is_file():

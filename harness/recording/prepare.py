@@ -44,7 +44,8 @@ def prepare_evidence(loaded: LoadedCase, *, device: str = "auto", force: bool = 
     if loaded.case.fleet is not None:  # a regression or fleet (issue 24): its runs recorded as shared members
         from diageval.recording.fleet_verify import fleet_evidence
 
-        folder, verification = fleet_evidence(loaded.case, device=device, force=force, verify=verify, cache_dir=cache_dir)
+        folder, verification = fleet_evidence(loaded.case, device=device, force=force, verify=verify, cache_dir=cache_dir,
+                                              data_dir=data_dir)
         return PreparedEvidence(case_id=loaded.case.id, bundle_dir=folder, bundle_id=EvidenceBundle.open(folder).bundle_id,
                                 manifest_sha256=sha256_file(folder / MANIFEST_NAME), verification=verification)
     from diageval.paths import bundle_cache_dir

@@ -111,8 +111,7 @@ def run_rank(plan: RankPlan) -> None:
         activities=activities,
         schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
         on_trace_ready=lambda p: p.export_chrome_trace(str(raw_trace)),
-        record_shapes=True,
-        with_stack=False,
+        **{"record_shapes": True, "with_stack": False, **injection.profiler_options()},
     )
     rows = []
     checkpoint_path = plan.scratch_dir / f"checkpoint-rank{ctx.rank}.pt"

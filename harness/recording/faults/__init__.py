@@ -64,5 +64,14 @@ FAULTS: dict[str, FaultInfo] = {
         FaultInfo("load_imbalance", "One rank's batches are larger (longer sequences or more rows); its peers wait for it",
                   p.LoadImbalanceParams, "diageval.recording.faults.imbalance:UnevenShards", p.check_load_imbalance,
                   injects=("compute.load_imbalance",)),
+        FaultInfo("costly_profiling", "The profiler also records Python stacks and allocations (the observer effect)",
+                  p.CostlyProfilingParams, "diageval.recording.faults.versions:CostlyProfiling",
+                  injects=("measurement.profiler_overhead",)),
+        FaultInfo("wider_numbers", "The model and its inputs in float64 where they were float32",
+                  p.WiderNumbersParams, "diageval.recording.faults.versions:WiderNumbers",
+                  injects=("compute.numeric_precision",)),
+        FaultInfo("recompiling_model", "The model torch.compile'd with static shapes while batch shapes vary",
+                  p.RecompilingModelParams, "diageval.recording.faults.versions:RecompilingModel",
+                  p.check_recompiling_model, injects=("compile.recompilation",)),
     ]
 }

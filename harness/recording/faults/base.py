@@ -52,6 +52,10 @@ class LiveFault:
         """Wrap the file a checkpoint is written to."""
         return fh
 
+    def profiler_options(self) -> dict[str, Any]:
+        """Options of the rank's ``torch.profiler.profile`` to change (e.g. ``with_stack``); none by default."""
+        return {}
+
 
 class BundleFault:
     stage: ClassVar[str] = "bundle"
@@ -99,3 +103,9 @@ class Injection:
         for f in self.faults:
             fh = f.checkpoint_file(fh, step)
         return fh
+
+    def profiler_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        for f in self.faults:
+            options.update(f.profiler_options())
+        return options

@@ -316,3 +316,23 @@ def check_scale_out(p: ScaleOutParams, w: WorkloadSpec) -> list[tuple[str, str]]
                                          f"(the profiler records steps {profiled[0]}..{profiled[-1]})"))
     return out
 
+
+class CostlyProfilingParams(_Params):
+    record_python_stacks: bool = Field(True, description="The profiler records each op's Python stack (with_stack)")
+    record_allocations: bool = Field(True, description="The profiler records allocator events (profile_memory)")
+
+
+class WiderNumbersParams(_Params):
+    """No knobs: float64 where the workload computes in float32."""
+
+
+class RecompilingModelParams(_Params):
+    graph_compiler: Literal["inductor", "aot_eager", "eager"] = Field(
+        "aot_eager", description="torch.compile's backend: inductor needs a C++ compiler; aot_eager and eager do not")
+
+
+def check_recompiling_model(p: RecompilingModelParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    if w.name != "transformer_lm":
+        return [("graph_compiler", f"recompiles only where batch shapes change from step to step (the transformer_lm "
+                                   f"workload's padded lengths); workload {w.name!r} keeps one shape")]
+    return []

@@ -1,0 +1,64 @@
+"""Version-style causes (issue 24): what a new software version or a changed setting does to the same job.
+
+* :class:`CostlyProfiling` (``measurement.profiler_overhead``): the run's profiler also records every op's
+  Python stack and the allocator's events (``with_stack``, ``profile_memory``), and pays for that bookkeeping on
+  every op it records: the observer effect. The job and its ops are unchanged; only what is measured is more.
+  Costs fall on the profiled steps (the workload's ``trace_steps``), so cases profile most of their steps.
+* :class:`WiderNumbers` (``compute.numeric_precision``): the model and its inputs in float64 where they were
+  float32 (a changed default dtype); the same ops on the same shapes, each matmul slower in proportion to the
+  type's throughput.
+* :class:`RecompilingModel` (``compile.recompilation``): the model is ``torch.compile``d with static shapes
+  (``dynamic=False``), and the workload's batches change shape (the language model's padded length varies
+  from batch to batch), so every new shape fails the compiled graph's guards and compiles again, until the
+  compile cache is full. ``graph_compiler`` picks the compile pipeline: ``inductor`` (generated C++ kernels: a
+  working C++ compiler needed), ``aot_eager`` (TorchDynamo capture and AOTAutograd, the ops run eagerly) or
+  ``eager`` (capture only); each recompiles for the same reason.
+
+Nothing here names itself in the evidence: no record_function, no log line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diageval.recording.faults.base import LiveFault
+
+
+class CostlyProfiling(LiveFault):
+    def profiler_options(self) -> dict[str, Any]:
+        return {"with_stack": self.params.record_python_stacks, "profile_memory": self.params.record_allocations}
+
+
+class _Float64Source:
+    """A dataset whose floating-point tensors come as float64 (integers, e.g. class ids, unchanged)."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, index: int) -> Any:
+        item = self.inner[index]
+        return tuple(_wider(t) for t in item) if isinstance(item, (tuple, list)) else _wider(item)
+
+
+def _wider(t: Any) -> Any:
+    import torch
+
+    return t.to(torch.float64) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+
+
+class WiderNumbers(LiveFault):
+    def model(self, model: Any) -> Any:
+        return model.double()
+
+    def dataset(self, dataset: Any) -> Any:
+        return _Float64Source(dataset)
+
+
+class RecompilingModel(LiveFault):
+    def model(self, model: Any) -> Any:
+        import torch
+
+        return torch.compile(model, dynamic=False, backend=self.params.graph_compiler)

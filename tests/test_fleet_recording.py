@@ -1,0 +1,181 @@
+"""Fleet recording and verification (issue 24), cheaply: no recording here (the corpus fixture records the fleet
+cases for the leak tests). Members and their repeats, the move onto the fleet's schedule, the permutation test,
+the version-style faults' hooks, and what fleet.json says about the corpus' cases."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from diageval.bundle.fleet import FLEET_EPOCH, Fleet
+from diageval.bundle.model import BundleEnv, EvidenceBundle
+from diageval.cases.load import load_case_set
+from diageval.cases.model import Case, WorkloadSpec
+from diageval.diagnosis import FactorRef
+from diageval.fileio import read_jsonl, write_jsonl
+from diageval.recording.bundle_writer import write_info
+from diageval.recording.faults import FAULTS
+from diageval.recording.fleet import fleet_runs, members_with_repeats, move_to_start
+from diageval.recording.fleet_verify import FLEET_ALPHA, fleet_effects, permutation_p
+from tests.test_bundle_leaks import forbidden_words
+from tests.test_fleet_cases import fleet_case
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return load_case_set()
+
+
+@pytest.fixture(scope="module")
+def fleets(corpus) -> list[Case]:
+    return [lc.case for lc in corpus.cases if lc.case.fleet is not None]
+
+
+def test_runs_with_one_spec_are_its_successive_repeats():
+    case = Case.model_validate(fleet_case())
+    repeats = [(run.name, bool(member.faults), repeat) for run, member, repeat in members_with_repeats(case)]
+    assert [r for _, faulty, r in repeats if not faulty] == [0, 1, 2, 3, 4, 5]
+    assert [r for _, faulty, r in repeats if faulty] == [0, 1]
+
+
+def test_the_permutation_test_is_exact():
+    # 3 runs above all 5 others: the observed split is the most extreme of C(8, 3) = 56
+    stat, p, count = permutation_p([3.0, 3.1, 3.2], [1.0, 1.1, 1.2, 1.3, 1.4])
+    assert count == 56 and p == pytest.approx(1 / 56) and stat == pytest.approx(3.1 - 1.2)
+    # no difference at all: every split is at least as large
+    assert permutation_p([1.0, 1.0], [1.0, 1.0, 1.0])[1] == 1.0
+    with pytest.raises(ValueError, match="both sides"):
+        permutation_p([], [1.0])
+
+
+def _metrics(case: Case, slow: float, noise: float = 0.0) -> dict[str, float]:
+    faulty = {r.name for r in case.fleet.runs if case.fleet.faults_of(r)}
+    return {r.name: 0.1 * (slow if r.name in faulty else 1.0) * (1 + noise * ((i % 3) - 1)) for i, r in enumerate(case.fleet.runs)}
+
+
+def test_a_gross_fault_behind_its_value_manifests_and_a_small_one_does_not():
+    case = Case.model_validate(fleet_case())
+    (effect,) = fleet_effects(case, _metrics(case, slow=2.0, noise=0.1))
+    assert effect.factor == FactorRef(name="host", value="node-07") and effect.runs_with == 2 and effect.runs_without == 6
+    assert effect.manifested and effect.p_value == pytest.approx(1 / 28) and effect.ratio == pytest.approx(2.0, rel=0.2)
+    (small,) = fleet_effects(case, _metrics(case, slow=1.05, noise=0.3))
+    assert not small.manifested and small.alpha == FLEET_ALPHA
+
+
+def _tiny_bundle(root: Path) -> Path:
+    root.mkdir()
+    t0 = 1_700_000_000.0
+    write_jsonl(root / "steps.jsonl", [{"rank": 0, "step": s, "t_start": t0 + s, "t_end": t0 + s + 0.5} for s in range(3)])
+    write_jsonl(root / "metrics.jsonl", [{"time": t0 + 0.2, "scope": "host", "cpu_percent": 50.0},
+                                         {"time": t0 + 0.2, "scope": "rank", "rank": 0, "cpu_percent": 40.0}])
+    (root / "rank0").mkdir()
+    trace = {"baseTimeNanoseconds": 1_699_999_000_000_000_000, "traceEvents": [
+        {"ph": "X", "name": "ProfilerStep#1", "ts": (t0 + 1) * 1e6 - 1_699_999_000_000_000, "dur": 5.0, "pid": 1, "tid": 1}]}
+    with gzip.open(root / "rank0" / "trace.json.gz", "wt") as fh:
+        json.dump(trace, fh)
+    write_info(root, BundleEnv(device="cpu", world_size=1))
+    return root
+
+
+def test_a_member_is_moved_onto_the_fleets_schedule(tmp_path):
+    root = _tiny_bundle(tmp_path / "m")
+    before = EvidenceBundle.open(root).bundle_id
+    start = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc)
+    move_to_start(root, start)
+    bundle = EvidenceBundle.open(root)
+    assert bundle.verify_checksums() == [] and bundle.bundle_id != before and bundle.manifest.created == start
+    steps = bundle.steps()
+    assert steps[0].t_start == pytest.approx(start.timestamp()) and steps[1].duration == pytest.approx(0.5)
+    rows = list(read_jsonl(root / "metrics.jsonl"))
+    assert all(r["time"] == pytest.approx(start.timestamp() + 0.2) for r in rows)  # host and rank rows alike
+    with gzip.open(root / "rank0" / "trace.json.gz", "rt") as fh:
+        doc = json.load(fh)
+    (event,) = doc["traceEvents"]
+    absolute_s = (doc["baseTimeNanoseconds"] / 1e3 + event["ts"]) / 1e6  # the step marker on the host clock
+    assert absolute_s == pytest.approx(start.timestamp() + 1, abs=1e-3)
+
+
+def test_the_version_faults_are_registered_with_causes_and_checks():
+    assert FAULTS["costly_profiling"].injects == ("measurement.profiler_overhead",)
+    assert FAULTS["wider_numbers"].injects == ("compute.numeric_precision",)
+    assert FAULTS["recompiling_model"].injects == ("compile.recompilation",)
+    info = FAULTS["recompiling_model"]
+    problems = info.check(info.params_model(), WorkloadSpec(name="mlp_ddp", steps=8))
+    assert problems and problems[0][0] == "graph_compiler" and "keeps one shape" in problems[0][1]
+    assert info.check(info.params_model(), WorkloadSpec(name="transformer_lm", steps=8)) == []
+
+
+def test_the_version_faults_hooks():
+    import torch
+
+    from diageval.recording.faults.base import Injection
+    from diageval.recording.faults.versions import CostlyProfiling, WiderNumbers
+
+    profiling = CostlyProfiling(FAULTS["costly_profiling"].params_model(), ctx=None)
+    assert Injection([profiling]).profiler_options() == {"with_stack": True, "profile_memory": True}
+    assert Injection([]).profiler_options() == {}
+    wide = WiderNumbers(FAULTS["wider_numbers"].params_model(), ctx=None)
+    x, y = wide.dataset([(torch.ones(2, 3), torch.tensor([1, 0]))])[0]
+    assert x.dtype == torch.float64 and y.dtype == torch.int64
+    assert next(wide.model(torch.nn.Linear(3, 2)).parameters()).dtype == torch.float64
+
+
+# --- what fleet.json says about the corpus' cases (no recording: fleet.json is built from the case alone) ------
+
+
+def test_no_fleet_json_of_the_corpus_names_a_case_fault_or_cause(corpus, fleets):
+    words = forbidden_words(corpus)
+    for case in fleets:
+        text = Fleet(runs=fleet_runs(case)).model_dump_json().lower()
+        assert [w for w in words if w in text] == [], case.id
+
+
+def _pick(fleet: Fleet, how: str) -> set[FactorRef]:
+    """Label-blind guesses at the factor value at fault, from fleet.json alone."""
+    values = [FactorRef(name=f, value=v) for f in fleet.factors for v in fleet.values(f)]
+    size = {ref: len(fleet.runs_with(ref)) for ref in values}
+    if how == "rarest":
+        return {min(values, key=lambda r: (size[r], r.name, r.value))}
+    if how == "last_value":  # the lexicographically last value of each factor (a newer version, a higher node)
+        return {FactorRef(name=f, value=fleet.values(f)[-1]) for f in fleet.factors}
+    if how == "latest_runs":  # the values of the last run to start
+        last = fleet.ordered()[-1]
+        return {FactorRef(name=k, value=v) for k, v in last.metadata.items()}
+    raise ValueError(how)
+
+
+@pytest.mark.parametrize("how", ["rarest", "last_value", "latest_runs"])
+def test_no_label_blind_rule_on_fleet_json_finds_the_factor_at_fault(how, fleets):
+    """Over the positive fleet and regression cases, a rule reading only fleet.json (the rarest value, the last
+    value of each factor, the values of the last run to start) hits a labeled factor value in at most half of the
+    cases; and no single value (a host name, a version) is the one at fault in most of them."""
+    positives = [c for c in fleets if c.labels.expect == "diagnose" and c.kind == "fleet"]
+    assert len(positives) >= 5
+    hits = 0
+    for case in positives:
+        labeled = {c.factor for c in case.labels.causes}
+        hits += bool(_pick(Fleet(runs=fleet_runs(case)), how) & labeled)
+    assert hits <= len(positives) / 2, f"{how}: {hits} of {len(positives)}"
+    at_fault = Counter(c.factor for case in positives for c in case.labels.causes)
+    assert max(at_fault.values()) <= len(positives) / 2, at_fault
+
+
+def test_the_corpus_holds_the_hard_fleets_issue_24_asks_for(fleets):
+    assert len(fleets) >= 12
+    aliased = [c for c in fleets if c.labels.aliased]
+    healthy = [c for c in fleets if c.labels.expect == "healthy"]
+    two = [c for c in fleets if len({x.factor for x in c.labels.causes}) >= 2]
+    noise_bounded = [c for c in fleets if c.labels.expect == "abstain" and not c.labels.aliased and c.fleet.faults]
+    assert len(aliased) >= 2 and healthy and two and noise_bounded
+    assert len(aliased) + len(healthy) + len(two) + len(noise_bounded) >= 4
+    for case in aliased:  # the aliased values are the faulty value and its alias, held by exactly the same runs
+        (where,) = {ff.where for ff in case.fleet.faults}
+        assert where in case.labels.aliased
+        assert set(case.labels.aliased) - {where} <= set(case.fleet.aliased_with(where))
+    assert math.isclose(FLEET_EPOCH.timestamp() % 60, 0)
