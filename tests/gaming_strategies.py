@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from diageval.cases.load import load_case_set
 from diageval.cases.model import Case
 from diageval.cases.taxonomy import Taxonomy
-from diageval.diagnosis import Abstention, Diagnosis, Finding
+from diageval.diagnosis import Abstention, Diagnosis, FactorRef, Finding
 from diageval.reports.leaderboard import rank_key
 from diageval.scoring.summary import DiagnoserInfo, Summary, summarize
 from diageval.scoring.verdicts import score_case
@@ -43,12 +43,14 @@ def _claim(category: str, confidence: float, ranks=None) -> Finding:
 
 
 def _perfect(confidence: float, *, every_rank: bool = False) -> Strategy:
-    """Names each labeled cause (on its labeled ranks) at ``confidence``; abstains where the case expects it."""
+    """Names each labeled cause (on its labeled ranks, behind its labeled factor value) at ``confidence``;
+    abstains where the case expects it, naming the aliased factor values."""
     def diagnose(case: Case) -> Diagnosis:
         if case.labels.expect == "abstain":
-            return Diagnosis(abstain=Abstention(reason="evidence insufficient"))
+            return Diagnosis(abstain=Abstention(reason="evidence insufficient", factors=list(case.labels.aliased)))
         all_ranks = list(range(case.world_size))
-        return Diagnosis(findings=[_claim(c.category, confidence, all_ranks if every_rank and c.ranks else c.ranks)
+        return Diagnosis(findings=[Finding(category=c.category, kind="cause", confidence=confidence, factor=c.factor,
+                                           ranks=all_ranks if every_rank and c.ranks else c.ranks)
                                    for c in case.labels.causes])
     return diagnose
 
@@ -109,15 +111,54 @@ def rank_base_rates(cases: list[Case]) -> dict[str, float]:
     return {k: true[k] / slots[k] for k in slots if slots[k]}
 
 
+def fleet_values(case: Case) -> list[FactorRef]:
+    """Every (factor, value) pair of a regression's or fleet's runs (none for one job)."""
+    if case.fleet is None:
+        return []
+    return sorted({FactorRef(name=k, value=v) for run in case.fleet.runs for k, v in run.metadata.items()},
+                  key=lambda ref: (ref.name, ref.value))
+
+
+def factor_base_rate(cases: list[Case]) -> float:
+    """The values a label puts a cause behind over every fleet value of the corpus: the factor's climatology."""
+    true = sum(len({(c.factor.name, c.factor.value) for c in case.labels.causes if c.factor}) for case in cases)
+    slots = sum(len(fleet_values(case)) for case in cases)
+    return true / slots if slots else 0.0
+
+
 def _prior_spray_with_rank_rates(cases: list[Case], taxonomy: Taxonomy) -> Strategy:
-    """Every cause at its base rate, and on every rank of the job at its ranks' base rate: climatology for both
-    scores (skill and skill (ranks) exactly 0, when the ranks' rates are below the causes')."""
-    rates, ranks = base_rates(cases), rank_base_rates(cases)
+    """Every cause at its base rate, on every rank of the job at its ranks' base rate, and every factor value of
+    a fleet at the factor's base rate (a symptom naming it: a statement about the value alone): climatology for
+    both scores (skill and skill (ranks) exactly 0, when the ranks' rates are below the causes')."""
+    rates, ranks, factor = base_rates(cases), rank_base_rates(cases), factor_base_rate(cases)
 
     def diagnose(case: Case) -> Diagnosis:
         findings = [_claim(c, rates[c]) for c in taxonomy.causes if c in rates]
         findings += [_claim(c, q, [r]) for c, q in ranks.items() if q > 0 for r in range(case.world_size)]
+        findings += [Finding(category="symptom.slow_step", kind="symptom", confidence=factor, factor=ref)
+                     for ref in fleet_values(case)] if factor > 0 else []
         return Diagnosis(findings=findings)
+    return diagnose
+
+
+def _abstain_naming_every_value(case: Case) -> Diagnosis:
+    """Abstains everywhere, naming every factor value of a fleet as aliased."""
+    return Diagnosis(abstain=Abstention(reason="always", factors=fleet_values(case)))
+
+
+def _perfect_every_value(confidence: float) -> Strategy:
+    """The labeled causes at ``confidence`` behind their values, plus the first cause behind every other value
+    of the fleet at ``confidence`` too; abstains naming the aliased values where the case expects it."""
+    perfect = _perfect(confidence)
+
+    def diagnose(case: Case) -> Diagnosis:
+        d = perfect(case)
+        if d.abstain is not None or not case.labels.causes or case.fleet is None:
+            return d
+        first = case.labels.causes[0].category
+        named = {c.factor for c in case.labels.causes}
+        return Diagnosis(findings=d.findings + [Finding(category=first, kind="cause", confidence=confidence, factor=ref)
+                                                for ref in fleet_values(case) if ref not in named])
     return diagnose
 
 
@@ -207,6 +248,7 @@ def strategies(cases: list[Case], taxonomy: Taxonomy) -> list[Entry]:
         Entry("spray every cause at 0.5", "label-blind", _spray(taxonomy, 0.5)),
         Entry("spray every cause at 1.0", "label-blind", _spray(taxonomy, 1.0)),
         Entry("always abstain", "label-blind", lambda case: Diagnosis(abstain=Abstention(reason="always"))),
+        Entry("always abstain, naming every factor value", "label-blind", _abstain_naming_every_value),
         Entry("prior (most frequent cause)", "label-blind", _prior(cases)),
         Entry("prior spray (every cause at its base rate)", "label-blind", _prior_spray(cases, taxonomy)),
         Entry("spray every cause at 0.05, split over ranks", "label-blind", _split_over_ranks(_spray(taxonomy, 0.05))),
@@ -223,6 +265,7 @@ def strategies(cases: list[Case], taxonomy: Taxonomy) -> list[Entry]:
         Entry("perfect plus junk at 0.01", "knows the answer", _junk_padded(taxonomy)),
         Entry("perfect at 0.01", "knows the answer", _perfect(0.01)),
         Entry("perfect, every rank named", "knows the answer", _perfect(0.9, every_rank=True)),
+        Entry("perfect, every factor value named", "knows the answer", _perfect_every_value(0.9)),
         Entry("symptoms as causes at 0.9", "misleading", _symptoms_as_causes(0.9)),
         Entry("symptoms as causes at 0.3", "misleading", _symptoms_as_causes(0.3)),
         Entry("2 of 3 claims wrong, at 0.9", "misleading", _mostly_misleading(taxonomy, 0.9)),

@@ -42,7 +42,8 @@ def test_stating_the_answer_badly_ranks_below_stating_it_honestly(board):
     """Padding with junk at 0.01, hedging the answer at 0.01, naming every rank: all below the honest row."""
     honest_rank = board["honest: perfect at 0.9"][0]
     gamed = _of(board, "knows the answer")
-    assert {name for name, _, _ in gamed} == {"perfect plus junk at 0.01", "perfect at 0.01", "perfect, every rank named"}
+    assert {name for name, _, _ in gamed} == {"perfect plus junk at 0.01", "perfect at 0.01", "perfect, every rank named",
+                                              "perfect, every factor value named"}
     assert all(rank > honest_rank for _, rank, _ in gamed)
     padded, honest = board["perfect plus junk at 0.01"][2].metrics, board["honest: perfect at 0.9"][2].metrics
     assert padded.brier.value > honest.brier.value and padded.skill.value < honest.skill.value
@@ -50,6 +51,13 @@ def test_stating_the_answer_badly_ranks_below_stating_it_honestly(board):
     assert every.skill.value == honest.skill.value and every.skill_ranked.value < honest.skill_ranked.value
     # naming every rank localises only where the job has one rank (recorded single-GPU cases)
     assert every.localization_accuracy.value < honest.localization_accuracy.value
+    # naming every factor value of a fleet behind a cause: the same headline, a lower rank-credited score and
+    # factor precision (when the corpus holds fleets)
+    values = board["perfect, every factor value named"][2].metrics
+    assert values.skill.value <= honest.skill.value
+    if honest.factor_recall.value is not None:
+        assert values.skill_ranked.value < honest.skill_ranked.value
+        assert values.factor_precision.value < honest.factor_precision.value == 1.0
 
 
 def test_null_ranks_above_every_confidently_misleading_diagnoser(board):
