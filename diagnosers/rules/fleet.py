@@ -14,7 +14,12 @@ How it reasons, in order:
    standard errors (a regression pair has no spread to pool: its noise is the floor). The interval is
    effect ± t · se. The confidence that *v* is behind a slowdown is the probability that the effect exceeds
    the smallest one worth naming (``thresholds.MIN_CAUSE_SHARE``: a tenth of the step), graded as every
-   rules confidence is (``stats.graded_confidence``).
+   rules confidence is (a fuzzy cut, ``stats.graded_confidence``, with Student's t at the spread's degrees
+   of freedom for the normal), and corrected for looking at every value: the value picked is the best of
+   *m* (the distinct groups of runs the values define), so the chance that noise alone put some value this
+   far over the cut is at most *m* times one value's (Bonferroni): confidence = 1 − *m* · (1 − P), at most
+   ``thresholds.MAX_CONFIDENCE``. A busy host moves whole runs by tens of percent, and a fleet of 8 runs
+   offers 6-10 values to pick from.
 3. **Aliased values are not separated.** Values held by exactly the same runs (every node-07 run is also a
    v2.5 run) have one effect; when the strongest effect belongs to such a group, the diagnosis abstains
    naming every value of the group: no evidence in the fleet can say which one it is.
@@ -44,7 +49,7 @@ from diageval.bundle.fleet import Fleet
 from diageval.bundle.model import EvidenceBundle
 from diageval.bundle.trace_stream import StreamState, TraceFormatError, iter_trace_events
 from diageval.diagnosers.rules import thresholds as T
-from diageval.diagnosers.rules.stats import claimable, graded_confidence, median, median_standard_error
+from diageval.diagnosers.rules.stats import claimable, median, median_standard_error
 from diageval.diagnosis import Abstention, Diagnosis, FactorRef, Finding
 
 RUN_NOISE_FLOOR = 0.05
@@ -134,9 +139,9 @@ def _t_quantile(df: int) -> float:
     return float(t.ppf(0.975, df))
 
 
-def effect_of(ref: FactorRef, runs: list[RunLevel]) -> Effect | None:
-    """The effect of holding ``ref`` among ``runs`` (module docstring, step 2); None when no run, or every
-    run, holds it."""
+def effect_of(ref: FactorRef, runs: list[RunLevel], looked_at: int = 1) -> Effect | None:
+    """The effect of holding ``ref`` among ``runs`` (module docstring, step 2), its confidence corrected for
+    ``looked_at`` values compared; None when no run, or every run, holds it."""
     a = [r for r in runs if r.metadata.get(ref.name) == ref.value]
     b = [r for r in runs if r.metadata.get(ref.name) != ref.value]
     if not a or not b:
@@ -149,9 +154,24 @@ def effect_of(ref: FactorRef, runs: list[RunLevel]) -> Effect | None:
     sigma = max(RUN_NOISE_FLOOR, spread, own)
     se = sigma * math.sqrt(1 / len(a) + 1 / len(b))
     diff, t = ma - mb, _t_quantile(df)
-    cut = math.log(1 + T.MIN_CAUSE_SHARE)
     return Effect(factor=ref, runs=tuple(r.name for r in a), ratio=math.exp(diff), low=math.exp(diff - t * se),
-                  high=math.exp(diff + t * se), confidence=graded_confidence(diff, cut, se))
+                  high=math.exp(diff + t * se), confidence=over_the_cut(diff, se, df, looked_at))
+
+
+def over_the_cut(diff: float, se: float, df: int, looked_at: int) -> float:
+    """P(the log effect exceeds the smallest slowdown worth naming), a fuzzy cut as ``stats.graded_confidence``
+    with Student's t at ``df`` (the normal when there is no spread to pool), Bonferroni-corrected for
+    ``looked_at`` values compared, at most MAX_CONFIDENCE."""
+    cut = math.log(1 + T.MIN_CAUSE_SHARE)
+    sigma = math.sqrt(se ** 2 + (T.CUT_SOFTNESS * cut) ** 2)
+    z = (diff - cut) / sigma
+    if df >= 1:
+        from scipy.stats import t
+
+        above = float(t.cdf(z, df))
+    else:
+        above = 0.5 * (1 + math.erf(z / math.sqrt(2)))
+    return round(min(T.MAX_CONFIDENCE, max(0.0, 1 - looked_at * (1 - above))), 3)
 
 
 def factor_values(runs: list[RunLevel]) -> list[FactorRef]:
@@ -172,7 +192,9 @@ def slow_values(runs: list[RunLevel]) -> tuple[list[Effect], list[FactorRef]]:
     named: list[Effect] = []
     left = list(runs)
     for _ in range(MAX_FACTORS):
-        effects = [e for e in (effect_of(ref, left) for ref in factor_values(left)) if e is not None]
+        refs = factor_values(left)
+        groups = len({frozenset(r.name for r in left if r.metadata.get(ref.name) == ref.value) for ref in refs})
+        effects = [e for e in (effect_of(ref, left, groups) for ref in refs) if e is not None]
         if not effects:
             break
         best = max(effects, key=lambda e: (e.confidence, e.ratio))
