@@ -120,6 +120,8 @@ def test_the_pipeline_skips_cases_no_monitor_can_watch_and_refuses_tiers():
     recorded = [lc.case.id for lc in cases if lc.case.recorded is not None]
     assert recorded and all("real job" in by_id[c] for c in recorded)
     assert any("edit of the finished bundle" in r for r in by_id.values())
+    fleets = [lc.case.id for lc in cases if getattr(lc.case, "fleet", None) is not None]
+    assert all("fleet" in by_id[c] for c in fleets)
     assert all(not_monitorable(lc.case) is None for lc in kept)
     same = _for_monitor("rules", list(cases), [], None, "steps")
     assert same[0] == list(cases) and same[1] == [] and same[2] is None

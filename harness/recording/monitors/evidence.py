@@ -11,8 +11,9 @@ run is judged on the same verified cases.
 Which cases a monitor can be judged on (:func:`not_monitorable`): only live recordings. A recorded case
 (a real job's traces) ran elsewhere, with no monitor in it; a case whose evidence is an edit of the
 finished bundle (a trace dropped or cut, a clock skewed) is labeled by what the edited bundle still
-shows, while a monitor watches the live job, which the edit does not touch. Both are listed as skipped,
-with the reason, never scored.
+shows, while a monitor watches the live job, which the edit does not touch; a regression or a fleet is
+judged across several runs, while a monitor watches one job. They are listed as skipped, with the reason,
+never scored.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def not_monitorable(case: Case) -> str | None:
 
     if case.recorded is not None:
         return "a real job's traces: no live job to install an in-job monitor into"
+    if getattr(case, "fleet", None) is not None:
+        return "a regression or fleet: several runs judged together, while an in-job monitor watches one job"
     edits = [f.name for f in case.faults if FAULTS[f.name].load().stage == "bundle"]
     if edits:
         return "its evidence is an edit of the finished bundle; an in-job monitor watches the live job, which the edit leaves unchanged"
