@@ -144,7 +144,7 @@ def test_without_recordings_it_says_what_is_missing():
 
 def _means(own: float, wait: float = 1.0, coll: float = 2.0) -> RankMeans:
     return RankMeans(steps=5, step_ms=own + wait + coll, own_ms=own, data_wait_ms=wait, collective_ms=coll,
-                     short_ops_ms=0.0)
+                     host_ops=100.0)
 
 
 def test_the_threshold_is_the_twins_spread_floored_at_the_noise_floor():
@@ -196,3 +196,20 @@ def test_verify_marks_a_case_whose_label_its_evidence_does_not_hold_invalid(tmp_
     assert not v.manifested and v.test is not None and v.test.manifested
     [problem] = v.label_problems
     assert problem.startswith("compute.straggler_rank on rank(s) 0: labeled rank(s) 0 not stretched")
+
+
+def test_launch_overhead_is_the_ops_per_step_beyond_the_twin_s(tmp_path):
+    """A straggler beside layers sliced into many ops: the launch label holds on the op count; a launch label
+    on a case whose op count is the twin's does not."""
+    def sliced(r: int, k: int, jitter: float) -> StepShape:
+        return StepShape(compute_us=4000 * jitter * (3.0 if r == 0 and k >= FROM_STEP else 1.0), n_ops=120)
+
+    causes = [{"category": "launch.kernel_launch_overhead"},
+              {"category": "compute.straggler_rank", "ranks": [0], "steps": [FROM_STEP, 12]}]
+    case = _case(causes, [{"name": "kernel_launch_overhead", "params": {"pieces_per_layer": 4}},
+                          {"name": "slow_rank", "params": {"target_rank": 0, "slowdown_factor": 3.0}}])
+    launch, straggler_support = label_support(case, _recordings(tmp_path / "a", sliced), _twins(tmp_path / "t"))
+    assert launch.checked and launch.supported and straggler_support.supported, (launch.detail, straggler_support.detail)
+    assert launch.detail.startswith("host ops per step: rank 0 ")
+    launch, _ = label_support(case, _recordings(tmp_path / "b", straggler(0, 3.0)), _twins(tmp_path / "t"))
+    assert launch.checked and not launch.supported and "host ops per step not above the twin's" in launch.detail
