@@ -1,8 +1,8 @@
 """A diagnoser that kills the Ray worker hosting it, for the executor tests (``tests/test_executors.py``).
 
 Its instruction is the first line of the bundle's ``logs/rank0.log`` (the run fakes write it there):
-``kill-worker-once`` kills the Ray worker the first time (a marker file in ``$LOST_WORKER_MARKERS`` says it
-did) and claims a straggler after; ``kill-worker`` kills it every time; anything else claims a straggler.
+``kill-worker-once DIR`` kills the Ray worker the first time (a marker file in the folder DIR says it did)
+and claims a straggler after; ``kill-worker DIR`` kills it every time; anything else claims a straggler.
 It finds the worker by walking up its parents to the first process whose command line starts ``ray::``
 (a Ray worker's title), so it works only unsandboxed (``isolation="none"``): a box has its own PID namespace.
 """
@@ -35,8 +35,9 @@ class LostWorkerDiagnoser:
         log = bundle.root / "logs" / "rank0.log"
         what = log.read_text().splitlines()[0].strip() if log.is_file() else ""
         if what.startswith("kill-worker"):
-            marker = Path(os.environ["LOST_WORKER_MARKERS"]) / bundle.manifest.bundle_id
-            if what == "kill-worker" or not marker.exists():
+            how, folder = what.split(maxsplit=1)
+            marker = Path(folder) / bundle.manifest.bundle_id
+            if how == "kill-worker" or not marker.exists():
                 marker.touch()
                 os.kill(_ray_worker_pid(), signal.SIGKILL)
         return Diagnosis(findings=[Finding(category="compute.straggler_rank", confidence=0.7, ranks=[1])])
