@@ -108,6 +108,7 @@ def rescore_run(run_dir: Path, *, case_set: CaseSet | None = None, allow_missing
             taxonomy=case_set.taxonomy,
             status=status,
             measured_impact=row.measured_impact,
+            measured_magnitude=row.measured_magnitude,
             manifestation=row.manifestation,
             difficulty=row.difficulty,
             seconds=row.seconds,

@@ -121,6 +121,7 @@ class _Ready:
     difficulty: str | None  # measured (the verification's effect over noise); None for cases without an injection
     size: EvidenceSize | None = None  # what the bundle the diagnoser gets weighs
     manifestation: Any = None  # ManifestationMeasure: what the manifestation test measured (injected positives)
+    measured_magnitude: float | None = None  # regression cases: the verification's candidate/baseline ratio
 
 
 def default_run_id(diagnoser_name: str, case_set_hash: str, evidence: EvidenceTier = FULL) -> str:
@@ -366,7 +367,9 @@ class _Pipeline:
             bundle_id, bundle_sha = EvidenceBundle.open(shown).bundle_id, sha256_file(shown / "bundle.json")
         else:
             bundle_id, bundle_sha = prepared.bundle_id, prepared.manifest_sha256
-        return _Ready(loaded, shown, bundle_id, bundle_sha, impact, difficulty, evidence_size(shown, bundle_dir), measure)
+        magnitude = getattr(verification, "ratio", None) if case.kind == "regression" else None
+        return _Ready(loaded, shown, bundle_id, bundle_sha, impact, difficulty, evidence_size(shown, bundle_dir), measure,
+                      magnitude)
 
     def diagnose_all(self, ready: list[_Ready]) -> int:
         """Diagnose ``ready`` with ``jobs`` slots on the run's executor (``local`` or ``ray``,
@@ -385,6 +388,7 @@ class _Pipeline:
             nonlocal finished
             item = ready[index]
             ids = {"bundle_id": item.bundle_id, "bundle_sha256": item.bundle_sha256, "measured_impact": item.measured_impact,
+                   "measured_magnitude": item.measured_magnitude,
                    "difficulty": item.difficulty}
             attempt = outcome if isinstance(outcome, Attempt) else None
             if isinstance(outcome, HarnessFailure):

@@ -141,6 +141,7 @@ class SavedOutcome(BaseModel):
     case_id: str
     status: Status
     measured_impact: float | None = None
+    measured_magnitude: float | None = None  # regression cases (scoring 4); none before
     manifestation: ManifestationMeasure | None = None  # in runs before it was carried: none
     difficulty: Literal["easy", "medium", "hard"] | None = None  # in runs before it was measured: as declared
     seconds: float | None = None
