@@ -99,8 +99,8 @@ class CauseSupport(BaseModel):
 
     category: str
     ranks: list[int] | None
-    measure: str | None = Field(description="own time, or the share of the step of one kind of time; None "
-                                            "when not checked")
+    measure: str | None = Field(description="own time, the share of the step of one kind of time, or a count per "
+                                            "step; None when not checked")
     checked: bool
     supported: bool = Field(description="True when not checked")
     detail: str = Field(description="The numbers behind the verdict, or why it was not checked")
