@@ -179,3 +179,43 @@ def test_the_corpus_holds_the_hard_fleets_issue_24_asks_for(fleets):
         assert where in case.labels.aliased
         assert set(case.labels.aliased) - {where} <= set(case.fleet.aliased_with(where))
     assert math.isclose(FLEET_EPOCH.timestamp() % 60, 0)
+
+
+# --- the recorded regression pair (kineto's before/after traces; skipped without the data folder) ----------------
+
+def _recorded_pairs(fleets: list[Case]) -> list[Case]:
+    return [c for c in fleets if c.workload is None]
+
+
+def test_a_recorded_pair_is_labeled_from_its_measured_figures(fleets, tmp_path):
+    from diageval.bundle.fleet import read_fleet
+    from diageval.bundle.trace_stats import trace_stats
+    from diageval.bundle.trace_stats_table import summary_rows
+    from diageval.cases.load import LoadedCase
+    from diageval.paths import real_traces_dir
+    from diageval.recording.prepare import prepare_evidence
+
+    pairs = _recorded_pairs(fleets)
+    assert pairs, "the corpus names no recorded regression"
+    data = real_traces_dir()
+    if data is None or not (data / "gpu-jobs").is_dir():
+        pytest.skip(f"real traces not found ({data}; set $DIAGEVAL_DATA)")
+    for case in pairs:
+        durations = []
+        for run in case.fleet.ordered():
+            for measured in run.recorded.measured.figures:
+                rows = dict(summary_rows(trace_stats(data / measured.file)))
+                for name, value in measured.figures.items():
+                    assert rows.get(name) == value, f"{case.id}: {run.name}: {measured.file}: {name!r}"
+            doc = json.loads((data / run.recorded.files[0].path).read_text())
+            events = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+            t0 = min(e["ts"] for e in events)
+            durations.append(sorted((e["name"], round(e["ts"] - t0, 3), e["dur"]) for e in events))
+        if case.labels.expect == "healthy":  # no regression: the same events, offsets and durations in both runs
+            assert durations[0] == durations[1], case.id
+        prepared = prepare_evidence(LoadedCase(case=case, path=Path(f"{case.id}.yaml"), file_sha256=""), data_dir=data,
+                                    cache_dir=tmp_path)
+        bundle = EvidenceBundle.open(prepared.bundle_dir)
+        fleet = read_fleet(bundle)
+        assert bundle.verify_checksums() == [] and fleet.is_regression and prepared.verification is None
+        assert fleet.open_run(fleet.role("candidate").name).trace_paths()

@@ -134,17 +134,19 @@ def fleet_effects(case: Case, run_metric: dict[str, float], refs: list[FactorRef
 
 def verify_fleet(case: Case, *, device: str, cache_dir: Path, force: bool = False) -> tuple[Verification, FleetVerification]:
     """Record what is missing (a regression's repeat pairs), test, store the FleetVerification beside the truth."""
+    from diageval.bundle.fleet import read_fleet
     from diageval.fileio import atomic_write_text
-    from diageval.recording.cache import cache_key, ensure_bundle
+    from diageval.recording.cache import cache_key
+    from diageval.recording.fleet import ensure_fleet_bundle
+
     assert case.fleet is not None and case.manifest is not None and case.workload is not None
     m, n_steps = case.manifest, case.workload.steps
-    run_metric: dict[str, float] = {}
+    # the runs as the diagnoser sees them: the fleet bundle's own copies (step durations are the members')
+    _, folder, _ = ensure_fleet_bundle(case, device, cache_dir=cache_dir)
+    fleet = read_fleet(EvidenceBundle.open(folder))
+    assert fleet is not None
+    run_metric = {r.name: run_steps_metric(fleet.open_run(r.name).steps(), m.metric, n_steps) for r in fleet.runs}
     members = members_with_repeats(case)
-    steps_of: dict[str, list[StepRecord]] = {}
-    for run, member, repeat in members:
-        _, folder, _ = ensure_bundle(member, device, repeat=repeat, cache_dir=cache_dir)
-        steps_of[run.name] = EvidenceBundle.open(folder).steps()
-        run_metric[run.name] = run_steps_metric(steps_of[run.name], m.metric, n_steps)
     clean = [run_metric[r.name] for r in case.fleet.runs if not case.fleet.faults_of(r)]
     noise = (max(clean) - min(clean)) / statistics.median(clean) if len(clean) > 1 else 0.0
     effects: list[FactorEffect] = []
