@@ -15,7 +15,7 @@ from diageval.bundle.model import MANIFEST_NAME, BundleEnv, BundleManifest, Evid
 
 
 def member_bundle(root: Path, *, median_s: float, noise: float, steps: int = 12, seed: int = 0,
-                  observer: bool = False, wide: bool = False) -> Path:
+                  observer: bool = False, wide: bool = False, recompiled: bool = False) -> Path:
     """One run: ``steps`` steps around ``median_s`` seconds (multiplicative noise of ``noise``); with
     ``observer`` its trace carries a Python frame per op (a run profiled with stacks), with ``wide`` its
     matmuls take double-precision inputs."""
@@ -38,6 +38,9 @@ def member_bundle(root: Path, *, median_s: float, noise: float, steps: int = 12,
             if observer:
                 events.append({"ph": "X", "cat": "python_function", "name": "torch/nn/modules/linear.py(125): forward",
                                "pid": 1, "tid": 1, "ts": ts + 5 + k * 200, "dur": 160})
+        if recompiled or i == 0:  # a compiled region: compiled once at the first step, again each step when recompiling
+            events.append({"ph": "X", "cat": "user_annotation", "name": f"Torch-Compiled Region: 0/{i if recompiled else 0}",
+                           "pid": 1, "tid": 1, "ts": ts + 900, "dur": 50})
         ts += step_us + 100
     (root / "rank0").mkdir()
     with gzip.open(root / "rank0" / "trace.json.gz", "wt") as fh:

@@ -25,6 +25,11 @@ def test_the_profiled_candidate_is_named_with_its_factor_and_magnitude(tmp_path)
     assert slow.factor == V2 and slow.confidence == 0.9
 
 
+def test_a_region_compiled_again_is_recompilation(tmp_path):
+    d = TraceDiffDiagnoser().diagnose(_pair(tmp_path, 3.0, 0.03, recompiled=True))
+    assert [(f.category, f.factor) for f in d.causes] == [("compile.recompilation", V2)]
+
+
 def test_the_same_ops_at_another_speed_name_no_cause(tmp_path):
     d = TraceDiffDiagnoser().diagnose(_pair(tmp_path, 1.4, 0.03))
     assert d.causes == [] and [f.factor for f in d.findings] == [V2]

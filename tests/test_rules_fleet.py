@@ -59,6 +59,9 @@ def test_the_mechanism_the_slow_runs_show_is_the_cause_behind_the_value(tmp_path
     wide = RulesDiagnoser().diagnose(_fleet(tmp_path / "w", {"version=v2": 1.6}, wide="version=v2"))
     assert [(f.category, f.factor) for f in wide.causes if f.confidence >= 0.5] == [
         ("compute.numeric_precision", FactorRef(name="version", value="v2"))]
+    again = RulesDiagnoser().diagnose(_pair(tmp_path / "r", 3.0, 0.03, recompiled=True))
+    assert [(f.category, f.factor) for f in again.causes if f.confidence >= 0.5] == [
+        ("compile.recompilation", FactorRef(name="version", value="v2"))]
 
 
 def test_aliased_values_are_not_separated(tmp_path):

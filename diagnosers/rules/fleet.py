@@ -31,8 +31,12 @@ How it reasons, in order:
    (:func:`trace_marks`: profiler bookkeeping events per op, wide numeric types in compute ops, compiled
    regions compiled more than once). A mechanism counts for the value by how much more of the slow runs
    show it than of the others (share or mean confidence, A − B); the claim's confidence is the factor's
-   confidence times that difference. When nothing differs, the diagnosis says which runs are slower and by
-   how much (``symptom.slow_step`` naming the value) and claims no cause.
+   confidence times that difference. A trace mark says how the runs were made (profiled in detail, computing
+   in double precision, compiling again): where one differs, what the one-job rules read differently on the
+   same runs is its consequence (a recompiling run has thousands of host ops per step, a profiled one slow
+   host ops), so those are reported in the mark's claim, not claimed beside it. When nothing differs, the
+   diagnosis says which runs are slower and by how much (``symptom.slow_step`` naming the value) and claims
+   no cause.
 
 A regression pair's claims state the magnitude (candidate / baseline level). The module reads only the
 bundles; the case, its labels and its fault words never reach it.
@@ -267,14 +271,22 @@ def explain(effect: Effect, slow: list[RunLevel], others: list[RunLevel], diagno
         return sum(run_signals(r, diagnose_job).get(category, 0.0) for r in rows) / len(rows) if rows else 0.0
 
     categories = sorted({c for r in slow for c in run_signals(r, diagnose_job)})
-    findings = []
+    differing = {}
     for category in categories:
         a, b = mean(slow, category), mean(others, category)
         confidence = round(min(T.MAX_CONFIDENCE, effect.confidence * max(0.0, a - b)), 3)
-        if not claimable(confidence):
+        if claimable(confidence):
+            differing[category] = (a, b, confidence)
+    marked = [c for c in differing if c in MARK_CAUSES.values()]
+    consequences = [c for c in differing if c not in MARK_CAUSES.values()] if marked else []
+    findings = []
+    for category, (a, b, confidence) in differing.items():
+        if category in consequences:
             continue
         mark = next((m for m, c in MARK_CAUSES.items() if c == category), None)
         shown = MARK_WORDS[mark] if mark else f"the one-job rules name {category}"
+        if mark and consequences:
+            shown += f" (the one-job rules' {', '.join(consequences)} on them read as its consequence)"
         findings.append(Finding(
             category=category, kind="cause", confidence=confidence, factor=effect.factor, magnitude=magnitude,
             summary=f"{effect.describe()}; their evidence shows {shown} (mean {a:.2f} on them, {b:.2f} on the others)",
