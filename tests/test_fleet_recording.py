@@ -44,6 +44,18 @@ def test_runs_with_one_spec_are_its_successive_repeats():
     assert [r for _, faulty, r in repeats if faulty] == [0, 1]
 
 
+def test_a_regression_records_its_own_pairs():
+    from diageval.recording.fleet import repeat_base
+    from tests.test_fleet_cases import regression_case
+
+    case = Case.model_validate(regression_case())
+    repeats = [repeat for _, _, repeat in members_with_repeats(case)]
+    assert repeats[0] == repeats[1] == repeat_base(case) >= 1000  # baseline and candidate: pair 0 of its own block
+    other = Case.model_validate(regression_case(id="other", title="another"))  # same spec: same recordings
+    assert repeat_base(other) == repeat_base(case)
+    assert repeat_base(Case.model_validate(fleet_case())) == 0
+
+
 def test_the_permutation_test_is_exact():
     # 3 runs above all 5 others: the observed split is the most extreme of C(8, 3) = 56
     stat, p, count = permutation_p([3.0, 3.1, 3.2], [1.0, 1.1, 1.2, 1.3, 1.4])

@@ -30,13 +30,24 @@ from diageval.cases.model import Case, FleetRun
 from diageval.fileio import append_jsonl, atomic_write_text, owned_temp_dir, read_jsonl, write_jsonl
 
 
+def repeat_base(case: Case) -> int:
+    """The first repeat number a case's members record as: 0 for a fleet (members shared between fleets); for a
+    regression a block of its own (its baseline and candidate are recorded back to back, pair after pair, as the
+    manifestation test requires: a baseline taken from another case's recording made minutes earlier would carry
+    the machine's drift between the two moments into the pair)."""
+    if case.kind != "regression":
+        return 0
+    return 1000 * (1 + int(case.spec_hash()[:8], 16) % 1_000_000)
+
+
 def members_with_repeats(case: Case) -> list[tuple[FleetRun, Case, int]]:
-    """Each run in start order with its member case and the repeat it records as (the count of earlier runs of
-    this fleet with the same member spec)."""
+    """Each run in start order with its member case and the repeat it records as (:func:`repeat_base` plus the
+    count of earlier runs of this case with the same member spec)."""
     seen: Counter[str] = Counter()
+    base = repeat_base(case)
     out = []
     for run, member in case.fleet_members():
-        out.append((run, member, seen[member.id]))
+        out.append((run, member, base + seen[member.id]))
         seen[member.id] += 1
     return out
 

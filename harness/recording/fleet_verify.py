@@ -213,6 +213,7 @@ def _regression_test(case: Case, members, *, device: str, cache_dir: Path) -> Ma
 
     assert case.manifest is not None and case.workload is not None
     by_role = {run.role: member for run, member, _ in members}
+    base = min(repeat for _, _, repeat in members)  # the case's own block (fleet.repeat_base): pair i = base + i
     start = WARMUP_STEPS if case.workload.steps > WARMUP_STEPS else 0
     pairs: list[tuple[list[float], list[float]]] = []
 
@@ -222,7 +223,7 @@ def _regression_test(case: Case, members, *, device: str, cache_dir: Path) -> Ma
 
     def record_up_to(n: int) -> None:
         for i in range(len(pairs), n):
-            pairs.append((times(by_role["baseline"], i), times(by_role["candidate"], i)))
+            pairs.append((times(by_role["baseline"], base + i), times(by_role["candidate"], base + i)))
 
     record_up_to(LOOKS[0])
     while True:
