@@ -302,13 +302,14 @@ def table(n_boot: int = 1000) -> str:
              f"(λ = {sum(rates.values()):.3f} labeled causes per case, max π = {max(rates.values(), default=0):.3f}, "
              f"{sum(c.labels.expect == 'abstain' for c in cases)} abstain cases); {len(strata)} metadata strata "
              f"(evidence kind, device, world-size bucket)",
-             "", "| rank | strategy | kind | skill [95% CI] | skill (ranks) | F1 | Brier | ECE |",
-             "|---:|---|---|---:|---:|---:|---:|---:|"]
+             "", "| rank | strategy | kind | skill [95% CI] | skill (ranks) | F1 | factor P | factor R | Brier | ECE |",
+             "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for i, (entry, s) in enumerate(rows, 1):
         m = s.metrics
         ci = f" [{m.skill.ci[0]:.2f}, {m.skill.ci[1]:.2f}]" if m.skill.ci else ""
+        factor = " | ".join("–" if v.value is None else f"{v.value:.2f}" for v in (m.factor_precision, m.factor_recall))
         lines.append(f"| {i} | {entry.name} | {entry.kind} | {m.skill.value:.3f}{ci} | {m.skill_ranked.value:.3f} | "
-                     f"{m.f1.value:.2f} | {m.brier.value:.3f} | {m.ece.value:.3f} |")
+                     f"{m.f1.value:.2f} | {factor} | {m.brier.value:.3f} | {m.ece.value:.3f} |")
     return "\n".join(lines)
 
 
