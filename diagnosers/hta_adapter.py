@@ -87,7 +87,13 @@ from diageval.bundle.kineto import PROFILER_STEP
 from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers import hta_mapping as mapping
 from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable, installed_version
-from diageval.diagnosers.hta_prechecks import critical_path_blocker, gpu_analyses_blocker, loader_blocker
+from diageval.diagnosers.hta_prechecks import (
+    critical_path_blocker,
+    gpu_analyses_blocker,
+    loader_blocker,
+    memory_blocker,
+    rank_count_blocker,
+)
 from diageval.diagnosis import Abstention, Diagnosis, Finding
 
 INSTALL_HINT = "pip install 'diageval[hta]'"
@@ -130,6 +136,8 @@ class HTADiagnoser:
         paths = {r: str(p) for r, p in bundle.trace_paths().items()}
         if not paths:
             return Diagnosis(abstain=Abstention(reason="the bundle has no trace files for HTA to analyse"))
+        if (too_large := rank_count_blocker(paths) or memory_blocker(paths)) is not None:
+            return Diagnosis(abstain=Abstention(reason=too_large))
         blocked = {r: f"not analysable by HTA ({why})" for r, p in paths.items() if (why := loader_blocker(p)) is not None}
         paths = {r: p for r, p in paths.items() if r not in blocked}
         if not paths:

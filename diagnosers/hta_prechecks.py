@@ -19,6 +19,19 @@ streaming reader, the critical-path check reads HTA's already parsed frame.
   other category (torch 1.8/1.9 write ``Runtime`` and ``Operator``) has no node to link to, and HTA asserts
   ("Could not find runtime index"). Checked: the categories of the events HTA itself links the device events
   to (``index_correlation``).
+* **Traces too large for the memory HTA may use.** HTA holds every rank's events in pandas frames and their
+  derived columns at once: it held 13.9 GB for one 452 MB trace (issue 14, ``benchmarks/big_trace.py``),
+  ``HTA_BYTES_PER_JSON_BYTE`` = 31 bytes of memory per byte of trace JSON, and its users report 950 GB for
+  200 GB of traces (4.75 per byte, with their own columns dropped; the larger measured ratio is kept: a
+  refusal costs an abstention, an overrun a killed case). Checked before anything is read: the traces' JSON
+  bytes (a gzip file's own size field, else the file size) times that ratio against what this process may
+  use (its address-space limit, its cgroup's memory limit, the machine's memory: the least of them).
+* **More ranks than HTA reads in a case's time.** HTA parses and analyses each rank's trace on its own:
+  ``benchmarks/scale.py`` measured about ``HTA_CPU_S_PER_RANK`` = 0.4 CPU seconds per rank on top of
+  ``HTA_CPU_S_BASE`` = 6 s (a straggler job on a loaded 2-core machine: 5.8 to 7.1 CPU s at 2 ranks, 11.2 at 16).
+  A bundle whose traces it would need longer than ``HTA_TIME_BUDGET_S`` (the host's default per-case limit,
+  ``hosting.policy.DEFAULT_TIMEOUT_S``) for is refused before anything is parsed: at that speed it would be
+  killed at the limit, and a 1024-rank job would hold a 2-core machine for 7 minutes to say so.
 * **Device events shorter than a microsecond.** HTA rounds nanosecond-resolution timestamps to whole
   microseconds, start and end apart, which leaves an event of 0.02 us with a duration of -1 (kineto's own test
   trace); its temporal breakdown then asserts ``idle_time <= kernel_time``. Checked: HTA's own per-rank
@@ -27,6 +40,7 @@ streaming reader, the critical-path check reads HTA's already parsed frame.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +57,71 @@ def _int_type_max(lo: int, hi: int) -> int:
         if -(2 ** (bits - 1)) <= lo and hi < 2 ** (bits - 1):
             return 2 ** (bits - 1) - 1
     return 2**63 - 1
+
+
+HTA_BYTES_PER_JSON_BYTE = 31  # 13.9 GB held for a 452 MB trace (see the module docstring)
+
+
+DEFLATE_MAX_RATIO = 1032
+
+
+def trace_json_bytes(path: Path) -> int:
+    """Bytes of JSON in a trace file without reading it: a gzip file's ISIZE trailer (its size mod 2^32, so
+    never less than the compressed size is taken; ignored when no DEFLATE stream could expand that far),
+    else the file's size."""
+    path = Path(path)
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        if fh.read(2) != b"\x1f\x8b" or size < 18:
+            return size
+        fh.seek(-4, 2)
+        isize = int.from_bytes(fh.read(4), "little")
+    # DEFLATE expands at most 1032:1: a larger trailer is not one (a cut or damaged file; its reader says so)
+    return max(size, isize) if isize <= DEFLATE_MAX_RATIO * size else size
+
+
+def usable_memory() -> int:
+    """Bytes this process may use: the least of its address-space limit, its cgroup's limit and the machine's memory."""
+    import resource
+
+    limits = [os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")]
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        limits.append(soft)
+    for cgroup in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(cgroup).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            limits.append(int(text))
+    return min(limits)
+
+
+HTA_CPU_S_PER_RANK = 0.4
+HTA_CPU_S_BASE = 6.0
+HTA_TIME_BUDGET_S = 300.0  # diageval.hosting.policy.DEFAULT_TIMEOUT_S (the adapter runs in the box: no import)
+
+
+def rank_count_blocker(paths: dict[int, str]) -> str | None:
+    """Why HTA would not finish these traces within a case's default time limit (module docstring), or None."""
+    need = HTA_CPU_S_BASE + HTA_CPU_S_PER_RANK * len(paths)
+    if need <= HTA_TIME_BUDGET_S:
+        return None
+    return (f"HTA would need about {need:.0f} CPU seconds for {len(paths)} ranks' traces ({HTA_CPU_S_PER_RANK} s a rank, "
+            f"as measured), more than a case's {HTA_TIME_BUDGET_S:.0f} s limit")
+
+
+def memory_blocker(paths: dict[int, str], *, available: int | None = None) -> str | None:
+    """Why HTA would run out of memory on these traces together (see the module docstring), or None."""
+    json_bytes = sum(trace_json_bytes(Path(p)) for p in paths.values())
+    need = json_bytes * HTA_BYTES_PER_JSON_BYTE
+    have = usable_memory() if available is None else available
+    if need <= have:
+        return None
+    return (f"HTA would need about {need / 1e9:.1f} GB for {len(paths)} traces of {json_bytes / 1e6:.0f} MB of JSON "
+            f"({HTA_BYTES_PER_JSON_BYTE} bytes a byte, as it held for a 452 MB trace), more than the "
+            f"{have / 1e9:.1f} GB this process may use")
 
 
 def pandas_refuses_upcast() -> bool:
@@ -143,4 +222,4 @@ def gpu_analyses_blocker(t: Any, rank: int) -> str | None:
     )
 
 
-__all__ = ["loader_blocker", "critical_path_blocker", "gpu_analyses_blocker", "pandas_refuses_upcast"]
+__all__ = ["rank_count_blocker", "memory_blocker", "trace_json_bytes", "usable_memory", "loader_blocker", "critical_path_blocker", "gpu_analyses_blocker", "pandas_refuses_upcast"]
