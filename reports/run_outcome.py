@@ -22,7 +22,11 @@ def format_run_outcome(outcome: RunOutcome, *, fetch_command: str = "diageval da
         f"{c['skipped']} skipped",
         f"{s.counts.cases} results, {s.counts.scored} scored: {statuses}",
     ]
-    absent = sorted(r.case_id for r in outcome.results if r.status == "unavailable")
+    unwatched = [r for r in outcome.results if r.status == "unavailable" and (r.error or "").startswith("in-job monitor:")]
+    if unwatched:  # diageval.recording.monitors.evidence.UNWATCHABLE: no live job for an in-job monitor to watch
+        lines.append(f"{len(unwatched)} unavailable to an in-job monitor (real jobs' traces, evidence edits, fleets: "
+                     "no live job to watch); reported apart, never scored")
+    absent = sorted(r.case_id for r in outcome.results if r.status == "unavailable" and r not in unwatched)
     if absent:  # one line: the evidence lines above and results.jsonl name every one
         named = ", ".join(absent[:SHOWN_UNAVAILABLE]) + (
             f" and {len(absent) - SHOWN_UNAVAILABLE} more" if len(absent) > SHOWN_UNAVAILABLE else "")

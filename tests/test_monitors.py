@@ -109,20 +109,25 @@ def test_a_monitored_recording_has_its_own_cache_key_per_monitor():
     assert len(keys) == 1 + len(MONITORS)
 
 
-def test_the_pipeline_skips_cases_no_monitor_can_watch_and_refuses_tiers():
-    from diageval.recording.monitors.evidence import not_monitorable
+def test_cases_no_monitor_can_watch_end_unavailable_saying_why_and_tiers_are_refused():
+    from diageval.recording.monitors.evidence import UNWATCHABLE, not_monitorable
+    from diageval.recording.recorded import EvidenceUnavailable
     from diageval.run.pipeline import RunError, _for_monitor
 
     cases = load_case_set(None).cases
-    kept, skipped, fn = _for_monitor("traceml", list(cases), [], None, "full")
-    assert fn is not None and len(kept) + len(skipped) == len(cases)
-    by_id = {s.case_id: s.reason for s in skipped}
-    recorded = [lc.case.id for lc in cases if lc.case.recorded is not None]
-    assert recorded and all("real job" in by_id[c] for c in recorded)
-    assert any("edit of the finished bundle" in r for r in by_id.values())
-    fleets = [lc.case.id for lc in cases if getattr(lc.case, "fleet", None) is not None]
-    assert all("fleet" in by_id[c] for c in fleets)
-    assert all(not_monitorable(lc.case) is None for lc in kept)
+    calls = []
+    kept, skipped, fn = _for_monitor("traceml", list(cases), [], lambda lc, **kw: calls.append(lc), "full")
+    assert kept == list(cases) and skipped == []  # every case stays: the board compares runs with equal counts
+    why = {lc.case.id: not_monitorable(lc.case) for lc in cases}
+    recorded = [lc for lc in cases if lc.case.recorded is not None]
+    fleets = [lc for lc in cases if getattr(lc.case, "fleet", None) is not None]
+    assert recorded and all("real job" in why[lc.case.id] for lc in recorded)
+    assert all("fleet" in why[lc.case.id] for lc in fleets)
+    assert any(w and "edit of the finished bundle" in w for w in why.values())
+    for lc in recorded[:1] + fleets[:1]:
+        with pytest.raises(EvidenceUnavailable, match=UNWATCHABLE):
+            fn(lc, device="cpu")
+    assert calls == []  # refused before any evidence is made
     same = _for_monitor("rules", list(cases), [], None, "steps")
     assert same[0] == list(cases) and same[1] == [] and same[2] is None
     with pytest.raises(RunError, match="in-job monitor"):

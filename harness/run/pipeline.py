@@ -489,8 +489,8 @@ def _split_by_device(
 def _for_monitor(spec: str, runnable: list[LoadedCase], skipped: list[SkippedCase], evidence_fn: EvidenceFn | None,
                  tier: EvidenceTier) -> tuple[list[LoadedCase], list[SkippedCase], EvidenceFn | None]:
     """For an in-job monitor's spec (:mod:`diageval.recording.monitors`): its evidence is each case recorded
-    with the monitor installed, and the cases no monitor can be judged on are skipped, saying why. Any other
-    spec: everything unchanged."""
+    with the monitor installed (a case no monitor can watch ends ``unavailable``, saying why, so the run keeps
+    the board's case count). Any other spec: everything unchanged."""
     from diageval.recording.monitors import monitor_for_spec
 
     monitor = monitor_for_spec(spec)
@@ -498,16 +498,9 @@ def _for_monitor(spec: str, runnable: list[LoadedCase], skipped: list[SkippedCas
         return runnable, skipped, evidence_fn
     if tier != FULL:
         raise RunError(f"{spec} is an in-job monitor: it watches the live job, so --evidence {tier} does not apply to it")
-    from diageval.recording.monitors.evidence import monitored_evidence, not_monitorable
+    from diageval.recording.monitors.evidence import monitored_evidence
 
-    keep, more = [], []
-    for lc in runnable:
-        why = not_monitorable(lc.case)
-        if why:
-            more.append(SkippedCase(case_id=lc.case.id, reason=f"in-job monitor: {why}"))
-        else:
-            keep.append(lc)
-    return keep, skipped + more, monitored_evidence(evidence_fn or _default_evidence_fn(), monitor.name)
+    return runnable, skipped, monitored_evidence(evidence_fn or _default_evidence_fn(), monitor.name)
 
 
 def _cuda_device_count() -> int:

@@ -12,8 +12,9 @@ Which cases a monitor can be judged on (:func:`not_monitorable`): only live reco
 (a real job's traces) ran elsewhere, with no monitor in it; a case whose evidence is an edit of the
 finished bundle (a trace dropped or cut, a clock skewed) is labeled by what the edited bundle still
 shows, while a monitor watches the live job, which the edit does not touch; a regression or a fleet is
-judged across several runs, while a monitor watches one job. They are listed as skipped, with the reason,
-never scored.
+judged across several runs, while a monitor watches one job. Such a case ends ``unavailable`` with the
+reason (:data:`UNWATCHABLE` first): reported apart, never scored or blamed on the monitor, and the run
+keeps as many results as every other run on the board (which compares runs with equal counts).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from diageval.cases.model import Case
 from diageval.recording.monitors import MONITORS, MonitorInfo
 
 EvidenceFn = Callable[..., Any]
+UNWATCHABLE = "in-job monitor:"  # how an unavailable case's error starts when no monitor can watch it
 
 
 def monitored_key(case: Case, device: str, monitor: MonitorInfo) -> str:
@@ -88,9 +90,11 @@ def monitored_evidence(base: EvidenceFn, name: str, *, cache_dir: Path | None = 
         from diageval.fileio import sha256_file
         from diageval.recording.record import resolve_device
 
+        from diageval.recording.recorded import EvidenceUnavailable
+
         why = not_monitorable(loaded.case)
-        if why:  # the pipeline skips these before; a direct caller gets the reason
-            raise ValueError(f"case {loaded.case.id}: {why}")
+        if why:  # the pipeline's status: unavailable, with the reason
+            raise EvidenceUnavailable(f"{UNWATCHABLE} {why}")
         prepared = base(loaded, device=device, force=force, **kwargs)
         folder = ensure_monitored_bundle(loaded.case, resolve_device(device, loaded.case), monitor, force=force,
                                          cache_dir=cache_dir)
