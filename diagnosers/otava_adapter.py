@@ -22,7 +22,9 @@ slow segments: the runs in them (S)                      the values every run of
                                                          S|): ``symptom.slow_step`` naming each value,
                                                          confidence (1 − the largest p-value of the change
                                                          points that bound the slow segments) × (1, or the
-                                                         Jaccard) / the values held by exactly the same
+                                                         Jaccard times the share of the value's runs that
+                                                         are slow: a fault behind a value slows all of
+                                                         them) / the values held by exactly the same
                                                          runs (aliased values share it); on a regression
                                                          pair, the magnitude (slow runs' mean step time
                                                          over the others')
@@ -113,11 +115,13 @@ def matching_values(runs: list[tuple[str, dict[str, str], list[float]]],
         uncovered -= names
     if chosen:
         return chosen
-    # no value is held by slow runs only: the best overlap (Jaccard), ties sharing
+    # no value is held by slow runs only: the best overlap (Jaccard), ties sharing, weighed by the share of the
+    # value's runs that are slow (a fault behind a value slows every run holding it: a value some of whose runs
+    # are fast is at most a hedge)
     jaccard = {names: len(names & slow) / len(names | slow) for names in groups}
     best = max(jaccard.values(), default=0.0)
-    tied = [refs for names, refs in groups.items() if jaccard[names] == best and best > 0]
-    return [([ref for refs in tied for ref in refs], best)] if tied else []
+    tied = [(names, refs) for names, refs in groups.items() if jaccard[names] == best and best > 0]
+    return [([ref for _, refs in tied for ref in refs], best * min(len(n & slow) / len(n) for n, _ in tied))] if tied else []
 
 
 class OtavaDiagnoser:
@@ -148,7 +152,8 @@ class OtavaDiagnoser:
         runs_text = ", ".join(sorted(slow))
         findings = []
         for values, match in matching_values(runs, slow):
-            how = "every run holding it is slow" if match == 1.0 else f"its runs overlap them best (Jaccard {match:.2f})"
+            how = "every run holding it is slow" if match == 1.0 else (f"its runs overlap them best, though not all of "
+                                                                        f"them are slow (weight {match:.2f})")
             tie = f"; held by exactly the same runs as {len(values) - 1} other value(s)" if len(values) > 1 else ""
             findings += [Finding(
                 category="symptom.slow_step", kind="symptom", confidence=round((1 - pvalue) * match / len(values), 3),
