@@ -1,7 +1,7 @@
 """The ``ray`` executor's driver: ``jobs`` slots as Ray actors (one CPU each, spread over the nodes), fed one
 task at a time, their answers handed to the caller, which writes the run folder.
 
-* **Opening**: every actor runs :meth:`RemoteSlot.open` on its node, i.e. ``Host.open`` under the run's policy
+* **Opening**: ``jobs`` slots, at most one per CPU of the cluster; every actor runs :meth:`RemoteSlot.open` on its node, i.e. ``Host.open`` under the run's policy
   there. A node without a sandbox refuses (``SandboxUnavailable``, naming the node) and the run stops, as a
   local run does; a node whose diagnoser reports another name or version than the driver's stops it too
   (results would mix two diagnosers). Labels travel only inside the hand-over the harness's own table gives
@@ -63,7 +63,8 @@ class _Pool:
     def run(self, tasks: list[DiagnoseTask], on_done: OnDone, jobs: int) -> None:
         ray = self.ray
         try:
-            free = self._open(min(jobs, len(tasks)))
+            cpus = int(ray.cluster_resources().get("CPU", 0))  # a slot holds one: more would wait for a free CPU
+            free = self._open(min(jobs, len(tasks), max(cpus, 1)))
             pending = collections.deque(range(len(tasks)))
             tries = collections.Counter[int]()
             uses = collections.Counter(t.bundle_sha256 for t in tasks)
