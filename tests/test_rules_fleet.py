@@ -102,3 +102,21 @@ def test_a_regression_under_the_noise_is_not_asserted(tmp_path):
     """4% slower with a 5% run-to-run floor: under the smallest slowdown worth naming, so at most a hedge."""
     d = RulesDiagnoser().diagnose(_pair(tmp_path, 1.04, 0.03, observer=True))
     assert _asserted(d) == []
+
+
+def test_a_slowdown_within_the_runs_spread_is_abstained_on(tmp_path):
+    """Runs that differ by up to ±25% as a whole (a busy host), and node-02's runs 1.6x slower: over the smallest
+    slowdown worth naming, not confirmed by 8 runs of that spread: an abstention that says so, no cause; the same
+    spread without the slow host says nothing."""
+    spread = [1.0, 1.2, 0.85, 0.95, 1.25, 0.8, 0.9, 1.15]  # as a whole; no factor value holds the slow ones
+    runs = [{"metadata": fleet_metadata(i), "noise": 0.03,
+             "median_s": 0.1 * spread[i] * (1.6 if fleet_metadata(i)["host"] == "node-02" else 1.0)} for i in range(8)]
+    from fleet_fakes import fleet_bundle
+
+    d = RulesDiagnoser().diagnose(fleet_bundle(tmp_path / "slow", runs))
+    assert d.abstain is not None and "smallest slowdown worth naming" in d.abstain.reason
+    assert d.causes == [] and _asserted(d) == []
+    for run in runs:
+        run["median_s"] = 0.1 * spread[runs.index(run)]
+    quiet = RulesDiagnoser().diagnose(fleet_bundle(tmp_path / "quiet", runs))
+    assert quiet.abstain is None and quiet.findings == []

@@ -23,6 +23,10 @@ How it reasons, in order:
 3. **Aliased values are not separated.** Values held by exactly the same runs (every node-07 run is also a
    v2.5 run) have one effect; when the strongest effect belongs to such a group, the diagnosis abstains
    naming every value of the group: no evidence in the fleet can say which one it is.
+   When some value is claimable (over the claim floor after the correction) but none reaches 0.5, and the
+   strongest effect is over that smallest slowdown in its point estimate (a regression smaller than the
+   runs' spread), the diagnosis abstains, saying so: the fleet cannot confirm it, and naming it would be a
+   guess. Below the claim floor it is noise: nothing is said.
 4. **More than one factor.** After a value is named, its runs are set aside and step 2 runs again on the
    others (up to :data:`MAX_FACTORS` values), so a second faulty value is judged against runs that lack
    the first one.
@@ -190,10 +194,11 @@ def aliases(ref: FactorRef, runs: list[RunLevel]) -> list[FactorRef]:
             if other != ref and {r.name for r in runs if r.metadata.get(other.name) == other.value} == held]
 
 
-def slow_values(runs: list[RunLevel]) -> tuple[list[Effect], list[FactorRef]]:
-    """The values behind a slowdown, strongest first (steps 2-4), and the aliased group that stopped the
-    search (empty when none did)."""
+def slow_values(runs: list[RunLevel]) -> tuple[list[Effect], list[FactorRef], Effect | None]:
+    """The values behind a slowdown, strongest first (steps 2-4), the aliased group that stopped the search
+    (empty when none did), and the strongest effect over every run, claimable or not."""
     named: list[Effect] = []
+    top: Effect | None = None
     left = list(runs)
     for _ in range(MAX_FACTORS):
         refs = factor_values(left)
@@ -202,16 +207,17 @@ def slow_values(runs: list[RunLevel]) -> tuple[list[Effect], list[FactorRef]]:
         if not effects:
             break
         best = max(effects, key=lambda e: (e.confidence, e.ratio))
+        top = top or max(effects, key=lambda e: (e.ratio, e.confidence))
         if not claimable(best.confidence):
             break
         group = aliases(best.factor, runs)
         if group and best.confidence >= 0.5:
-            return named, [best.factor, *group]
+            return named, [best.factor, *group], top
         named.append(best)
         left = [r for r in left if r.name not in best.runs]
         if len(left) < 2:
             break
-    return named, []
+    return named, [], top
 
 
 def trace_marks(bundle: EvidenceBundle) -> dict[str, float]:
@@ -301,13 +307,20 @@ def diagnose_fleet(fleet: Fleet, diagnose_job: JobDiagnoser) -> Diagnosis:
     if len(runs) < 2:
         return Diagnosis(abstain=Abstention(reason="; ".join([*notes, f"{len(runs)} run(s) with a level: nothing "
                                                               "to compare"])))
-    named, aliased = slow_values(runs)
+    named, aliased, top = slow_values(runs)
     if aliased:
         effect = effect_of(aliased[0], runs)
         values = ", ".join(f"{r.name}={r.value}" for r in aliased)
         return Diagnosis(abstain=Abstention(
             reason=f"{effect.describe() if effect else 'a slowdown'}; the same runs hold {values}: the fleet "
                    "cannot tell these factor values apart", factors=aliased))
+    if named and top is not None and top.ratio >= 1 + T.MIN_CAUSE_SHARE and all(e.confidence < 0.5 for e in named):
+        # a slowdown worth naming in the point estimate, which the fleet's run-to-run noise cannot confirm
+        said = [Finding(category="symptom.slow_step", kind="symptom", confidence=e.confidence, factor=e.factor,
+                        magnitude=e.ratio if fleet.is_regression else None, summary=e.describe()) for e in named]
+        return Diagnosis(findings=said, abstain=Abstention(
+            reason=f"{top.describe()}: over the smallest slowdown worth naming ({T.MIN_CAUSE_SHARE:.0%}), but within "
+                   f"what the runs' spread allows for the best of the values compared (confidence {top.confidence:.2f})"))
     findings: list[Finding] = []
     set_aside = {name for e in named for name in e.runs}
     clean = [r for r in runs if r.name not in set_aside]
