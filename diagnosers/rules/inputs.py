@@ -29,6 +29,7 @@ from diageval.bundle.model import WORLD_SIZE_LIMIT, EvidenceBundle, StepRecord
 from diageval.bundle.trace_stream import TraceFormatError
 from diageval.bundle.trace_summary import StepSummary, TraceSummary, summarize_trace
 from diageval.diagnosers.rules.windows import stepless_windows
+from diageval.diagnosers.rules.work import RankStepWork, WorkCollector
 
 
 class RunEvidence(BaseModel):
@@ -43,6 +44,8 @@ class RunEvidence(BaseModel):
     windows: dict[int, list[StepSummary]] = Field(default_factory=dict, description="rank -> windows of a step-less trace")
     window_source: dict[int, str] = Field(default_factory=dict, description="rank -> 'step log' or 'time'")
     no_windows: dict[int, str] = Field(default_factory=dict, description="rank -> why its step-less trace has no windows")
+    work: dict[int, dict[int, RankStepWork]] = Field(
+        default_factory=dict, description="rank -> profiler step -> the arithmetic of its counted ops (load_imbalance)")
 
     def units(self, rank: int) -> list[StepSummary]:
         """What the per-rank rules judge on ``rank``: its profiler steps, else the windows of its step-less trace."""
@@ -155,11 +158,17 @@ def gather_evidence(bundle: EvidenceBundle) -> RunEvidence:
         rows.sort(key=lambda r: r.step)
     traces: dict[int, TraceSummary] = {}
     unreadable: dict[int, str] = {}
+    work: dict[int, dict[int, RankStepWork]] = {}
     for rank, path in bundle.trace_paths().items():
+        collector = WorkCollector()  # measured in the same read: each trace is read once here
         try:
-            traces[rank] = summarize_trace(path)
+            traces[rank] = summarize_trace(path, observers=[collector])
         except (TraceFormatError, OSError) as exc:
             unreadable[rank] = str(exc)
+            continue
+        per_step = collector.per_step(traces[rank])
+        if per_step is not None:
+            work[rank] = per_step
     declared = [bundle.world_size, *(r + 1 for r in step_log), *(r + 1 for r in traces), *(r + 1 for r in unreadable)]
     declared += [s.world_size for s in traces.values() if s.world_size and s.world_size <= WORLD_SIZE_LIMIT]
     world_size = max(declared)
@@ -185,4 +194,5 @@ def gather_evidence(bundle: EvidenceBundle) -> RunEvidence:
         windows=windows,
         window_source=sources,
         no_windows=no_windows,
+        work=work,
     )

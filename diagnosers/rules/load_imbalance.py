@@ -21,13 +21,10 @@ extra compute time; then the straggler claim is a misreading of the imbalance an
 
 from __future__ import annotations
 
-import math
-from bisect import bisect_right
 from collections import defaultdict
 
 from pydantic import BaseModel
 
-from diageval.bundle.trace_stream import StreamState, TraceFormatError, iter_trace_events
 from diageval.diagnosers.rules import thresholds as T
 from diageval.diagnosers.rules.inputs import RunEvidence
 from diageval.diagnosers.rules.stats import (
@@ -38,92 +35,14 @@ from diageval.diagnosers.rules.stats import (
     median_standard_error,
     persistent_segment,
 )
+from diageval.diagnosers.rules.work import RankStepWork, op_work  # noqa: F401 (op_work: the analyser's measure)
 from diageval.diagnosis import Finding
 
 
-def _dims(args: dict) -> list[list[int]]:
-    dims = args.get("Input Dims")
-    if not isinstance(dims, list):
-        return []
-    return [d if isinstance(d, list) and all(isinstance(x, int) for x in d) else [] for d in dims]
-
-
-def _prod(xs: list[int]) -> int:
-    return math.prod(xs) if xs else 0
-
-
-def _matmul(a: list[int], b: list[int]) -> int:
-    """Multiply-adds of a (batched) matrix product [..., m, k] x [..., k, n]."""
-    if len(a) < 2 or len(b) < 2:
-        return 0
-    return _prod(a) * b[-1]
-
-
-def _attention(q: list[int], k: list[int]) -> int:
-    """Multiply-adds of softmax(q k^T) v for q [..., L_q, d], k [..., L_k, d]: two products of L_q*L_k*d."""
-    if len(q) < 2 or len(k) < 2:
-        return 0
-    return 2 * _prod(q) * k[-2]
-
-
-def _convolution(x: list[int], w: list[int]) -> int:
-    """Multiply-adds of a convolution of x [N, C, ...] with w [O, C/groups, k...], stride 1 (the output
-    keeps the input's spatial size): N*spatial output positions x O x (C/groups * kernel elements)."""
-    if len(x) < 3 or len(w) < 3 or x[1] == 0:
-        return 0
-    return _prod(x) // x[1] * _prod(w)
-
-
-def op_work(name: str, args: dict) -> int:
-    """Multiply-adds an op does, from its input shapes; 0 for ops this analyser does not count."""
-    d = _dims(args)
-    if name in ("aten::mm", "aten::bmm") and len(d) >= 2:
-        return _matmul(d[0], d[1])
-    if name in ("aten::addmm", "aten::baddbmm") and len(d) >= 3:
-        return _matmul(d[1], d[2])
-    backward = name.endswith("_backward")  # backward ops take the output gradient first
-    if "scaled_dot_product" in name and "attention" in name and name != "aten::scaled_dot_product_attention":
-        return _attention(*d[backward:backward + 2]) if len(d) >= 2 + backward else 0
-    if name in ("aten::convolution", "aten::convolution_backward") and len(d) >= 2 + backward:
-        return _convolution(*d[backward:backward + 2])
-    return 0
-
-
-class RankStepWork(BaseModel):
-    work: int  # multiply-adds of the counted ops
-    compute_us: float  # their summed durations
-
-
 def measure_work(ev: RunEvidence) -> dict[int, dict[int, RankStepWork]]:
-    """rank -> profiler step number -> the work its counted ops do in that step (steps with none left out)."""
-    out: dict[int, dict[int, RankStepWork]] = {}
-    for rank, summary in sorted(ev.traces.items()):
-        steps = sorted(summary.steps, key=lambda st: st.start_us)
-        if not steps:
-            continue
-        starts = [st.start_us for st in steps]
-        work: dict[int, int] = defaultdict(int)
-        busy: dict[int, float] = defaultdict(float)
-        try:
-            for e in iter_trace_events(summary.path, StreamState()):
-                if e.ph != "X" or not e.name or not isinstance(e.ts, (int, float)) or not isinstance(e.dur, (int, float)):
-                    continue
-                if not (e.name.startswith(("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::conv"))
-                        or "scaled_dot_product" in e.name):
-                    continue
-                w = op_work(e.name, e.decoded_args())
-                if w <= 0:
-                    continue
-                ts = e.ts + summary.base_time_us
-                i = bisect_right(starts, ts) - 1
-                if i < 0 or ts >= steps[i].end_us:
-                    continue
-                work[steps[i].number] += w
-                busy[steps[i].number] += e.dur
-        except (TraceFormatError, OSError):
-            continue
-        out[rank] = {n: RankStepWork(work=w, compute_us=busy[n]) for n, w in work.items()}
-    return out
+    """rank -> profiler step number -> the work its counted ops do in that step (steps with none left out),
+    as gathered in the pass that summarised each trace (``work.WorkCollector``)."""
+    return dict(ev.work)
 
 
 class ImbalanceRow(BaseModel):

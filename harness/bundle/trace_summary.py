@@ -56,7 +56,7 @@ from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -71,6 +71,12 @@ stays bounded whatever the trace's size. Measured on the A100 trace of ``benchma
 73 bytes per entry at the peak (the columns, then the sorted copies the per-step measurement makes), so
 1 M entries keep ``rules`` near 125 MB with the interpreter's ~50 MB, under the 200 MB of issue 14."""
 _CHECK_EVERY = (1 << 14) - 1
+
+
+class EventObserver(Protocol):
+    """Something that sees every event of a summarising pass (``summarize_trace(observers=...)``)."""
+
+    def add(self, ev: TraceEvent) -> None: ...
 
 
 class Collective(BaseModel):
@@ -396,8 +402,12 @@ def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def summarize_trace(path: Path, *, max_entries: int = MAX_COLUMN_ENTRIES) -> TraceSummary:
+def summarize_trace(path: Path, *, max_entries: int = MAX_COLUMN_ENTRIES,
+                    observers: Sequence[EventObserver] = ()) -> TraceSummary:
     """Read ``path`` (``.json`` or ``.json.gz``) once and summarise it per step.
+
+    Each of ``observers`` sees every event of the first pass (``observer.add(event)``), for a caller that
+    measures something else in the same read (``rules``' per-step arithmetic); keep values, not events.
 
     Never raises on a file that is merely cut short (``truncated`` says so); raises
     ``TraceFormatError`` on a file that is not a Chrome trace at all. Memory stays under ``max_entries``
@@ -408,7 +418,7 @@ def summarize_trace(path: Path, *, max_entries: int = MAX_COLUMN_ENTRIES) -> Tra
     cols = _Columns()
     gpu = StatsCollector()
     started = time.perf_counter()
-    _stream(path, state, cols, gpu, max_entries)
+    _stream(path, state, cols, gpu, max_entries, observers=observers)
     header = state.header
     base_ns = header.get("baseTimeNanoseconds")
     base_us = base_ns / 1000.0 if isinstance(base_ns, (int, float)) else 0.0
@@ -443,7 +453,7 @@ def summarize_trace(path: Path, *, max_entries: int = MAX_COLUMN_ENTRIES) -> Tra
 
 
 def _stream(path: Path, state: StreamState, cols: _Columns, gpu: StatsCollector, max_entries: int | None,
-            keep: TimeRange | None = None) -> None:
+            keep: TimeRange | None = None, observers: Sequence[EventObserver] = ()) -> None:
     """One pass over the trace into both collectors; past ``max_entries`` column entries both drop theirs.
 
     With ``keep`` (a slice pass) events that cannot reach the slice are passed over before either collector
@@ -460,6 +470,8 @@ def _stream(path: Path, state: StreamState, cols: _Columns, gpu: StatsCollector,
                     continue
             cols.add(ev)
             gpu.add(ev)
+            for observer in observers:
+                observer.add(ev)
             n += 1
             if not n & _CHECK_EVERY and max_entries is not None and cols.columns:
                 held = cols.size() + gpu.size()
@@ -504,4 +516,4 @@ def _summarize_in_slices(path: Path, first: _Columns, gpu: StatsCollector, base_
     return steps
 
 
-__all__ = ["Collective", "StepSummary", "TraceSummary", "TraceFormatError", "summarize_trace", "union_length"]
+__all__ = ["Collective", "EventObserver", "StepSummary", "TraceSummary", "TraceFormatError", "summarize_trace", "union_length"]
