@@ -611,21 +611,20 @@ def run_cmd(spec: str, cases_dir: Path | None, case_ids: tuple[str, ...], tags: 
     import functools
 
     from diageval.cases.load import CaseLoadError, load_case_set
+    from diageval.hosting import ExecutorSpec
     from diageval.recording.fetch import fetch_command
     from diageval.recording.prepare import prepare_evidence
     from diageval.reports.run_outcome import format_run_outcome
     from diageval.run.pipeline import RunOptions, run_diagnoser, sigterm_as_interrupt
 
     try:
-        case_set = load_case_set(cases_dir)
-    except CaseLoadError as err:
-        raise click.ClickException(f"the corpus has invalid cases (run `diageval cases validate`):\n{err}")
-    from diageval.hosting import ExecutorSpec
-
-    try:
         executor_spec = ExecutorSpec.parse(executor)
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--executor")
+    try:
+        case_set = load_case_set(cases_dir)
+    except CaseLoadError as err:
+        raise click.ClickException(f"the corpus has invalid cases (run `diageval cases validate`):\n{err}")
     options = RunOptions(case_ids=case_ids, tags=tags, cases_dir=cases_dir, out_dir=out_dir, run_id=run_id, jobs=jobs,
                          device=device, evidence=evidence, executor=executor_spec)  # type: ignore[arg-type]
     with sigterm_as_interrupt():

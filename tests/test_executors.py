@@ -60,6 +60,12 @@ def test_executor_spec_parses_local_ray_and_an_address():
         with pytest.raises(ValueError, match="executor"):
             ExecutorSpec.parse(bad)
     assert RunOptions(executor="ray:auto").executor.address == "auto"
+    from click.testing import CliRunner
+
+    from diageval.cli import main
+
+    result = CliRunner().invoke(main, ["run", "--diagnoser", "null", "--executor", "dask"])
+    assert result.exit_code == 2 and "--executor: executor 'dask': expected local, ray or ray:ADDRESS" in result.output
 
 
 def test_a_bundle_travels_by_its_key_and_is_checked_on_arrival(tmp_path):
