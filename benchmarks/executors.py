@@ -4,7 +4,8 @@ each case costs beyond the fixed start.
 Runs fake cases (tiny pre-made bundles, no recording; ``--pad-mib`` makes each bundle's trace that much
 bigger, to see what carrying a bundle through the object store costs) through ``run_diagnoser`` with the
 ``null`` diagnoser (or ``--diagnoser``), sandboxed, and times the diagnose phase alone. For each executor and
-slot count it runs ``N`` cases and ``N // 4`` cases and prints
+slot count it runs ``N`` cases and ``N // 4`` cases, ``--repeats`` times each (alternating), and prints, from
+the median times
 
 * cases/s: ``N`` / the diagnose phase of the ``N``-case run;
 * per case: the slope ``(t(N) - t(N/4)) / (N - N/4)``, the cost of one more case (fixed start excluded);
@@ -13,7 +14,7 @@ slot count it runs ``N`` cases and ``N // 4`` cases and prints
 and, once, the seconds ``ray.init`` took to start the local Ray (which the ``ray`` rows then share). On a
 shared machine the numbers move with its load: the script prints the load average beside them.
 
-Usage: python benchmarks/executors.py [N] [--pad-mib M] [--diagnoser SPEC] [--address ADDRESS]
+Usage: python benchmarks/executors.py [N] [--repeats R] [--pad-mib M] [--diagnoser SPEC] [--address ADDRESS]
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import statistics
 import sys
 import tempfile
 import time
@@ -68,6 +70,7 @@ def diagnose_phase(spec: str, n: int, tmp: Path, executor: str, jobs: int, pad: 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("n", type=int, nargs="?", default=40, help="cases per run (and n // 4 for the slope)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each size; the median is used")
     parser.add_argument("--pad-mib", type=float, default=0.0, help="extra MiB of text in each bundle's trace")
     parser.add_argument("--diagnoser", default="null")
     parser.add_argument("--address", default=None, help="a Ray cluster to join (default: start a local one)")
@@ -82,14 +85,18 @@ def main() -> None:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     print(f"ray.init: {time.perf_counter() - start:.1f} s ({'joined ' + args.address if args.address else 'a local Ray, 2 CPUs'})")
     small = max(1, args.n // 4)
-    print(f"{args.diagnoser} on {args.n} and {small} fake cases, bundle trace padded by {args.pad_mib:g} MiB, sandboxed")
+    print(f"{args.diagnoser} on {args.n} and {small} fake cases (median of {args.repeats}), bundle trace padded by "
+          f"{args.pad_mib:g} MiB, sandboxed")
     print(f"{'executor':<9} {'slots':>5} {'cases/s':>8} {'per case s':>11} {'start s':>8} {'load avg':>9}")
     try:
         with tempfile.TemporaryDirectory(prefix="diageval-bench-executors-") as tmp:
             for executor in ("local", "ray"):
                 for jobs in (1, 2):
-                    t_small = diagnose_phase(args.diagnoser, small, Path(tmp), executor, jobs, pad)
-                    t_n = diagnose_phase(args.diagnoser, args.n, Path(tmp), executor, jobs, pad)
+                    smalls, bigs = [], []
+                    for _ in range(args.repeats):
+                        smalls.append(diagnose_phase(args.diagnoser, small, Path(tmp), executor, jobs, pad))
+                        bigs.append(diagnose_phase(args.diagnoser, args.n, Path(tmp), executor, jobs, pad))
+                    t_small, t_n = statistics.median(smalls), statistics.median(bigs)
                     per_case = (t_n - t_small) / (args.n - small) if args.n > small else float("nan")
                     print(f"{executor:<9} {jobs:>5} {args.n / t_n:>8.2f} {per_case:>11.3f} {t_n - args.n * per_case:>8.2f} "
                           f"{os.getloadavg()[0]:>9.1f}", flush=True)
