@@ -102,7 +102,8 @@ def test_leak_gets_public_words_only():
 def test_every_labeled_cause_is_one_its_faults_declare():
     """What leak points a fault's words at (FaultInfo.injects) agrees with the corpus' labels."""
     for lc in (lc for lc in load_case_set().cases if lc.case.recorded is None):  # recorded cases inject nothing
-        injected = {cause for f in lc.case.faults for cause in FAULTS[f.name].injects}
+        faults = [*lc.case.faults, *(f for ff in (lc.case.fleet.faults if lc.case.fleet else []) for f in ff.faults)]
+        injected = {cause for f in faults for cause in FAULTS[f.name].injects}
         assert {c.category for c in lc.case.labels.causes} <= injected, lc.case.id
 
 
