@@ -28,7 +28,8 @@ streaming reader, the critical-path check reads HTA's already parsed frame.
   use (its address-space limit, its cgroup's memory limit, the machine's memory: the least of them).
 * **More ranks than HTA reads in a case's time.** HTA parses and analyses each rank's trace on its own:
   ``benchmarks/scale.py`` measured about ``HTA_CPU_S_PER_RANK`` = 0.4 CPU seconds per rank on top of
-  ``HTA_CPU_S_BASE`` = 6 s (a straggler job on a loaded 2-core machine: 5.8 to 7.1 CPU s at 2 ranks, 11.2 at 16).
+  ``HTA_CPU_S_BASE`` = 6 s (a straggler job on a loaded 2-core machine: 5.8 to 7.1 CPU s at 2 ranks, 10.4 to 11.2 at 16,
+  50.7 at 128).
   A bundle whose traces it would need longer than ``HTA_TIME_BUDGET_S`` (the host's default per-case limit,
   ``hosting.policy.DEFAULT_TIMEOUT_S``) for is refused before anything is parsed: at that speed it would be
   killed at the limit, and a 1024-rank job would hold a 2-core machine for 7 minutes to say so.
