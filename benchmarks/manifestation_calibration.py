@@ -17,12 +17,14 @@ verify). Each round's wall time is one whole-corpus verify (issue 22 item 6). Th
 
 Usage: python benchmarks/manifestation_calibration.py HOME [--pool 40] [--workloads 3] [--comparisons 210]
        [--rounds 2] [--cases ID ...] [--skip-aa] [--skip-positive] [--seed 0]
-HOME is reused: recordings already there are not made again (delete it for a fresh measurement).
+HOME is reused: recordings already there are not made again (delete it for a fresh measurement); the A/A
+pool is found through HOME's index even when the recording code changed since.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import time
@@ -64,6 +66,21 @@ def positive_cpu_cases(case_set, only: list[str]):
     return out
 
 
+def pool_index(cache: Path, case_id: str) -> dict[int, Path]:
+    """Repeat -> folder of the pool recordings HOME already holds for the twin of ``case_id``, found through the
+    cache's index whatever recording code made them (others' edits to the recording sources change the cache
+    key; the pool's healthy recordings stay what they were, and the test is what is measured)."""
+    index = cache / "index.jsonl"
+    found: dict[int, Path] = {}
+    if index.is_file():
+        for line in index.read_text().splitlines():
+            row = json.loads(line)
+            folder = cache / "evidence" / row["key"]
+            if row["role"] == "twin" and row["case_id"] == case_id and (folder / "bundle.json").is_file():
+                found[row["repeat"]] = folder
+    return found
+
+
 def aa(home: Path, cases, pool: int, workloads: int, comparisons: int, rng: random.Random) -> None:
     by_twin: dict[str, list] = {}
     for c in cases:
@@ -74,9 +91,12 @@ def aa(home: Path, cases, pool: int, workloads: int, comparisons: int, rng: rand
     pools = []
     for group in chosen:
         twin = group[0].healthy_twin()
+        made = pool_index(cache, group[0].id)
         steps = []
         for i in range(pool):
-            _, folder, _ = ensure_bundle(twin, "cpu", repeat=i, cache_dir=cache, role="twin")
+            folder = made.get(i)
+            if folder is None:
+                _, folder, _ = ensure_bundle(twin, "cpu", repeat=i, cache_dir=cache, role="twin")
             steps.append(EvidenceBundle.open(folder).steps())
         pairs = [(steps[2 * j], steps[2 * j + 1]) for j in range(pool // 2)]
         pools.append((group, pairs))
@@ -117,12 +137,18 @@ def positive(home: Path, case_ids: list[str], rounds: int) -> None:
         cache = home / f"round{r}"
         before = load()
         started = time.perf_counter()
-        results = verify_cases(case_ids, repeats=None, device="cpu", cache_dir=cache)
+        results = []
+        for case_id in case_ids:  # one at a time, printed as it ends (a stopped run still says what it saw)
+            t0 = time.perf_counter()
+            for _, v in verify_cases([case_id], repeats=None, device="cpu", cache_dir=cache):
+                results.append((case_id, v))
+                hits[case_id] += v.manifested
+                pairs_used[v.repeats] += 1
+                total += 1
+                print(f"  round {r} {case_id}: manifested={v.manifested} ratio={v.ratio:.2f} (min {v.min_ratio}) "
+                      f"pairs={v.repeats} z={v.test.statistic:.1f} p={v.test.p_value:.1e} noise={v.noise:.2f} "
+                      f"difficulty={v.difficulty} {time.perf_counter() - t0:.0f} s", flush=True)
         wall = time.perf_counter() - started
-        for case_id, v in results:
-            hits[case_id] += v.manifested
-            pairs_used[v.repeats] += 1
-            total += 1
         missed = [c for c, v in results if not v.manifested]
         print(f"round {r}: {len(results)} cases verified in {wall:.0f} s ({before} before, {load()} after); "
               f"missed: {', '.join(missed) or 'none'}", flush=True)

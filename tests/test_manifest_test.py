@@ -38,31 +38,35 @@ def recording(rng: random.Random, n: int, level: float, step_sd: float = 0.15, r
     return out
 
 
-def pairs_of(rng: random.Random, k: int, effect: float, shift_sd: float, n: int = 20, **kw) -> list:
-    """``k`` (twin, case) pairs: pair drift shared by both, each recording shifted by N(0, shift_sd)."""
+def pairs_of(rng: random.Random, k: int, effect: float, shift_sd: float, n: int = 20, drift_sd: float = 0.0,
+             **kw) -> list:
+    """``k`` (twin, case) pairs: each recording shifted by N(0, shift_sd), each pair by a drift N(0, drift_sd)
+    shared by its twin and case."""
     pairs = []
     for _ in range(k):
-        drift = rng.gauss(0, 0.3)
+        drift = rng.gauss(0, drift_sd)
         pairs.append((recording(rng, n, drift + rng.gauss(0, shift_sd), **kw),
                       recording(rng, n, drift + rng.gauss(0, shift_sd) + math.log(effect), **kw)))
     return pairs
 
 
 def test_a_gross_effect_manifests_at_the_first_look():
-    result = sequential_test(pairs_of(random.Random(1), LOOKS[0], effect=2.0, shift_sd=0.1), "step_time_median", 1.5)
+    result = sequential_test(pairs_of(random.Random(1), LOOKS[0], effect=2.0, shift_sd=0.05), "step_time_median", 1.5)
     assert result.manifested and result.decided and result.pairs == LOOKS[0]
     assert result.estimate == pytest.approx(2.0, rel=0.2) and result.p_value < result.alpha == ALPHA / len(LOOKS)
 
 
 def test_a_healthy_twin_against_itself_rarely_manifests_under_the_machine_model():
     """300 A/A verifies run to the cap on recordings shifted as a whole as much as the CI run's twins were
-    (RECORDING_SHIFT_SD for two recordings): at most 2% manifest (the test is built for 1%). A test that treats
-    the steps of a pair as exchangeable manifests far more often here (checked below with its p-value alone)."""
+    (RECORDING_SHIFT_SD for two recordings; half of them also drifting between pairs) and on recordings shifted
+    three times as much (a machine under heavy load): at most 2% manifest (the test is built for 1%). A test
+    that treats the steps of a pair as exchangeable manifests far more often (checked with its p-value alone)."""
     rng = random.Random(22)
     per_recording = RECORDING_SHIFT_SD / math.sqrt(2)
     false, naive = 0, 0
-    for _ in range(300):
-        pairs = pairs_of(rng, LOOKS[-1], effect=1.0, shift_sd=per_recording)
+    for i in range(300):
+        shift = per_recording * (3 if i % 3 == 2 else 1)
+        pairs = pairs_of(rng, LOOKS[-1], effect=1.0, shift_sd=shift, drift_sd=0.2 if i % 2 else 0.0)
         false += sequential_test(pairs, "step_time_median", 1.1).manifested
         naive += _within_pair_rank_p(pairs[:2]) < ALPHA
     assert false <= 6
@@ -98,7 +102,7 @@ def test_an_effect_below_the_minimum_does_not_manifest_however_significant():
     pairs = pairs_of(rng, LOOKS[-1], effect=1.6, shift_sd=0.0, step_sd=0.01)
     assert sequential_test(pairs, "step_time_median", 1.5).manifested
     below = sequential_test(pairs, "step_time_median", 1.7)
-    assert not below.manifested and below.decided and below.pairs == LOOKS[-1] and below.p_value < 1e-4
+    assert not below.manifested and below.decided and below.pairs == LOOKS[-1] and below.p_value < 1e-3
 
 
 def test_the_mean_metric_sees_periodic_slow_steps_the_median_does_not():

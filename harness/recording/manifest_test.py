@@ -20,15 +20,19 @@ So the unit of evidence is the recording pair, and the steps only make each pair
   within a recording (measured there: median 0.16), the variance factor of a mean of an AR(1) series.
 * between pairs the drift of the machine cancels (each ``d_i`` is a difference within one pair), but the
   two recordings of a pair still differ by the recording-level shift. The variance ``s2`` of one pair's
-  ``d_i`` is taken as the larger of (a) what this verify's own pairs show: the sample variance of the
-  ``d_i`` (shift, step noise and any variation of the effect itself; the drift cancels in each ``d_i``), and
-  (b) a floor: :data:`RECORDING_SHIFT_SD` squared (two recordings' shift, measured on a CI run's twins,
-  above) plus the mean ``w_i``: a verify of two or three pairs cannot be trusted to have seen the machine's
-  spread.
+  ``d_i`` is the largest of (a) the sample variance of the ``d_i`` (shift, step noise and any variation of
+  the effect itself; ``k - 1`` degrees of freedom), (b) the between-pair variance of the twin's log level
+  plus that of the case's (each recording's level moves by the shift: ``2(k - 1)`` degrees of freedom, and
+  an over-estimate when the machine also drifts between pairs, on the safe side), and (c) a floor:
+  :data:`RECORDING_SHIFT_SD` squared (two recordings' shift, measured on a CI run's twins, above) plus the
+  mean ``w_i``: a verify of two or three pairs cannot be trusted to have seen the machine's spread. With
+  (a) alone, a chance-small variance from one degree of freedom let 4 of 200 A/A comparisons manifest at
+  load 15-21 (benchmarks/manifestation_calibration.py, 24 pairs of healthy recordings); with (b) beside it,
+  0 of the same 200.
 * the statistic ``z = mean(d) / sqrt(s2 / k)``, one-sided p-value (H0: no slowdown) from the normal
-  distribution when the floor is the variance (a variance known beforehand), from Student's t with ``k - 1``
-  degrees of freedom when the pairs' own variance is (estimated from ``k`` pairs: under heavy load, 16 on 2
-  cores, healthy recordings moved 2.6x apart and the normal quantile called such spreads significant);
+  distribution when the floor is the variance (a variance known beforehand), from Student's t with the
+  chosen estimate's degrees of freedom otherwise (under heavy load, 16 on 2 cores, healthy recordings moved
+  2.6x apart and the normal quantile called such spreads significant);
   and the estimate ``ratio = exp(mean(d))``. The case manifested at a look when ``p < alpha_look`` and
   ``ratio >= min_ratio`` (the minimum effect).
 
@@ -104,25 +108,32 @@ def manifest_test(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], metr
     rho = min(MAX_AUTOCORRELATION, max(0.0, _pooled_lag1([s for pair in logs for s in pair])))
     inflation = (1 + rho) / (1 - rho)
     by_median = metric in ("step_time_median", "rank_step_time_median")
-    shifts, within = [], []
+    shifts, within, levels = [], [], ([], [])
     for (twin, case), (lt, lc) in zip(pairs, logs):
         if by_median:
             shifts.append(statistics.median(c - t for c in lc for t in lt))
             within.append(inflation * (_robust_var(lt) / len(lt) + _robust_var(lc) / len(lc)))
+            levels[0].append(statistics.median(lt))
+            levels[1].append(statistics.median(lc))
         else:
             mt, mc = _metric(twin, metric), _metric(case, metric)
             shifts.append(math.log(mc / mt))
             within.append(inflation * (_var(twin) / (len(twin) * mt * mt) + _var(case) / (len(case) * mc * mc)))
+            levels[0].append(math.log(mt))
+            levels[1].append(math.log(mc))
     k = len(pairs)
-    observed = statistics.variance(shifts) if k > 1 else 0.0
-    floor = RECORDING_SHIFT_SD ** 2 + statistics.fmean(within)
-    var = max(observed, floor)
+    # (variance of one pair's shift, degrees of freedom; None: taken as known)
+    candidates: list[tuple[float, int | None]] = [(RECORDING_SHIFT_SD ** 2 + statistics.fmean(within), None)]
+    if k > 1:
+        candidates.append((statistics.variance(shifts), k - 1))
+        candidates.append((statistics.variance(levels[0]) + statistics.variance(levels[1]), 2 * (k - 1)))
+    var, dof = max(candidates, key=lambda c: c[0])
     mean = statistics.fmean(shifts)
     z = mean / math.sqrt(var / k)
-    if observed > floor:
+    if dof is not None:
         from scipy.stats import t as student_t
 
-        p = float(student_t.sf(z, k - 1))
+        p = float(student_t.sf(z, dof))
     else:
         p = 0.5 * math.erfc(z / math.sqrt(2))
     estimate = math.exp(mean)
