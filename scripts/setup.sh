@@ -29,5 +29,19 @@ else
   echo "installing torch==2.13.0 (CPU build; on a GPU machine install your own build first)"
   quiet python3 -m pip install --disable-pip-version-check torch==2.13.0
 fi
+# The otava extra is installed without its dependencies: apache-otava pins numpy 2.2 and scipy < 1.17 and pulls
+# BigQuery, Postgres and Slack clients, while the adapter imports only otava.analysis (numpy and scipy, which
+# diageval's own dependencies bring). Asking pip for the extra would downgrade numpy under torch.
+otava=""
+case ",$extras," in *,otava,*) otava=1; extras=$(echo ",$extras," | sed 's/,otava,/,/; s/^,//; s/,$//') ;; esac
 echo "installing diageval${extras:+[$extras]} into $(python3 -c 'import sys; print(sys.prefix)')"
 quiet python3 -m pip install --disable-pip-version-check -e ".${extras:+[$extras]}"
+if [ -n "$otava" ]; then
+  echo "installing apache-otava (the otava diagnoser's change-point analysis; without its cloud clients)"
+  quiet python3 -m pip install --disable-pip-version-check --no-deps "apache-otava>=0.8"
+fi
+# nvidia-resiliency-ext (the nvrx extra) pulls the deprecated `pynvml` shim, which makes every `import torch` warn;
+# nvidia-ml-py, pulled beside it, provides the same module.
+if python3 -m pip show -q pynvml >/dev/null 2>&1 && python3 -m pip show -q nvidia-ml-py >/dev/null 2>&1; then
+  quiet python3 -m pip uninstall -y pynvml
+fi
