@@ -62,8 +62,9 @@ def test_straggler_cases_cover_both_ranks_and_labels_match_faults(corpus):
 def test_controls_confounders_and_abstain_cases_are_there(corpus):
     expects = Counter(lc.case.labels.expect for lc in corpus.cases)
     assert expects["abstain"] >= 1
-    controls = [lc.case for lc in corpus.cases
-                if lc.case.labels.expect == "healthy" and not lc.case.faults and lc.case.recorded is None]
+    controls = [lc.case for lc in corpus.cases  # one job's controls (a regression or fleet has its own runs)
+                if lc.case.labels.expect == "healthy" and not lc.case.faults and lc.case.recorded is None
+                and lc.case.kind == "job"]
     assert {c.workload.name for c in controls} >= {"mlp_ddp", "convnet_allreduce", "transformer_lm"}
     confounders = [lc.case for lc in corpus.cases if lc.case.labels.expect == "healthy" and lc.case.faults]
     assert confounders
@@ -71,7 +72,9 @@ def test_controls_confounders_and_abstain_cases_are_there(corpus):
 
 
 def _injected(corpus, expect: str):
-    return [lc.case for lc in corpus.cases if lc.case.recorded is None and lc.case.labels.expect == expect]
+    """Injected one-job cases (regression and fleet cases inject behind factor values: tests/test_fleet_*.py)."""
+    return [lc.case for lc in corpus.cases
+            if lc.case.recorded is None and lc.case.kind == "job" and lc.case.labels.expect == expect]
 
 
 def test_every_cpu_fault_has_a_severity_ladder_from_just_detectable_up(corpus):
