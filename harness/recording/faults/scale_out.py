@@ -108,8 +108,8 @@ class ScaleOut(BundleFault):
             identity = _Identity(rank, n, int(pids[rank]), src.pid, rank // RANKS_PER_HOST)
             if rank in traced:
                 _write_trace(bundle_dir / f"rank{rank}" / "trace.json.gz", src, warp, skew_us, identity)
-            step_rows += [_moved_row(row, rank, src.base_us, warp, skew_us, ("t_start", "t_end")) for row in src.steps]
-            metric_rows += [_moved_row(row, rank, src.base_us, warp, skew_us, ("time",)) for row in src.metrics]
+            step_rows += _moved_rows(src.steps, rank, src.base_us, warp, skew_us, ("t_start", "t_end"))
+            metric_rows += _moved_rows(src.metrics, rank, src.base_us, warp, skew_us, ("time",))
             if src.log is not None:
                 log = _RANK_LINE.sub(lambda m: f"rank {rank}/{n}", identity.renumber(src.log))
                 (bundle_dir / "logs").mkdir(exist_ok=True)
@@ -240,14 +240,16 @@ def _write_trace(path: Path, src: _Source, warp: _Warp, skew_us: float, who: _Id
     path.write_bytes(gzip.compress(raw, compresslevel=1))
 
 
-def _moved_row(row: dict[str, Any], rank: int, base_us: float, warp: _Warp, skew_us: float,
-               keys: tuple[str, ...]) -> dict[str, Any]:
-    """A step-log or metric row of the source rank, as the scaled rank's: warped, skewed, renumbered."""
-    out = {**row, "rank": rank}
+def _moved_rows(rows: list[dict[str, Any]], rank: int, base_us: float, warp: _Warp, skew_us: float,
+                keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Step-log or metric rows of the source rank, as the scaled rank's: warped, skewed, renumbered."""
+    out = [{**row, "rank": rank} for row in rows]
     for key in keys:
-        if isinstance(row.get(key), (int, float)):
-            t_us = row[key] * 1e6 - base_us
-            out[key] = row[key] + (float(warp(np.array([t_us]))[0]) - t_us + skew_us) / 1e6
+        timed = [i for i, row in enumerate(rows) if isinstance(row.get(key), (int, float))]
+        t_us = np.array([rows[i][key] * 1e6 - base_us for i in timed])
+        moved = ((warp(t_us) - t_us + skew_us) / 1e6).tolist() if timed else []
+        for i, delta in zip(timed, moved):
+            out[i][key] = rows[i][key] + delta
     return out
 
 
