@@ -37,7 +37,8 @@ from diageval.hosting.registry import resolve_diagnoser
 diagnoser = resolve_diagnoser(sys.argv[1]).factory()
 t = time.perf_counter()
 d = diagnoser.diagnose(EvidenceBundle.open(Path(sys.argv[2])))
-claims = sorted(f"{c.category}@{c.ranks}" for c in d.causes)
+claims = sorted(f"{c.category}@{c.ranks if c.ranks is None or len(c.ranks) <= 8 else f'{len(c.ranks)} ranks'}"
+                for c in d.causes)
 why = d.abstain.reason[:90] if d.abstain is not None else None
 print(json.dumps({"seconds": time.perf_counter() - t, "claims": claims, "abstain": why}))
 """
