@@ -44,7 +44,7 @@ left() { echo $(( budget - ($(date +%s) - start) )); }
 selection=$(GPU_CHECK_DRY=$dry "$py" - <<'PY'
 import os
 from diageval.cases.load import load_case_set
-cases = [lc.case for lc in load_case_set().cases if lc.case.recorded is None]
+cases = [lc.case for lc in load_case_set().cases if lc.case.evidence_kind == "injected"]  # recorded: imported
 cases.sort(key=lambda c: (c.requires.device != "cuda", c.id))
 for c in cases:
     problem = None

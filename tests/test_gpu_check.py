@@ -40,7 +40,7 @@ def test_dry_run_selects_every_case_cuda_can_run_and_runs_nothing(tmp_path):
     lines = r.stdout.splitlines()
     chosen = [line.split()[2] for line in lines if line.startswith(("would verify:", "would record:"))]
     cases = {lc.case.id: lc.case for lc in load_case_set().cases}
-    live = {i for i, c in cases.items() if c.recorded is None}
+    live = {i for i, c in cases.items() if c.evidence_kind == "injected"}
     assert set(chosen) == live and len(chosen) == len(live)  # every non-recorded case once, no recorded one
     verified = {line.split()[2] for line in lines if line.startswith("would verify:")}
     assert verified == {i for i in live if cases[i].labels.expect == "diagnose"}

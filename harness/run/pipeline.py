@@ -467,7 +467,7 @@ def _split_by_device(
         raise RunError("--device cuda, but torch sees no CUDA device here")
     runnable, skipped = [], []
     for lc in selected:
-        if lc.case.recorded is not None:  # imported, not recorded here: no device needed
+        if lc.case.evidence_kind == "recorded":  # imported (a recorded job or regression), not recorded here: no device needed
             runnable.append(lc)
             continue
         req = lc.case.requires
