@@ -148,8 +148,9 @@ def _means(own: float, wait: float = 1.0, coll: float = 2.0) -> RankMeans:
 
 
 def test_the_threshold_is_the_twins_spread_floored_at_the_noise_floor():
-    """Own time 10% above a twin whose ranks and repeats agree exactly: the spread is the 5% floor, so 10%
-    passes; the same 10% against a twin spread of 20% does not."""
+    """Own time 10% above a twin whose repeats agree exactly: the spread is the 5% floor, so 10% passes; the
+    same 10% against a twin whose ranks each move 20% between repeats does not. Ranks that differ from each
+    other but not between repeats add no spread."""
     from diageval.cases.model import CauseLabel
 
     label = CauseLabel(category="compute.straggler_rank", ranks=[0])
@@ -157,8 +158,10 @@ def test_the_threshold_is_the_twins_spread_floored_at_the_noise_floor():
     case = [{0: _means(11.0), 1: _means(10.0)}] * 3
     assert NOISE_FLOOR == 0.05
     assert check_rank_local(label, case, flat_twin).supported
-    noisy_twin = [{0: _means(9.0), 1: _means(11.0)}, {0: _means(10.0), 1: _means(10.0)}, {0: _means(10.0), 1: _means(10.0)}]
+    noisy_twin = [{0: _means(8.0), 1: _means(12.0)}, {0: _means(10.0), 1: _means(10.0)}, {0: _means(10.0), 1: _means(10.0)}]
     assert not check_rank_local(label, case, noisy_twin).supported
+    uneven_twin = [{0: _means(10.0), 1: _means(14.0)}] * 3
+    assert "twin spread 5%" in check_rank_local(label, case, uneven_twin).detail
 
 
 def test_a_share_is_compared_in_points_of_the_step():
