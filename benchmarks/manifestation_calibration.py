@@ -13,7 +13,8 @@ the pool allows is printed beside it.
 Positive: ``--rounds`` full verifies of the CPU positive cases (or ``--cases``), each round in a cache
 folder of its own under ``HOME`` (so every round records afresh; twins shared within a round as in a real
 verify). Each round's wall time is one whole-corpus verify (issue 22 item 6). The positive rate is over
-(case, round); per-case counts are printed for the cases that missed.
+(case, round) and counts the manifestation test's decision; a label check that fails
+(:mod:`diageval.recording.label_support`) is printed beside it, not counted here.
 
 Usage: python benchmarks/manifestation_calibration.py HOME [--pool 40] [--workloads 3] [--comparisons 210]
        [--rounds 2] [--cases ID ...] [--skip-aa] [--skip-positive] [--seed 0]
@@ -142,14 +143,17 @@ def positive(home: Path, case_ids: list[str], rounds: int) -> None:
             t0 = time.perf_counter()
             for _, v in verify_cases([case_id], repeats=None, device="cpu", cache_dir=cache):
                 results.append((case_id, v))
-                hits[case_id] += v.manifested
+                passed = bool(v.test and v.test.manifested)  # the test's decision (labels' own checks apart)
+                hits[case_id] += passed
                 pairs_used[v.repeats] += 1
                 total += 1
-                print(f"  round {r} {case_id}: manifested={v.manifested} ratio={v.ratio:.2f} (min {v.min_ratio}) "
+                problems = getattr(v, "label_problems", None) or []
+                print(f"  round {r} {case_id}: test manifested={passed} ratio={v.ratio:.2f} (min {v.min_ratio}) "
                       f"pairs={v.repeats} z={v.test.statistic:.1f} p={v.test.p_value:.1e} noise={v.noise:.2f} "
-                      f"difficulty={v.difficulty} {time.perf_counter() - t0:.0f} s", flush=True)
+                      f"difficulty={v.difficulty} {time.perf_counter() - t0:.0f} s"
+                      + (f"; label check: {'; '.join(map(str, problems))}" if problems else ""), flush=True)
         wall = time.perf_counter() - started
-        missed = [c for c, v in results if not v.manifested]
+        missed = [c for c, v in results if not (v.test and v.test.manifested)]
         print(f"round {r}: {len(results)} cases verified in {wall:.0f} s ({before} before, {load()} after); "
               f"missed: {', '.join(missed) or 'none'}", flush=True)
     k = sum(hits.values())
