@@ -143,8 +143,8 @@ def test_without_recordings_it_says_what_is_missing():
 
 
 def _means(own: float, wait: float = 1.0, coll: float = 2.0) -> RankMeans:
-    return RankMeans(steps=5, step_ms=own + wait + coll, own_ms=own, data_wait_ms=wait, collective_ms=coll,
-                     host_ops=100.0)
+    return RankMeans(steps=5, step_ms=own + wait + coll, own_ms=own, own_median_ms=own, data_wait_ms=wait,
+                     collective_ms=coll, host_ops=100.0)
 
 
 def test_the_threshold_is_the_twins_spread_floored_at_the_noise_floor():

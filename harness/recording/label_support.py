@@ -42,9 +42,10 @@ Thresholds (no number here is fitted to a case):
 * At most :data:`MAX_PAIRS` repeat pairs are read (the first ones): each pair costs a trace summary per rank
   of both recordings (measured under a load of 20 on 2 cores: 6 pairs of an MLP case took 30 s to check),
   and three repeats times the ranks already give the twin's spread six values.
-* Case and twin values are medians over repeats of each repeat's mean per step over the traced steps
-  inside the cause's labeled step range (a mean, not a median, per repeat: a checkpoint stalls one step
-  in several, and its cost is in the mean).
+* Case and twin values are medians over repeats of each repeat's median per step over the traced steps
+  inside the cause's labeled step range (a step descheduled on a loaded machine moves a mean, not a
+  median), except for a cause that stalls one step in several (:data:`PERIODIC`: a blocking checkpoint),
+  whose cost is only in the mean.
 
 Which causes are checked (:func:`needs_check`): every rank-local cause, and every cause of a case with
 more than one. The cause of a one-cause case measured as a share of the step is the case's whole step-time
@@ -84,6 +85,9 @@ SHARE_MEASURES = {
 COUNT_MEASURES = {"launch.kernel_launch_overhead": "host ops per step"}
 """Causes measured by a count per step against the twin's, and that count."""
 
+PERIODIC = frozenset({"checkpoint.blocking_save"})
+"""Causes that cost one step in several: measured by the mean per step, the others by the median."""
+
 MAX_PAIRS = 3
 """Repeat pairs (twin, case) read at most: the first ones."""
 
@@ -94,6 +98,7 @@ class RankMeans(BaseModel):
     steps: int
     step_ms: float
     own_ms: float = Field(description="Step less the time inside collectives and waiting for data")
+    own_median_ms: float = Field(description="The same, the median over the steps")
     data_wait_ms: float
     collective_ms: float
     host_ops: float = Field(description="Ops on the training thread")
@@ -127,6 +132,7 @@ def _rank_means(steps: Sequence[StepSummary], step_range: tuple[int, int]) -> Ra
         steps=len(kept),
         step_ms=mean_ms(s.dur_us for s in kept),
         own_ms=mean_ms(max(0.0, s.dur_us - s.collective_us - s.data_wait_us) for s in kept),
+        own_median_ms=statistics.median(max(0.0, s.dur_us - s.collective_us - s.data_wait_us) for s in kept) / 1000.0,
         data_wait_ms=mean_ms(s.data_wait_us for s in kept),
         collective_ms=mean_ms(s.collective_us for s in kept),
         host_ops=statistics.fmean(s.host_ops for s in kept),
@@ -182,13 +188,14 @@ def check_rank_local(label: CauseLabel, case: list[dict[int, RankMeans]], twin: 
     """The labeled ranks' own time stretched beyond the twin's spread, more than any other rank's."""
     base = dict(category=label.category, ranks=label.ranks, measure="own time")
     labeled = list(label.ranks or [])
-    in_case = _per_rank(case, lambda m: m.own_ms)
-    in_twin = _per_rank(twin, lambda m: m.own_ms)
+    own = (lambda m: m.own_ms) if label.category in PERIODIC else (lambda m: m.own_median_ms)
+    in_case = _per_rank(case, own)
+    in_twin = _per_rank(twin, own)
     missing = [r for r in labeled if r not in in_case or r not in in_twin]
     if not labeled or missing:
         why = "the label names no rank" if not labeled else f"no trace of rank(s) {_rank_list(missing)} in the labeled steps"
         return CauseSupport(**base, checked=False, supported=True, detail=f"not checked: {why}")
-    spread = _spread(twin, lambda m: m.own_ms, relative=True)
+    spread = _spread(twin, own, relative=True)
     excess = {r: in_case[r] / in_twin[r] - 1.0 for r in in_case if r in in_twin and in_twin[r] > 0}
     numbers = "; ".join(f"rank {r} {in_case[r]:.1f} ms vs twin {in_twin[r]:.1f} ms ({excess[r]:+.0%})" for r in sorted(excess))
     detail = f"own time per step: {numbers}; twin spread {spread:.0%}"
