@@ -179,12 +179,13 @@ def test_two_live_faults_on_one_model_both_act_in_either_order(order, monkeypatc
 @pytest.mark.slow
 @pytest.mark.serial
 def test_a_positive_case_manifests_against_its_twin(corpus, tmp_path):
+    from diageval.recording.manifest_test import LOOKS
     from diageval.recording.prepare import prepare_evidence
 
     lc = corpus.get("starved-loader-mlp")
     ev = prepare_evidence(lc, device="cpu", cache_dir=tmp_path)
     v = ev.verification
-    assert v is not None and v.repeats == 3
+    assert v is not None and v.repeats in LOOKS  # the sequential test stops at one of its looks
     assert v.manifested, v
     assert v.ratio > 1.5 and 0.2 < v.impact < 1
     again = prepare_evidence(lc, device="cpu", cache_dir=tmp_path)  # everything reused
