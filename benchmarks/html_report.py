@@ -20,6 +20,9 @@ import time
 from pathlib import Path
 
 
+MAX_SHOT_PX = 16_000
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("inputs", nargs="+", type=Path, help="run folders, or one .html file")
@@ -59,8 +62,13 @@ def main() -> int:
             navigation.append(load_milliseconds(page) / 1000)
             if i == 0 and args.screenshot is not None:
                 args.screenshot.parent.mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=str(args.screenshot), full_page=True)
-                print(f"screenshot: {args.screenshot}")
+                # Chromium cannot capture a page taller than its largest texture (16,384 px): the CI page, with a
+                # section per case, is far taller. The shot is the page's top, its boards and plots, at most that high.
+                height = min(page.evaluate("document.documentElement.scrollHeight"), MAX_SHOT_PX)
+                width = page.evaluate("document.documentElement.clientWidth")  # the window's width: wide tables scroll
+                page.screenshot(path=str(args.screenshot), full_page=True,
+                                clip={"x": 0, "y": 0, "width": width, "height": height})
+                print(f"screenshot: {args.screenshot} ({width}x{height} px, the page's top at the window's width)")
             if log.console_errors or log.page_errors or log.requests:
                 print(f"warning: console errors {log.console_errors + log.page_errors}, requests {log.requests}")
 
