@@ -76,6 +76,7 @@ def _skills_by_hand(diagnoses) -> tuple[float, float]:
     rank_true: dict[str, int] = {}
     rank_slots: dict[str, int] = {}
     abstain_cases = 0
+    factor_true = factor_values = aliased = 0
     for case, d in zip(CASES, diagnoses):
         labels = case.labels.causes
         labeled = {c.category for c in labels}
@@ -102,9 +103,19 @@ def _skills_by_hand(diagnoses) -> tuple[float, float]:
                     for r in f.ranks or ():
                         named[r] = max(named.get(r, 0.0), f.confidence)
             ranked += sum((named.get(r, 0.0) - (r in truth)) ** 2 for r in truth | set(named))
+        # factor and aliased events (regressions and fleets): these random diagnoses name no factor value, so
+        # every value a label puts a cause behind, and every value labeled aliased, is an event stated at 0
+        if case.fleet is not None:
+            behind = {c.factor for c in labels if c.factor is not None}
+            factor_true += len(behind)
+            factor_values += len({(k, v) for run in case.fleet.runs for k, v in run.metadata.items()})
+            ranked += len(behind) + len(set(case.labels.aliased))
+            aliased += len(set(case.labels.aliased))
     n = len(CASES)
     reference = sum(nk * (1 - nk / n) for nk in labeled_cases.values()) + abstain_cases
     reference_ranked = reference + sum(p * (1 - p / rank_slots[k]) for k, p in rank_true.items())
+    if factor_values:
+        reference_ranked += factor_true * (1 - factor_true / factor_values) + aliased
     return 1 - loss / reference, 1 - (loss + ranked) / reference_ranked
 
 
