@@ -218,7 +218,8 @@ def table(result, truth, runs: int, causes: int | None = None, diagnoser: str = 
                 cells.append(f"{c / d:.1%} [{lo:.1%}, {hi:.1%}] ({d})")
             else:
                 cells.append("– (0)")
-        lines.append(f"| {name} | {truth[name]:.4g} | " + " | ".join(cells) + " |")
+        true_value = "–" if truth[name] is None else f"{truth[name]:.4g}"  # undefined here (a factor metric on one-job cases)
+        lines.append(f"| {name} | {true_value} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

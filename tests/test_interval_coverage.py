@@ -31,5 +31,8 @@ def test_no_metric_is_shown_to_cover_less_than_its_target(diagnoser):
     short = [(n, name, c / d) for n, by_metric in result.items() for name, (c, d) in by_metric.items()
              if d and jeffreys(c, d, EVIDENCE_LEVEL)[0][1] < target(n)]
     assert not short, short
-    # nearly every run defines each metric (a 16-case run can draw no healthy control or abstain case)
-    assert all(d >= 0.7 * runs for by_metric in result.values() for _, d in by_metric.values())
+    # nearly every run defines each metric the simulated world defines (a 16-case run can draw no healthy control
+    # or abstain case; its one-job cases have no fleet, so the factor metrics and the magnitude error are undefined)
+    defined = {name for name, value in truth.items() if value is not None}
+    assert {"skill", "precision", "recall"} <= defined
+    assert all(d >= 0.7 * runs for by_metric in result.values() for name, (_, d) in by_metric.items() if name in defined)
