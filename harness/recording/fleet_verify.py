@@ -37,7 +37,8 @@ from diageval.bundle.model import EvidenceBundle, StepRecord
 from diageval.cases.model import Case
 from diageval.diagnosis import FactorRef
 from diageval.recording.fleet import members_with_repeats
-from diageval.recording.manifest_test import LOOKS, WARMUP_STEPS, ManifestTest, pairs_needed, sequential_test
+from diageval.recording.manifest_test import (LOOKS, WARMUP_STEPS, ManifestTest, metric_of, pairs_needed,
+                                              sequential_test)
 from diageval.recording.truth import Verification
 
 FLEET_ALPHA = 0.05
@@ -81,14 +82,7 @@ def run_steps_metric(steps: list[StepRecord], metric: str, n_steps: int) -> floa
     times = step_times(steps, WARMUP_STEPS if n_steps > WARMUP_STEPS else 0, n_steps)
     if not times:
         raise ValueError(f"a run of the fleet has no steps after the first {WARMUP_STEPS}")
-    if metric in ("step_time_median", "rank_step_time_median"):
-        return statistics.median(times)
-    if metric == "step_time_mean":
-        return statistics.fmean(times)
-    if metric == "step_time_p90":
-        ordered = sorted(times)
-        return ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
-    raise ValueError(f"unknown manifest metric {metric!r}")
+    return metric_of(times, metric)
 
 
 def permutation_p(with_values: list[float], without_values: list[float]) -> tuple[float, float, int]:

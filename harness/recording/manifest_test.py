@@ -116,7 +116,7 @@ def manifest_test(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], metr
             levels[0].append(statistics.median(lt))
             levels[1].append(statistics.median(lc))
         else:
-            mt, mc = _metric(twin, metric), _metric(case, metric)
+            mt, mc = metric_of(twin, metric), metric_of(case, metric)
             shifts.append(math.log(mc / mt))
             within.append(inflation * (_var(twin) / (len(twin) * mt * mt) + _var(case) / (len(case) * mc * mc)))
             levels[0].append(math.log(mt))
@@ -167,7 +167,11 @@ def pairs_needed(done: int, looks: Sequence[int] = LOOKS) -> int:
     return next((n for n in looks if n >= done), looks[-1])
 
 
-def _metric(times: Sequence[float], metric: str) -> float:
+def metric_of(times: Sequence[float], metric: str) -> float:
+    """A manifest metric over step times (median, mean or p90): the one reduction verify, the fleet check and
+    this test share."""
+    if metric in ("step_time_median", "rank_step_time_median"):
+        return statistics.median(times)
     if metric == "step_time_mean":
         return statistics.fmean(times)
     if metric == "step_time_p90":

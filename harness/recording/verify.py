@@ -26,7 +26,7 @@ from diageval.cases.model import Case
 from diageval.progress import Progress
 from diageval.recording.cache import ensure_bundle, read_truth, write_truth
 from diageval.recording.label_support import label_problems, label_support
-from diageval.recording.manifest_test import LOOKS, WARMUP_STEPS, manifest_test, pairs_needed, sequential_test
+from diageval.recording.manifest_test import LOOKS, WARMUP_STEPS, manifest_test, metric_of, pairs_needed, sequential_test
 from diageval.recording.truth import TruthRecord, Verification
 
 DEFAULT_REPEATS = LOOKS[0]
@@ -65,14 +65,7 @@ def metric_value(steps: list[StepRecord], metric: str, step_range: tuple[int, in
         times = step_times(steps, step_range)
     if not times:
         raise ValueError(f"no steps in range {step_range}" + (f" for rank {rank}" if rank is not None else ""))
-    if metric in ("step_time_median", "rank_step_time_median"):
-        return statistics.median(times)
-    if metric == "step_time_mean":
-        return statistics.fmean(times)
-    if metric == "step_time_p90":
-        ordered = sorted(times)
-        return ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
-    raise ValueError(f"unknown manifest metric {metric!r}")
+    return metric_of(times, metric)
 
 
 def test_range(case: Case) -> tuple[int, int]:
