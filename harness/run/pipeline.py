@@ -388,7 +388,7 @@ class _Pipeline:
             nonlocal finished
             item = ready[index]
             ids = {"bundle_id": item.bundle_id, "bundle_sha256": item.bundle_sha256, "measured_impact": item.measured_impact,
-                   "measured_magnitude": item.measured_magnitude,
+                   "measured_magnitude": item.measured_magnitude, "manifestation": item.manifestation,
                    "difficulty": item.difficulty}
             attempt = outcome if isinstance(outcome, Attempt) else None
             if isinstance(outcome, HarnessFailure):
