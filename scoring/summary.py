@@ -234,6 +234,19 @@ class Summary(_Model):
         return data
 
 
+def _resampled(scored: list[CaseResult], categories: list[str], n_boot: int, seed: int) -> Resampled:
+    """The tally table of scored results (sorted by case id) and its bootstrap resamples."""
+    return Resampled(tally_table(scored, categories), n_boot, seed)
+
+
+def headline_metrics(results: list[CaseResult], *, n_boot: int = 1000, seed: int = 0) -> Metrics:
+    """The run's metrics with their intervals, exactly as :func:`summarize` computes them, without the
+    breakdowns (the interval-coverage simulation needs thousands of these)."""
+    scored = sorted((r for r in results if r.scored), key=lambda r: r.case_id)
+    categories = sorted({c for r in scored for c in r.categories})
+    return Metrics(**_resampled(scored, categories, n_boot, seed).metrics())
+
+
 def summarize(
     results: list[CaseResult],
     *,
@@ -261,8 +274,8 @@ def summarize(
         expect=dict(sorted(Counter(r.expect for r in scored).items())),
     )
     categories = sorted({c for r in scored for c in r.categories})
-    table = tally_table(scored, categories)
-    resampled = Resampled(table, n_boot, seed)
+    resampled = _resampled(scored, categories, n_boot, seed)
+    table = resampled.table
     levels = np.array([r.difficulty for r in scored])  # scored is sorted by case id, like the table
     subsets = {level: resampled.subset(levels == level) for level in DIFFICULTIES if (levels == level).any()}
     kinds = np.array([r.evidence for r in scored])

@@ -38,7 +38,7 @@ from diageval.diagnosis import Abstention, Diagnosis, Finding
 from diageval.scoring.intervals import jeffreys
 from diageval.scoring.metrics import METRICS
 from diageval.scoring.results import CaseResult
-from diageval.scoring.summary import DiagnoserInfo, summarize
+from diageval.scoring.summary import DiagnoserInfo, headline_metrics, summarize
 from diageval.scoring.verdicts import score_case
 
 TARGET = 0.93
@@ -183,10 +183,9 @@ def coverage(runs: int = 200, sizes=(16, 80), truth_cases: int = 40000, seed: in
     for n in sizes:
         tally = {name: [0, 0] for name in METRICS}
         for k in range(runs):
-            s = summarize(sim.run(n, rng), diagnoser=INFO, case_set_hash="x", taxonomy_version="sim",
-                          n_boot=n_boot, seed=k)
+            metrics = headline_metrics(sim.run(n, rng), n_boot=n_boot, seed=k)
             for name in METRICS:
-                mv = getattr(s.metrics, name)
+                mv = getattr(metrics, name)
                 if mv.value is None or mv.ci is None:
                     continue
                 tally[name][1] += 1
