@@ -201,6 +201,62 @@ def test_verify_marks_a_case_whose_label_its_evidence_does_not_hold_invalid(tmp_
     assert problem.startswith("compute.straggler_rank on rank(s) 0: labeled rank(s) 0 not stretched")
 
 
+SCALED = {"name": "scale_out", "params": {"scaled_world_size": 128, "kept_rank": 1, "kept_at_rank": 109,
+                                          "copied_rank": 0, "window_first_step": 6, "window_steps": 5, "jitter_seed": 7}}
+
+
+def test_a_scaled_case_is_checked_on_the_recording_it_is_derived_from():
+    """scale_out keeps each rank's timing: the subject of the checks is the 2-rank case, the kept rank's label
+    moved to the recorded rank it shows and a copied rank's to the copied one; other edits keep the case."""
+    from diageval.recording.verify import verification_subject
+
+    slow = {"name": "slow_rank", "params": {"target_rank": 1, "slowdown_factor": 4.0}}
+    case = _case([{"category": "compute.straggler_rank", "ranks": [109], "steps": [FROM_STEP, 12]}], [slow, SCALED])
+    subject = verification_subject(case)
+    assert [f.name for f in subject.faults] == ["slow_rank"] and subject.labels.causes[0].ranks == [1]
+    copied = _case([{"category": "compute.straggler_rank", "ranks": [3, 40], "steps": [FROM_STEP, 12]}], [slow, SCALED])
+    assert verification_subject(copied).labels.causes[0].ranks == [0]
+    skewed = _case([{"category": "compute.straggler_rank", "ranks": [1]}],
+                   [slow, {"name": "clock_offset", "params": {"offset_rank": 1, "offset_ms": 5.0}}])
+    assert verification_subject(skewed) is skewed
+
+
+def test_a_scaled_case_records_its_base_pairs_and_derives_its_bundle_once(tmp_path, monkeypatch):
+    """verify_case on a scale_out case records the 2-rank pairs (role base: no truth file of theirs, another
+    case may own that key), derives only the repeat-0 bundle the diagnosers see, and refuses a label on a
+    copied rank with the reason."""
+    from diageval.recording import verify
+
+    made: dict[tuple[str, int], Path] = {}
+    calls: list[tuple[str, int, int]] = []
+
+    def stand_in(case, device, *, repeat=0, force=False, cache_dir=None, role="case"):
+        calls.append((role, repeat))
+        kind = "twin" if not case.faults else ("scaled" if any(f.name == "scale_out" for f in case.faults) else "case")
+        key = (kind, repeat)
+        if key not in made:
+            jitter = 1 + 0.02 * repeat
+            shape = (lambda r, k: StepShape(compute_us=4000 * jitter * (4.0 if r == 1 and k >= FROM_STEP else 1.0))) \
+                if kind != "twin" else (lambda r, k: StepShape(compute_us=4000 * jitter))
+            made[key] = build_bundle(tmp_path / f"{kind}{repeat}", shape, n_steps=12)
+        return f"{kind}{repeat}", made[key], False
+
+    monkeypatch.setattr(verify, "ensure_bundle", stand_in)
+    slow = {"name": "slow_rank", "params": {"target_rank": 1, "slowdown_factor": 4.0}}
+    right = _case([{"category": "compute.straggler_rank", "ranks": [109], "steps": [FROM_STEP, 12]}], [slow, SCALED])
+    v = verify.verify_case(right, cache_dir=tmp_path / "cache")
+    assert v.manifested and v.label_problems == []
+    roles = [role for role, _ in calls]
+    assert roles[-1] == "case" and roles.count("case") == 1 and set(roles[:-1]) == {"twin", "base"}
+    assert calls[-1][1] == 0
+    calls.clear()
+    wrong = _case([{"category": "compute.straggler_rank", "ranks": [40], "steps": [FROM_STEP, 12]}], [slow, SCALED])
+    v = verify.verify_case(wrong, cache_dir=tmp_path / "cache")
+    assert not v.manifested
+    [problem] = v.label_problems
+    assert problem.startswith("compute.straggler_rank on rank(s) 0:") and "derived from" in problem
+
+
 def test_launch_overhead_is_the_ops_per_step_beyond_the_twin_s(tmp_path):
     """A straggler beside layers sliced into many ops: the launch label holds on the op count; a launch label
     on a case whose op count is the twin's does not."""

@@ -4,7 +4,7 @@ Cache layout (under ``bundle_cache_dir()``, or ``cache_dir``)::
 
     evidence/<key>/        an evidence bundle; ``key`` is opaque and says nothing about the case
     <key>.truth.json       case id, repeat, and the Verification (ground truth): OUTSIDE the bundle
-    index.jsonl            one line per recording: case id, role (case or twin), repeat -> key
+    index.jsonl            one line per recording: case id, role (case, twin or base), repeat -> key
                            (for people; lookups recompute keys)
 
 Bundles sit one folder below the truth files, so a diagnoser handed a bundle folder finds only other
@@ -92,12 +92,14 @@ def write_truth(cache: Path, record: TruthRecord) -> None:
 
 
 def ensure_bundle(case: Case, device: str, *, repeat: int = 0, force: bool = False,
-                  cache_dir: Path | None = None, role: Literal["case", "twin"] = "case") -> tuple[str, Path, bool]:
+                  cache_dir: Path | None = None, role: Literal["case", "twin", "base"] = "case") -> tuple[str, Path, bool]:
     """The cached bundle of ``case`` (recorded now if missing or ``force``): (key, folder, recorded_now).
 
     ``device`` must already be resolved (``cpu`` or ``cuda``). ``role`` says, in the truth file and the
     index, whether ``case`` is a case or the healthy twin of the case with that id (twins keep the id).
-    Twins of different cases with the same workload share one entry: its truth names the first.
+    Twins of different cases with the same workload share one entry: its truth names the first. ``base``:
+    the live part of a case with evidence edits, recorded for its verification; it writes no truth file
+    (its key is the key of any case with the same live spec, whose truth and verification must stay).
     """
     from diageval.bundle.model import MANIFEST_NAME
     from diageval.paths import bundle_cache_dir
@@ -119,8 +121,8 @@ def ensure_bundle(case: Case, device: str, *, repeat: int = 0, force: bool = Fal
         derive_bundle(base, folder, edits)
     else:
         record_case(case, folder, device=device)
-    previous = read_truth(cache, key)
-    if previous is None or previous.case_id != case.id or previous.role != role or force:
+    previous = read_truth(cache, key) if role != "base" else None
+    if role != "base" and (previous is None or previous.case_id != case.id or previous.role != role or force):
         write_truth(cache, TruthRecord(case_id=case.id, role=role, key=key, repeat=repeat,
                                        recorded=datetime.now(timezone.utc)))
     append_jsonl(cache / "index.jsonl", {"case_id": case.id, "role": role, "key": key, "repeat": repeat,

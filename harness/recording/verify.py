@@ -107,6 +107,29 @@ def compare(case: Case, injected_steps: list[list[StepRecord]], healthy_steps: l
     )
 
 
+def verification_subject(case: Case) -> Case:
+    """The case the manifestation and label checks record: ``case`` itself, or, when every evidence edit of it
+    keeps each rank's timing and says which recorded rank each derived rank shows (``scale_out``), the case
+    without its edits, its labeled ranks moved to the recorded ones. Such an edit cannot change whether the
+    fault happened or on which rank, so the 2-rank recordings answer both questions, without deriving a 128-
+    or 1024-rank bundle for every repeat (and the label checks then compare each rank with the same rank of
+    the 2-rank twin, which a scaled rank 109 has not)."""
+    from diageval.recording.cache import split_bundle_edits
+
+    live, edits = split_bundle_edits(case)
+    if not edits or any(e.recorded_rank(0) is None for e in edits):
+        return case
+
+    def recorded(rank: int) -> int:
+        for edit in reversed(edits):  # the last edit's ranks are the bundle's
+            rank = edit.recorded_rank(rank)
+        return rank
+
+    causes = [c.model_copy(update={"ranks": sorted({recorded(r) for r in c.ranks})}) if c.ranks else c
+              for c in case.labels.causes]
+    return live.model_copy(update={"labels": case.labels.model_copy(update={"causes": causes})})
+
+
 def verify_case(case: Case, *, repeats: int | None = None, device: str = "cpu", cache_dir: Path | None = None,
                 force: bool = False, progress: Callable[[str], None] | None = None) -> Verification:
     """Record (or reuse) repeat pairs of ``case`` and of its twin, test, store the result.
@@ -120,35 +143,39 @@ def verify_case(case: Case, *, repeats: int | None = None, device: str = "cpu", 
     if case.manifest is None:
         raise ValueError(f"case {case.id}: only positive cases (expect: diagnose) are verified")
     cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
-    twin = case.healthy_twin()
+    subject = verification_subject(case)
+    role = "case" if subject is case else "base"
+    twin = subject.healthy_twin()
     case_folders: list[Path] = []  # the recorded bundles, pair i at index i (label checks read them too)
     twin_folders: list[Path] = []
     injected, healthy = [], []
 
     def record_up_to(n: int) -> None:
         for i in range(len(injected), n):
-            for role, c, folders, sink in (("twin", twin, twin_folders, healthy), ("case", case, case_folders, injected)):
+            for c_role, c, folders, sink in (("twin", twin, twin_folders, healthy), (role, subject, case_folders, injected)):
                 if progress:
-                    progress(f"{case.id}: {role} {i + 1}/{n}")
-                _, folder, _ = ensure_bundle(c, device, repeat=i, force=force, cache_dir=cache, role=role)
+                    progress(f"{case.id}: {c_role} {i + 1}/{n}")
+                _, folder, _ = ensure_bundle(c, device, repeat=i, force=force, cache_dir=cache, role=c_role)
                 folders.append(folder)
                 sink.append(EvidenceBundle.open(folder).steps())
 
     if repeats is not None:
         record_up_to(repeats)
-        verification = compare(case, injected, healthy, repeats=repeats)
+        verification = compare(subject, injected, healthy, repeats=repeats)
     else:
         record_up_to(DEFAULT_REPEATS)
         while True:
-            verification = compare(case, injected, healthy)
+            verification = compare(subject, injected, healthy)
             assert verification.test is not None
             if verification.test.decided:
                 break
             record_up_to(pairs_needed(len(injected) + 1))
     if verification.manifested:  # does the evidence hold each labeled cause where its label puts it?
-        problems = label_problems(label_support(case, case_folders, twin_folders))
+        problems = label_problems(label_support(subject, case_folders, twin_folders))
+        if subject is not case:
+            problems = [f"{p} (checked on the recording this bundle is derived from, on its ranks)" for p in problems]
         verification = verification.model_copy(update={"label_problems": problems, "manifested": not problems})
-    key, _, _ = ensure_bundle(case, device, repeat=0, cache_dir=cache)
+    key, _, _ = ensure_bundle(case, device, repeat=0, cache_dir=cache, force=force and subject is not case)
     truth = read_truth(cache, key) or TruthRecord(case_id=case.id, key=key, repeat=0, recorded=_now())
     write_truth(cache, truth.model_copy(update={"verification": verification, "case_id": case.id}))
     return verification

@@ -71,6 +71,13 @@ class BundleFault:
         changes what the job was (``scale_out``: its world size)."""
         return env
 
+    def recorded_rank(self, rank: int) -> int | None:
+        """The rank of the source recording whose timing rank ``rank`` of the derived bundle shows, for an edit
+        that keeps every rank's timing and only moves ranks (``scale_out``): the manifestation check and the
+        label checks can then run on the source recordings (:func:`diageval.recording.verify.verification_subject`).
+        None (every other edit): the derived bundle itself is checked."""
+        return None
+
 
 class Injection:
     """The live faults of one rank, applied in the order the case lists them."""

@@ -82,6 +82,11 @@ class ScaleOut(BundleFault):
     def bundle_env(self, env: BundleEnv) -> BundleEnv:
         return env.model_copy(update={"world_size": self.params.scaled_world_size})
 
+    def recorded_rank(self, rank: int) -> int:
+        """The kept rank where it was placed, a copy of the other recorded rank everywhere else (a copy's warp
+        keeps each step's figures within 2 * WARP_CLIP_US of its source's)."""
+        return self.params.kept_rank if rank == self.params.kept_at_rank else self.params.copied_rank
+
     def apply(self, bundle_dir: Path) -> None:
         p = self.params
         bundle_dir = Path(bundle_dir)
