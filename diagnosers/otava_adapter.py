@@ -1,43 +1,62 @@
 """``otava``: Apache Otava (the successor of MongoDB's Hunter, ``pip install apache-otava``) on fleet and
 regression evidence: change points over the runs' step times ordered by start time, each mapped to the factor
-values that changed there. Step times only; no trace is read.
+values that change there. Step times only; no trace is read.
 
 What it runs: ``otava.analysis.compute_change_points`` (Hunter's split-and-merge E-divisive with a Student's
-t significance test, Fleming et al. 2023) on one series: every logged step time (the slowest rank's, per
-step) of every run, the runs in start order, at Otava's own default significance (``max_pvalue`` 0.001) and
-with ``min_magnitude`` 0.1 (a change under a tenth of the step is not worth naming, the bar every built-in
-uses). A run belongs to the segment that holds most of its steps.
+t significance test, Fleming et al. 2023) at Otava's own default significance (``max_pvalue`` 0.001) and with
+``min_magnitude`` 0.1 (a change under a tenth of the step is not worth naming, the bar every built-in uses),
+on one series:
 
-Mapping (what the change points show -> a finding):
+* **a fleet** (three runs or more): one point per run, its level (the median over its steps of the slowest
+  rank's step time), the runs in start order. A run's steps share its host, version and settings: they are
+  one observation of its factor values, not eight. Otava's t-test takes the points of a series as independent,
+  so a series of every step calls any run-to-run difference significant by the number of steps (the adapter's
+  first version did: on a recorded fleet it named, at confidence 1.0, hosts whose runs were 16 to 27 ms
+  where the fleet's healthy runs spread over 16-27 ms);
+* **a regression pair**: two points cannot be split, so the series is the baseline's steps then the
+  candidate's, and the change must fall at the boundary (the candidate's steps in a slower segment). That
+  p-value weighs the steps' spread only, never how far two runs of one job drift apart; the pair's confidence
+  is therefore also the probability that the change is beyond that drift (below).
+
+Mapping (what the change points show -> a finding). Every factor value whose runs change at a change point is
+equally consistent with it, so the adapter spreads its forecast over them:
 
 =======================================================  ==================================================
 what it sees                                             finding
 =======================================================  ==================================================
-no change point, or no segment at least 10% slower than  nothing (the fleet looks alike)
+no change point, or no segment at least 10% slower than  nothing
 the fastest one
-slow segments: the runs in them (S)                      the values every run of which is in S, largest
-                                                         first, until S is covered (two values at fault
-                                                         are two groups); if none, the values whose runs
-                                                         overlap S best (Jaccard |runs(v) ∩ S| / |runs(v) ∪
-                                                         S|): ``symptom.slow_step`` naming each value,
-                                                         confidence (1 − the largest p-value of the change
-                                                         points that bound the slow segments) × (1, or the
-                                                         Jaccard times the share of the value's runs that
-                                                         are slow: a fault behind a value slows all of
-                                                         them) / the values held by exactly the same
-                                                         runs (aliased values share it); on a regression
-                                                         pair, the magnitude (slow runs' mean step time
-                                                         over the others')
+a slow segment of a fleet (runs between change points,   ``symptom.slow_step`` naming each *candidate*
+at least 10% slower than the fastest segment)            value: held by every run of the segment and by no
+                                                         run of a segment that is not slow (a fault behind
+                                                         a value slows every run holding it), at confidence
+                                                         (1 − the largest p-value of the change points that
+                                                         bound the segment, calibrated by permutation: see
+                                                         :func:`calibrated`) / the number of candidates; a
+                                                         value that is a candidate of several segments
+                                                         keeps its highest. No candidate: nothing for that
+                                                         segment (no one value explains it)
+the candidates of every slow segment are one group of    abstain, naming the group: no evidence in the
+values held by exactly the same runs, those runs are     fleet can tell them apart (the Bayes decision for
+the slow runs, and 1 − p >= 0.5                          the abstain event: abstaining is right with
+                                                         probability 1 − p)
+a regression pair whose candidate is in a slower         ``symptom.slow_step`` naming the candidate's
+segment                                                  changed value, confidence (1 − p) × Φ((ln m −
+                                                         ln 1.1) / PAIR_SHIFT_SD), with m the candidate's
+                                                         median step over the baseline's (the magnitude)
 =======================================================  ==================================================
 
 Never claims: any cause (``claims = ()``). A change point says when the step time moved, never why: the
 adapter reports where the slowdown sits (a symptom naming a factor value, which the rank-credited score and
-factor precision and recall judge) and leaves the mechanism to others. Aliased values (held by the same runs)
-tie and share the confidence: it does not abstain. One job's evidence (no ``fleet.json``): it says nothing.
+factor precision and recall judge) and leaves the mechanism to others. One job's evidence (no ``fleet.json``):
+it says nothing.
 """
 
 from __future__ import annotations
 
+import math
+import random
+from statistics import median
 from typing import ClassVar
 
 from diageval.bundle.fleet import Fleet, read_fleet
@@ -47,11 +66,24 @@ from diageval.diagnosis import Abstention, Diagnosis, FactorRef, Finding
 
 INSTALL_HINT = "pip install 'diageval[otava]'"
 MAX_PVALUE = 0.001
+"""Otava's own default significance."""
 MIN_MAGNITUDE = 0.1
+"""The smallest change worth naming, a tenth of the step (the bar every built-in uses)."""
+PERMUTATIONS = 100
+"""Shuffles of a fleet's series that calibrate Otava's p-value (:func:`calibrated`); Otava's own permutation
+test (``compute_change_points_orig``, Matteson and James' E-divisive) draws 100."""
 MIN_STEPS = 3
+"""A run with fewer logged steps has no level (one slow first step is not a run's speed)."""
+PAIR_SHIFT_SD = 0.19
+"""The standard deviation of the log ratio of two runs of one unchanged job: what a pair's step-level change
+point cannot see. It is the harness's measurement of two back-to-back healthy recordings on a loaded shared
+2-core machine (``recording/manifest_test.RECORDING_SHIFT_SD``, measured on a CI run's twins): a noisy machine,
+so on a quiet cluster the pair's confidence is lower than it could be, never higher."""
+
+Run = tuple[str, dict[str, str], list[float]]
 
 
-def run_series(fleet: Fleet) -> list[tuple[str, dict[str, str], list[float]]]:
+def run_series(fleet: Fleet) -> list[Run]:
     """(name, metadata, per-step slowest-rank times) of each run with at least MIN_STEPS steps, by start time."""
     out = []
     for info in fleet.ordered():
@@ -63,72 +95,108 @@ def run_series(fleet: Fleet) -> list[tuple[str, dict[str, str], list[float]]]:
     return out
 
 
-def slow_runs(runs: list[tuple[str, dict[str, str], list[float]]]) -> tuple[set[str], float, float]:
-    """The runs in segments at least MIN_MAGNITUDE slower than the fastest segment, the largest p-value of the
-    change points that bound them, and the ratio of their mean step time to the other runs'."""
+def change_points(series: list[float]) -> list[tuple[int, float]]:
+    """Otava's change points of ``series``: (index, p-value), by index."""
     from otava.analysis import compute_change_points
 
-    series = [t for _, _, times in runs for t in times]
-    owner = [name for name, _, times in runs for _ in times]
     cps, _ = compute_change_points(series, max_pvalue=MAX_PVALUE, min_magnitude=MIN_MAGNITUDE)
-    bounds = [0, *(cp.index for cp in cps), len(series)]
+    return sorted((int(cp.index), float(cp.stats.pvalue)) for cp in cps)
+
+
+def calibrated(series: list[float], pvalue: float) -> float:
+    """The chance that Otava reports a change point at least this strong (a p-value at most ``pvalue``) on the
+    same values in an order that carries no change: a permutation p-value over PERMUTATIONS shuffles of the
+    series (fixed seed: the same evidence gets the same answer). Otava's own p-value is that of a t-test at the
+    split it chose as the best of many; on 300 series of 12 runs of noise alone (log-normal, sd 0.15) it
+    reported a change point at ``max_pvalue`` 0.001 in 5 and at 0.01 in 44 (tests/fleet_simulation.py prints
+    the rates): the search makes its p-value smaller than the chance of a false change. Shuffling the series
+    repeats the search, so this one is not."""
+    rng = random.Random(0)
+    shuffled, hits = list(series), 0
+    for _ in range(PERMUTATIONS):
+        rng.shuffle(shuffled)
+        found = change_points(shuffled)
+        hits += bool(found) and min(p for _, p in found) <= pvalue
+    return (1 + hits) / (1 + PERMUTATIONS)
+
+
+def slow_segments(series: list[float], cps: list[tuple[int, float]]) -> list[tuple[int, int, float]]:
+    """The segments (start, stop, p) at least MIN_MAGNITUDE slower than the fastest segment; p is the largest
+    p-value of the change points that bound the segment."""
+    bounds = [0, *(i for i, _ in cps), len(series)]
+    pvalue = dict(cps)
     means = [sum(series[a:b]) / (b - a) for a, b in zip(bounds, bounds[1:])]
     fastest = min(means)
-    slow_segments = [k for k, m in enumerate(means) if m >= (1 + MIN_MAGNITUDE) * fastest]
-    if not slow_segments:
-        return set(), 1.0, 1.0
-    steps_in: dict[str, list[int]] = {}
-    for k, (a, b) in enumerate(zip(bounds, bounds[1:])):
-        for i in range(a, b):
-            steps_in.setdefault(owner[i], []).append(k)
-    slow = {name for name, ks in steps_in.items() if sum(k in slow_segments for k in ks) * 2 > len(ks)}
-    bounding = {k - 1 for k in slow_segments if k > 0} | {k for k in slow_segments if k < len(cps)}
-    pvalue = max((float(cps[i].stats.pvalue) for i in bounding), default=1.0)
-    inside = [t for t, o in zip(series, owner) if o in slow]
-    outside = [t for t, o in zip(series, owner) if o not in slow]
-    ratio = (sum(inside) / len(inside)) / (sum(outside) / len(outside)) if inside and outside else 1.0
-    return slow, pvalue, ratio
+    return [(a, b, max(pvalue.get(a, 0.0), pvalue.get(b, 0.0)))
+            for (a, b), m in zip(zip(bounds, bounds[1:]), means) if m >= (1 + MIN_MAGNITUDE) * fastest]
 
 
-def matching_values(runs: list[tuple[str, dict[str, str], list[float]]],
-                    slow: set[str]) -> list[tuple[list[FactorRef], float]]:
-    """The factor values that explain the slow runs: groups of values held by the same runs (aliased: they tie),
-    each with its share of the confidence (module docstring)."""
-    everyone = {n for n, _, _ in runs}
-    held: dict[FactorRef, frozenset[str]] = {}
-    for name, metadata, _ in runs:
+def holders(runs: list[Run]) -> dict[FactorRef, frozenset[int]]:
+    """Each factor value -> the positions (in start order) of the runs holding it; values every run holds
+    are left out (they tell no run from another)."""
+    held: dict[FactorRef, set[int]] = {}
+    for i, (_, metadata, _) in enumerate(runs):
         for k, v in metadata.items():
-            ref = FactorRef(name=k, value=v)
-            held[ref] = held.get(ref, frozenset()) | {name}
-    held = {ref: names for ref, names in held.items() if names != everyone}
-    groups: dict[frozenset[str], list[FactorRef]] = {}
-    for ref, names in sorted(held.items(), key=lambda kv: (kv[0].name, kv[0].value)):
-        groups.setdefault(names, []).append(ref)
-    # values every run of which is slow, largest first, until the slow runs are covered
-    chosen, uncovered = [], set(slow)
-    inside = {names: refs for names, refs in groups.items() if names <= slow}
-    while uncovered and inside:
-        names = max(inside, key=lambda n: (len(n & uncovered), len(n)))
-        if not names & uncovered:
-            break
-        chosen.append((inside.pop(names), 1.0))
-        uncovered -= names
-    if chosen:
-        return chosen
-    # no value is held by slow runs only: the best overlap (Jaccard), ties sharing, weighed by the share of the
-    # value's runs that are slow (a fault behind a value slows every run holding it: a value some of whose runs
-    # are fast is at most a hedge)
-    jaccard = {names: len(names & slow) / len(names | slow) for names in groups}
-    best = max(jaccard.values(), default=0.0)
-    tied = [(names, refs) for names, refs in groups.items() if jaccard[names] == best and best > 0]
-    return [([ref for _, refs in tied for ref in refs], best * min(len(n & slow) / len(n) for n, _ in tied))] if tied else []
+            held.setdefault(FactorRef(name=k, value=v), set()).add(i)
+    return {ref: frozenset(pos) for ref, pos in held.items() if len(pos) < len(runs)}
+
+
+def fleet_forecast(runs: list[Run]) -> tuple[dict[FactorRef, float], list[FactorRef], str]:
+    """The factor forecast of a fleet (module docstring): value -> confidence, the aliased group to abstain on
+    (empty when none), and a line of evidence."""
+    levels = [median(times) for _, _, times in runs]
+    cps = change_points(levels)
+    if not cps:
+        return {}, [], "no change point"
+    segments = slow_segments(levels, cps)
+    if not segments:
+        return {}, [], f"{len(cps)} change point(s), no segment {MIN_MAGNITUDE:.0%} slower than the fastest"
+    segments = [(a, b, calibrated(levels, p)) for a, b, p in segments]
+    slow = {i for a, b, _ in segments for i in range(a, b)}
+    held = holders(runs)
+    forecast: dict[FactorRef, float] = {}
+    groups: set[frozenset[int]] = set()
+    for a, b, p in segments:
+        inside = set(range(a, b))
+        candidates = sorted((ref for ref, pos in held.items() if inside <= pos <= slow),
+                            key=lambda r: (r.name, r.value))
+        for ref in candidates:
+            forecast[ref] = max(forecast.get(ref, 0.0), (1 - p) / len(candidates))
+        groups |= {held[ref] for ref in candidates}
+    where = "; ".join(f"runs {a + 1}-{b} of {len(runs)} (start order) slow, p {p:.2g} (permutation-calibrated)"
+                      for a, b, p in segments)
+    if len(groups) == 1:
+        [group] = groups
+        tied = sorted((ref for ref, pos in held.items() if pos == group), key=lambda r: (r.name, r.value))
+        p = max(p for _, _, p in segments)
+        if len(tied) > 1 and group == slow and 1 - p >= 0.5:
+            return {}, tied, where
+    return forecast, [], where
+
+
+def pair_forecast(runs: list[Run], value: FactorRef | None) -> tuple[float, float, str]:
+    """A regression pair (baseline first): the confidence that the candidate is slower because of its changed
+    value, the magnitude, and a line of evidence."""
+    (_, _, base), (_, _, cand) = runs
+    cps = change_points(base + cand)
+    magnitude = median(cand) / median(base)
+    if value is None or not cps:
+        return 0.0, magnitude, "no change point"
+    segments = slow_segments(base + cand, cps)
+    in_slow = sum(1 for a, b, _ in segments for i in range(a, b) if i >= len(base))
+    if in_slow * 2 <= len(cand) or any(a < len(base) for a, _, _ in segments):
+        return 0.0, magnitude, "the change points do not put the candidate alone in a slower segment"
+    p = max(p for _, _, p in segments)
+    beyond = 0.5 * (1 + math.erf((math.log(magnitude) - math.log(1 + MIN_MAGNITUDE)) / (PAIR_SHIFT_SD * math.sqrt(2))))
+    return (1 - p) * beyond, magnitude, (f"otava change point at the run boundary, p {p:.2g}; candidate/baseline "
+                                         f"median step {magnitude:.2f}, beyond two runs' drift with probability {beyond:.2f}")
 
 
 class OtavaDiagnoser:
     """Change points over a fleet's step times (see the module docstring)."""
 
     name: ClassVar[str] = "otava"
-    version: ClassVar[str] = f"1+apache-otava-{installed_version('apache-otava')}"
+    version: ClassVar[str] = f"2+apache-otava-{installed_version('apache-otava')}"
     claims: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self) -> None:
@@ -145,21 +213,36 @@ class OtavaDiagnoser:
         if len(runs) < 2:
             return Diagnosis(abstain=Abstention(reason=f"{len(runs)} run(s) with at least {MIN_STEPS} logged steps: "
                                                        "no series to segment"))
-        slow, pvalue, ratio = slow_runs(runs)
-        if not slow or len(slow) == len(runs):
+        if fleet.is_regression:
+            return self._pair(fleet, runs)
+        forecast, aliased, where = fleet_forecast(runs)
+        if aliased:
+            values = ", ".join(f"{r.name}={r.value}" for r in aliased)
+            return Diagnosis(abstain=Abstention(reason=f"otava change points: {where}; exactly the slow runs hold "
+                                                       f"{values}: the fleet cannot tell them apart", factors=aliased))
+        return Diagnosis(findings=[
+            Finding(category="symptom.slow_step", kind="symptom", confidence=round(q, 3), factor=ref,
+                    summary=f"otava change points over the runs' median step times in start order: {where}; "
+                            f"{ref.name}={ref.value} is held by a slow segment's every run and by no fast run "
+                            f"(one of the values consistent with it)",
+                    evidence=[f"otava compute_change_points(max_pvalue={MAX_PVALUE}, min_magnitude={MIN_MAGNITUDE})"])
+            for ref, q in sorted(forecast.items(), key=lambda kv: (-kv[1], kv[0].name, kv[0].value)) if q > 0])
+
+    @staticmethod
+    def _pair(fleet: Fleet, runs: list[Run]) -> Diagnosis:
+        base, cand = fleet.role("baseline"), fleet.role("candidate")
+        ordered = {run[0]: run for run in runs}
+        if base.name not in ordered or cand.name not in ordered:
+            return Diagnosis(abstain=Abstention(reason=f"the baseline or the candidate has fewer than {MIN_STEPS} "
+                                                       "logged steps: no pair to compare"))
+        differ = [k for k in fleet.factors if base.metadata[k] != cand.metadata[k]]
+        value = FactorRef(name=differ[0], value=cand.metadata[differ[0]]) if differ else None
+        q, magnitude, where = pair_forecast([ordered[base.name], ordered[cand.name]], value)
+        if q <= 0 or value is None:
             return Diagnosis()
-        magnitude = ratio if fleet.is_regression else None
-        runs_text = ", ".join(sorted(slow))
-        findings = []
-        for values, match in matching_values(runs, slow):
-            how = "every run holding it is slow" if match == 1.0 else (f"its runs overlap them best, though not all of "
-                                                                        f"them are slow (weight {match:.2f})")
-            tie = f"; held by exactly the same runs as {len(values) - 1} other value(s)" if len(values) > 1 else ""
-            findings += [Finding(
-                category="symptom.slow_step", kind="symptom", confidence=round((1 - pvalue) * match / len(values), 3),
-                factor=ref, magnitude=magnitude,
-                summary=f"change points put runs {runs_text} in segments {ratio:.2f}x slower than the others; "
-                        f"{ref.name}={ref.value}: {how}{tie}",
-                evidence=[f"otava change points: largest p-value {pvalue:.2g} (max_pvalue {MAX_PVALUE})"])
-                for ref in values]
-        return Diagnosis(findings=findings)
+        return Diagnosis(findings=[Finding(
+            category="symptom.slow_step", kind="symptom", confidence=round(q, 3), factor=value,
+            magnitude=round(magnitude, 4),
+            summary=f"the candidate ({value.name}={value.value}) takes {magnitude:.2f}x the baseline's median step: "
+                    f"{where}", evidence=[f"otava compute_change_points(max_pvalue={MAX_PVALUE}, "
+                                          f"min_magnitude={MIN_MAGNITUDE}) over the pair's steps"])])
