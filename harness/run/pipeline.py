@@ -60,8 +60,8 @@ from diageval.cases.load import CaseSet, LoadedCase
 from diageval.cases.tiers import FULL, EvidenceTier, case_under_tier
 from diageval.errors import DiagevalError
 from diageval.fileio import atomic_write_text
-from diageval.hosting import (Attempt, DiagnoseTask, ExecutorSpec, HarnessFailure, Host, HostPolicy, remove_stale_boxes,
-                              run_diagnoses)
+from diageval.hosting import (Attempt, DiagnoseTask, ExecutorSpec, HarnessFailure, Host, HostPolicy, executor_session,
+                              prepare_on_ray, recorded_on_ray, remove_stale_boxes, run_diagnoses)
 from diageval.progress import Progress
 from diageval.run.evidence_tiers import EvidenceSize, TierSourceDamaged, evidence_size, tier_bundle
 from diageval.run.grade import summarize_run
@@ -244,17 +244,22 @@ def _run_locked(hosted: Host, case_set: CaseSet, store: RunStore, show: Progress
     counts = {"resumed": len(runnable) - len(todo), "prepared": 0, "diagnosed": 0, "skipped": len(skipped)}
     if counts["resumed"]:
         show.line(f"resuming {store.root}: {counts['resumed']} case(s) already done, {len(todo)} to go")
+    from diageval.recording.monitors import monitor_for_spec
+
+    record_on_ray = options.executor.kind == "ray" and monitor_for_spec(hosted.spec) is None  # a monitor's: here
     evidence_fn = evidence_fn or _default_evidence_fn()
     pipeline = _Pipeline(hosted, case_set, store, jobs=jobs, show=show, tier=options.evidence, executor=options.executor)
     try:
         by_id = {lc.case.id: lc for lc in todo}
-        prepared = pipeline.prepare_all([by_id[cid] for cid in evidence_order], evidence_fn, device)
-        ready = sorted(prepared, key=lambda r: order[r.loaded.case.id])
-        sizes = {**manifest.evidence_sizes, **{r.loaded.case.id: r.size for r in ready if r.size is not None}}
-        manifest = manifest.model_copy(update={"evidence_sizes": sizes})
-        store.write_info(manifest)
-        counts["prepared"] = len(todo)
-        counts["diagnosed"] = pipeline.diagnose_all(ready)
+        with executor_session(options.executor if todo else ExecutorSpec()):  # one Ray for both phases
+            prepared = pipeline.prepare_all([by_id[cid] for cid in evidence_order], evidence_fn, device,
+                                            record_on_ray=record_on_ray)
+            ready = sorted(prepared, key=lambda r: order[r.loaded.case.id])
+            sizes = {**manifest.evidence_sizes, **{r.loaded.case.id: r.size for r in ready if r.size is not None}}
+            manifest = manifest.model_copy(update={"evidence_sizes": sizes})
+            store.write_info(manifest)
+            counts["prepared"] = len(todo)
+            counts["diagnosed"] = pipeline.diagnose_all(ready)
         pipeline.record_damaged_again(evidence_fn, device)
         results, summary = summarize_run(store, manifest)
     except KeyboardInterrupt:
@@ -302,18 +307,35 @@ class _Pipeline:
         self._write_lock = threading.Lock()
         self.damaged: list[LoadedCase] = []  # cached bundles that failed their checksums: recorded again
 
-    def prepare_all(self, todo: list[LoadedCase], evidence_fn: EvidenceFn, device: Device) -> list[_Ready]:
+    def prepare_all(self, todo: list[LoadedCase], evidence_fn: EvidenceFn, device: Device, *,
+                    record_on_ray: bool = False) -> list[_Ready]:
+        """Every case's evidence, here one after another; with ``record_on_ray``, the live cases' on the Ray
+        cluster's recorder nodes (one per node at a time: :func:`diageval.hosting.prepare_on_ray`), after the
+        others, their answers checked here exactly as a local preparation's."""
         ready: list[_Ready] = []
-        for i, loaded in enumerate(todo, 1):
-            start = time.perf_counter()
-            outcome = self._prepare(loaded, evidence_fn, device)
+        there = [lc for lc in todo if record_on_ray and recorded_on_ray(lc.case)]
+        here = [lc for lc in todo if not (record_on_ray and recorded_on_ray(lc.case))]
+        shown = 0
+
+        def finish(loaded: LoadedCase, fn: EvidenceFn, start: float) -> None:
+            nonlocal shown
+            outcome = self._prepare(loaded, fn, device)
             if isinstance(outcome, _Ready):
                 ready.append(outcome)
                 status = "ready"
             else:
                 status = outcome["status"]
                 self._save(loaded, None, outcome)
-            self.show.step("evidence", i, len(todo), loaded.case.id, status, time.perf_counter() - start)
+            shown += 1
+            self.show.step("evidence", shown, len(todo), loaded.case.id, status, time.perf_counter() - start)
+
+        for loaded in here:
+            finish(loaded, evidence_fn, time.perf_counter())
+        if there:
+            def answered(i: int, answer: Any, seconds: float) -> None:  # seconds: the recording's, on its node
+                finish(there[i], _answered(answer), time.perf_counter() - seconds)
+
+            prepare_on_ray(there, evidence_fn, answered, device=device, address=self.executor.address)
         sharing: dict[str, list[str]] = {}
         for r in ready:
             sharing.setdefault(r.bundle_id, []).append(r.loaded.case.id)
@@ -439,6 +461,17 @@ class _Pipeline:
 
 
 # --- helpers ----------------------------------------------------------------------------------------
+
+
+def _answered(answer: Any) -> EvidenceFn:
+    """An evidence function that gives ``answer`` (prepared elsewhere), or raises it when it is an exception."""
+
+    def given(loaded: LoadedCase, **_: Any) -> Any:
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    return given
 
 
 def _under_tier(case_set: CaseSet, tier: EvidenceTier) -> CaseSet:
