@@ -87,7 +87,7 @@ def test_the_cuda_cases_cover_each_gpu_pathology_and_a_control():
 
 
 def test_device_problem_says_why_a_cuda_case_cannot_run_here(monkeypatch):
-    monkeypatch.setattr(record_mod, "_cuda_count", lambda: 0)
+    monkeypatch.setattr(record_mod, "cuda_device_count", lambda: 0)
     case = CUDA_CASES[0].case
     assert "needs CUDA" in record_mod.device_problem("cpu", case)
     assert "1 CUDA device(s) needed, this machine has 0" in record_mod.device_problem("auto", case)
@@ -95,19 +95,34 @@ def test_device_problem_says_why_a_cuda_case_cannot_run_here(monkeypatch):
         record_mod.resolve_device("auto", case)
     cpu_case = load_case_set().get("straggler-rank1").case
     assert record_mod.device_problem("auto", cpu_case) is None and record_mod.resolve_device("auto", cpu_case) == "cpu"
-    monkeypatch.setattr(record_mod, "_cuda_count", lambda: 1)
+    monkeypatch.setattr(record_mod, "cuda_device_count", lambda: 1)
     assert record_mod.device_problem("auto", case) is None and record_mod.resolve_device("auto", case) == "cuda"
     # a gloo-only injection under --device cuda: skipped with the reason, not an error mid-run
-    monkeypatch.setattr(record_mod, "_cuda_count", lambda: 2)
+    monkeypatch.setattr(record_mod, "cuda_device_count", lambda: 2)
     stall = load_case_set().get("collective-stall-mlp").case
     assert "collective_stall) works on CPU (gloo) only" in record_mod.device_problem("cuda", stall)
     assert record_mod.resolve_device("auto", stall) == "cpu"
 
 
+def test_without_a_gpu_driver_the_device_count_is_zero_without_importing_torch(monkeypatch, tmp_path):
+    """Every run asks how many CUDA devices there are (the corpus holds CUDA cases); on Linux without any GPU
+    driver node the answer is 0 before torch is imported (seconds on 2 cores), and with one, torch's."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the driver-node shortcut is Linux's")
+    monkeypatch.setattr(record_mod, "GPU_DRIVER_NODES", (str(tmp_path / "no-such-driver"),))
+    monkeypatch.setitem(sys.modules, "torch", None)  # any `import torch` now raises ImportError
+    assert record_mod.cuda_device_count() == 0
+    monkeypatch.setattr(record_mod, "GPU_DRIVER_NODES", (str(tmp_path),))  # a node exists: torch is asked
+    with pytest.raises(ImportError):
+        record_mod.cuda_device_count()
+
+
 def test_verify_and_record_skip_cuda_cases_without_cuda_and_record_nothing(monkeypatch, tmp_path):
     from diageval.recording import cache, prepare, verify
 
-    monkeypatch.setattr(record_mod, "_cuda_count", lambda: 0)
+    monkeypatch.setattr(record_mod, "cuda_device_count", lambda: 0)
 
     def must_not_record(*a, **k):
         raise AssertionError("a CUDA-only case was recorded on a machine without CUDA")

@@ -58,14 +58,27 @@ def recording_code_version() -> str:
     return h.hexdigest()
 
 
-def cache_key(case: Case, device: str, repeat: int = 0, *, code_version: str | None = None) -> str:
-    import torch
+def torch_version() -> str:
+    """The installed torch's version, from its distribution's metadata (importing torch to read
+    ``torch.__version__`` costs seconds on 2 cores, in every run that only reads the cache); the same string
+    for pip and conda builds (``2.13.0+cpu``); ``torch.__version__`` where torch is not an installed
+    distribution (a source tree on the path)."""
+    from importlib.metadata import PackageNotFoundError, version
 
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        import torch
+
+        return torch.__version__
+
+
+def cache_key(case: Case, device: str, repeat: int = 0, *, code_version: str | None = None) -> str:
     payload = {
         "spec": case.spec_hash(),
         "code": code_version or recording_code_version(),
         "device": device,
-        "torch": torch.__version__,
+        "torch": torch_version(),
         "repeat": repeat,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]

@@ -537,9 +537,9 @@ def _for_monitor(spec: str, runnable: list[LoadedCase], skipped: list[SkippedCas
 
 
 def _cuda_device_count() -> int:
-    import torch
+    from diageval.recording.record import cuda_device_count
 
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return cuda_device_count()
 
 
 def _default_evidence_fn() -> EvidenceFn:
