@@ -115,10 +115,18 @@ def test_sliced_summary_of_a_hand_made_trace_is_the_single_pass_one(tmp_path, mo
     events = build_events(2, 12, lambda r, k: shape)
     write_trace(tmp_path / "t.json.gz", 0, 2, events[0])
     whole = summarize_trace(tmp_path / "t.json.gz")
-    monkeypatch.setattr(ts, "_CHECK_EVERY", 0)  # look at the budget after every event
     sliced = summarize_trace(tmp_path / "t.json.gz", max_entries=200)
     assert len(whole.steps) == 12
     assert _summary_dump(sliced) == _summary_dump(whole)
+    import diageval.bundle.trace_stream as stream
+
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 4096)  # many windows: slices close as the pass goes
+    reads = []
+    real = ts.iter_trace_windows
+    monkeypatch.setattr(ts, "iter_trace_windows", lambda *a, **k: (reads.append(1), real(*a, **k))[1])
+    sliced = summarize_trace(tmp_path / "t.json.gz", max_entries=200)
+    assert _summary_dump(sliced) == _summary_dump(whole)
+    assert len(reads) == 2  # written in time order: one pass for the slices, whatever their number
 
 
 @pytest.mark.skipif(not all(p.is_file() for p in SLICED_REAL), reason=f"real traces not found at {REAL_TRACES}")

@@ -411,12 +411,24 @@ def iter_trace_events(path: Path, state: StreamState, *, max_json_bytes: int | N
     The caller reads ``state`` after exhausting the iterator (the header may end after the events).
     Elements of ``traceEvents`` that are not JSON objects are skipped (not counted in ``n_events``).
     """
+    for events in iter_trace_windows(path, state, max_json_bytes=max_json_bytes):
+        yield from events
+
+
+def iter_trace_windows(path: Path, state: StreamState, *, max_json_bytes: int | None = None) -> Iterator[list[TraceEvent]]:
+    """The same events as :func:`iter_trace_events`, in file order, a window (a list) at a time.
+
+    A window is what one decode produced (about ``CHUNK_BYTES`` of JSON, or one odd element; never empty):
+    a caller that works on whole windows (list comprehensions, one filter per window) spends far less
+    Python per event than one that takes events one by one.
+    """
     path = Path(path)
     source = _Source(path, state, max_json_bytes)
     b = _Buffer(source, path)
     try:
-        for events in _read_document(b, state):  # windows of events: one generator level per event
-            yield from events
+        for events in _read_document(b, state):
+            if events:
+                yield events
     except RecursionError:
         raise b.error("JSON nested deeper than Python's recursion limit") from None
     except MemoryError:
@@ -508,4 +520,5 @@ __all__ = [
     "TraceTooLargeError",
     "event_from_dict",
     "iter_trace_events",
+    "iter_trace_windows",
 ]

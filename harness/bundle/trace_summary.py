@@ -12,10 +12,14 @@ may sit anywhere before it. So no step is complete before the file ends, and a s
 in one pass would be exact only for files in time order. When the columns outgrow the budget, the first
 pass drops them and keeps only what is O(steps, threads, names): step markers, flags, collectives by
 name, and the largest gap between a runtime call and the device work it queued (``trace_stats``'s join,
-for the margin). The trace is then read again once per slice of consecutive steps, each pass keeping
-only events that can change those steps (``trace_stats.TimeRange``), and every step is computed from
-exactly the events a single pass would have used: the result is the same, at the cost of
-``1 + entries / MAX_COLUMN_ENTRIES`` reads (``benchmarks/big_trace.py`` measures both).
+for the margin) and, per window of the reader, the time span its events cover. The trace is then read
+once more, cut into slices of consecutive steps, each keeping only events that can change its steps
+(``trace_stats.TimeRange``), and every step is computed from exactly the events a single pass would
+have used: the result is the same. The slices fill together in that second pass, each built and freed
+once the pass is past the last window that can reach it, so a trace written in time order is read
+twice at a bounded memory whatever its size; a trace whose order keeps more than ``OPEN_SLICES`` slices
+open at once (torch 1.9 writes every host op before any kernel) takes one more pass per such group
+(``benchmarks/big_trace.py`` and ``benchmarks/trace_reader.py --side-by-side`` measure them).
 
 Size: the collector, the per-step build and the slicing driver are one unit: a slice re-runs the same
 collector and build over a ``TimeRange``, and the exactness of slices rests on both reading the same
@@ -62,7 +66,7 @@ from pydantic import BaseModel, Field
 
 from diageval.bundle import kineto as k
 from diageval.bundle.trace_stats import StatsCollector, StepStats, TimeRange
-from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, iter_trace_events
+from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, iter_trace_windows
 
 SHORT_OP_US = 50.0
 MAX_COLUMN_ENTRIES = 1_000_000
@@ -70,11 +74,10 @@ MAX_COLUMN_ENTRIES = 1_000_000
 stays bounded whatever the trace's size. Measured on the A100 trace of ``benchmarks/big_trace.py``: about
 73 bytes per entry at the peak (the columns, then the sorted copies the per-step measurement makes), so
 1 M entries keep ``rules`` near 125 MB with the interpreter's ~50 MB, under the 200 MB of issue 14."""
-_CHECK_EVERY = (1 << 14) - 1
 
 
 class EventObserver(Protocol):
-    """Something that sees every event of a summarising pass (``summarize_trace(observers=...)``)."""
+    """Something that sees every complete event (``ph`` X) of a summarising pass (``summarize_trace(observers=...)``)."""
 
     def add(self, ev: TraceEvent) -> None: ...
 
@@ -406,19 +409,21 @@ def summarize_trace(path: Path, *, max_entries: int = MAX_COLUMN_ENTRIES,
                     observers: Sequence[EventObserver] = ()) -> TraceSummary:
     """Read ``path`` (``.json`` or ``.json.gz``) once and summarise it per step.
 
-    Each of ``observers`` sees every event of the first pass (``observer.add(event)``), for a caller that
-    measures something else in the same read (``rules``' per-step arithmetic); keep values, not events.
+    Each of ``observers`` sees every complete event (``ph`` X) of the first pass (``observer.add(event)``),
+    for a caller that measures something else in the same read (``rules``' per-step arithmetic); keep
+    values, not events.
 
     Never raises on a file that is merely cut short (``truncated`` says so); raises
     ``TraceFormatError`` on a file that is not a Chrome trace at all. Memory stays under ``max_entries``
-    column entries: a trace that needs more is read again in slices of steps (see the module notes).
+    column entries: a trace that needs more is read once more, in slices of steps (see the module notes).
     """
     path = Path(path)
     state = StreamState()
     cols = _Columns()
     gpu = StatsCollector()
     started = time.perf_counter()
-    _stream(path, state, cols, gpu, max_entries, observers=observers)
+    hulls: list[tuple[float, float]] = []
+    _stream(path, state, cols, gpu, max_entries, observers=observers, hulls=hulls)
     header = state.header
     base_ns = header.get("baseTimeNanoseconds")
     base_us = base_ns / 1000.0 if isinstance(base_ns, (int, float)) else 0.0
@@ -429,7 +434,7 @@ def summarize_trace(path: Path, *, max_entries: int = MAX_COLUMN_ENTRIES,
         if gpu.has_device_events and steps:
             steps = _with_gpu(steps, gpu.measure()[0])
     else:
-        steps = _summarize_in_slices(path, cols, gpu, base_us, main_tid, markers, max_entries)
+        steps = _summarize_in_slices(path, cols, gpu, base_us, main_tid, markers, max_entries, hulls)
     props = header.get("deviceProperties") if isinstance(header.get("deviceProperties"), list) else []
     devices = [d["name"] for d in props if isinstance(d, dict) and isinstance(d.get("name"), str)]
     return TraceSummary(
@@ -453,27 +458,24 @@ def summarize_trace(path: Path, *, max_entries: int = MAX_COLUMN_ENTRIES,
 
 
 def _stream(path: Path, state: StreamState, cols: _Columns, gpu: StatsCollector, max_entries: int | None,
-            keep: TimeRange | None = None, observers: Sequence[EventObserver] = ()) -> None:
-    """One pass over the trace into both collectors; past ``max_entries`` column entries both drop theirs.
+            observers: Sequence[EventObserver] = (), hulls: list[tuple[float, float]] | None = None) -> None:
+    """The first pass over the trace, into both collectors; past ``max_entries`` column entries both drop theirs.
 
-    With ``keep`` (a slice pass) events that cannot reach the slice are passed over before either collector
-    looks at them: their facts were gathered by the first pass.
+    Works a window of the reader at a time: only complete events (``ph`` X) reach the collectors, which
+    ignore every other kind. ``hulls`` gets, per window, the earliest start and the latest end of its
+    timed events (what the slice pass needs to know when a slice has seen its last event).
     """
-    n = 0
-    lo, hi = (keep.lo - keep.margin, keep.hi + keep.margin) if keep is not None else (0.0, 0.0)
     try:
-        for ev in iter_trace_events(path, state):
-            if keep is not None:
-                ts, dur = ev.ts, ev.dur
-                if ev.ph != "X" or not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) \
-                        or ts >= hi or ts + max(0.0, dur) <= lo:
-                    continue
-            cols.add(ev)
-            gpu.add(ev)
-            for observer in observers:
-                observer.add(ev)
-            n += 1
-            if not n & _CHECK_EVERY and max_entries is not None and cols.columns:
+        for window in iter_trace_windows(path, state):
+            timed = [ev for ev in window if ev.ph == "X"]
+            if hulls is not None:
+                hulls.append(_hull(timed))
+            for ev in timed:
+                cols.add(ev)
+                gpu.add(ev)
+                for observer in observers:
+                    observer.add(ev)
+            if max_entries is not None and cols.columns:
                 held = cols.size() + gpu.size()
                 if held > max_entries:
                     cols.drop(held)
@@ -482,38 +484,136 @@ def _stream(path: Path, state: StreamState, cols: _Columns, gpu: StatsCollector,
         raise TraceFormatError(f"{path}: not UTF-8 JSON: {exc}") from exc
 
 
+_NUMBER = (int, float, bool)  # what ``isinstance(x, (int, float))`` accepts among decoded JSON values
+
+
+def _numeric(events: list[TraceEvent]) -> list[TraceEvent]:
+    """The events whose start and duration are numbers (the only ones a column or a slice takes)."""
+    return [ev for ev in events if ev.ts.__class__ in _NUMBER and ev.dur.__class__ in _NUMBER]
+
+
+def _hull(timed: list[TraceEvent]) -> tuple[float, float]:
+    """(earliest start, latest end) of a window's timed events; an empty range when it has none."""
+    numeric = _numeric(timed)
+    if not numeric:
+        return math.inf, -math.inf
+    return min(ev.ts for ev in numeric), max(ev.ts + (ev.dur if ev.dur > 0 else 0) for ev in numeric)
+
+
 def _with_gpu(steps: list[StepSummary], measured: list[StepStats]) -> list[StepSummary]:
     by_number = {st.number: st for st in measured if st.number is not None}
     return [st.model_copy(update={"gpu": by_number.get(st.number)}) for st in steps]
 
 
+OPEN_SLICES = 4
+"""Slices one pass fills at once: each is sized to ``max_entries / OPEN_SLICES``, so that the slices a pass holds
+open together stay within the budget."""
+
+
+class _Slice:
+    """Consecutive step windows whose columns one pass fills; built, then freed, once past its last window."""
+
+    def __init__(self, markers: list[tuple[int, float, float, str]], margin: float, gpu: StatsCollector,
+                 hulls: list[tuple[float, float]]) -> None:
+        self.markers = markers
+        self.keep = TimeRange(lo=markers[0][1], hi=max(m[1] + max(0.0, m[2]) for m in markers), margin=margin)
+        self.lo, self.hi = self.keep.lo - margin, self.keep.hi + margin
+        # the windows of the first pass that hold an event that can reach the slice: [first, last]
+        near = [i for i, (a, b) in enumerate(hulls) if a < self.hi and b > self.lo]
+        self.first, self.last = (near[0], near[-1]) if near else (len(hulls), -1)
+        self.facts = gpu
+        self.cols: _Columns | None = None
+        self.stats: StatsCollector | None = None
+
+    def open(self) -> None:
+        self.cols = _Columns(self.keep)
+        self.stats = StatsCollector(self.keep, facts_of=self.facts)
+
+    def add(self, numeric: list[TraceEvent]) -> None:
+        lo, hi = self.lo, self.hi
+        for ev in numeric:
+            ts = ev.ts
+            if ts < hi and ts + (ev.dur if ev.dur > 0 else 0) > lo:
+                self.cols.add(ev)  # type: ignore[union-attr]
+                self.stats.add(ev)  # type: ignore[union-attr]
+
+    def build(self, base_us: float, main_tid: str | None) -> list[StepSummary]:
+        built = _build_steps(self.cols, base_us, main_tid, self.markers)  # type: ignore[arg-type]
+        if self.facts.has_device_events:
+            windows = [(n, ts, dur) for n, ts, dur, _ in self.markers]
+            built = _with_gpu(built, self.stats.measure_windows(main_tid, windows))  # type: ignore[union-attr,arg-type]
+        self.cols = self.stats = None
+        return built
+
+
+def _passes(slices: list[_Slice]) -> list[list[_Slice]]:
+    """Slices grouped into passes, in order, so that no more than ``OPEN_SLICES`` of a pass are open at once.
+
+    A slice is open from the first window that can reach it to the last; in a trace written in time order
+    only neighbours overlap, and one pass takes every slice. A trace whose host ops all come before its
+    device activity (torch 1.9) keeps every slice open to the end: it takes one pass per ``OPEN_SLICES``.
+    """
+    groups: list[list[_Slice]] = []
+    for sl in slices:
+        group = groups[-1] if groups else None
+        if group is not None and _most_open([*group, sl]) <= OPEN_SLICES:
+            group.append(sl)
+        else:
+            groups.append([sl])
+    return groups
+
+
+def _most_open(slices: list[_Slice]) -> int:
+    edges = sorted([(s.first, 0) for s in slices if s.first <= s.last] + [(s.last, 1) for s in slices if s.first <= s.last])
+    most = now = 0
+    for _, kind in edges:  # an opening sorts before a closing at the same window: both are open there
+        now += 1 if kind == 0 else -1
+        most = max(most, now)
+    return most
+
+
 def _summarize_in_slices(path: Path, first: _Columns, gpu: StatsCollector, base_us: float, main_tid: str | None,
-                         markers: list[tuple[int, float, float, str]], max_entries: int) -> list[StepSummary]:
-    """The steps of a trace too large to hold: read it again once per slice of consecutive step windows,
-    keeping only the events that can change those windows (``TimeRange``), so each pass stays in budget.
+                         markers: list[tuple[int, float, float, str]], max_entries: int,
+                         hulls: list[tuple[float, float]]) -> list[StepSummary]:
+    """The steps of a trace too large to hold: slices of consecutive step windows, each keeping only the events
+    that can change its windows (``TimeRange``), filled together in one more pass over the trace (more only
+    when the trace's order would hold more than ``OPEN_SLICES`` open at once); a slice is built and freed as
+    soon as the pass is past the last window of the first pass that can reach it (``hulls``).
 
     Slices are sized from the first pass (entries per event until the budget ran out, events per step);
     a GPU trace whose call-to-device join gave up (``StatsCollector.margin_us`` None) keeps its device
-    activity and runtime calls whole in every pass.
+    activity and runtime calls whole in every slice.
     """
     if not markers:
         return []
     margin = gpu.margin_us if gpu.has_device_events else 0.0
     margin = math.inf if margin is None else margin
     per_step = max(1.0, first.dropped_at_entries / max(1, first.dropped_at_events) * first.n_timed / len(markers))
-    per_slice = max(1, int(max_entries / per_step))
-    steps: list[StepSummary] = []
-    for i in range(0, len(markers), per_slice):
-        chunk = markers[i : i + per_slice]
-        keep = TimeRange(lo=chunk[0][1], hi=max(m[1] + max(0.0, m[2]) for m in chunk), margin=margin)
-        cols = _Columns(keep)
-        sliced = StatsCollector(keep, facts_of=gpu)
-        _stream(path, StreamState(), cols, sliced, None, keep)
-        built = _build_steps(cols, base_us, main_tid, chunk)
-        if gpu.has_device_events:
-            built = _with_gpu(built, sliced.measure_windows(main_tid, [(n, ts, dur) for n, ts, dur, _ in chunk]))
-        steps += built
-    return steps
+    per_slice = max(1, int(max_entries / OPEN_SLICES / per_step))
+    slices = [_Slice(markers[i : i + per_slice], margin, gpu, hulls) for i in range(0, len(markers), per_slice)]
+    built: dict[int, list[StepSummary]] = {}
+    for group in _passes(slices):
+        waiting = sorted(group, key=lambda s: s.first)
+        open_: list[_Slice] = []
+        try:
+            for w, window in enumerate(iter_trace_windows(path, StreamState())):
+                while waiting and waiting[0].first <= w:
+                    waiting[0].open()
+                    open_.append(waiting.pop(0))
+                if open_:
+                    numeric = _numeric([ev for ev in window if ev.ph == "X"])
+                    for sl in open_:
+                        sl.add(numeric)
+                for sl in [s for s in open_ if s.last <= w]:
+                    built[id(sl)] = sl.build(base_us, main_tid)
+                    open_.remove(sl)
+        except UnicodeDecodeError as exc:
+            raise TraceFormatError(f"{path}: not UTF-8 JSON: {exc}") from exc
+        for sl in [*open_, *waiting]:  # nothing reached it (or the trace ended early): built from what it holds
+            if sl.cols is None:
+                sl.open()
+            built[id(sl)] = sl.build(base_us, main_tid)
+    return [st for sl in slices for st in built[id(sl)]]
 
 
 __all__ = ["Collective", "EventObserver", "StepSummary", "TraceSummary", "TraceFormatError", "summarize_trace", "union_length"]
