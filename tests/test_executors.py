@@ -1,24 +1,34 @@
 """Executors (issue 26): ``local`` and ``ray`` give the same results; a bundle travels by its key and is checked
 on arrival; a node without a sandbox refuses as this machine does; a lost Ray worker's case is retried once,
-then ends ``harness_error``.
+then ends ``harness_error``; recordings run on Ray one per node at a time, and what they record comes back to
+this machine's cache, checked, with the truth kept only here.
 
-The Ray tests share one local Ray (``ray.init(num_cpus=2)``) for the module and skip, saying why, where Ray is
-not installed (``pip install 'diageval[ray]'``) or cannot start here.
+The Ray tests share one local Ray (``ray.init(num_cpus=2)``, declaring one ``diageval_recorder``) for the module
+and skip, saying why, where Ray is not installed (``pip install 'diageval[ray]'``) or cannot start here.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import socket
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 from run_fakes import FakeEvidence, make_case, make_case_set, write_bundle
 
 from diageval.hosting import ExecutorSpec, HostPolicy, SandboxUnavailable, sandbox_problem
-from diageval.hosting.executors.bundle_transfer import TransferDamaged, pack_bundle, unpack_bundle
+from diageval.hosting.executors.bundle_transfer import TransferDamaged, pack_bundle, receive_bundle, unpack_bundle
 from diageval.hosting.executors.ray_pool import _Pool, check_opened
+from diageval.hosting.executors.ray_recording import RecordingFailed, prepare_on_ray
+from diageval.hosting.executors.recording_task import RECORDER_RESOURCE, record_here
 from diageval.hosting.executors.remote_slot import RemoteSlot
 from diageval.hosting.executors.tasks import DiagnoseTask, HarnessFailure
+from diageval.recording.prepare import PreparedEvidence
 from diageval.run.pipeline import RunOptions, run_diagnoser
 from diageval.run.store import RunStore
 
@@ -37,6 +47,46 @@ def _results(run_dir: Path) -> dict[str, dict]:
     """Every result as saved, less the diagnoser's wall time, with the run folder its errors name as RUN."""
     return {r.case_id: json.loads(r.model_dump_json(exclude={"seconds"}).replace(str(run_dir), "RUN"))
             for r in RunStore(run_dir).read_results()}
+
+
+@dataclass(frozen=True)
+class RecorderFake:
+    """Stands in for ``prepare_evidence`` where a recording node runs it (so it is importable there: Ray's
+    workers get this folder on their path): one opaque bundle per case under its repeat-0 cache key in the
+    cache it is given (default ``home``'s), a truth record beside it, and in the bundle's ``recorded.json``
+    where and when it was recorded (after ``pause_s`` of "recording"). A bundle already in the cache is used
+    as it is. Positive cases get a manifested verification."""
+
+    home: Path
+    pause_s: float = 0.0
+    fail: tuple[str, ...] = ()
+
+    def __call__(self, loaded, *, device="auto", force=False, cache_dir=None):
+        from diageval.recording.cache import bundles_root, cache_key, write_truth
+        from diageval.recording.truth import TruthRecord, Verification
+
+        cache = Path(cache_dir) if cache_dir else self.home / "bundles"
+        case = loaded.case
+        if case.id in self.fail:
+            raise RuntimeError("the ranks did not start")
+        key = cache_key(case, "cpu")
+        folder = bundles_root(cache) / key
+        verification = None
+        if case.labels.expect == "diagnose":
+            verification = Verification(metric="step_time_median", min_ratio=1.2, injected=0.018, healthy=0.01, ratio=1.8,
+                                        noise=0.05, repeats=3, manifested=True, impact=0.4)
+        if not (folder / "bundle.json").is_file():
+            started = time.time()
+            time.sleep(self.pause_s)
+            folder.mkdir(parents=True)
+            (folder / "recorded.json").write_text(json.dumps({"node": socket.gethostname(), "pid": os.getpid(),
+                                                               "started": started, "ended": time.time(), "cache": str(cache)}))
+            write_bundle(folder, FakeEvidence.bundle_id(case.id), log_text=SCRIPT.get(case.id, "ok") + "\n")
+            write_truth(cache, TruthRecord(case_id=case.id, key=key, repeat=0, recorded=datetime.now(timezone.utc),
+                                           verification=verification))
+        return PreparedEvidence(case_id=case.id, bundle_dir=folder, bundle_id=FakeEvidence.bundle_id(case.id),
+                                manifest_sha256=hashlib.sha256((folder / "bundle.json").read_bytes()).hexdigest(),
+                                verification=verification)
 
 
 def _untimed(summary: object) -> object:
@@ -85,6 +135,47 @@ def test_a_bundle_travels_by_its_key_and_is_checked_on_arrival(tmp_path):
     assert "steps.jsonl" not in pack_bundle(bundle)
 
 
+def test_a_bundle_kept_where_it_arrives_is_checked_file_by_file_first(tmp_path):
+    bundle = write_bundle(tmp_path / "b", "opaque")
+    key = hashlib.sha256((bundle / "bundle.json").read_bytes()).hexdigest()
+    damaged = pack_bundle(bundle)
+    damaged["steps.jsonl"] += b"\n"
+    with pytest.raises(TransferDamaged, match="arrived damaged: steps.jsonl: size or sha256 differs"):
+        receive_bundle(damaged, key, tmp_path / "cache" / "k1")
+    assert list((tmp_path / "cache").iterdir()) == []  # nothing left behind
+    assert receive_bundle(pack_bundle(bundle), key, tmp_path / "cache" / "k1") is True
+    assert (tmp_path / "cache" / "k1" / "steps.jsonl").read_bytes() == (bundle / "steps.jsonl").read_bytes()
+    other = write_bundle(tmp_path / "c", "other")
+    other_key = hashlib.sha256((other / "bundle.json").read_bytes()).hexdigest()
+    assert receive_bundle(pack_bundle(other), other_key, tmp_path / "cache" / "k1") is False  # the first arrival stays
+    assert json.loads((tmp_path / "cache" / "k1" / "bundle.json").read_text())["bundle_id"] == "opaque"
+
+
+def test_a_recorder_records_only_what_its_seeds_lack_and_keeps_nothing(tmp_path):
+    from diageval.recording.cache import bundles_root, cache_key
+
+    home = tmp_path / "home"
+    fake = RecorderFake(home)
+    cached, fresh = make_case_set([make_case("s1-cached"), make_case("s2-fresh", expect="healthy")]).cases
+    fake(cached)  # in this machine's cache
+    key = cache_key(cached.case, "cpu")
+    seed = pack_bundle(bundles_root(home / "bundles") / key)
+    seeded = {key: (hashlib.sha256(seed["bundle.json"]).hexdigest(), seed)}
+    truth = (home / "bundles" / f"{key}.truth.json").read_text()
+    answer = record_here(fake, cached, "cpu", seeded, {key: truth})
+    assert answer["bundles"] == {} and answer["truths"] == []  # found in its seeds: nothing recorded, no truth changed
+    assert answer["prepared"].bundle_dir == Path(key) and answer["prepared"].verification.manifested
+    answer = record_here(fake, fresh, "cpu", seeded)
+    [(new_key, (sha, packed))] = answer["bundles"].items()
+    assert new_key == cache_key(fresh.case, "cpu") and sha == hashlib.sha256(packed["bundle.json"]).hexdigest()
+    [truth] = answer["truths"]
+    assert json.loads(truth)["case_id"] == "s2-fresh"
+    assert not Path(json.loads(packed["recorded.json"])["cache"]).exists()  # the recorder's cache is gone
+    assert answer["node"] == socket.gethostname() and answer["started"] <= answer["ended"]
+    failed = record_here(RecorderFake(home, fail=("s2-fresh",)), fresh, "cpu", {})
+    assert failed["error"] == "RuntimeError: the ranks did not start" and "prepared" not in failed
+
+
 def test_a_node_without_a_sandbox_refuses_as_this_machine_does(monkeypatch):
     import diageval.hosting.sandbox as sandbox
 
@@ -125,7 +216,8 @@ def local_ray():
     ray = pytest.importorskip("ray", reason="--executor ray needs ray: pip install 'diageval[ray]'")
     if not ray.is_initialized():
         try:
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+            ray.init(num_cpus=2, resources={RECORDER_RESOURCE: 1}, include_dashboard=False, log_to_driver=False,
+                     runtime_env={"env_vars": {"PYTHONPATH": str(TESTS)}})  # the fakes, importable on its workers
         except Exception as exc:  # its agents must start within the raylet's 15 s window: a loaded machine misses it
             pytest.skip(f"a local Ray could not start here: {type(exc).__name__}: {str(exc).splitlines()[0]}")
     yield ray
@@ -133,9 +225,10 @@ def local_ray():
 
 
 @pytest.mark.skipif(sandbox_problem() is not None, reason=f"no sandbox here: {sandbox_problem()}")
-def test_ray_gives_the_results_local_gives(tmp_path, local_ray):
+def test_ray_gives_the_results_local_gives(tmp_path, local_ray, monkeypatch):
+    monkeypatch.setenv("DIAGEVAL_HOME", str(tmp_path / "home"))
     case_set = make_case_set([make_case(c) for c in SCRIPT] + [make_case("e7-healthy", expect="healthy")])
-    evidence = FakeEvidence(tmp_path / "bundles", log_text=SCRIPT)
+    evidence = RecorderFake(tmp_path / "home")  # the ray run prepares every case on the recorder, from this cache
     here = _run("fake_diagnosers:ScriptedDiagnoser", case_set, tmp_path, evidence, run_id="local")
     there = _run("fake_diagnosers:ScriptedDiagnoser", case_set, tmp_path, evidence, executor="ray", run_id="ray")
     assert there.info.isolation == "bwrap" and there.info.env.model_dump()["executor"] == "ray"
@@ -159,3 +252,32 @@ def test_a_lost_worker_is_retried_once_then_the_case_is_a_harness_error(tmp_path
     assert {c: r.status for c, r in results.items()} == {"l1-lost-once": "ok", "l2-lost-twice": "harness_error", "l3-fine": "ok"}
     assert "the Ray worker diagnosing it was lost" in results["l2-lost-twice"].error and "twice" in results["l2-lost-twice"].error
     assert out.info.status == "complete"
+
+
+def test_recordings_run_one_per_node_and_come_back_checked_with_their_truth_kept_here(tmp_path, local_ray):
+    """Four recordings at once on a Ray of 2 CPUs and one recorder: each task reports when it held the node;
+    no two overlap on a node. Each bundle and its truth end in this machine's cache; a failed one names its node."""
+    from diageval.bundle.model import EvidenceBundle
+    from diageval.recording.cache import read_truth
+
+    home = tmp_path / "home"
+    cases = make_case_set([make_case(f"r{i}-live") for i in range(3)] + [make_case("r9-fails", expect="healthy")]).cases
+    answers: dict[int, object] = {}
+    prepare_on_ray(cases, RecorderFake(home, pause_s=0.5, fail=("r9-fails",)),
+                   lambda i, answer, seconds: answers.setdefault(i, answer), device="cpu", address=None,
+                   cache_dir=home / "bundles")
+    assert sorted(answers) == [0, 1, 2, 3]
+    assert isinstance(answers[3], RecordingFailed)
+    assert str(answers[3]) == f"on Ray node {socket.gethostname()}: RuntimeError: the ranks did not start"
+    held: dict[str, list[tuple[float, float]]] = {}
+    for i in range(3):
+        prepared = answers[i]
+        assert isinstance(prepared, PreparedEvidence) and prepared.bundle_dir.parent == home / "bundles" / "evidence"
+        assert EvidenceBundle.open(prepared.bundle_dir).verify_checksums() == []
+        assert read_truth(home / "bundles", prepared.bundle_dir.name).case_id == cases[i].case.id  # kept here
+        where = json.loads((prepared.bundle_dir / "recorded.json").read_text())
+        assert where["pid"] != os.getpid() and not Path(where["cache"]).exists()  # on a worker, its cache removed
+        held.setdefault(where["node"], []).append((where["started"], where["ended"]))
+    for spans in held.values():
+        spans.sort()
+        assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:])), spans

@@ -10,7 +10,9 @@ Everything outside this package uses only the names below (``tests/test_architec
   attempt's status, never an exception);
 * :func:`list_diagnosers`, :func:`sandbox_problem` and :func:`remove_stale_boxes` for the command line;
 * :func:`run_diagnoses` runs a run's :class:`DiagnoseTask` list on an :class:`ExecutorSpec` (``local`` slots, or
-  slots on Ray workers; :mod:`.executors`), each ending in an ``Attempt`` or a :class:`HarnessFailure`.
+  slots on Ray workers; :mod:`.executors`), each ending in an ``Attempt`` or a :class:`HarnessFailure`;
+  with ``ray``, :func:`executor_session` holds the cluster for the run and :func:`prepare_on_ray` records its
+  live cases (:func:`recorded_on_ray`) there, one per node at a time.
 
 Inside: the sandbox (:mod:`.sandbox`), what a run's boxes hide and show (:mod:`.box_policy`,
 :mod:`.spec_paths`, :mod:`.label_stores`, :mod:`.python_paths`), their limits (:mod:`.limits`), the spec registry
@@ -29,7 +31,8 @@ from diageval.hosting.errors import (
     SpecPathError,
     WorkerStartError,
 )
-from diageval.hosting.executors import DiagnoseTask, ExecutorSpec, HarnessFailure, run_diagnoses
+from diageval.hosting.executors import (DiagnoseTask, ExecutorSpec, HarnessFailure, RecordingFailed, executor_session,
+                                        prepare_on_ray, recorded_on_ray, run_diagnoses)
 from diageval.hosting.host import Host, list_diagnosers
 from diageval.hosting.policy import DEFAULT_TIMEOUT_S, BoxLimits, HostPolicy
 from diageval.hosting.process_groups import LiveGroups
@@ -40,4 +43,5 @@ __all__ = [
     "DEFAULT_TIMEOUT_S", "Attempt", "AttemptStatus", "BoxLimits", "BundleIntegrityError", "DiagnoseTask", "DiagnoserSpecError",
     "ExecutorSpec", "HarnessFailure", "Host", "HostError", "HostPolicy", "LiveGroups", "STDERR_NAME", "STDOUT_NAME", "SandboxUnavailable", "Slot", "SpecPathError",
     "WorkerStartError", "list_diagnosers", "remove_stale_boxes", "run_diagnoses", "sandbox_problem",
+    "RecordingFailed", "executor_session", "prepare_on_ray", "recorded_on_ray",
 ]

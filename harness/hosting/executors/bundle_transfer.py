@@ -7,6 +7,10 @@ whose ``bundle.json`` does not hash to its key (damaged on the way: :class:`Tran
 themselves are then checked by the one integrity check there is: the private copy a slot makes for its
 diagnoser (:func:`diageval.hosting.private_bundle.private_copy`), so a file changed in the cache, or left
 out here, is the same ``BundleIntegrityError`` naming the file on a Ray worker as in a local run.
+
+A bundle that is kept where it arrives (a recording coming back to this machine's cache, a cached one seeded
+into a recorder's private cache) is received whole: :func:`receive_bundle` unpacks it beside its place,
+checks every file against ``bundle.json`` and only then moves it into place.
 """
 
 from __future__ import annotations
@@ -58,6 +62,37 @@ def unpack_bundle(packed: Packed, key: str, dest: Path) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
     return dest
+
+
+def receive_bundle(packed: Packed, key: str, dest: Path) -> bool:
+    """Unpack ``packed`` as the folder ``dest``, checked against ``key`` and every file against ``bundle.json``
+    (else :class:`TransferDamaged`, naming the files, and nothing is left behind). True when it was put in place;
+    False when ``dest`` already holds a bundle (kept as it is: the first arrival wins)."""
+    import shutil
+
+    from diageval.bundle.model import BundleError, EvidenceBundle
+    from diageval.fileio import owned_temp_dir
+
+    dest = Path(dest)
+    if (dest / MANIFEST_NAME).is_file():
+        return False
+    tmp = owned_temp_dir(dest.parent, ".arriving-")
+    try:
+        folder = unpack_bundle(packed, key, tmp / "bundle")
+        try:
+            problems = EvidenceBundle.open(folder).verify_checksums()
+        except BundleError as exc:
+            problems = [str(exc)]
+        if problems:
+            raise TransferDamaged(f"the bundle {key[:16]} arrived damaged: " + "; ".join(problems))
+        if (dest / MANIFEST_NAME).is_file():
+            return False
+        if dest.exists():  # a folder without a manifest: an interrupted write, replaced
+            shutil.rmtree(dest)
+        folder.rename(dest)
+        return True
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _read_plain(root: Path, rel: str) -> bytes | None:

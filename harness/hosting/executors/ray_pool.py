@@ -234,10 +234,12 @@ def _connect(ray: Any, address: str | None) -> bool:
     (and so ends it). A Ray this process already joined is used as it is."""
     if ray.is_initialized():
         return False
+    from diageval.hosting.executors.recording_task import RECORDER_RESOURCE
+
     joining = address or os.environ.get("RAY_ADDRESS")
-    try:
+    try:  # a local Ray started here is one node that records one case at a time (ray_recording)
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False,
-                 **({} if joining else {"include_dashboard": False}))
+                 **({} if joining else {"include_dashboard": False, "resources": {RECORDER_RESOURCE: 1}}))
     except Exception as exc:
         where = f"join the Ray cluster at {joining}" if joining else "start a local Ray"
         raise HostError(f"--executor ray: could not {where}: {type(exc).__name__}: {_first_line(exc)}") from None

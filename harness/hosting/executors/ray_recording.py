@@ -1,0 +1,170 @@
+"""Recording on Ray, the driver's side: each live case's evidence prepared by a Ray task on a node of its own.
+
+A recording is a timing measurement, so two must never share a machine: every recording task takes one unit
+of the custom resource :data:`~.recording_task.RECORDER_RESOURCE` (``diageval_recorder``), which each node
+declares once (``ray start --resources '{"diageval_recorder": 1}'``; the local Ray a run starts declares it
+too), and Ray runs a task only where a unit is free: one recording per node at a time, on as many nodes as
+declare it. The run's diagnoses start only after every recording is over (the pipeline's two phases).
+
+* **What goes**: the case (the recorder runs its workload and faults and verifies them, so it reads the case,
+  labels included, as this machine does when it records), the evidence function, the device asked for, and
+  this machine's cached bundles of the case (its repeats, its healthy twin's, its base, by content key) with
+  its stored truth record, so a recorder records only what the cache lacks and reuses or redoes the
+  verification exactly where this machine would, on the same recordings. Only a recording task receives
+  these; a diagnose slot never does.
+* **What comes back**: every bundle the recorder's private cache gained, by content key, checked against its
+  ``bundle.json`` and every file against it (:func:`~.bundle_transfer.receive_bundle`) before it enters this
+  machine's cache (a key already there keeps its bundle); the truth records (the verification) and index
+  lines, written here only: the recorder's temp cache is removed when the task ends, so no truth stays on a
+  node, and a diagnose slot only ever receives a bundle.
+* **A lost recorder** (its process or node died) is retried once by Ray; lost twice, the case fails like a
+  recording that failed (``harness_error``). A recording that fails names the node.
+
+Cases recorded elsewhere stay here: imported ones (their traces are in this machine's data folder) and
+regressions and fleets (their runs are shared members of this machine's cache).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from diageval.cases.load import LoadedCase
+from diageval.cases.model import Case
+from diageval.hosting.errors import HostError
+from diageval.hosting.executors.bundle_transfer import TransferDamaged, pack_bundle, receive_bundle
+from diageval.hosting.executors.recording_task import RECORDER_RESOURCE, Seeded, record_here
+
+OnPrepared = Callable[[int, Any, float], None]  # (index, the prepared evidence or the exception that replaces it,
+# the seconds the recording task took on its node)
+
+
+class RecordingFailed(HostError):
+    """A recording task on a Ray node failed, was lost twice, or sent back a damaged bundle."""
+
+
+def recorded_on_ray(case: Case) -> bool:
+    """Whether a ray run records ``case`` on a recorder node: one live job (not imported, not a fleet)."""
+    return case.recorded is None and case.fleet is None
+
+
+def prepare_on_ray(cases: list[LoadedCase], prepare: Callable[..., Any], on_done: OnPrepared, *, device: str,
+                   address: str | None, cache_dir: Path | None = None) -> None:
+    """Prepare every case's evidence with ``prepare`` on the recorder nodes of the Ray cluster at ``address``
+    (joined or started, as for the diagnoses), at most one per node at a time; call ``on_done(index, answer, s)``
+    here as each ends (with the seconds its task took there), ``answer`` the prepared evidence with its bundle in this machine's cache (``cache_dir``,
+    default the bundle cache), or a :class:`RecordingFailed`."""
+    from diageval.hosting.executors.ray_pool import _connect, _first_line, _import_ray
+    from diageval.paths import bundle_cache_dir
+
+    if not cases:
+        return
+    ray = _import_ray()
+    started = _connect(ray, address)
+    cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
+    refs: dict[Any, int] = {}
+    try:
+        recorders = int(ray.cluster_resources().get(RECORDER_RESOURCE, 0))
+        if recorders < 1:
+            raise HostError(f"no node of the Ray cluster declares the resource {RECORDER_RESOURCE}, so no case can be "
+                            f"recorded there: start each node that may record with ray start --resources "
+                            f"'{{\"{RECORDER_RESOURCE}\": 1}}'")
+        task = ray.remote(num_cpus=1, resources={RECORDER_RESOURCE: 1}, max_retries=1)(record_here)
+        lost = (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError, ray.exceptions.ObjectLostError,
+                ray.exceptions.LocalRayletDiedError, ray.exceptions.OutOfMemoryError)
+        code = _code_version()
+        pending = collections.deque(range(len(cases)))
+        while pending or refs:
+            while pending and len(refs) < 2 * recorders:  # Ray's resource runs one per recorder, the next one waits
+                # there; no more are sent, so the seeds held here and in the object store stay few
+                i = pending.popleft()
+                seeded, truths = _seeds(cases[i].case, device, cache, code)
+                refs[task.remote(prepare, cases[i], device, seeded, truths)] = i
+            [ref], _ = ray.wait(list(refs), num_returns=1)
+            i = refs.pop(ref)
+            try:
+                answer = ray.get(ref)
+            except lost as exc:
+                on_done(i, RecordingFailed(f"the Ray worker recording it was lost twice ({type(exc).__name__}: "
+                                           f"{_first_line(exc)})"), 0.0)
+                continue
+            except ray.exceptions.RayTaskError as exc:  # the task itself broke (record_here answers data otherwise)
+                on_done(i, RecordingFailed(f"the recording task failed on Ray: {_first_line(exc)}"), 0.0)
+                continue
+            on_done(i, _keep(answer, cache), answer["ended"] - answer["started"])
+    except BaseException:
+        for ref in refs:
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:
+                pass
+        raise
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _keep(answer: dict[str, Any], cache: Path) -> Any:
+    """Put what a recorder sent back into ``cache``; the prepared evidence, pointing there, or the failure."""
+    from diageval.fileio import append_jsonl
+    from diageval.recording.cache import bundles_root, write_truth
+    from diageval.recording.truth import TruthRecord
+
+    node = answer.get("node", "?")
+    if "error" in answer:
+        return RecordingFailed(f"on Ray node {node}: {answer['error']}")
+    root = bundles_root(cache)
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        for key, (sha, packed) in answer["bundles"].items():
+            receive_bundle(packed, sha, root / key)
+    except TransferDamaged as exc:
+        return RecordingFailed(f"recorded on Ray node {node}: {exc}")
+    for text in answer["truths"]:
+        write_truth(cache, TruthRecord.model_validate_json(text))
+    for line in answer["index"]:
+        append_jsonl(cache / "index.jsonl", line)
+    prepared = answer["prepared"]
+    return prepared.model_copy(update={"bundle_dir": root / Path(prepared.bundle_dir).name})
+
+
+def _code_version() -> str:
+    from diageval.recording.cache import recording_code_version
+
+    return recording_code_version()
+
+
+def _seeds(case: Case, device: str, cache: Path, code: str) -> tuple[Seeded, dict[str, str]]:
+    """This machine's cached bundles that preparing ``case`` may read: the case's repeat 0 and its base (the
+    recording its evidence edits start from), and for a positive case every repeat pair of what its
+    verification records (:func:`~diageval.recording.verify.verification_subject` and its healthy twin), up to
+    the manifestation test's cap. Keyed by cache key, each with the sha256 of its ``bundle.json``; and the
+    truth record of the case's repeat 0 (what ``prepare_evidence`` reads), when there is one."""
+    import hashlib
+
+    from diageval.bundle.model import MANIFEST_NAME
+    from diageval.recording.cache import bundles_root, cache_key, split_bundle_edits, truth_path
+    from diageval.recording.manifest_test import LOOKS
+    from diageval.recording.record import resolve_device
+    from diageval.recording.verify import verification_subject
+
+    try:
+        resolved = resolve_device(device, case)
+    except Exception:  # the recorder says why, in its own words, on its own node
+        return {}, {}
+    specs = [(case, 0), (split_bundle_edits(case)[0], 0)]
+    if case.labels.expect == "diagnose" and case.manifest is not None:
+        subject = verification_subject(case)
+        specs += [(c, r) for c in (subject, subject.healthy_twin()) for r in range(LOOKS[-1])]
+    seeded: Seeded = {}
+    for c, r in specs:
+        key = cache_key(c, resolved, r, code_version=code)
+        folder = bundles_root(cache) / key
+        if key not in seeded and (folder / MANIFEST_NAME).is_file():
+            packed = pack_bundle(folder)
+            seeded[key] = (hashlib.sha256(packed[MANIFEST_NAME]).hexdigest(), packed)
+    key = cache_key(case, resolved, 0, code_version=code)
+    truth = truth_path(cache, key)
+    return seeded, ({key: truth.read_text(encoding="utf-8")} if truth.is_file() else {})
