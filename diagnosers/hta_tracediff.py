@@ -6,17 +6,24 @@ every profiled step of each (``control_iteration`` / ``test_iteration``: all of 
 kernels (``DeviceType.ALL``), full names. Its table has per op name the counts and total duration on each
 side. From it:
 
-* **The regression**: the mean ``ProfilerStep#N`` duration of the candidate over the baseline's (the
-  magnitude). Without profiled steps, the medians of the runs' logged step times (``steps.jsonl``). Under
+* **The regression**: the median ``ProfilerStep#N`` duration of the candidate over the baseline's (the
+  magnitude; a median, as every run level here: a few stray slow steps are not the run's speed). Without
+  profiled steps, the medians of the runs' logged step times (``steps.jsonl``). Under
   1.1 (a tenth of the step, the bar every built-in uses for the smallest loss worth naming) it says
-  nothing: one pair has no run-to-run noise to judge a smaller change against.
+  nothing. One pair cannot show how far two runs of an unchanged job drift apart, so the chance that the
+  regression is real is Φ((ln ratio − ln 1.1) / PAIR_SHIFT_SD), with PAIR_SHIFT_SD the spread of that drift
+  (the log ratio of two back-to-back healthy recordings on a loaded shared machine, 0.19, measured by the
+  harness: ``recording/manifest_test.RECORDING_SHIFT_SD``), widened by the standard errors of the two
+  medians from the runs' own steps. Every confidence below is multiplied by it.
 * **The factor**: the pair differs in one declared factor (``fleet.json``); the candidate's value of it is
-  named on every finding. The slowdown itself is reported as ``symptom.slow_step`` at 0.9 (measured, but
-  one pair can be a fluke).
-* **Why** (what the candidate's trace has that the baseline's does not):
+  named on every finding. The slowdown itself is reported as ``symptom.slow_step`` at that chance.
+* **Why** (what the candidate's trace has that the baseline's does not). Only ops count: a Python frame
+  (``file.py(123): fn``, recorded by ``with_stack``) is not an op, and its file name says which code ran, not
+  which op got slower (``torch/utils/data/dataloader.py(...)`` frames are not DataLoader ops, nor
+  ``torch/_dynamo/...`` frames compiled regions):
 
   ===========================================================  ========================================
-  what the diff shows                                          cause, confidence
+  what the diff shows                                          cause, confidence (× the chance above)
   ===========================================================  ========================================
   ops only in the candidate named like Python frames           ``measurement.profiler_overhead``, 0.8
   (``file.py(123): fn``): the profiler records stacks          (the bookkeeping is what makes it slower;
@@ -24,12 +31,16 @@ side. From it:
                                                                measured, not that this is all the cost)
   more compiled-region or compiler ops (``Torch-Compiled``,    ``compile.recompilation``, 0.8
   ``Dynamo``, ``Inductor``, ``CompiledFunction``)
-  DataLoader ops longer by at least a tenth of a baseline      ``input.dataloader_starvation``, the
-  step per step                                                share of the step-time increase they
-                                                               explain (at most 0.95)
+  DataLoader ops longer, beyond their share of a step slowed   ``input.dataloader_starvation``, the
+  by the ratio, by at least a tenth of a baseline step per     share of the step-time increase that
+  step                                                         excess explains (at most 0.95)
   collective ops (``all_reduce``, ``gloo``, ``nccl``, ...)      ``comm.collective_stall``, the same
-  longer by at least a tenth of a baseline step per step
+  longer beyond their share, the same way
   ===========================================================  ========================================
+
+  "Beyond their share": when a host is contended or a machine slower, every op takes longer in proportion,
+  the DataLoader's wait and the collectives included; an op that grew by the step's own ratio explains
+  none of the increase (on a recorded contended-host pair the DataLoader op grew 4.1x with a 4.1x step).
 
 Never claims: the causes a diff of op names and durations cannot show (the same ops at another speed: a
 numeric type, a thread count, a contended host look alike), and any cause on a fleet (more than two runs)
@@ -38,6 +49,7 @@ or on one job's evidence, where it says nothing.
 
 from __future__ import annotations
 
+import math
 import re
 from statistics import median
 from typing import ClassVar
@@ -49,14 +61,24 @@ from diageval.diagnosers.hta_adapter import INSTALL_HINT, _load_trace, _quiet_ht
 from diageval.diagnosis import Abstention, Diagnosis, FactorRef, Finding
 
 MIN_REGRESSION = 1.1
-SLOWDOWN_CONFIDENCE = 0.9
 MARK_CONFIDENCE = 0.8
 MAX_CONFIDENCE = 0.95
 MIN_SHARE = 0.1
+PAIR_SHIFT_SD = 0.19
+"""The spread (sd of the log ratio) of two runs of an unchanged job, which one pair cannot measure (module
+docstring)."""
 PYTHON_FRAME = re.compile(r"\.py\(\d+\): ")
 COMPILER = re.compile(r"Torch-Compiled|Dynamo|Inductor|CompiledFunction", re.IGNORECASE)
 DATALOADER = re.compile(r"DataLoader", re.IGNORECASE)
 COLLECTIVE = re.compile(r"all_reduce|allreduce|all_gather|reduce_scatter|broadcast|gloo|nccl", re.IGNORECASE)
+
+
+def beyond_drift(ratio: float, spread: float = 0.0) -> float:
+    """The chance that a pair's step-time ratio is beyond the drift between two runs of an unchanged job by
+    more than the smallest slowdown worth naming (module docstring); ``spread``: the standard error of the log
+    ratio from the runs' own steps, added to the drift's."""
+    z = (math.log(ratio) - math.log(MIN_REGRESSION)) / math.sqrt(PAIR_SHIFT_SD ** 2 + spread ** 2)
+    return 0.5 * (1 + math.erf(z / math.sqrt(2)))
 
 
 def changed_value(fleet: Fleet) -> FactorRef | None:
@@ -66,18 +88,28 @@ def changed_value(fleet: Fleet) -> FactorRef | None:
     return FactorRef(name=differ[0], value=cand.metadata[differ[0]]) if differ else None
 
 
-def _logged_median(bundle: EvidenceBundle) -> float | None:
+def _logged_times(bundle: EvidenceBundle) -> list[float]:
+    """Per logged step, the slowest rank's duration (seconds)."""
     per_step: dict[int, float] = {}
     for s in bundle.steps():
         per_step[s.step] = max(per_step.get(s.step, 0.0), s.duration)
-    return median(per_step.values()) if per_step else None
+    return [per_step[k] for k in sorted(per_step)]
+
+
+def _median_se(times: list[float]) -> float:
+    """Standard error of the median of log ``times`` (1.2533 sd / sqrt(n), the normal's), 0 under two steps."""
+    logs = [math.log(t) for t in times if t > 0]
+    if len(logs) < 2:
+        return 0.0
+    mean = sum(logs) / len(logs)
+    return 1.2533 * math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1)) / math.sqrt(len(logs))
 
 
 class TraceDiffDiagnoser:
     """HTA's TraceDiff on a regression pair (see the module docstring)."""
 
     name: ClassVar[str] = "hta-tracediff"
-    version: ClassVar[str] = f"1+traceinsight-{installed_version('traceinsight')}"
+    version: ClassVar[str] = f"2+traceinsight-{installed_version('traceinsight')}"
     claims: ClassVar[tuple[str, ...]] = ("measurement.profiler_overhead", "compile.recompilation",
                                          "input.dataloader_starvation", "comm.collective_stall")
 
@@ -99,26 +131,33 @@ class TraceDiffDiagnoser:
             return Diagnosis(abstain=Abstention(reason=f"no rank-0 trace in the {' and '.join(missing)} run: nothing "
                                                        "for TraceDiff to compare"))
         table = self._diff(runs)
-        steps = {side: table[table.index.str.startswith("ProfilerStep#")][f"{side}_counts"].sum() for side in runs}
-        step_us = {side: table[table.index.str.startswith("ProfilerStep#")][f"{side}_total_duration"].sum()
-                   / max(steps[side], 1) for side in runs}
-        if all(steps.values()) and step_us["baseline"] > 0:
-            ratio, source = step_us["candidate"] / step_us["baseline"], "TraceDiff's ProfilerStep durations"
+        profiled = table[table.index.str.startswith("ProfilerStep#")]
+        durations = {side: [float(d) for c, d in zip(profiled[f"{side}_counts"], profiled[f"{side}_total_duration"])
+                            if c > 0 and d > 0] for side in runs}
+        steps = {side: len(durations[side]) for side in runs}
+        step_us = {side: sum(durations[side]) / max(steps[side], 1) for side in runs}
+        if all(steps.values()):
+            ratio, source = median(durations["candidate"]) / median(durations["baseline"]), \
+                "the median ProfilerStep durations of TraceDiff's table"
+            spread = math.sqrt(sum(_median_se(durations[side]) ** 2 for side in runs))
         else:
-            logged = {side: _logged_median(b) for side, b in runs.items()}
+            logged = {side: _logged_times(b) for side, b in runs.items()}
             if not logged["baseline"] or not logged["candidate"]:
                 return Diagnosis(abstain=Abstention(reason="neither profiled steps nor logged steps to measure the pair"))
-            ratio, source = logged["candidate"] / logged["baseline"], "the logged step times' medians"
+            ratio, source = median(logged["candidate"]) / median(logged["baseline"]), "the logged step times' medians"
+            spread = math.sqrt(sum(_median_se(logged[side]) ** 2 for side in runs))
             steps = {side: 1 for side in runs}
-            step_us = {"baseline": logged["baseline"] * 1e6, "candidate": logged["candidate"] * 1e6}
+            step_us = {side: median(logged[side]) * 1e6 for side in runs}
         if ratio < MIN_REGRESSION:
             return Diagnosis()
         where = f"{value.name}={value.value}" if value else "the candidate"
         common = dict(factor=value, magnitude=round(ratio, 4))
-        findings = [Finding(category="symptom.slow_step", kind="symptom", confidence=SLOWDOWN_CONFIDENCE,
-                            summary=f"the candidate ({where}) takes {ratio:.2f}x the baseline's step time ({source})",
-                            **common)]
-        findings += self._causes(table, steps, step_us, ratio, where, common)
+        real = beyond_drift(ratio, spread)
+        findings = [Finding(category="symptom.slow_step", kind="symptom", confidence=round(real, 3),
+                            summary=f"the candidate ({where}) takes {ratio:.2f}x the baseline's step time ({source}); "
+                                    f"beyond two runs' drift with probability {real:.2f}", **common)]
+        findings += self._causes(table, steps, step_us, ratio, where, common, real)
+        findings = [f for f in findings if f.confidence > 0]
         return Diagnosis(findings=sorted(findings, key=lambda f: (f.kind != "cause", -f.confidence)))
 
     @staticmethod
@@ -136,19 +175,21 @@ class TraceDiffDiagnoser:
 
     @staticmethod
     def _causes(table, steps: dict[str, float], step_us: dict[str, float], ratio: float, where: str,
-                common: dict) -> list[Finding]:
-        names = table.index.astype(str)
+                common: dict, real: float) -> list[Finding]:
         only_new = table[(table["baseline_counts"] == 0) & (table["candidate_counts"] > 0)]
         out = []
         frames = [n for n in only_new.index.astype(str) if PYTHON_FRAME.search(n)]
+        table = table[~table.index.astype(str).str.contains(PYTHON_FRAME)]  # ops only, frames are not ops
+        names = table.index.astype(str)
         if frames:
-            out.append(Finding(category="measurement.profiler_overhead", kind="cause", confidence=MARK_CONFIDENCE,
+            out.append(Finding(category="measurement.profiler_overhead", kind="cause",
+                               confidence=round(MARK_CONFIDENCE * real, 3),
                                summary=f"the candidate ({where}) is {ratio:.2f}x slower and its trace records Python "
                                        f"frames the baseline's does not ({len(frames)} of them): it is profiled with "
                                        "stacks, and measured in more detail", evidence=frames[:4], **common))
         compiled = table[names.str.contains(COMPILER) & (table["diff_counts"] > 0)]
         if len(compiled):
-            out.append(Finding(category="compile.recompilation", kind="cause", confidence=MARK_CONFIDENCE,
+            out.append(Finding(category="compile.recompilation", kind="cause", confidence=round(MARK_CONFIDENCE * real, 3),
                                summary=f"the candidate ({where}) runs compiler regions more often than the baseline "
                                        f"(+{int(compiled['diff_counts'].sum())})",
                                evidence=[str(n) for n in compiled.index[:4]], **common))
@@ -158,13 +199,16 @@ class TraceDiffDiagnoser:
             rows = table[names.str.contains(pattern)]
             if not len(rows):
                 continue
-            per_step = (rows["candidate_total_duration"].sum() / max(steps["candidate"], 1)
-                        - rows["baseline_total_duration"].sum() / max(steps["baseline"], 1))
+            base = rows["baseline_total_duration"].sum() / max(steps["baseline"], 1)
+            cand = rows["candidate_total_duration"].sum() / max(steps["candidate"], 1)
+            grown = step_us["candidate"] / step_us["baseline"] if step_us["baseline"] > 0 else 1.0
+            per_step = cand - base * grown  # beyond growing with the (mean) step (module docstring)
             if per_step < MIN_SHARE * step_us["baseline"] or increase <= 0:
                 continue
             out.append(Finding(category=category, kind="cause",
-                               confidence=round(min(MAX_CONFIDENCE, per_step / increase), 3),
-                               summary=f"the candidate's {what} take {per_step / 1e3:.1f} ms more per step, "
+                               confidence=round(real * min(MAX_CONFIDENCE, per_step / increase), 3),
+                               summary=f"the candidate's {what} take {(cand - base) / 1e3:.1f} ms more per step, "
+                                       f"{per_step / 1e3:.1f} ms beyond their share of a step {grown:.2f}x longer: "
                                        f"{per_step / increase:.0%} of its step-time increase",
                                evidence=[str(n) for n in rows.index[:4]], **common))
         return out
