@@ -259,3 +259,17 @@ def test_window_cut_is_validated_not_trusted():
         # it decoded: then the full array continues with a separator right after the cut
         rest = body[p + 1 :].lstrip()
         assert rest[:1] in (b",", b"]"), (p, decoded[-1])
+
+
+@pytest.mark.parametrize("args", [
+    '{"correlation": 5, "x": {"correlation": 7}}', '{"correlation": 1, "correlation": 2}', '{}', '[1]', '7',
+    '{"correlation": 1e400}', '{"correlation": "a"}', '{"External id": 3}', '{"correlation": NaN}',
+    '{"s": "}\\"correlation\\": 9", "correlation": [1]}',
+])
+def test_correlation_is_what_decoded_args_holds(tmp_path, args):
+    """The join's fast read of ``args.correlation`` agrees with the whole decode, odd input included."""
+    p = tmp_path / "t.json"
+    p.write_text('{"traceEvents": [{"ph": "X", "args": ' + args + '}, {"ph": "X"}]}')
+    events = list(iter_trace_events(p, StreamState()))
+    assert [e.correlation() for e in events] == [e.decoded_args().get("correlation") for e in events]
+    assert [e.correlation() for e in events][1] is None

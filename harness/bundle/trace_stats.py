@@ -265,7 +265,7 @@ def _correlation(ev: TraceEvent) -> Any:
     """The runtime correlation id that ties a device event to the host call that queued it (or None).
 
     Only device events, launches and copies need it, so only they decode their ``args``."""
-    return ev.decoded_args().get("correlation")
+    return ev.correlation()
 
 
 class StatsCollector:

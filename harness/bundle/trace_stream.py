@@ -110,7 +110,22 @@ class TraceEvent(msgspec.Struct, gc=False):
                 return {}
         return value if isinstance(value, dict) else {}
 
+    def correlation(self) -> Any:
+        """``decoded_args().get("correlation")``, decoding no other argument (the runtime call <-> device
+        event join reads it on every kernel and launch; the whole ``args`` dict cost most of that read)."""
+        if not self.args:
+            return None
+        try:
+            return _CORRELATION.decode(self.args).correlation
+        except (msgspec.DecodeError, RecursionError):  # not an object, a number beyond range...: as decoded_args
+            return self.decoded_args().get("correlation")
 
+
+class _Correlation(msgspec.Struct):
+    correlation: Any = None
+
+
+_CORRELATION = msgspec.json.Decoder(_Correlation)
 _EVENTS = msgspec.json.Decoder(list[TraceEvent])
 _GENERIC = msgspec.json.Decoder()
 _EVENT_FIELDS = TraceEvent.__struct_fields__[:-1]

@@ -167,6 +167,7 @@ class _Columns:
         self.n_device = 0
         self.n_timed = 0  # complete events with a numeric start and duration
         self.collective_names: Counter[str] = Counter()
+        self.comm_of: dict[tuple[str, str], str | None] = {}  # device (category, name) -> collective name, or None
         self.dropped_at_entries = self.dropped_at_events = 0
 
     def size(self) -> int:
@@ -198,15 +199,18 @@ class _Columns:
         kept = self.columns and (keep is None or keep.lo <= ts < keep.hi)
         if cat in k.DEVICE_CATEGORIES:
             self.n_device += 1
-            comm = cat in k.KERNEL_CATEGORIES and k.is_comm_kernel(name)
-            if comm:
-                self.collective_names[name.split("(")[0]] += 1
+            comm = self.comm_of.get((cat, name), False)
+            if comm is False:  # a few hundred distinct device names repeat millions of times: look at each once
+                comm = self.comm_of[(cat, name)] = (
+                    name.split("(")[0] if cat in k.KERNEL_CATEGORIES and k.is_comm_kernel(name) else None)
+            if comm is not None:
+                self.collective_names[comm] += 1
             if not kept:
                 return
             self.device[0].append(ts)
             self.device[1].append(dur)
-            if comm:
-                self.collectives.append((name.split("(")[0], ts, dur, True, None))
+            if comm is not None:
+                self.collectives.append((comm, ts, dur, True, None))
             return
         if cat in k.RUNTIME_CATEGORIES:
             if not kept:
