@@ -2,6 +2,7 @@
 
     python benchmarks/trace_reader.py [TRACE_OR_BUNDLE ...]
     python benchmarks/trace_reader.py --stages TRACE     # where the reader's time goes, stage by stage
+    python benchmarks/trace_reader.py --side-by-side TRACE [--repeat 3]   # json.loads vs reader vs summary
 
 With no argument it reads the real traces in the real-traces folder (``$DIAGEVAL_DATA``, else
 shared/real-traces beside the checkout). Prints, per file: events, MB of JSON, MB/s of inflating alone
@@ -9,6 +10,15 @@ shared/real-traces beside the checkout). Prints, per file: events, MB of JSON, M
 diagnoser's reader + aggregation) and of ``json.load``, and the peak Python heap of the reader and of
 ``json.load`` (tracemalloc; it slows both, so speed and memory are measured in separate passes). Each
 speed is the fastest of three runs: on a shared machine other work only ever slows a run down.
+
+``--side-by-side TRACE [--repeat N]`` is issue 26's comparison on one (big) trace, measured in one run: ``json.loads``
+of its bytes (the file read first, not timed), the shared reader alone, ``summarize_trace`` (what ``rules``
+reads each trace with, its per-step arithmetic observer included) and ``summarize_trace`` with an unlimited
+column budget (one read, memory growing with the trace). Each runs in a process of its own, in rounds (one
+of each per round, so that a change of the machine's load hits every row alike); printed per row: the median
+wall and CPU seconds, the largest peak RSS (``wait4``), how many times the trace was read, and the ratio of
+each to ``json.loads``' in the same rounds. ``benchmarks/big_trace.py --build-one SOURCE 452 OUT`` makes the
+452 MB trace of issue 26.
 
 ``--stages`` times the reader's stages alone on one file, in wall seconds and CPU seconds (on a loaded
 machine a process gets a fraction of a core; CPU time is what the code costs): the decompressed source
@@ -21,7 +31,10 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 import zlib
@@ -148,9 +161,98 @@ def stages(path: Path) -> int:
     return 0
 
 
+_CHILD = """
+import json, sys, time
+from pathlib import Path
+path, what = Path(sys.argv[1]), sys.argv[2]
+if what == "json.loads":
+    data = path.read_bytes()
+    if data[:2] == b"\\x1f\\x8b":  # a .gz: inflated before the clock starts, like the file read
+        import gzip
+        data = gzip.decompress(data)
+    t, c = time.perf_counter(), time.process_time()
+    n = len(json.loads(data)["traceEvents"])
+    reads = 1
+else:
+    import diageval.bundle.trace_summary as ts
+    from diageval.bundle.trace_stream import StreamState, iter_trace_windows
+    from diageval.diagnosers.rules.work import WorkCollector
+    opened = []
+    def counted(p, state, **kw):
+        opened.append(1)
+        return iter_trace_windows(p, state, **kw)
+    ts.iter_trace_windows = counted
+    t, c = time.perf_counter(), time.process_time()
+    if what == "reader":
+        state = StreamState()
+        n = sum(len(w) for w in counted(path, state))
+    else:
+        budget = {} if what == "summary" else {"max_entries": 1 << 62}
+        summary = ts.summarize_trace(path, observers=[WorkCollector()], **budget)
+        n = summary.n_events
+    reads = len(opened)
+seconds, cpu = time.perf_counter() - t, time.process_time() - c
+digest = None
+if what.startswith("summary"):  # the sliced and the one-read summary must be the same, figure for figure
+    import hashlib
+    digest = hashlib.sha256(summary.model_dump_json(exclude={"parse_seconds"}).encode()).hexdigest()[:16]
+print(json.dumps({"seconds": seconds, "cpu": cpu, "events": n, "reads": reads, "digest": digest}))
+"""
+SIDE_ROWS = {
+    "json.loads": "json.loads of the bytes (read first, untimed)",
+    "reader": "the shared reader alone (iter_trace_windows)",
+    "summary": "summarize_trace + WorkCollector (rules' read)",
+    "summary, one read": "the same, unlimited column budget",
+}
+
+
+def _child(path: Path, what: str) -> dict:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(path), what], stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        out.seek(0)
+        err.seek(0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise RuntimeError(f"{what} failed: {err.read().decode(errors='replace')[-500:]}")
+        row = json.loads(out.read().decode().strip().splitlines()[-1])
+    return row | {"rss_mb": usage.ru_maxrss / 1024}
+
+
+def side_by_side(path: Path, repeat: int) -> int:
+    n_bytes = path.stat().st_size if not path.name.endswith(".gz") else _read_all(path)
+    print(f"{path}: {n_bytes / 1e6:.1f} MB of JSON; {repeat} rounds, one process per row and round; "
+          f"load average before {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs", flush=True)
+    runs: dict[str, list[dict]] = {k: [] for k in SIDE_ROWS}
+    for _ in range(repeat):
+        for what in SIDE_ROWS:
+            runs[what].append(_child(path, what))
+    base = runs["json.loads"]
+    for what, label in SIDE_ROWS.items():
+        print(f"  {what}: {label}")
+    print(f"{'row':18s} {'wall s':>7s} {'cpu s':>7s} {'peak MB':>8s} {'reads':>5s} {'wall/json':>9s} {'cpu/json':>8s}")
+    for what in SIDE_ROWS:
+        rows = runs[what]
+        wall = statistics.median(r["seconds"] for r in rows)
+        cpu = statistics.median(r["cpu"] for r in rows)
+        # ratios per round (the same minutes), then their median
+        r_wall = statistics.median(r["seconds"] / b["seconds"] for r, b in zip(rows, base))
+        r_cpu = statistics.median(r["cpu"] / b["cpu"] for r, b in zip(rows, base))
+        print(f"{what:18s} {wall:7.2f} {cpu:7.2f} {max(r['rss_mb'] for r in rows):8.0f}"
+              f" {rows[0]['reads']:5d} {r_wall:9.2f} {r_cpu:8.2f}")
+    digests = {what: sorted({r["digest"] for r in rs}) for what, rs in runs.items() if what.startswith("summary")}
+    print(f"summary digests (sha256 of the summary less its parse_seconds): {digests}")
+    events = {r["events"] for rs in runs.values() for r in rs}
+    print(f"events read by every row: {sorted(events)}; load average after "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}; seconds and ratios are medians over the rounds, "
+          "ratios taken within each round; peak MB is the largest RSS of the process (interpreter included)")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--stages"] and len(argv) == 2:
         return stages(Path(argv[1]))
+    if argv[:1] == ["--side-by-side"] and len(argv) in (2, 4) and (len(argv) == 2 or argv[2] == "--repeat"):
+        return side_by_side(Path(argv[1]), int(argv[3]) if len(argv) == 4 else REPEAT)
     files = _files(argv)
     if not files:
         print(f"no trace files found (looked in {', '.join(argv) or REAL})", file=sys.stderr)
