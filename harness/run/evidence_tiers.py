@@ -23,6 +23,8 @@ import re
 import shutil
 from pathlib import Path
 
+import msgspec
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from diageval.bundle.model import MANIFEST_NAME, BundleManifest
@@ -116,14 +118,16 @@ def evidence_size(bundle_dir: Path, full_bundle_dir: Path | None = None) -> Evid
     steps_path = Path(full_bundle_dir or bundle_dir) / "steps.jsonl"
     steps = None
     if steps_path.is_file():
-        seen = set()
-        with open(steps_path, encoding="utf-8") as fh:
-            for line in fh:
-                if line.strip():
-                    row = json.loads(line)
-                    seen.add(row.get("step"))
-        steps = len(seen)
+        # only the step number of each row (a 1024-rank job logs 30,000 rows; json.loads of each took ~1 s a run)
+        decoder = msgspec.json.Decoder(_StepRow)
+        steps = len({decoder.decode(line).step for line in steps_path.read_bytes().splitlines() if line.strip()})
     return EvidenceSize(bytes=sum(f.size for f in manifest.files), steps=steps)
+
+
+class _StepRow(msgspec.Struct):
+    """A step log row, as far as its step number."""
+
+    step: object = None
 
 
 def tier_bytes(manifest: BundleManifest) -> dict[str, int]:
