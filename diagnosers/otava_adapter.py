@@ -11,8 +11,8 @@ on one series:
   rank's step time), the runs in start order. A run's steps share its host, version and settings: they are
   one observation of its factor values, not eight. Otava's t-test takes the points of a series as independent,
   so a series of every step calls any run-to-run difference significant by the number of steps (the adapter's
-  first version did: on a recorded fleet it named, at confidence 1.0, hosts whose runs were 16 to 27 ms
-  where the fleet's healthy runs spread over 16-27 ms);
+  first version did: on a recorded 12-run fleet it named, at confidence 1.0, a host two of whose three runs
+  were among the fleet's fastest);
 * **a regression pair**: two points cannot be split, so the series is the baseline's steps then the
   candidate's, and the change must fall at the boundary (the candidate's steps in a slower segment). That
   p-value weighs the steps' spread only, never how far two runs of one job drift apart; the pair's confidence
@@ -108,8 +108,8 @@ def calibrated(series: list[float], pvalue: float) -> float:
     same values in an order that carries no change: a permutation p-value over PERMUTATIONS shuffles of the
     series (fixed seed: the same evidence gets the same answer). Otava's own p-value is that of a t-test at the
     split it chose as the best of many; on 300 series of 12 runs of noise alone (log-normal, sd 0.15) it
-    reported a change point at ``max_pvalue`` 0.001 in 5 and at 0.01 in 44 (tests/fleet_simulation.py prints
-    the rates): the search makes its p-value smaller than the chance of a false change. Shuffling the series
+    reported a change point at ``max_pvalue`` 0.001 in 8 (2.7%) and at 0.01 in 48 (16%) (``python
+    tests/fleet_simulation.py --false-alarms``): the search makes its p-value smaller than the chance of a false change. Shuffling the series
     repeats the search, so this one is not."""
     rng = random.Random(0)
     shuffled, hits = list(series), 0

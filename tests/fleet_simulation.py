@@ -18,7 +18,7 @@ Each diagnosis is scored by the scoring code itself (``score_case``); the loss c
 score's over the events that concern the fleet (factor, aliased and the abstain decision; the adapters under test
 claim no cause, so their cause events equal null's). Lower is better.
 
-    python tests/fleet_simulation.py [--fleets 40] [--diagnoser otava]
+    python tests/fleet_simulation.py [--fleets 40] [--diagnoser otava|rules] [--false-alarms]
 """
 
 from __future__ import annotations
@@ -109,12 +109,30 @@ def simulate(diagnose, scenario: str, fleets: int, tmp: Path, seed: int = 0, run
     return out
 
 
+def false_alarms(series: int = 300, run_sd: float = 0.15) -> None:
+    """How often Otava reports a change point on run levels of noise alone (log-normal, sd ``run_sd``), at its
+    default ``max_pvalue`` and ten times it: what :func:`diageval.diagnosers.otava_adapter.calibrated` corrects."""
+    from otava.analysis import compute_change_points
+
+    rng = random.Random(1)
+    for n in (8, 12, 16):
+        for max_p in (0.001, 0.01):
+            hits = sum(bool(compute_change_points([math.exp(rng.gauss(0, run_sd)) for _ in range(n)],
+                                                  max_pvalue=max_p, min_magnitude=0.1)[0]) for _ in range(series))
+            print(f"  {n} runs, max_pvalue {max_p}: a change point in {hits} of {series} noise series "
+                  f"({hits / series:.1%}; nominal {max_p:.1%})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--fleets", type=int, default=40)
     ap.add_argument("--run-sd", type=float, default=0.15)
     ap.add_argument("--diagnoser", default="otava", choices=["otava", "rules"])
+    ap.add_argument("--false-alarms", action="store_true", help="Otava's own false-alarm rate on noise instead")
     args = ap.parse_args()
+    if args.false_alarms:
+        false_alarms(run_sd=args.run_sd)
+        return
     if args.diagnoser == "otava":
         from diageval.diagnosers.otava_adapter import OtavaDiagnoser
         diagnose = OtavaDiagnoser().diagnose
