@@ -82,7 +82,9 @@ def main() -> None:
     if args.address:
         ray.init(address=args.address, log_to_driver=False)
     else:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        from diageval.hosting.executors.local_ray import start_local_ray
+
+        start_local_ray(ray, num_cpus=2, log_to_driver=False)  # its agents' ports given: see local_ray
     print(f"ray.init: {time.perf_counter() - start:.1f} s ({'joined ' + args.address if args.address else 'a local Ray, 2 CPUs'})")
     small = max(1, args.n // 4)
     print(f"{args.diagnoser} on {args.n} and {small} fake cases (median of {args.repeats}), bundle trace padded by "

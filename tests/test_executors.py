@@ -23,9 +23,10 @@ from run_fakes import FakeEvidence, make_case, make_case_set, write_bundle
 
 from diageval.hosting import ExecutorSpec, HostPolicy, SandboxUnavailable, sandbox_problem
 from diageval.hosting.executors.bundle_transfer import TransferDamaged, pack_bundle, receive_bundle, unpack_bundle
+from diageval.hosting.executors.local_ray import start_local_ray
 from diageval.hosting.executors.ray_pool import _Pool, check_opened
 from diageval.hosting.executors.ray_recording import RecordingFailed, prepare_on_ray
-from diageval.hosting.executors.recording_task import RECORDER_RESOURCE, record_here
+from diageval.hosting.executors.recording_task import record_here
 from diageval.hosting.executors.remote_slot import RemoteSlot
 from diageval.hosting.executors.tasks import DiagnoseTask, HarnessFailure
 from diageval.recording.prepare import PreparedEvidence
@@ -216,9 +217,9 @@ def local_ray():
     ray = pytest.importorskip("ray", reason="--executor ray needs ray: pip install 'diageval[ray]'")
     if not ray.is_initialized():
         try:
-            ray.init(num_cpus=2, resources={RECORDER_RESOURCE: 1}, include_dashboard=False, log_to_driver=False,
-                     runtime_env={"env_vars": {"PYTHONPATH": str(TESTS)}})  # the fakes, importable on its workers
-        except Exception as exc:  # its agents must start within the raylet's 15 s window: a loaded machine misses it
+            start_local_ray(ray, num_cpus=2, log_to_driver=False,  # one recorder; the fakes importable on its workers
+                            runtime_env={"env_vars": {"PYTHONPATH": str(TESTS)}})
+        except Exception as exc:  # still possible: the node must register within 30 s, its ports may be taken
             pytest.skip(f"a local Ray could not start here: {type(exc).__name__}: {str(exc).splitlines()[0]}")
     yield ray
     ray.shutdown()

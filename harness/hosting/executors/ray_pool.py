@@ -234,12 +234,14 @@ def _connect(ray: Any, address: str | None) -> bool:
     (and so ends it). A Ray this process already joined is used as it is."""
     if ray.is_initialized():
         return False
-    from diageval.hosting.executors.recording_task import RECORDER_RESOURCE
+    from diageval.hosting.executors.local_ray import start_local_ray
 
     joining = address or os.environ.get("RAY_ADDRESS")
-    try:  # a local Ray started here is one node that records one case at a time (ray_recording)
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False,
-                 **({} if joining else {"include_dashboard": False, "resources": {RECORDER_RESOURCE: 1}}))
+    try:
+        if joining:
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+        else:  # one node that records one case at a time (ray_recording)
+            start_local_ray(ray, logging_level=logging.WARNING, log_to_driver=False)
     except Exception as exc:
         where = f"join the Ray cluster at {joining}" if joining else "start a local Ray"
         raise HostError(f"--executor ray: could not {where}: {type(exc).__name__}: {_first_line(exc)}") from None

@@ -1,0 +1,63 @@
+"""Starting a local Ray on a loaded machine: the one ``ray.init`` that declares the recorder resource and gives
+Ray's agents their ports.
+
+Ray 2.60's raylet starts two Python agents (dashboard and runtime-env) and, where their ports are left to
+them, waits 15 s (fixed in its C++) for each to write the port it bound to a file; then it aborts ("Timed out
+waiting for file .../metrics_agent_port_..."), and ``ray.init`` fails with "The current node timed out
+during startup". On 2 cores shared by several people the agents took 21-32 s to import (measured from
+``raylet.out`` and the agents' first log lines; ``python3 -c "import ray.dashboard.agent"`` alone took
+7.7 s), and 6 starts in a row failed. Given a port, the raylet does not wait for that file: :func:`start_local_ray`
+picks free ones and hands them over through ``RayParams`` for the length of the ``ray.init`` call (``ray.init``
+takes no such argument; ``ray start`` does, as ``--dashboard-agent-grpc-port`` and the others). One wait
+remains, for the dashboard agent's HTTP port (Ray passes that one to the agent, not to the raylet), so a start
+still fails when that agent needs more than 15 s: with the other two waits gone, 2 of the next 5 starts at a
+load average of 5-10 succeeded (36 s and 44 s). A port taken by another process between the pick and the bind
+fails a start. A Ray without ``RayParams`` where 2.60 has it is started plainly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+from diageval.hosting.executors.recording_task import RECORDER_RESOURCE
+
+AGENT_PORTS = ("metrics_agent_port", "dashboard_agent_listen_port", "runtime_env_agent_port", "metrics_export_port")
+
+
+def start_local_ray(ray: Any, **init_kwargs: Any) -> None:
+    """``ray.init(**init_kwargs)`` of a new local Ray that is one recorder node (``diageval_recorder: 1`` unless
+    ``resources`` says otherwise), with its agents' ports given."""
+    init_kwargs.setdefault("resources", {RECORDER_RESOURCE: 1})
+    init_kwargs.setdefault("include_dashboard", False)
+    with _agent_ports(ray):
+        ray.init(**init_kwargs)
+
+
+@contextlib.contextmanager
+def _agent_ports(ray: Any) -> Iterator[None]:
+    params = getattr(getattr(getattr(ray, "_private", None), "parameter", None), "RayParams", None)
+    if params is None:
+        yield
+        return
+    original = params.__init__
+
+    def with_ports(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        for name in AGENT_PORTS:
+            if (getattr(self, name, None) or 0) <= 0:  # None or 0: the agent picks one; -1 (the listen port
+                setattr(self, name, _free_port())  # without a dashboard): the raylet waits for its file all the same
+
+    params.__init__ = with_ports
+    try:
+        yield
+    finally:
+        params.__init__ = original
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
