@@ -25,6 +25,7 @@ re-record the base (force the case without the edits for that).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from datetime import datetime, timezone
@@ -45,19 +46,31 @@ VERIFICATION_ONLY = ("recording/verify.py", "recording/truth.py", "recording/man
 
 
 def recording_code_version() -> str:
-    """sha256 over the sources that shape a recording (paths and bytes, sorted)."""
-    h = hashlib.sha256()
+    """sha256 over the sources that shape a recording (paths and bytes, sorted). Every cache lookup needs it
+    (several a case); the files are read again only when one's size or modification time changed."""
     files: list[Path] = []
     for name in RECORDING_SOURCES:
         p = _HARNESS / name
         files += sorted(p.rglob("*.py")) if p.is_dir() else [p]
-    files = [f for f in files if f.relative_to(_HARNESS).as_posix() not in VERIFICATION_ONLY]
+    sources = []
     for f in files:
-        h.update(f.relative_to(_HARNESS).as_posix().encode())
-        h.update(f.read_bytes())
+        rel = f.relative_to(_HARNESS).as_posix()
+        if rel not in VERIFICATION_ONLY:
+            st = f.stat()
+            sources.append((str(f), rel, st.st_size, st.st_mtime_ns))
+    return _sources_hash(tuple(sources))
+
+
+@functools.lru_cache(maxsize=16)
+def _sources_hash(sources: tuple[tuple[str, str, int, int], ...]) -> str:
+    h = hashlib.sha256()
+    for path, rel, _, _ in sources:
+        h.update(rel.encode())
+        h.update(Path(path).read_bytes())
     return h.hexdigest()
 
 
+@functools.cache
 def torch_version() -> str:
     """The installed torch's version, from its distribution's metadata (importing torch to read
     ``torch.__version__`` costs seconds on 2 cores, in every run that only reads the cache); the same string
