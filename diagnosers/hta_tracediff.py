@@ -131,9 +131,11 @@ class TraceDiffDiagnoser:
             return Diagnosis(abstain=Abstention(reason=f"no rank-0 trace in the {' and '.join(missing)} run: nothing "
                                                        "for TraceDiff to compare"))
         table = self._diff(runs)
-        profiled = table[table.index.str.startswith("ProfilerStep#")]
-        durations = {side: [float(d) for c, d in zip(profiled[f"{side}_counts"], profiled[f"{side}_total_duration"])
-                            if c > 0 and d > 0] for side in runs}
+        durations: dict[str, list[float]] = {side: [] for side in runs}
+        if table is not None:
+            profiled = table[table.index.str.startswith("ProfilerStep#")]
+            durations = {side: [float(d) for c, d in zip(profiled[f"{side}_counts"], profiled[f"{side}_total_duration"])
+                                if c > 0 and d > 0] for side in runs}
         steps = {side: len(durations[side]) for side in runs}
         step_us = {side: sum(durations[side]) / max(steps[side], 1) for side in runs}
         if all(steps.values()):
@@ -143,7 +145,8 @@ class TraceDiffDiagnoser:
         else:
             logged = {side: _logged_times(b) for side, b in runs.items()}
             if not logged["baseline"] or not logged["candidate"]:
-                return Diagnosis(abstain=Abstention(reason="neither profiled steps nor logged steps to measure the pair"))
+                return Diagnosis()  # no step to measure the pair by: TraceDiff says nothing (the case may be judged
+                #                     on other evidence; not an abstention, which says the case cannot be)
             ratio, source = median(logged["candidate"]) / median(logged["baseline"]), "the logged step times' medians"
             spread = math.sqrt(sum(_median_se(logged[side]) ** 2 for side in runs))
             steps = {side: 1 for side in runs}
@@ -156,7 +159,8 @@ class TraceDiffDiagnoser:
         findings = [Finding(category="symptom.slow_step", kind="symptom", confidence=round(real, 3),
                             summary=f"the candidate ({where}) takes {ratio:.2f}x the baseline's step time ({source}); "
                                     f"beyond two runs' drift with probability {real:.2f}", **common)]
-        findings += self._causes(table, steps, step_us, ratio, where, common, real)
+        if table is not None:
+            findings += self._causes(table, steps, step_us, ratio, where, common, real)
         findings = [f for f in findings if f.confidence > 0]
         return Diagnosis(findings=sorted(findings, key=lambda f: (f.kind != "cause", -f.confidence)))
 
@@ -169,6 +173,8 @@ class TraceDiffDiagnoser:
                       for side, b in runs.items()}
             labeled = {side: _step(f"indexing the {side} trace", 0, lambda t=t, side=side: LabeledTrace(label=side, t=t))
                        for side, t in traces.items()}
+            if not all(t.iterations() for t in labeled.values()):
+                return None  # TraceDiff compares iterations (ProfilerStep#N): a trace without them has none to compare
             return _step("comparing the traces", 0, lambda: TraceDiff.compare_traces(
                 labeled["baseline"], labeled["candidate"], control_iteration=labeled["baseline"].iterations() or None,
                 test_iteration=labeled["candidate"].iterations() or None, device_type=DeviceType.ALL))

@@ -48,8 +48,8 @@ segment                                                  changed value, confiden
 
 Never claims: any cause (``claims = ()``). A change point says when the step time moved, never why: the
 adapter reports where the slowdown sits (a symptom naming a factor value, which the rank-credited score and
-factor precision and recall judge) and leaves the mechanism to others. One job's evidence (no ``fleet.json``):
-it says nothing.
+factor precision and recall judge) and leaves the mechanism to others. One job's evidence (no
+``fleet.json``), or fewer than two runs with logged steps: it says nothing.
 """
 
 from __future__ import annotations
@@ -211,8 +211,9 @@ class OtavaDiagnoser:
             return Diagnosis()
         runs = run_series(fleet)
         if len(runs) < 2:
-            return Diagnosis(abstain=Abstention(reason=f"{len(runs)} run(s) with at least {MIN_STEPS} logged steps: "
-                                                       "no series to segment"))
+            # no series for Otava (a recorded pair may log no steps): it says nothing. Not an abstention, which
+            # states that the case cannot be judged on its evidence; the traces may judge it
+            return Diagnosis()
         if fleet.is_regression:
             return self._pair(fleet, runs)
         forecast, aliased, where = fleet_forecast(runs)
@@ -233,8 +234,7 @@ class OtavaDiagnoser:
         base, cand = fleet.role("baseline"), fleet.role("candidate")
         ordered = {run[0]: run for run in runs}
         if base.name not in ordered or cand.name not in ordered:
-            return Diagnosis(abstain=Abstention(reason=f"the baseline or the candidate has fewer than {MIN_STEPS} "
-                                                       "logged steps: no pair to compare"))
+            return Diagnosis()  # no pair of step series to compare (as above)
         differ = [k for k in fleet.factors if base.metadata[k] != cand.metadata[k]]
         value = FactorRef(name=differ[0], value=cand.metadata[differ[0]]) if differ else None
         q, magnitude, where = pair_forecast([ordered[base.name], ordered[cand.name]], value)

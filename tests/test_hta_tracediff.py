@@ -55,7 +55,7 @@ def test_under_a_tenth_or_on_a_fleet_it_says_nothing(tmp_path):
     assert fleet.findings == [] and fleet.abstain is None  # a fleet is not a pair
 
 
-def _member(root, steps_us: list[float], events_per_step) -> None:
+def _member(root, steps_us: list[float], events_per_step, profiler_steps: bool = True) -> None:
     """One run: ``ProfilerStep#i`` of each duration in ``steps_us``, with ``events_per_step(i, ts, dur)``'s
     events inside it (name, dur, cat)."""
     root.mkdir(parents=True)
@@ -63,8 +63,9 @@ def _member(root, steps_us: list[float], events_per_step) -> None:
     for i, dur in enumerate(steps_us):
         rows.append({"rank": 0, "step": i, "t_start": t, "t_end": t + dur / 1e6})
         t += dur / 1e6 + 0.001
-        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
-                       "ts": ts, "dur": dur})
+        if profiler_steps:
+            events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
+                           "ts": ts, "dur": dur})
         for k, (name, d, cat) in enumerate(events_per_step(i, dur)):
             events.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts + 1 + k, "dur": d,
                            **({"args": {"Input type": ["float"] * 3}} if cat == "cpu_op" else {})})
@@ -78,13 +79,13 @@ def _member(root, steps_us: list[float], events_per_step) -> None:
     (root / MANIFEST_NAME).write_text(manifest.model_dump_json())
 
 
-def _custom_pair(tmp_path, base_steps, cand_steps, base_events, cand_events) -> EvidenceBundle:
+def _custom_pair(tmp_path, base_steps, cand_steps, base_events, cand_events, profiler_steps=True) -> EvidenceBundle:
     members, infos = {}, []
     starts = start_times([0, 1])
     for i, (role, steps, events) in enumerate((("baseline", base_steps, base_events),
                                                ("candidate", cand_steps, cand_events))):
         name = f"job-{i:02d}"
-        _member(tmp_path / "members" / name, steps, events)
+        _member(tmp_path / "members" / name, steps, events, profiler_steps)
         members[name] = tmp_path / "members" / name
         infos.append(FleetRunInfo(name=name, metadata={"host": "node-01", "version": f"v{i + 1}"}, start=starts[i],
                                   role=role, bundle=f"runs/{name}"))
@@ -120,6 +121,15 @@ def test_an_op_grown_with_the_step_explains_none_of_it_and_one_grown_beyond_does
                                                          _ops(0.7)))
     [claim] = starved.causes
     assert claim.category == "input.dataloader_starvation" and claim.confidence == pytest.approx(0.9 * beyond_drift(3.0), abs=0.01)
+
+
+def test_traces_without_profiled_steps_are_measured_by_the_logged_steps(tmp_path):
+    """TraceDiff compares iterations; traces without ProfilerStep#N have none (it raised before): the slowdown
+    is measured on the logged steps and no cause is read from ops."""
+    d = TraceDiffDiagnoser().diagnose(_custom_pair(tmp_path, [10_000] * 7, [30_000] * 7, _ops(0.1), _ops(0.7),
+                                                   profiler_steps=False))
+    assert d.causes == [] and [(f.category, f.factor) for f in d.findings] == [("symptom.slow_step", V2)]
+    assert d.findings[0].magnitude == pytest.approx(3.0, rel=0.02)
 
 
 def test_a_pair_whose_steps_scatter_gets_less_confidence(tmp_path):

@@ -98,6 +98,15 @@ def test_noise_and_a_regression_under_a_tenth_say_nothing(tmp_path):
     assert OtavaDiagnoser().diagnose(_pair(tmp_path / "small", 1.04, 0.03)).findings == []
 
 
+def test_runs_without_logged_steps_get_nothing_not_an_abstention(tmp_path):
+    """A recorded pair may log no steps: Otava has no series, which says nothing about whether the case can be
+    judged (an abstention would say it cannot)."""
+    runs = [{"metadata": {"host": "node-01", "version": f"v{i + 1}"}, "median_s": 0.1, "noise": 0.02, "steps": 2}
+            for i in range(2)]
+    d = OtavaDiagnoser().diagnose(fleet_bundle(tmp_path, runs, roles=["baseline", "candidate"]))
+    assert d.findings == [] and d.abstain is None
+
+
 def test_one_job_evidence_gets_nothing(tmp_path):
     from diageval.bundle.model import EvidenceBundle
 
