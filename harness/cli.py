@@ -168,7 +168,7 @@ def cases_list_cmd(cases_dir: Path | None, as_json: bool, data_dir: Path | None)
             "title": lc.case.title,
             "tags": ",".join(lc.case.tags),
             "expect": lc.case.labels.expect,
-            "requires": ("data folder" + (" (absent)" if lc.case.id in absent else "") if lc.case.recorded
+            "requires": ("data folder" + (" (absent)" if lc.case.id in absent else "") if lc.case.recorded_files()
                          else lc.case.requires.device)
             + (f" x{lc.case.world_size} ranks" if lc.case.world_size > 1 else ""),
         }

@@ -31,8 +31,8 @@ from diageval.recording.recorded import unavailable_cases
 
 SHARED = real_traces_dir()
 CASES = load_case_set().cases
-RECORDED = [lc for lc in CASES if lc.case.recorded is not None]
-FILES = {f.path: f for lc in RECORDED for f in lc.case.recorded.files}  # data-folder path -> RecordedFile
+RECORDED = [lc for lc in CASES if lc.case.recorded_files()]  # recorded jobs, and recorded regressions' runs
+FILES = {f.path: f for lc in RECORDED for f in lc.case.recorded_files()}  # data-folder path -> RecordedFile
 needs_shared = pytest.mark.skipif(
     SHARED is None, reason="the loopback mirror serves the real traces: no ../shared/real-traces beside the "
                            "checkout and $DIAGEVAL_DATA unset")
@@ -106,6 +106,9 @@ def test_every_recorded_file_has_one_source_url():
     for p in planned:
         src = FILES[p.path].source
         assert p.url == f"https://github.com/{src.repository}/raw/{src.commit}/{src.path}"
+    # a recorded regression's files are its runs': both of the kineto-doc before/after pair are fetched
+    pair = [p for p in planned if "kineto-doc-trace-order-pair" in p.cases]
+    assert len(pair) == 2 and {p.path.split("/")[1] for p in pair} == {"kineto-doc-before-fix", "kineto-doc-after-fix"}
     shared = [p for p in planned if len(p.cases) > 1]  # the pageable-copy trace and its derived abstain case
     assert shared and all(len(p.case_files) == len(p.cases) for p in shared)
     assert source_url(FILES[planned[0].path], "http://127.0.0.1:1/m/").startswith("http://127.0.0.1:1/m/")
@@ -114,7 +117,7 @@ def test_every_recorded_file_has_one_source_url():
 def test_unknown_and_live_cases_are_refused():
     with pytest.raises(FetchError, match="no such case: nope"):
         plan_fetch(CASES, ["nope"])
-    live = next(lc.case.id for lc in CASES if lc.case.recorded is None)
+    live = next(lc.case.id for lc in CASES if not lc.case.recorded_files())
     with pytest.raises(FetchError, match=f"not a recorded case.*{live}"):
         plan_fetch(CASES, [live])
     result = _fetch("nope", "--data", "/nonexistent-never-written")

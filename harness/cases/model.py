@@ -439,6 +439,14 @@ class Case(_Strict):
             out.append((run, member.model_copy(update={"id": f"member-{member.spec_hash()[:16]}"})))
         return out
 
+    def recorded_files(self) -> list["RecordedFile"]:
+        """The real traces this case's evidence is made of: a recorded job's, or each run's of a recorded
+        regression or fleet (empty for a case recorded live here)."""
+        if self.recorded is not None:
+            return list(self.recorded.files)
+        runs = self.fleet.runs if self.fleet is not None else []
+        return [f for run in runs if run.recorded is not None for f in run.recorded.files]
+
     @property
     def evidence_kind(self) -> Literal["injected", "recorded"]:
         if self.fleet is not None:

@@ -92,13 +92,13 @@ def plan_fetch(cases: Sequence[LoadedCase], case_ids: Sequence[str] = (), *, mir
     unknown = [i for i in case_ids if i not in by_id]
     if unknown:
         raise FetchError(f"no such case: {', '.join(unknown)} (`diageval cases list` shows the corpus)")
-    live = [i for i in case_ids if by_id[i].case.recorded is None]
+    live = [i for i in case_ids if not by_id[i].case.recorded_files()]
     if live:
         raise FetchError(f"not a recorded case (its evidence is recorded live, nothing to fetch): {', '.join(live)}")
-    chosen = [by_id[i] for i in dict.fromkeys(case_ids)] if case_ids else [lc for lc in cases if lc.case.recorded]
+    chosen = [by_id[i] for i in dict.fromkeys(case_ids)] if case_ids else [lc for lc in cases if lc.case.recorded_files()]
     planned: dict[str, PlannedFile] = {}
-    for lc in chosen:
-        for f in lc.case.recorded.files:
+    for lc in chosen:  # a recorded job's files, and each run's of a recorded regression or fleet
+        for f in lc.case.recorded_files():
             have = planned.get(f.path)
             if have is None:
                 planned[f.path] = PlannedFile(path=f.path, sha256=f.sha256, url=source_url(f, mirror),

@@ -46,12 +46,13 @@ def _folders(data_dir: Path | Sequence[Path]) -> list[Path]:
 def absent_files(loaded: LoadedCase, data_dir: Path | Sequence[Path]) -> list[str]:
     """The paths of the case's trace files found in none of the folders (existence only, no checksum)."""
     folders = _folders(data_dir)
-    return [f.path for f in loaded.case.recorded.files if not any((d / f.path).is_file() for d in folders)]
+    return [f.path for f in loaded.case.recorded_files() if not any((d / f.path).is_file() for d in folders)]
 
 
 def unavailable_cases(cases: Iterable[LoadedCase], data_dir: Path | Sequence[Path]) -> list[str]:
-    """Ids of the recorded cases among ``cases`` with a trace file absent from every folder, in order."""
-    return [lc.case.id for lc in cases if lc.case.recorded is not None and absent_files(lc, data_dir)]
+    """Ids of the cases among ``cases`` made of real traces (recorded jobs, recorded regressions' runs) with a
+    trace file absent from every folder, in order."""
+    return [lc.case.id for lc in cases if lc.case.recorded_files() and absent_files(lc, data_dir)]
 
 
 def locate_files(loaded: LoadedCase, data_dir: Path | Sequence[Path]) -> list[Path]:
