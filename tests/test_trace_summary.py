@@ -127,6 +127,17 @@ def test_sliced_summary_of_a_hand_made_trace_is_the_single_pass_one(tmp_path, mo
     sliced = summarize_trace(tmp_path / "t.json.gz", max_entries=200)
     assert _summary_dump(sliced) == _summary_dump(whole)
     assert len(reads) == 2  # written in time order: one pass for the slices, whatever their number
+    # a trace sure to pass the budget at the rate of its first bytes stops filling columns there
+    plain = tmp_path / "t.json"
+    plain.write_bytes(gzip.decompress((tmp_path / "t.json.gz").read_bytes()))
+    drops = []
+    real_drop = ts._Columns.drop
+    monkeypatch.setattr(ts._Columns, "drop", lambda self, held: (drops.append(self.n_timed), real_drop(self, held))[1])
+    for early in (1 << 62, 8192):
+        monkeypatch.setattr(ts, "EARLY_DROP_BYTES", early)
+        sliced = summarize_trace(plain, max_entries=400)
+        assert _summary_dump(sliced) | {"path": None, "bytes_on_disk": 0} == _summary_dump(whole) | {"path": None, "bytes_on_disk": 0}
+    assert drops[1] < drops[0] / 2  # the early look dropped the columns well before the budget would have
 
 
 @pytest.mark.skipif(not all(p.is_file() for p in SLICED_REAL), reason=f"real traces not found at {REAL_TRACES}")

@@ -77,6 +77,11 @@ class WorkCollector:
     def __init__(self) -> None:
         self.ops: list[tuple[float, float, int]] = []
 
+    def add_window(self, events: list[TraceEvent]) -> None:
+        """Events of one window of the reader (one filter over the window: most events are no counted op)."""
+        for e in [e for e in events if e.name and (e.name.startswith(COUNTED_PREFIXES) or "scaled_dot_product" in e.name)]:
+            self.add(e)
+
     def add(self, e: TraceEvent) -> None:
         if e.ph != "X" or not e.name or not isinstance(e.ts, (int, float)) or not isinstance(e.dur, (int, float)):
             return

@@ -148,6 +148,7 @@ class StreamState:
 
     header: dict[str, Any] = field(default_factory=dict)  # every top-level key but traceEvents
     json_bytes: int = 0  # decompressed bytes read so far
+    file_bytes: int = 0  # bytes of the file read so far (compressed ones for a .gz): with its size, how far along
     n_events: int = 0  # objects yielded from traceEvents
     truncated: str | None = None  # why the input ended early; None when it did not
     has_trace_events: bool = False  # a traceEvents array was found
@@ -175,6 +176,7 @@ class _Source:
         ``state.truncated`` says so)."""
         data = self._inflate(n) if self.gzipped else self.file.read(n)
         self.state.json_bytes += len(data)
+        self.state.file_bytes = self.file.tell()
         if self.max_json_bytes is not None and self.state.json_bytes > self.max_json_bytes:
             raise TraceTooLargeError(
                 f"{self.path}: decompresses to more than {self.max_json_bytes} bytes of JSON "

@@ -19,7 +19,8 @@ have used: the result is the same. The slices fill together in that second pass,
 once the pass is past the last window that can reach it, so a trace written in time order is read
 twice at a bounded memory whatever its size; a trace whose order keeps more than ``OPEN_SLICES`` slices
 open at once (torch 1.9 writes every host op before any kernel) takes one more pass per such group
-(``benchmarks/big_trace.py`` and ``benchmarks/trace_reader.py --side-by-side`` measure them).
+(``benchmarks/big_trace.py`` and ``benchmarks/trace_reader.py --side-by-side`` measure them). A trace that
+is sure to outgrow the budget at the rate of its first ``EARLY_DROP_BYTES`` stops filling columns there.
 
 Size: the collector, the per-step build and the slicing driver are one unit: a slice re-runs the same
 collector and build over a ``TimeRange``, and the exactness of slices rests on both reading the same
@@ -66,7 +67,7 @@ from pydantic import BaseModel, Field
 
 from diageval.bundle import kineto as k
 from diageval.bundle.trace_stats import StatsCollector, StepStats, TimeRange
-from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, iter_trace_windows
+from diageval.bundle.trace_stream import CHUNK_BYTES, StreamState, TraceEvent, TraceFormatError, iter_trace_windows
 
 SHORT_OP_US = 50.0
 MAX_COLUMN_ENTRIES = 1_000_000
@@ -77,9 +78,10 @@ stays bounded whatever the trace's size. Measured on the A100 trace of ``benchma
 
 
 class EventObserver(Protocol):
-    """Something that sees every complete event (``ph`` X) of a summarising pass (``summarize_trace(observers=...)``)."""
+    """Something that sees every complete event (``ph`` X) of a summarising pass (``summarize_trace(observers=...)``),
+    a window of the reader at a time, in file order."""
 
-    def add(self, ev: TraceEvent) -> None: ...
+    def add_window(self, events: list[TraceEvent]) -> None: ...
 
 
 class Collective(BaseModel):
@@ -413,7 +415,7 @@ def summarize_trace(path: Path, *, max_entries: int = MAX_COLUMN_ENTRIES,
                     observers: Sequence[EventObserver] = ()) -> TraceSummary:
     """Read ``path`` (``.json`` or ``.json.gz``) once and summarise it per step.
 
-    Each of ``observers`` sees every complete event (``ph`` X) of the first pass (``observer.add(event)``),
+    Each of ``observers`` sees every complete event (``ph`` X) of the first pass (``observer.add_window(events)``),
     for a caller that measures something else in the same read (``rules``' per-step arithmetic); keep
     values, not events.
 
@@ -469,19 +471,24 @@ def _stream(path: Path, state: StreamState, cols: _Columns, gpu: StatsCollector,
     ignore every other kind. ``hulls`` gets, per window, the earliest start and the latest end of its
     timed events (what the slice pass needs to know when a slice has seen its last event).
     """
+    size = path.stat().st_size
+    add_cols, add_gpu = cols.add, gpu.add
     try:
         for window in iter_trace_windows(path, state):
             timed = [ev for ev in window if ev.ph == "X"]
             if hulls is not None:
                 hulls.append(_hull(timed))
             for ev in timed:
-                cols.add(ev)
-                gpu.add(ev)
-                for observer in observers:
-                    observer.add(ev)
+                add_cols(ev)
+                add_gpu(ev)
+            for observer in observers:
+                observer.add_window(timed)
             if max_entries is not None and cols.columns:
                 held = cols.size() + gpu.size()
-                if held > max_entries:
+                # past the budget, or sure to pass it at the rate of the first EARLY_DROP_BYTES (a quarter of room
+                # for the rate to fall): columns that will be dropped cost a full collection per event for nothing
+                if held > max_entries or (state.file_bytes >= EARLY_DROP_BYTES
+                                          and held * size > 1.25 * max_entries * state.file_bytes):
                     cols.drop(held)
                     gpu.drop_columns()
     except UnicodeDecodeError as exc:
@@ -501,7 +508,7 @@ def _hull(timed: list[TraceEvent]) -> tuple[float, float]:
     numeric = _numeric(timed)
     if not numeric:
         return math.inf, -math.inf
-    return min(ev.ts for ev in numeric), max(ev.ts + (ev.dur if ev.dur > 0 else 0) for ev in numeric)
+    return min([ev.ts for ev in numeric]), max([ev.ts + ev.dur if ev.dur > 0 else ev.ts for ev in numeric])
 
 
 def _with_gpu(steps: list[StepSummary], measured: list[StepStats]) -> list[StepSummary]:
@@ -509,9 +516,13 @@ def _with_gpu(steps: list[StepSummary], measured: list[StepStats]) -> list[StepS
     return [st.model_copy(update={"gpu": by_number.get(st.number)}) for st in steps]
 
 
-OPEN_SLICES = 4
+OPEN_SLICES = 2
 """Slices one pass fills at once: each is sized to ``max_entries / OPEN_SLICES``, so that the slices a pass holds
-open together stay within the budget."""
+open together stay within the budget. Two: in a trace written in time order a slice overlaps its next one only
+(the events near their border), and larger slices repeat fewer events (those within the margin of two)."""
+EARLY_DROP_BYTES = 16 * CHUNK_BYTES
+"""Bytes of the file read before its rate of column entries is trusted to say the budget will be passed (the
+first window can be all runtime calls, at three entries an event, and would size the slices too small)."""
 
 
 class _Slice:
@@ -535,11 +546,14 @@ class _Slice:
 
     def add(self, numeric: list[TraceEvent]) -> None:
         lo, hi = self.lo, self.hi
-        for ev in numeric:
-            ts = ev.ts
-            if ts < hi and ts + (ev.dur if ev.dur > 0 else 0) > lo:
-                self.cols.add(ev)  # type: ignore[union-attr]
-                self.stats.add(ev)  # type: ignore[union-attr]
+        near = [ev for ev in numeric if ev.ts < hi and (ev.ts + ev.dur if ev.dur > 0 else ev.ts) > lo]
+        add_cols = self.cols.add  # type: ignore[union-attr]
+        for ev in near:
+            add_cols(ev)
+        if self.facts.has_device_events:  # the device figures of a trace without device events are never measured
+            add_stats = self.stats.add  # type: ignore[union-attr]
+            for ev in near:
+                add_stats(ev)
 
     def build(self, base_us: float, main_tid: str | None) -> list[StepSummary]:
         built = _build_steps(self.cols, base_us, main_tid, self.markers)  # type: ignore[arg-type]
