@@ -11,10 +11,10 @@ side. From it:
   profiled steps, the medians of the runs' logged step times (``steps.jsonl``). Under
   1.1 (a tenth of the step, the bar every built-in uses for the smallest loss worth naming) it says
   nothing. One pair cannot show how far two runs of an unchanged job drift apart, so the chance that the
-  regression is real is Φ((ln ratio − ln 1.1) / PAIR_SHIFT_SD), with PAIR_SHIFT_SD the spread of that drift
-  (the log ratio of two back-to-back healthy recordings on a loaded shared machine, 0.19, measured by the
-  harness: ``recording/manifest_test.RECORDING_SHIFT_SD``), widened by the standard errors of the two
-  medians from the runs' own steps. Every confidence below is multiplied by it.
+  regression is real is Φ((ln ratio − ln 1.1) / PAIR_SHIFT_SD) (``pair_drift.beyond_drift``), with
+  PAIR_SHIFT_SD the spread of that drift (the log ratio of two back-to-back healthy recordings on a loaded
+  shared machine, 0.19, measured by the harness: ``recording/manifest_test.RECORDING_SHIFT_SD``), widened by
+  the standard errors of the two medians from the runs' own steps. Every confidence below is multiplied by it.
 * **The factor**: the pair differs in one declared factor (``fleet.json``); the candidate's value of it is
   named on every finding. The slowdown itself is reported as ``symptom.slow_step`` at that chance.
 * **Why** (what the candidate's trace has that the baseline's does not). Only ops count: a Python frame
@@ -58,27 +58,17 @@ from diageval.bundle.fleet import Fleet, read_fleet
 from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers.base import DiagnoserUnavailable, installed_version
 from diageval.diagnosers.hta_adapter import INSTALL_HINT, _load_trace, _quiet_hta, _step
+from diageval.diagnosers.pair_drift import beyond_drift
 from diageval.diagnosis import Abstention, Diagnosis, FactorRef, Finding
 
 MIN_REGRESSION = 1.1
 MARK_CONFIDENCE = 0.8
 MAX_CONFIDENCE = 0.95
 MIN_SHARE = 0.1
-PAIR_SHIFT_SD = 0.19
-"""The spread (sd of the log ratio) of two runs of an unchanged job, which one pair cannot measure (module
-docstring)."""
 PYTHON_FRAME = re.compile(r"\.py\(\d+\): ")
 COMPILER = re.compile(r"Torch-Compiled|Dynamo|Inductor|CompiledFunction", re.IGNORECASE)
 DATALOADER = re.compile(r"DataLoader", re.IGNORECASE)
 COLLECTIVE = re.compile(r"all_reduce|allreduce|all_gather|reduce_scatter|broadcast|gloo|nccl", re.IGNORECASE)
-
-
-def beyond_drift(ratio: float, spread: float = 0.0) -> float:
-    """The chance that a pair's step-time ratio is beyond the drift between two runs of an unchanged job by
-    more than the smallest slowdown worth naming (module docstring); ``spread``: the standard error of the log
-    ratio from the runs' own steps, added to the drift's."""
-    z = (math.log(ratio) - math.log(MIN_REGRESSION)) / math.sqrt(PAIR_SHIFT_SD ** 2 + spread ** 2)
-    return 0.5 * (1 + math.erf(z / math.sqrt(2)))
 
 
 def changed_value(fleet: Fleet) -> FactorRef | None:

@@ -41,9 +41,10 @@ values held by exactly the same runs, those runs are     fleet can tell them apa
 the slow runs, and 1 − p >= 0.5                          the abstain event: abstaining is right with
                                                          probability 1 − p)
 a regression pair whose candidate is in a slower         ``symptom.slow_step`` naming the candidate's
-segment                                                  changed value, confidence (1 − p) × Φ((ln m −
-                                                         ln 1.1) / PAIR_SHIFT_SD), with m the candidate's
-                                                         median step over the baseline's (the magnitude)
+segment                                                  changed value, confidence (1 − p) × the chance
+                                                         that its magnitude m (the candidate's median step
+                                                         over the baseline's) is beyond two runs' drift
+                                                         (``pair_drift.beyond_drift``)
 =======================================================  ==================================================
 
 Never claims: any cause (``claims = ()``). A change point says when the step time moved, never why: the
@@ -54,7 +55,6 @@ factor precision and recall judge) and leaves the mechanism to others. One job's
 
 from __future__ import annotations
 
-import math
 import random
 from statistics import median
 from typing import ClassVar
@@ -62,6 +62,7 @@ from typing import ClassVar
 from diageval.bundle.fleet import Fleet, read_fleet
 from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers.base import DiagnoserUnavailable, installed_version
+from diageval.diagnosers.pair_drift import beyond_drift
 from diageval.diagnosis import Abstention, Diagnosis, FactorRef, Finding
 
 INSTALL_HINT = "pip install 'diageval[otava]'"
@@ -74,11 +75,6 @@ PERMUTATIONS = 100
 test (``compute_change_points_orig``, Matteson and James' E-divisive) draws 100."""
 MIN_STEPS = 3
 """A run with fewer logged steps has no level (one slow first step is not a run's speed)."""
-PAIR_SHIFT_SD = 0.19
-"""The standard deviation of the log ratio of two runs of one unchanged job: what a pair's step-level change
-point cannot see. It is the harness's measurement of two back-to-back healthy recordings on a loaded shared
-2-core machine (``recording/manifest_test.RECORDING_SHIFT_SD``, measured on a CI run's twins): a noisy machine,
-so on a quiet cluster the pair's confidence is lower than it could be, never higher."""
 
 Run = tuple[str, dict[str, str], list[float]]
 
@@ -187,7 +183,7 @@ def pair_forecast(runs: list[Run], value: FactorRef | None) -> tuple[float, floa
     if in_slow * 2 <= len(cand) or any(a < len(base) for a, _, _ in segments):
         return 0.0, magnitude, "the change points do not put the candidate alone in a slower segment"
     p = max(p for _, _, p in segments)
-    beyond = 0.5 * (1 + math.erf((math.log(magnitude) - math.log(1 + MIN_MAGNITUDE)) / (PAIR_SHIFT_SD * math.sqrt(2))))
+    beyond = beyond_drift(magnitude)
     return (1 - p) * beyond, magnitude, (f"otava change point at the run boundary, p {p:.2g}; candidate/baseline "
                                          f"median step {magnitude:.2f}, beyond two runs' drift with probability {beyond:.2f}")
 

@@ -15,12 +15,8 @@ from diageval.diagnosis import FactorRef
 
 pytest.importorskip("otava.analysis", reason="apache-otava is not installed (pip install 'diageval[otava]')")
 
-from diageval.diagnosers.otava_adapter import (  # noqa: E402
-    PAIR_SHIFT_SD,
-    OtavaDiagnoser,
-    calibrated,
-    fleet_forecast,
-)
+from diageval.diagnosers.otava_adapter import OtavaDiagnoser, calibrated, fleet_forecast  # noqa: E402
+from diageval.diagnosers.pair_drift import beyond_drift  # noqa: E402
 
 V2 = FactorRef(name="version", value="v2")
 NODE5 = FactorRef(name="host", value="node-05")
@@ -87,8 +83,7 @@ def test_a_regression_pair_names_the_changed_value_with_its_magnitude(tmp_path):
     [f] = OtavaDiagnoser().diagnose(_pair(tmp_path, 1.4, 0.03)).findings
     assert f.factor == V2 and f.magnitude == pytest.approx(1.4, rel=0.05)
     # one pair cannot see how far two runs drift apart: the confidence is the chance the change is beyond it
-    beyond = 0.5 * (1 + math.erf((math.log(f.magnitude) - math.log(1.1)) / (PAIR_SHIFT_SD * math.sqrt(2))))
-    assert f.confidence == pytest.approx(beyond, abs=0.01) and f.confidence < 0.95
+    assert f.confidence == pytest.approx(beyond_drift(f.magnitude), abs=0.01) and f.confidence < 0.95
 
 
 def test_noise_and_a_regression_under_a_tenth_say_nothing(tmp_path):
