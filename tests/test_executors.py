@@ -14,7 +14,7 @@ import json
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -61,6 +61,7 @@ class RecorderFake:
     home: Path
     pause_s: float = 0.0
     fail: tuple[str, ...] = ()
+    script: dict = field(default_factory=lambda: dict(SCRIPT))  # case id -> the fake diagnosers' instruction
 
     def __call__(self, loaded, *, device="auto", force=False, cache_dir=None):
         from diageval.recording.cache import bundles_root, cache_key, write_truth
@@ -82,12 +83,18 @@ class RecorderFake:
             folder.mkdir(parents=True)
             (folder / "recorded.json").write_text(json.dumps({"node": socket.gethostname(), "pid": os.getpid(),
                                                                "started": started, "ended": time.time(), "cache": str(cache)}))
-            write_bundle(folder, FakeEvidence.bundle_id(case.id), log_text=SCRIPT.get(case.id, "ok") + "\n")
+            write_bundle(folder, FakeEvidence.bundle_id(case.id), log_text=self.script.get(case.id, "ok") + "\n")
             write_truth(cache, TruthRecord(case_id=case.id, key=key, repeat=0, recorded=datetime.now(timezone.utc),
                                            verification=verification))
         return PreparedEvidence(case_id=case.id, bundle_dir=folder, bundle_id=FakeEvidence.bundle_id(case.id),
                                 manifest_sha256=hashlib.sha256((folder / "bundle.json").read_bytes()).hexdigest(),
                                 verification=verification)
+
+
+def _distinct(cases: list) -> list:
+    """The cases with one more step each than the one before: each its own recording spec, so its own cache key."""
+    return [c.model_copy(update={"workload": c.workload.model_copy(update={"steps": c.workload.steps + i})})
+            for i, c in enumerate(cases)]
 
 
 def _untimed(summary: object) -> object:
@@ -228,7 +235,7 @@ def local_ray():
 @pytest.mark.skipif(sandbox_problem() is not None, reason=f"no sandbox here: {sandbox_problem()}")
 def test_ray_gives_the_results_local_gives(tmp_path, local_ray, monkeypatch):
     monkeypatch.setenv("DIAGEVAL_HOME", str(tmp_path / "home"))
-    case_set = make_case_set([make_case(c) for c in SCRIPT] + [make_case("e7-healthy", expect="healthy")])
+    case_set = make_case_set(_distinct([make_case(c) for c in SCRIPT] + [make_case("e7-healthy", expect="healthy")]))
     evidence = RecorderFake(tmp_path / "home")  # the ray run prepares every case on the recorder, from this cache
     here = _run("fake_diagnosers:ScriptedDiagnoser", case_set, tmp_path, evidence, run_id="local")
     there = _run("fake_diagnosers:ScriptedDiagnoser", case_set, tmp_path, evidence, executor="ray", run_id="ray")
@@ -242,12 +249,13 @@ def test_ray_gives_the_results_local_gives(tmp_path, local_ray, monkeypatch):
     assert kept.read_text() == "hello from the diagnoser\n"  # what the diagnoser printed comes back to the run folder
 
 
-def test_a_lost_worker_is_retried_once_then_the_case_is_a_harness_error(tmp_path, local_ray):
+def test_a_lost_worker_is_retried_once_then_the_case_is_a_harness_error(tmp_path, local_ray, monkeypatch):
+    monkeypatch.setenv("DIAGEVAL_HOME", str(tmp_path / "home"))
     markers = tmp_path / "markers"  # the diagnoser kills its Ray worker, unsandboxed (a box has its own PIDs)
     markers.mkdir()
     script = {"l1-lost-once": f"kill-worker-once {markers}", "l2-lost-twice": f"kill-worker {markers}", "l3-fine": "ok"}
-    case_set = make_case_set([make_case(c) for c in script])
-    out = _run("lost_worker_diagnoser:LostWorkerDiagnoser", case_set, tmp_path, FakeEvidence(tmp_path / "b", log_text=script),
+    case_set = make_case_set(_distinct([make_case(c) for c in script]))
+    out = _run("lost_worker_diagnoser:LostWorkerDiagnoser", case_set, tmp_path, RecorderFake(tmp_path / "home", script=script),
                executor="ray", run_id="lost", sandbox=False)
     results = {r.case_id: r for r in RunStore(out.run_dir).read_results()}
     assert {c: r.status for c, r in results.items()} == {"l1-lost-once": "ok", "l2-lost-twice": "harness_error", "l3-fine": "ok"}
@@ -262,7 +270,7 @@ def test_recordings_run_one_per_node_and_come_back_checked_with_their_truth_kept
     from diageval.recording.cache import read_truth
 
     home = tmp_path / "home"
-    cases = make_case_set([make_case(f"r{i}-live") for i in range(3)] + [make_case("r9-fails", expect="healthy")]).cases
+    cases = make_case_set(_distinct([make_case(f"r{i}-live") for i in range(3)] + [make_case("r9-fails", expect="healthy")])).cases
     answers: dict[int, object] = {}
     prepare_on_ray(cases, RecorderFake(home, pause_s=0.5, fail=("r9-fails",)),
                    lambda i, answer, seconds: answers.setdefault(i, answer), device="cpu", address=None,

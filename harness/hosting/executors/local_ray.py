@@ -24,6 +24,7 @@ from typing import Any
 
 from diageval.hosting.executors.recording_task import RECORDER_RESOURCE
 
+AGENT_TIMEOUT_MS = 180_000  # the raylet's wait for the runtime-env agent to answer (Ray's default 30 s)
 AGENT_PORTS = ("metrics_agent_port", "dashboard_agent_listen_port", "runtime_env_agent_port", "metrics_export_port")
 
 
@@ -32,7 +33,8 @@ def start_local_ray(ray: Any, **init_kwargs: Any) -> None:
     ``resources`` says otherwise), with its agents' ports given."""
     init_kwargs.setdefault("resources", {RECORDER_RESOURCE: 1})
     init_kwargs.setdefault("include_dashboard", False)
-    with _agent_ports(ray):
+    init_kwargs.setdefault("_system_config", {"agent_register_timeout_ms": AGENT_TIMEOUT_MS})
+    with _agent_ports(ray), _listen_port_told(ray):
         ray.init(**init_kwargs)
 
 
@@ -55,6 +57,34 @@ def _agent_ports(ray: Any) -> Iterator[None]:
         yield
     finally:
         params.__init__ = original
+
+
+@contextlib.contextmanager
+def _listen_port_told(ray: Any) -> Iterator[None]:
+    """The raylet told the dashboard agent's HTTP port (its ``--dashboard_agent_listen_port`` flag), which Ray puts
+    only on the agent's own command line, so that it does not wait for the agent to write it."""
+    import re
+
+    services = getattr(getattr(ray, "_private", None), "services", None)
+    raylet = getattr(getattr(getattr(ray, "_private", None), "ray_constants", None), "PROCESS_TYPE_RAYLET", None)
+    if services is None or raylet is None or not hasattr(services, "start_ray_process"):
+        yield
+        return
+    original = services.start_ray_process
+
+    def start(command: list[str], process_type: str, *args: Any, **kwargs: Any) -> Any:
+        if process_type == raylet and not any(c.startswith("--dashboard_agent_listen_port=") for c in command):
+            agent = next((c for c in command if c.startswith("--dashboard_agent_command=")), "")
+            port = re.search(r"--listen-port=(\d+)", agent)
+            if port:
+                command = [*command, f"--dashboard_agent_listen_port={port.group(1)}"]
+        return original(command, process_type, *args, **kwargs)
+
+    services.start_ray_process = start
+    try:
+        yield
+    finally:
+        services.start_ray_process = original
 
 
 def _free_port() -> int:
