@@ -86,11 +86,12 @@ def _short(v: Any) -> str:
     return text if len(text) <= 160 else text[:157] + "..."
 
 
-def run(spec: str, case_set: Any, case_ids: tuple[str, ...], out: Path, executor: str, jobs: int, seed: int) -> Any:
+def run(spec: str, case_set: Any, case_ids: tuple[str, ...], out: Path, executor: str, jobs: int, seed: int,
+        sandbox: bool) -> Any:
     options = RunOptions(case_ids=case_ids, out_dir=out, run_id=f"parity-{spec}-{executor.split(':')[0]}", jobs=jobs,
                          seed=seed, executor=executor)
     start = time.perf_counter()
-    outcome = run_diagnoser(spec, case_set, options, HostPolicy(), progress=None)
+    outcome = run_diagnoser(spec, case_set, options, HostPolicy(sandbox=sandbox), progress=None)
     print(f"  {executor:<6} {outcome.run_dir}: {len(outcome.results)} results in {time.perf_counter() - start:.0f} s "
           f"(prepared {outcome.counts['prepared']}, diagnosed {outcome.counts['diagnosed']}, skipped "
           f"{outcome.counts['skipped']})", flush=True)
@@ -129,6 +130,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--seed", type=int, default=26)
     parser.add_argument("--address", help="a Ray cluster to join (default: start a local one)")
+    parser.add_argument("--no-sandbox", action="store_true", help="both runs without the box (as diageval run's flag)")
     args = parser.parse_args()
     specs = args.diagnoser or ["rules", "null"]
     case_set = load_case_set()
@@ -139,14 +141,15 @@ def main() -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="diageval-parity-"))
     print(f"DIAGEVAL_HOME={os.environ.get('DIAGEVAL_HOME', '(unset: ./.diageval)')}; cases: "
           f"{len(case_ids) if case_ids else 'all'}{f' (those of {args.cases_of})' if case_ids else ''}; runs in {out}; "
-          f"seed {args.seed}, jobs {args.jobs}; load {os.getloadavg()[0]:.1f}", flush=True)
+          f"seed {args.seed}, jobs {args.jobs}{', no sandbox' if args.no_sandbox else ''}; load {os.getloadavg()[0]:.1f}",
+          flush=True)
     ray = start_ray(args.address)
     found = 0
     try:
         for spec in specs:
             print(f"{spec}:", flush=True)
-            here = run(spec, case_set, case_ids, out, "local", args.jobs, args.seed)
-            there = run(spec, case_set, case_ids, out, "ray", args.jobs, args.seed)
+            here = run(spec, case_set, case_ids, out, "local", args.jobs, args.seed, not args.no_sandbox)
+            there = run(spec, case_set, case_ids, out, "ray", args.jobs, args.seed, not args.no_sandbox)
             a, b = comparable_results(here.run_dir), comparable_results(there.run_dir)
             diffs = [f"results: case only in {'local' if c in a else 'ray'}: {c}" for c in sorted(set(a) ^ set(b))]
             for c in sorted(set(a) & set(b)):

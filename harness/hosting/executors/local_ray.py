@@ -6,13 +6,14 @@ them, waits 15 s (fixed in its C++) for each to write the port it bound to a fil
 waiting for file .../metrics_agent_port_..."), and ``ray.init`` fails with "The current node timed out
 during startup". On 2 cores shared by several people the agents took 21-32 s to import (measured from
 ``raylet.out`` and the agents' first log lines; ``python3 -c "import ray.dashboard.agent"`` alone took
-7.7 s), and 6 starts in a row failed. Given a port, the raylet does not wait for that file: :func:`start_local_ray`
-picks free ones and hands them over through ``RayParams`` for the length of the ``ray.init`` call (``ray.init``
-takes no such argument; ``ray start`` does, as ``--dashboard-agent-grpc-port`` and the others). One wait
-remains, for the dashboard agent's HTTP port (Ray passes that one to the agent, not to the raylet), so a start
-still fails when that agent needs more than 15 s: with the other two waits gone, 2 of the next 5 starts at a
-load average of 5-10 succeeded (36 s and 44 s). A port taken by another process between the pick and the bind
-fails a start. A Ray without ``RayParams`` where 2.60 has it is started plainly.
+7.7 s), and 7 starts in a row failed. Given a port, the raylet does not wait for its file, so
+:func:`start_local_ray` picks free ones and hands them over through ``RayParams`` for the length of the
+``ray.init`` call (``ray.init`` takes no such argument; ``ray start`` does, as ``--dashboard-agent-grpc-port``
+and the others), and tells the raylet the dashboard agent's HTTP port, which Ray puts only on the agent's
+command line. The raylet then also waits for the runtime-env agent to answer, 30 s by default, which a load
+of 12 outlasted: :data:`AGENT_TIMEOUT_MS` allows more. With both, 3 of 3 starts succeeded at a load average
+of 9-11 (47-51 s). A port taken by another process between the pick and the bind fails a start. A Ray
+without these internals (``RayParams``, ``services.start_ray_process``) is started plainly.
 """
 
 from __future__ import annotations
