@@ -140,7 +140,7 @@ def main() -> int:
     case_ids = tuple(sorted({*case_ids, *args.cases}))
     out = args.out or Path(tempfile.mkdtemp(prefix="diageval-parity-"))
     print(f"DIAGEVAL_HOME={os.environ.get('DIAGEVAL_HOME', '(unset: ./.diageval)')}; cases: "
-          f"{len(case_ids) if case_ids else 'all'}{f' (those of {args.cases_of})' if case_ids else ''}; runs in {out}; "
+          f"{len(case_ids) if case_ids else 'all'}{f' (with those of {args.cases_of})' if args.cases_of else ''}; runs in {out}; "
           f"seed {args.seed}, jobs {args.jobs}{', no sandbox' if args.no_sandbox else ''}; load {os.getloadavg()[0]:.1f}",
           flush=True)
     ray = start_ray(args.address)
