@@ -42,13 +42,18 @@ def member_bundle(root: Path, *, median_s: float, noise: float, steps: int = 12,
             events.append({"ph": "X", "cat": "user_annotation", "name": f"Torch-Compiled Region: 0/{i if recompiled else 0}",
                            "pid": 1, "tid": 1, "ts": ts + 900, "dur": 50})
         ts += step_us + 100
+    finish_one_rank_bundle(root, events)
+    return root
+
+
+def finish_one_rank_bundle(root: Path, events: list[dict]) -> None:
+    """Write ``events`` as rank 0's trace under ``root`` and the bundle's manifest over every file there."""
     (root / "rank0").mkdir()
     with gzip.open(root / "rank0" / "trace.json.gz", "wt") as fh:
         json.dump({"schemaVersion": 1, "traceEvents": events}, fh)
     manifest = BundleManifest(bundle_id=uuid.uuid4().hex, created=datetime.now(timezone.utc),
                               env=BundleEnv(device="cpu", world_size=1), files=describe_files(root))
     (root / MANIFEST_NAME).write_text(manifest.model_dump_json())
-    return root
 
 
 def fleet_bundle(tmp: Path, runs: list[dict], *, roles: list[str | None] | None = None) -> EvidenceBundle:

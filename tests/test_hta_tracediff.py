@@ -6,18 +6,15 @@ without HTA."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
-import uuid
-from datetime import datetime, timezone
 
 import pytest
-from fleet_fakes import fleet_bundle
+from fleet_fakes import finish_one_rank_bundle, fleet_bundle
 from test_rules_fleet import _fleet, _pair
 
 from diageval.bundle.fleet import FleetRunInfo, start_times, write_fleet
-from diageval.bundle.model import MANIFEST_NAME, BundleEnv, BundleManifest, EvidenceBundle, describe_files
+from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosis import FactorRef
 
 pytest.importorskip("hta.trace_diff", reason="HolisticTraceAnalysis is not installed (pip install 'diageval[hta]')")
@@ -72,12 +69,7 @@ def _member(root, steps_us: list[float], events_per_step, profiler_steps: bool =
                            **({"args": {"Input type": ["float"] * 3}} if cat == "cpu_op" else {})})
         ts += dur + 100
     (root / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (root / "rank0").mkdir()
-    with gzip.open(root / "rank0" / "trace.json.gz", "wt") as fh:
-        json.dump({"schemaVersion": 1, "traceEvents": events}, fh)
-    manifest = BundleManifest(bundle_id=uuid.uuid4().hex, created=datetime.now(timezone.utc),
-                              env=BundleEnv(device="cpu", world_size=1), files=describe_files(root))
-    (root / MANIFEST_NAME).write_text(manifest.model_dump_json())
+    finish_one_rank_bundle(root, events)
 
 
 def _custom_pair(tmp_path, base_steps, cand_steps, base_events, cand_events, profiler_steps=True) -> EvidenceBundle:
