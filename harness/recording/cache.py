@@ -147,10 +147,11 @@ def ensure_bundle(case: Case, device: str, *, repeat: int = 0, force: bool = Fal
         derive_bundle(base, folder, edits)
     else:
         record_case(case, folder, device=device)
-    previous = read_truth(cache, key) if role != "base" else None
-    if role != "base" and (previous is None or previous.case_id != case.id or previous.role != role or force):
-        write_truth(cache, TruthRecord(case_id=case.id, role=role, key=key, repeat=repeat,
-                                       recorded=datetime.now(timezone.utc)))
+    if role != "base":  # a base's key may be another case's, whose truth (and verification) stays
+        previous = read_truth(cache, key)
+        if previous is None or previous.case_id != case.id or previous.role != role or force:
+            write_truth(cache, TruthRecord(case_id=case.id, role=role, key=key, repeat=repeat,
+                                           recorded=datetime.now(timezone.utc)))
     append_jsonl(cache / "index.jsonl", {"case_id": case.id, "role": role, "key": key, "repeat": repeat,
                                          "device": device, "recorded": datetime.now(timezone.utc).isoformat()})
     return key, folder, True

@@ -18,7 +18,6 @@ sha256): the cut never hides a damaged cached file (:class:`TierSourceDamaged`).
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import shutil
 from pathlib import Path
