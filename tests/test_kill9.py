@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 from run_fakes import write_bundle
 
-from diageval.hosting.sandbox import HOST_PREFIX, probe
+from diageval.hosting.sandbox import HOST_PREFIX, box_parent, probe
 
 TESTS = Path(__file__).parent
 needs_bwrap = pytest.mark.skipif(probe() is not None, reason=f"no sandbox can start here: {probe()}")
@@ -74,7 +73,7 @@ def _kill_and_check(proc: subprocess.Popen, tree: set[int]) -> None:
 
 
 def _stale_boxes(pid: int) -> list[Path]:
-    return list(Path(tempfile.gettempdir()).glob(f"{HOST_PREFIX}{pid}-*"))
+    return list(box_parent().glob(f"{HOST_PREFIX}{pid}-*"))
 
 
 RUNNER = """

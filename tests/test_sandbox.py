@@ -358,3 +358,34 @@ def test_a_venv_inside_the_checkout_stays_on_the_box_s_path(tmp_path, monkeypatc
     env = scrubbed_env({"PATH": f"{venv}/bin:{checkout}/tools:/usr/bin", "LANG": f"{checkout}/x"},
                        SandboxPolicy(hidden=(checkout,)))
     assert env["PATH"] == f"{venv}/bin:/usr/bin" and "LANG" not in env
+
+
+def test_boxes_are_made_in_ram_only_where_there_is_room_and_the_user_did_not_say_otherwise(tmp_path, monkeypatch):
+    """A box's host folder goes to a roomy /dev/shm (file creation there is ~20x cheaper than on disk), to the
+    system's temp folder when that tmpfs is small (a container's 64 MiB) or missing, and to $TMPDIR when it is set."""
+    import tempfile
+
+    from diageval.hosting import sandbox
+
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    monkeypatch.delenv("TMPDIR", raising=False)
+    monkeypatch.setattr(sandbox, "SHM_DIR", shm)
+    monkeypatch.setattr(sandbox, "SHM_MIN_FREE", 1)
+    assert sandbox.box_parent() == shm
+    monkeypatch.setattr(sandbox, "SHM_MIN_FREE", 1 << 62)  # more than any disk holds
+    assert sandbox.box_parent() == Path(tempfile.gettempdir())
+    monkeypatch.setattr(sandbox, "SHM_DIR", tmp_path / "absent")
+    assert sandbox.box_parent() == Path(tempfile.gettempdir())
+    monkeypatch.setattr(sandbox, "SHM_DIR", shm)
+    monkeypatch.setattr(sandbox, "SHM_MIN_FREE", 1)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    monkeypatch.setenv("TMPDIR", str(mine))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() caches its answer
+    assert sandbox.box_parent() == mine
+    box = Box(None)
+    try:
+        assert box.host.parent == mine
+    finally:
+        box.remove()
