@@ -7,6 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from diageval.bundle.importer import import_traces
@@ -105,6 +106,24 @@ def test_cpu_bundle_without_data_loading_abstains(hta_diagnoser, tmp_path):
     b = cpu_bundle(tmp_path, "noload", steps=4, step_us=10_000, load_us=None)
     d = hta_diagnoser.diagnose(b)
     assert d.findings == [] and d.abstain is not None and "no HTA analysis applies" in d.abstain.reason
+
+
+def test_the_critical_path_breakdown_is_htas_own(hta_diagnoser, tmp_path):
+    """The adapter's graph computes ``bound_by`` once per distinct (type, name, stream) instead of once per edge
+    as a pandas row: the table must be HTA's own, to the cell."""
+    from hta.analyzers.critical_path_analysis import CPGraph
+
+    from diageval.diagnosers import hta_adapter
+
+    b = cpu_bundle(tmp_path, "cp", steps=5, step_us=20_000, load_us=12_000)
+    with hta_adapter._quiet_hta():
+        t = hta_adapter._load_trace({r: str(p) for r, p in b.trace_paths().items()})
+        graph = hta_adapter._kernel_optional_cpgraph()(t, t, 0, data_load_events=hta_adapter.DATA_LOAD_EVENTS)
+        assert graph.critical_path()
+        ours = graph.get_critical_path_breakdown()
+        htas = CPGraph.get_critical_path_breakdown(graph)
+    assert set(htas["bound_by"]) >= {"cpu_bound", "data_loading"}  # the table has something to get wrong
+    pd.testing.assert_frame_equal(ours, htas)
 
 
 def test_hta_raising_is_a_diagnoser_failure(hta_diagnoser, tmp_path, monkeypatch):
