@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 from gpu_traces import STEP_US, gpu_trace
 
-from diageval.bundle.trace_stats import Coverage, trace_stats
+from diageval.bundle.trace_stats import Coverage, Names, timed_window, trace_stats
 from diageval.bundle.trace_stats_table import format_table
 from diageval.cli import main
 from diageval.paths import real_traces_dir
@@ -71,3 +71,19 @@ def test_every_real_trace_measured(path):
         assert any(st.kernels for st in s.steps)
     if "kineto-resnet50" in str(path):
         assert s.category_style == "legacy" and len(s.steps) == 6  # Operator-category ProfilerSteps
+
+
+def test_a_timed_window_keeps_complete_events_with_numeric_times_in_file_order():
+    """What the collectors take: ``ph`` X with a number for start and duration (bool counts, as isinstance says);
+    a string, a missing value or an integer beyond float range is no time. Pairs get one id each."""
+    from diageval.bundle.trace_stream import event_from_dict
+
+    raw = [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2.5}, {"ph": "B", "ts": 1, "dur": 1},
+           {"ph": "X", "ts": "5", "dur": 1}, {"ph": "X", "ts": 3}, {"ph": "X", "ts": 10**400, "dur": 1},
+           {"ph": "X", "cat": "cpu_op", "name": "k", "ts": True, "dur": 0},
+           {"ph": "X", "cat": "kernel", "name": "k", "ts": 7.5, "dur": -1}]
+    w, names = timed_window([event_from_dict(e) for e in raw], Names())
+    assert [e.ts for e in w.events] == [1, True, 7.5]
+    assert w.ts.tolist() == [1.0, 1.0, 7.5] and w.dur.tolist() == [2.5, 0.0, -1.0]
+    assert w.ids.tolist() == [0, 1, 0] and names.keys == [("kernel", "k"), ("cpu_op", "k")]
+    assert [e.ts for e in w.select(w.dur > 0).events] == [1]

@@ -273,3 +273,5 @@ def test_correlation_is_what_decoded_args_holds(tmp_path, args):
     events = list(iter_trace_events(p, StreamState()))
     assert [e.correlation() for e in events] == [e.decoded_args().get("correlation") for e in events]
     assert [e.correlation() for e in events][1] is None
+    # the whole window's in one decode (the collectors' read) says the same, event for event
+    assert repr(ts.correlations(events)) == repr([e.correlation() for e in events])

@@ -26,8 +26,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from diageval.bundle.model import StepRecord
-from diageval.bundle.trace_stats import StatsCollector, StepStats
-from diageval.bundle.trace_stream import StreamState, TraceFormatError, iter_trace_events
+from diageval.bundle.trace_stats import Names, StatsCollector, StepStats, timed_window
+from diageval.bundle.trace_stream import StreamState, TraceFormatError, iter_trace_windows
 from diageval.bundle.trace_summary import MAX_COLUMN_ENTRIES, StepSummary, TraceSummary
 from diageval.diagnosers.rules import thresholds as T
 
@@ -52,8 +52,10 @@ def stepless_windows(summary: TraceSummary, step_rows: list[StepRecord]) -> Wind
                                 " windows within the reader's memory budget")
     collector = StatsCollector()
     try:
-        for ev in iter_trace_events(Path(summary.path), StreamState()):
-            collector.add(ev)
+        names = Names()
+        for window in iter_trace_windows(Path(summary.path), StreamState()):
+            timed, names = timed_window(window, names)
+            collector.add_window(timed)
     except (TraceFormatError, OSError, UnicodeDecodeError) as exc:
         return Windows(why_none=f"the trace could not be read again to cut it into windows ({exc})")
     whole, _ = collector.measure()

@@ -1,6 +1,6 @@
 """``diageval trace stats``: the per-step measurements an expert labels a GPU trace from.
 
-One streaming pass over a Kineto trace (``trace_stream.iter_trace_events``) keeps compact columns, then
+One streaming pass over a Kineto trace (``trace_stream.iter_trace_windows``) keeps compact columns, then
 every figure is computed per profiler step (``ProfilerStep#N`` on the host, any torch version; a trace
 without markers is measured as one window from its first to its last event):
 
@@ -39,10 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, Field
 
 from diageval.bundle import kineto as K
-from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, iter_trace_events
+from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, correlations, iter_trace_windows
 
 GAP_BINS_US = (10.0, 50.0, 1000.0)
 SHORT_GAP_US = 1000.0
@@ -261,15 +262,180 @@ _RECENT_LIMIT = 1 << 12
 _JOINED_CALLS = K.LAUNCH_NAMES | K.ASYNC_COPY_NAMES | K.SYNC_COPY_NAMES
 
 
-def _correlation(ev: TraceEvent) -> Any:
-    """The runtime correlation id that ties a device event to the host call that queued it (or None).
+# What one (category, name) pair is to the collector's columns (``_kind``)
+_IGNORED, _DEVICE, _RUNTIME, _STEP, _HOST, _ACCEL = range(6)
+_RUNTIME_OR_DEVICE = (_DEVICE, _RUNTIME)
+_LAUNCH, _ALLOC, _CALL = 0, 1, 2  # runtime calls that are neither: their blocking kind (a string), or None
+_LEGACY = 6  # the item of every kind that says whether its category is a torch 1.8/1.9 one
 
-    Only device events, launches and copies need it, so only they decode their ``args``."""
-    return ev.correlation()
+
+def _kind(cat: str | None, name: str | None) -> tuple:
+    """What ``StatsCollector.add_window`` does with an event of this category and name:
+
+    * device activity: (_DEVICE, kernel class, joined by correlation, unused, class_of key, pageable copy)
+    * a runtime call: (_RUNTIME, _LAUNCH / _ALLOC / its blocking kind / None, joined, blocking or async copy)
+    * a step marker: (_STEP, its number); host activity: (_HOST, CPU op, autograd, data wait)
+    * other accelerator events: (_ACCEL,); anything else: (_IGNORED,)
+
+    padded with None to six items, then whether the category is a torch 1.8/1.9 one (item ``_LEGACY``).
+    """
+    kind = _kind_of(cat, name if isinstance(name, str) else str(name))
+    return (*kind, *(None,) * (_LEGACY - len(kind)), cat in _LEGACY_CATEGORIES)
+
+
+def _kind_of(cat: str | None, name: str) -> tuple:
+    if cat in K.DEVICE_CATEGORIES:
+        return (_DEVICE, K.kernel_class(cat, name), cat in K.KERNEL_CATEGORIES or cat in K.MEMCPY_CATEGORIES,
+                None, (cat, name), cat in K.MEMCPY_CATEGORIES and K.PAGEABLE_MARK in name)
+    if cat in K.RUNTIME_CATEGORIES:
+        if name in K.LAUNCH_NAMES:
+            sub: Any = _LAUNCH
+        elif name in K.ALLOC_NAMES:
+            sub = _ALLOC
+        elif name in _KIND_OF_CALL or name in K.ASYNC_COPY_NAMES:
+            sub = _KIND_OF_CALL.get(name, "async_copy")
+        else:
+            sub = None
+        return (_RUNTIME, sub, name in _JOINED_CALLS, name in _KIND_OF_CALL or name in K.ASYNC_COPY_NAMES)
+    if cat in K.HOST_OP_CATEGORIES:
+        if name.startswith(K.PROFILER_STEP_PREFIX):
+            n = K.profiler_step_number(name) if cat in K.STEP_MARKER_CATEGORIES else None
+            return (_IGNORED,) if n is None else (_STEP, n)
+        is_op = cat in K.CPU_OP_CATEGORIES
+        return (_HOST, is_op, is_op and name.startswith(K.AUTOGRAD_PREFIX), name.startswith(K.DATALOADER_NEXT_PREFIX))
+    if cat in K.GPU_EVENT_CATEGORIES:
+        return (_ACCEL,)
+    return (_IGNORED,)
+
+
+_LEGACY_CATEGORIES = ("Kernel", "Operator")  # torch 1.8/1.9 category names
+_NUMBER = (int, float, bool)  # what ``isinstance(x, (int, float))`` accepts among decoded JSON values
+
+
+class Names(dict):
+    """Ids of the distinct (category, name) pairs of one read (``names[(cat, name)]``, given on first sight): a
+    few hundred pairs repeat millions of times, so a collector decides what a pair means once per id and then
+    works on whole windows of ids (numpy)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.keys: list[tuple[Any, Any]] = []
+
+    def __missing__(self, key: tuple[Any, Any]) -> int:
+        i = self[key] = len(self.keys)
+        self.keys.append(key)
+        return i
+
+
+_NAMES_LIMIT = 1 << 16  # distinct pairs one Names holds; past it (a hostile trace) a fresh one starts
+
+
+class TimedWindow:
+    """A window's complete events (``ph`` X) whose start and duration are numbers, in file order, as columns:
+    ``ts`` and ``dur`` (float64) and ``ids`` (of ``names``); ``events`` for the few fields read per event."""
+
+    __slots__ = ("events", "ts", "dur", "ids", "names")
+
+    def __init__(self, events: list[TraceEvent], ts: np.ndarray, dur: np.ndarray, ids: np.ndarray, names: Names):
+        self.events, self.ts, self.dur, self.ids, self.names = events, ts, dur, ids, names
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def select(self, mask: np.ndarray) -> TimedWindow:
+        """The events where ``mask`` is true, in order."""
+        idx = np.flatnonzero(mask)
+        if len(idx) == len(self.events):
+            return self
+        events = self.events
+        return TimedWindow([events[i] for i in idx.tolist()], self.ts[idx], self.dur[idx], self.ids[idx], self.names)
+
+
+def timed_window(window: list[TraceEvent], names: Names) -> tuple[TimedWindow, Names]:
+    """The :class:`TimedWindow` of a window of the reader, and the ``names`` to pass with the next window (a
+    fresh one once ``names`` holds ``_NAMES_LIMIT`` pairs, so that memory stays bounded whatever the trace)."""
+    if len(names.keys) > _NAMES_LIMIT:
+        names = Names()
+    events = [ev for ev in window if ev.ph == "X"]
+    ts_list = [ev.ts for ev in events]
+    dur_list = [ev.dur for ev in events]
+    if not ({*map(type, ts_list)} | {*map(type, dur_list)}) <= _NUMBER_TYPES:  # rare: drop what is not a number
+        kept = [i for i, (t, d) in enumerate(zip(ts_list, dur_list)) if t.__class__ in _NUMBER and d.__class__ in _NUMBER]
+        events = [events[i] for i in kept]
+        ts_list = [ts_list[i] for i in kept]
+        dur_list = [dur_list[i] for i in kept]
+    try:
+        ts = np.array(ts_list, dtype=np.float64)
+        dur = np.array(dur_list, dtype=np.float64)
+    except OverflowError:  # an integer beyond float range: not a time
+        kept = [i for i, (t, d) in enumerate(zip(ts_list, dur_list)) if _fits_float(t) and _fits_float(d)]
+        events = [events[i] for i in kept]
+        ts = np.array([ts_list[i] for i in kept], dtype=np.float64)
+        dur = np.array([dur_list[i] for i in kept], dtype=np.float64)
+    ids = np.array([names[(ev.cat, ev.name)] for ev in events], dtype=np.int64)
+    return TimedWindow(events, ts, dur, ids, names), names
+
+
+_NUMBER_TYPES = set(_NUMBER)
+
+
+def _fits_float(x: Any) -> bool:
+    try:
+        float(x)
+    except OverflowError:
+        return False
+    return True
+
+
+def tid_strings(events: list[TraceEvent]) -> list[str]:
+    """``[str(ev.tid) for ev in events]``, converting each distinct thread id once."""
+    raw = [ev.tid for ev in events]
+    try:
+        as_str = {t: str(t) for t in set(raw)}
+    except TypeError:  # an unhashable tid (a list...): one at a time
+        return [str(t) for t in raw]
+    return [as_str[t] for t in raw]
+
+
+def by_tid(tids: list[str]) -> list[tuple[str, np.ndarray | None]]:
+    """Each thread of ``tids`` in order of first appearance, with the mask of its entries (None: all of them)."""
+    first = tids[0] if tids else None
+    if tids.count(first) == len(tids):  # type: ignore[arg-type]
+        return [(first, None)] if tids else []
+    arr = np.array(tids, dtype=object)
+    return [(t, arr == t) for t in dict.fromkeys(tids)]
+
+
+class _Table:
+    """A collector's reading of each (category, name) id of a :class:`Names` (``kind_of`` turns a pair into a
+    tuple whose first item is its kind), grown as new ids appear: ``kind[ids]`` is a window's kinds at once."""
+
+    def __init__(self, kind_of: Any) -> None:
+        self.kind_of = kind_of
+        self.names: Names | None = None
+        self.kinds: list[tuple] = []
+        self.kind = np.zeros(0, dtype=np.int8)
+        self.flags: dict[int, np.ndarray] = {}
+
+    def update(self, names: Names) -> None:
+        if names is not self.names:
+            self.names, self.kinds = names, []
+        if len(self.kinds) < len(names.keys):
+            self.kinds += [self.kind_of(*key) for key in names.keys[len(self.kinds):]]
+            self.kind = np.array([k[0] for k in self.kinds], dtype=np.int8)
+            self.flags = {}
+
+    def flag(self, item: int) -> np.ndarray:
+        """Per id: bool(item ``item`` of its kind) (False where the kind is shorter)."""
+        f = self.flags.get(item)
+        if f is None:
+            f = self.flags[item] = np.array([len(k) > item and bool(k[item]) for k in self.kinds], dtype=bool)
+        return f
 
 
 class StatsCollector:
-    """Feed it every event of one trace (``add``), then ask for the per-step figures (``measure``).
+    """Feed it every window of one trace (``add_window``, a :func:`timed_window` each), then ask for the per-step figures
+    (``measure``).
 
     ``trace_summary`` feeds one of these during its own pass, so ``rules`` reads each trace once. Memory:
     the columns hold one entry per event; ``drop_columns`` empties them and from then on only the facts
@@ -290,6 +456,7 @@ class StatsCollector:
         self.columns = True
         self.join: _Join | None = None
         self.max_block_us = 0.0
+        self.table = _Table(_kind)
 
     def drop_columns(self) -> None:
         """Free the per-event columns; later events only update the facts (and the margin's join)."""
@@ -321,92 +488,132 @@ class StatsCollector:
     def size(self) -> int:
         return self.cols.size()
 
-    def add(self, ev: TraceEvent) -> None:
-        if ev.ph != "X":
-            return
-        ts = ev.ts
-        dur = ev.dur
-        if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
-            return
+    def add_window(self, w: TimedWindow) -> None:
+        """Take one window (:func:`timed_window`): what each event is comes from its (category, name) id
+        (``_kind``, decided once per id), and every column is extended a window at a time, in file order."""
         c = self.cols
-        cat = ev.cat
-        name = ev.name
-        if not isinstance(name, str):
-            name = str(name)
+        table = self.table
+        table.update(w.names)
+        ids = w.ids
+        code = table.kind[ids]
+        if not c.legacy and table.flag(_LEGACY)[ids].any():
+            c.legacy = True
+        is_dev = code == _DEVICE
+        is_rt = code == _RUNTIME
+        if not c.accel_cat and (is_dev.any() or is_rt.any() or (code == _ACCEL).any()):
+            c.accel_cat = True
+        n_dev = int(np.count_nonzero(is_dev))
+        if n_dev:
+            c.n_device += n_dev
+            class_of = c.class_of
+            first = np.unique(ids[is_dev], return_index=True)  # each pair where it first shows, in file order
+            for i in first[0][np.argsort(first[1], kind="stable")].tolist():
+                kind = table.kinds[i]
+                if kind[4] not in class_of:
+                    class_of[kind[4]] = kind[1]
         keep = self.keep
-        if cat in K.DEVICE_CATEGORIES:
-            cls = c.class_of.get((cat, name))
-            if cls is None:  # a few dozen distinct kernels repeat thousands of times: classify each once
-                cls = c.class_of[(cat, name)] = K.kernel_class(cat, name)
-            c.n_device += 1
-            c.accel_cat = True
-            if cat == "Kernel":
-                c.legacy = True
-            if not self.columns:
-                if self.join is not None and (cat in K.KERNEL_CATEGORIES or cat in K.MEMCPY_CATEGORIES):
-                    self.join.device(_correlation(ev), ts)
+        ts, dur = w.ts, w.dur
+        if not self.columns:
+            blocking = is_rt & table.flag(3)[ids]
+            if blocking.any():
+                self.max_block_us = max(self.max_block_us, float(np.fmax.reduce(dur[blocking])))
+            join = self.join
+            if join is not None:
+                joined = w.select((is_dev | is_rt) & table.flag(2)[ids])
+                device_kind = (table.kind[joined.ids] == _DEVICE).tolist()
+                for dev, t, corr in zip(device_kind, joined.ts.tolist(), correlations(joined.events)):
+                    if dev:
+                        join.device(corr, t)
+                    else:
+                        join.call(corr, t)
+        else:
+            if n_dev:
+                if keep is not None:
+                    lo, hi = keep.lo - keep.margin, keep.hi + keep.margin
+                    is_dev = is_dev & (ts < hi) & (ts + np.where(dur > 0.0, dur, 0.0) > lo)
+                dev = w.select(is_dev)
+                corrs = correlations(dev.events)
+                c.dev_ts.frombytes(dev.ts.tobytes())
+                c.dev_dur.frombytes(dev.dur.tobytes())
+                kinds = table.kinds
+                dev_ids = dev.ids.tolist()
+                c.dev_class.extend([kinds[i][1] for i in dev_ids])
+                c.dev_corr.extend(corrs)
+                pageable = [corr for i, corr in zip(dev_ids, corrs) if kinds[i][5] and corr is not None]
+                if pageable:
+                    c.pageable_corr.update(pageable)
+            if is_rt.any():
+                if keep is not None:
+                    lo, hi = keep.lo - keep.margin, keep.hi + keep.margin
+                    is_rt = is_rt & (ts >= lo) & (ts < hi)
+                rt_sub = self._runtime_sub(table)[ids]
+                launch = w.select(is_rt & (rt_sub == _LAUNCH))
+                if len(launch):
+                    c.launch_starts.frombytes(launch.ts.tobytes())
+                    c.launch_ts.update(zip(correlations(launch.events), [ev.ts for ev in launch.events]))
+                    c.launch_ts.pop(None, None)
+                allocs = is_rt & (rt_sub == _ALLOC)
+                if allocs.any():
+                    c.alloc_starts.frombytes(ts[allocs].tobytes())
+                calls = w.select(is_rt & (rt_sub == _CALL))
+                if len(calls):
+                    kinds = table.kinds
+                    c.calls.extend((kinds[i][1], ev.ts, ev.dur, corr) for i, ev, corr
+                                   in zip(calls.ids.tolist(), calls.events, correlations(calls.events)))
+        is_step = code == _STEP
+        if is_step.any():
+            steps = w.select(is_step)
+            kinds = table.kinds
+            c.steps.extend((kinds[i][1], ev.ts, ev.dur, str(ev.tid)) for i, ev in zip(steps.ids.tolist(), steps.events))
+        is_host = code == _HOST
+        if not is_host.any():
+            return
+        host = w.select(is_host)
+        tids = tid_strings(host.events)
+        autograd = table.flag(2)[host.ids]
+        if autograd.any():
+            c.autograd_tids.update([t for t, a in zip(tids, autograd.tolist()) if a])
+        lo_, hi_ = float(np.fmin.reduce(host.ts)), float(np.fmax.reduce(host.ts + host.dur))  # NaN: skipped
+        if lo_ < c.lo:
+            c.lo = lo_
+        if hi_ > c.hi:
+            c.hi = hi_
+        if not self.columns or keep is not None:
+            c.host_tids.update(tids)
+        if not self.columns:
+            return
+        if keep is not None:
+            klo, khi = keep.lo, keep.hi
+            hts = host.ts
+            inside = (hts < khi) & ((hts >= klo) | (hts + np.where(host.dur > 0.0, host.dur, 0.0) > klo))
+            if not inside.all():
+                tids = [t for t, k in zip(tids, inside.tolist()) if k]
+                host = host.select(inside)
+            if not len(host):
                 return
-            if keep is not None and not (ts < keep.hi + keep.margin and ts + max(0.0, dur) > keep.lo - keep.margin):
-                return
-            corr = _correlation(ev)
-            c.dev_ts.append(ts)
-            c.dev_dur.append(dur)
-            c.dev_class.append(cls)
-            c.dev_corr.append(corr)
-            if cat in K.MEMCPY_CATEGORIES and K.PAGEABLE_MARK in name and corr is not None:
-                c.pageable_corr.add(corr)
-        elif cat in K.RUNTIME_CATEGORIES:
-            c.accel_cat = True
-            if not self.columns:
-                if name in _KIND_OF_CALL or name in K.ASYNC_COPY_NAMES:
-                    self.max_block_us = max(self.max_block_us, dur)
-                if self.join is not None and name in _JOINED_CALLS:
-                    self.join.call(_correlation(ev), ts)
-                return
-            if keep is not None and not (keep.lo - keep.margin <= ts < keep.hi + keep.margin):
-                return
-            if name in K.LAUNCH_NAMES:
-                c.launch_starts.append(ts)
-                corr = _correlation(ev)
-                if corr is not None:
-                    c.launch_ts[corr] = ts
-            elif name in K.ALLOC_NAMES:
-                c.alloc_starts.append(ts)
-            elif name in _KIND_OF_CALL or name in K.ASYNC_COPY_NAMES:
-                corr = _correlation(ev)
-                c.calls.append((_KIND_OF_CALL.get(name, "async_copy"), ts, dur, corr))
-        elif cat in K.HOST_OP_CATEGORIES:
-            tid = str(ev.tid)
-            if cat == "Operator":
-                c.legacy = True
-            if name.startswith(K.PROFILER_STEP_PREFIX):
-                n = K.profiler_step_number(name) if cat in K.STEP_MARKER_CATEGORIES else None
-                if n is not None:
-                    c.steps.append((n, ts, dur, tid))
-                return
-            if cat in K.CPU_OP_CATEGORIES and name.startswith(K.AUTOGRAD_PREFIX):
-                c.autograd_tids.add(tid)
-            if ts < c.lo:
-                c.lo = ts
-            if ts + dur > c.hi:
-                c.hi = ts + dur
-            if not self.columns:
-                c.host_tids.add(tid)
-                return
-            if keep is not None:
-                c.host_tids.add(tid)
-                if not (ts < keep.hi and (ts >= keep.lo or ts + max(0.0, dur) > keep.lo)):
-                    return
+        waits = table.flag(3)[host.ids]
+        if waits.any():
+            c.waits[0].frombytes(host.ts[waits].tobytes())
+            c.waits[1].frombytes(host.dur[waits].tobytes())
+        is_op = table.flag(1)[host.ids]
+        for tid, sel in by_tid(tids):
             cols = c.host[tid]
-            cols[0].append(ts)
-            cols[1].append(dur)
-            if cat in K.CPU_OP_CATEGORIES:
-                c.op_starts[tid].append(ts)
-            if name.startswith(K.DATALOADER_NEXT_PREFIX):
-                c.waits[0].append(ts)
-                c.waits[1].append(dur)
-        elif cat in K.GPU_EVENT_CATEGORIES:
-            c.accel_cat = True
+            hts = host.ts if sel is None else host.ts[sel]
+            cols[0].frombytes(hts.tobytes())
+            cols[1].frombytes((host.dur if sel is None else host.dur[sel]).tobytes())
+            ops = is_op if sel is None else is_op[sel]
+            if ops.any():
+                c.op_starts[tid].frombytes(hts[ops].tobytes())
+
+    @staticmethod
+    def _runtime_sub(table: _Table) -> np.ndarray:
+        """Per id: what a runtime call is (_LAUNCH, _ALLOC, _CALL, or -1)."""
+        f = table.flags.get(-1)
+        if f is None:
+            f = table.flags[-1] = np.array(
+                [(_CALL if isinstance(k[1], str) else -1 if k[1] is None else k[1]) if k[0] == _RUNTIME else -1
+                 for k in table.kinds], dtype=np.int8)
+        return f
 
     def measure(self) -> tuple[list[StepStats], bool]:
         """Every step window of the trace (or the whole trace when it has no step markers)."""
@@ -562,9 +769,11 @@ def trace_stats(path: Path) -> TraceStats:
     state = StreamState()
     started = time.perf_counter()
     collector = StatsCollector()
+    names = Names()
     try:
-        for ev in iter_trace_events(path, state):
-            collector.add(ev)
+        for window in iter_trace_windows(path, state):
+            timed, names = timed_window(window, names)
+            collector.add_window(timed)
     except UnicodeDecodeError as exc:
         raise TraceFormatError(f"{path}: not UTF-8 JSON: {exc}") from exc
     steps, whole = collector.measure()
@@ -603,5 +812,5 @@ def trace_files_of(path: Path) -> list[Path]:
     return find_trace_files([path])
 
 
-__all__ = ["trace_files_of", "StatsCollector", "TimeRange", "JOIN_PENDING_LIMIT", "Coverage", "StepStats", "TraceStats", "ThreadStats", "BlockingStats",
+__all__ = ["trace_files_of", "Names", "TimedWindow", "timed_window", "tid_strings", "by_tid", "StatsCollector", "TimeRange", "JOIN_PENDING_LIMIT", "Coverage", "StepStats", "TraceStats", "ThreadStats", "BlockingStats",
            "trace_stats", "quantile", "GAP_BINS_US", "SHORT_GAP_US", "BLOCKING_KINDS"]

@@ -63,10 +63,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 from pydantic import BaseModel, Field
 
 from diageval.bundle import kineto as k
-from diageval.bundle.trace_stats import StatsCollector, StepStats, TimeRange
+from diageval.bundle.trace_stats import (Names, StatsCollector, StepStats, TimedWindow, TimeRange, _Table, by_tid, tid_strings,
+                                         timed_window)
 from diageval.bundle.trace_stream import CHUNK_BYTES, StreamState, TraceEvent, TraceFormatError, iter_trace_windows
 
 SHORT_OP_US = 50.0
@@ -78,8 +80,8 @@ stays bounded whatever the trace's size. Measured on the A100 trace of ``benchma
 
 
 class EventObserver(Protocol):
-    """Something that sees every complete event (``ph`` X) of a summarising pass (``summarize_trace(observers=...)``),
-    a window of the reader at a time, in file order."""
+    """Something that sees every complete event (``ph`` X) with a numeric start and duration of a summarising pass
+    (``summarize_trace(observers=...)``), a window of the reader at a time, in file order."""
 
     def add_window(self, events: list[TraceEvent]) -> None: ...
 
@@ -169,7 +171,7 @@ class _Columns:
         self.n_device = 0
         self.n_timed = 0  # complete events with a numeric start and duration
         self.collective_names: Counter[str] = Counter()
-        self.comm_of: dict[tuple[str, str], str | None] = {}  # device (category, name) -> collective name, or None
+        self.table = _Table(_kind)
         self.dropped_at_entries = self.dropped_at_events = 0
 
     def size(self) -> int:
@@ -186,67 +188,96 @@ class _Columns:
         self.device, self.launches = (array("d"), array("d")), array("d")
         self.columns = False
 
-    def add(self, ev: TraceEvent) -> None:
-        if ev.ph != "X":
+    def add_window(self, w: TimedWindow) -> None:
+        """Take one window (``trace_stats.timed_window``): what each event is comes from its (category, name) id
+        (``_kind``, decided once per id), and every column is extended a window at a time, in file order."""
+        self.n_timed += len(w)
+        table = self.table
+        table.update(w.names)
+        ids = w.ids
+        code = table.kind[ids]
+        kinds = table.kinds
+        self.n_device += int(np.count_nonzero(code == _DEVICE))
+        # collectives by name, device kernels and gloo annotations alike, in file order (the dict keeps that order)
+        is_coll = table.flag(_COLLECTIVE)[ids]
+        if is_coll.any():
+            self.collective_names.update([kinds[i][1] for i in ids[is_coll].tolist()])
+        is_step = code == _STEP
+        if is_step.any():
+            steps = w.select(is_step)
+            self.steps.extend((kinds[i][1], ev.ts, ev.dur, str(ev.tid)) for i, ev in zip(steps.ids.tolist(), steps.events))
+        if not self.columns:
             return
-        ts, dur = ev.ts, ev.dur
-        if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
-            return
-        self.n_timed += 1
-        name = ev.name
-        if not isinstance(name, str):
-            name = str(name)
-        cat = ev.cat
         keep = self.keep
-        kept = self.columns and (keep is None or keep.lo <= ts < keep.hi)
-        if cat in k.DEVICE_CATEGORIES:
-            self.n_device += 1
-            comm = self.comm_of.get((cat, name), False)
-            if comm is False:  # a few hundred distinct device names repeat millions of times: look at each once
-                comm = self.comm_of[(cat, name)] = (
-                    name.split("(")[0] if cat in k.KERNEL_CATEGORIES and k.is_comm_kernel(name) else None)
-            if comm is not None:
-                self.collective_names[comm] += 1
-            if not kept:
+        if keep is not None:
+            w = w.select((w.ts >= keep.lo) & (w.ts < keep.hi))
+            if not len(w):
                 return
-            self.device[0].append(ts)
-            self.device[1].append(dur)
-            if comm is not None:
-                self.collectives.append((comm, ts, dur, True, None))
+            ids = w.ids
+            code = table.kind[ids]
+            is_coll = table.flag(_COLLECTIVE)[ids]
+        is_dev = code == _DEVICE
+        if is_dev.any():
+            self.device[0].frombytes(w.ts[is_dev].tobytes())
+            self.device[1].frombytes(w.dur[is_dev].tobytes())
+        is_launch = code == _LAUNCH
+        if is_launch.any():
+            self.launches.frombytes(w.ts[is_launch].tobytes())
+        is_sync = code == _SYNC
+        if is_sync.any():
+            self.syncs.extend((ev.ts, ev.dur) for ev in w.select(is_sync).events)
+        if is_coll.any():
+            colls = w.select(is_coll)
+            self.collectives.extend(
+                (kinds[i][1], ev.ts, ev.dur, True, None) if kinds[i][0] == _DEVICE
+                else (kinds[i][1], ev.ts, ev.dur, False, _payload_bytes(ev.decoded_args()))
+                for i, ev in zip(colls.ids.tolist(), colls.events))
+        is_host = code == _HOST
+        if not is_host.any():
             return
-        if cat in k.RUNTIME_CATEGORIES:
-            if not kept:
-                return
-            if name in k.LAUNCH_NAMES:
-                self.launches.append(ts)
-            elif name in k.SYNC_NAMES:
-                self.syncs.append((ts, dur))
-            return
-        if cat == k.SYNC_CATEGORY:
-            if kept:
-                self.syncs.append((ts, dur))
-            return
-        if cat not in k.HOST_OP_CATEGORIES:
-            return
-        tid = str(ev.tid)
-        if name.startswith(k.PROFILER_STEP_PREFIX):
-            number = k.profiler_step_number(name) if cat in k.STEP_MARKER_CATEGORIES else None
-            if number is not None:
-                self.steps.append((number, ts, dur, tid))
-            return
-        if name.startswith(k.GLOO_COLLECTIVE_PREFIX):
-            self.collective_names[name] += 1
-            if kept:
-                self.collectives.append((name, ts, dur, False, _payload_bytes(ev.decoded_args())))
-            return
-        if not kept:
-            return
-        if name.startswith(k.DATALOADER_NEXT_PREFIX):
-            self.data_waits.append((ts, dur, tid))
-        cols = self.host[tid]
-        cols[0].append(ts)
-        cols[1].append(dur)
-        cols[2].append(1 if cat in k.CPU_OP_CATEGORIES else 0)
+        host = w.select(is_host)
+        tids = tid_strings(host.events)
+        waits = table.flag(2)[host.ids]
+        if waits.any():
+            self.data_waits.extend((ev.ts, ev.dur, tid) for ev, tid, wait in zip(host.events, tids, waits.tolist()) if wait)
+        is_op = table.flag(1)[host.ids].astype(np.int8)
+        for tid, sel in by_tid(tids):
+            ts, dur, op = self.host[tid]
+            ts.frombytes((host.ts if sel is None else host.ts[sel]).tobytes())
+            dur.frombytes((host.dur if sel is None else host.dur[sel]).tobytes())
+            op.frombytes((is_op if sel is None else is_op[sel]).tobytes())
+
+
+# What one (category, name) pair is to the summary's columns (``_kind``)
+_IGNORED, _DEVICE, _LAUNCH, _SYNC, _STEP, _GLOO, _HOST = range(7)
+_COLLECTIVE = 3  # the item of every kind that says it is a collective (its detail, item 1, is the name)
+
+
+def _kind(cat: str | None, name: str | None) -> tuple:
+    """The columns an event of this category and name enters (``_Columns.add_window``), as (kind, detail, flag,
+    collective): device activity (detail: the collective it is part of, or None), a launch, a synchronisation,
+    a step marker (detail: its number), a gloo collective (detail: its name), host activity (detail: 1 for a
+    CPU op; flag: it is a data wait), or none."""
+    kind = _kind_of(cat, name if isinstance(name, str) else str(name))
+    kind = (*kind, *(None,) * (3 - len(kind)))
+    return (*kind, kind[0] in (_DEVICE, _GLOO) and kind[1] is not None)
+
+
+def _kind_of(cat: str | None, name: str) -> tuple:
+    if cat in k.DEVICE_CATEGORIES:
+        return (_DEVICE, name.split("(")[0] if cat in k.KERNEL_CATEGORIES and k.is_comm_kernel(name) else None)
+    if cat in k.RUNTIME_CATEGORIES:
+        return (_LAUNCH,) if name in k.LAUNCH_NAMES else (_SYNC,) if name in k.SYNC_NAMES else (_IGNORED,)
+    if cat == k.SYNC_CATEGORY:
+        return (_SYNC,)
+    if cat not in k.HOST_OP_CATEGORIES:
+        return (_IGNORED,)
+    if name.startswith(k.PROFILER_STEP_PREFIX):
+        number = k.profiler_step_number(name) if cat in k.STEP_MARKER_CATEGORIES else None
+        return (_IGNORED,) if number is None else (_STEP, number)
+    if name.startswith(k.GLOO_COLLECTIVE_PREFIX):
+        return (_GLOO, name)
+    return (_HOST, 1 if cat in k.CPU_OP_CATEGORIES else 0, name.startswith(k.DATALOADER_NEXT_PREFIX))
 
 
 _DTYPE_BYTES = {"float": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8, "int": 4, "long int": 8,
@@ -415,7 +446,8 @@ def summarize_trace(path: Path, *, max_entries: int = MAX_COLUMN_ENTRIES,
                     observers: Sequence[EventObserver] = ()) -> TraceSummary:
     """Read ``path`` (``.json`` or ``.json.gz``) once and summarise it per step.
 
-    Each of ``observers`` sees every complete event (``ph`` X) of the first pass (``observer.add_window(events)``),
+    Each of ``observers`` sees every complete event (``ph`` X) with a numeric start and duration of the first pass
+    (``observer.add_window(events)``),
     for a caller that measures something else in the same read (``rules``' per-step arithmetic); keep
     values, not events.
 
@@ -472,17 +504,16 @@ def _stream(path: Path, state: StreamState, cols: _Columns, gpu: StatsCollector,
     timed events (what the slice pass needs to know when a slice has seen its last event).
     """
     size = path.stat().st_size
-    add_cols, add_gpu = cols.add, gpu.add
+    names = Names()
     try:
         for window in iter_trace_windows(path, state):
-            timed = [ev for ev in window if ev.ph == "X"]
+            timed, names = timed_window(window, names)
             if hulls is not None:
                 hulls.append(_hull(timed))
-            for ev in timed:
-                add_cols(ev)
-                add_gpu(ev)
+            cols.add_window(timed)
+            gpu.add_window(timed)
             for observer in observers:
-                observer.add_window(timed)
+                observer.add_window(timed.events)
             if max_entries is not None and cols.columns:
                 held = cols.size() + gpu.size()
                 # past the budget, or sure to pass it at the rate of the first EARLY_DROP_BYTES (a quarter of room
@@ -495,20 +526,11 @@ def _stream(path: Path, state: StreamState, cols: _Columns, gpu: StatsCollector,
         raise TraceFormatError(f"{path}: not UTF-8 JSON: {exc}") from exc
 
 
-_NUMBER = (int, float, bool)  # what ``isinstance(x, (int, float))`` accepts among decoded JSON values
-
-
-def _numeric(events: list[TraceEvent]) -> list[TraceEvent]:
-    """The events whose start and duration are numbers (the only ones a column or a slice takes)."""
-    return [ev for ev in events if ev.ts.__class__ in _NUMBER and ev.dur.__class__ in _NUMBER]
-
-
-def _hull(timed: list[TraceEvent]) -> tuple[float, float]:
+def _hull(w: TimedWindow) -> tuple[float, float]:
     """(earliest start, latest end) of a window's timed events; an empty range when it has none."""
-    numeric = _numeric(timed)
-    if not numeric:
+    if not len(w):
         return math.inf, -math.inf
-    return min([ev.ts for ev in numeric]), max([ev.ts + ev.dur if ev.dur > 0 else ev.ts for ev in numeric])
+    return float(np.fmin.reduce(w.ts)), float(np.fmax.reduce(np.where(w.dur > 0.0, w.ts + w.dur, w.ts)))
 
 
 def _with_gpu(steps: list[StepSummary], measured: list[StepStats]) -> list[StepSummary]:
@@ -544,16 +566,11 @@ class _Slice:
         self.cols = _Columns(self.keep)
         self.stats = StatsCollector(self.keep, facts_of=self.facts)
 
-    def add(self, numeric: list[TraceEvent]) -> None:
-        lo, hi = self.lo, self.hi
-        near = [ev for ev in numeric if ev.ts < hi and (ev.ts + ev.dur if ev.dur > 0 else ev.ts) > lo]
-        add_cols = self.cols.add  # type: ignore[union-attr]
-        for ev in near:
-            add_cols(ev)
+    def add(self, w: TimedWindow) -> None:
+        near = w.select((w.ts < self.hi) & (np.where(w.dur > 0.0, w.ts + w.dur, w.ts) > self.lo))
+        self.cols.add_window(near)  # type: ignore[union-attr]
         if self.facts.has_device_events:  # the device figures of a trace without device events are never measured
-            add_stats = self.stats.add  # type: ignore[union-attr]
-            for ev in near:
-                add_stats(ev)
+            self.stats.add_window(near)  # type: ignore[union-attr]
 
     def build(self, base_us: float, main_tid: str | None) -> list[StepSummary]:
         built = _build_steps(self.cols, base_us, main_tid, self.markers)  # type: ignore[arg-type]
@@ -614,14 +631,15 @@ def _summarize_in_slices(path: Path, first: _Columns, gpu: StatsCollector, base_
         waiting = sorted(group, key=lambda s: s.first)
         open_: list[_Slice] = []
         try:
+            names = Names()
             for w, window in enumerate(iter_trace_windows(path, StreamState())):
                 while waiting and waiting[0].first <= w:
                     waiting[0].open()
                     open_.append(waiting.pop(0))
                 if open_:
-                    numeric = _numeric([ev for ev in window if ev.ph == "X"])
+                    timed, names = timed_window(window, names)
                     for sl in open_:
-                        sl.add(numeric)
+                        sl.add(timed)
                 for sl in [s for s in open_ if s.last <= w]:
                     built[id(sl)] = sl.build(base_us, main_tid)
                     open_.remove(sl)
