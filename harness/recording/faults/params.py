@@ -320,6 +320,8 @@ def check_scale_out(p: ScaleOutParams, w: WorkloadSpec) -> list[tuple[str, str]]
 class CostlyProfilingParams(_Params):
     record_python_stacks: bool = Field(True, description="The profiler records each op's Python stack (with_stack)")
     record_allocations: bool = Field(True, description="The profiler records allocator events (profile_memory)")
+    record_execution_trace: bool = Field(False, description="An execution trace observer (torch.profiler's "
+                                         "execution_trace_observer) also writes every profiled op's inputs to a file")
 
 
 class WiderNumbersParams(_Params):
