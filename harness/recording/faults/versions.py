@@ -5,13 +5,14 @@
   every op it records: the observer effect. The job and its ops are unchanged; only what is measured is more.
   Costs fall on the profiled steps (the workload's ``trace_steps``), so cases profile most of their steps.
   On CPU that bookkeeping is one more event per Python call and per allocation, beside the per-op record every
-  run's profiler already makes (with ``record_shapes``): measured on the built-in workloads' smallest shapes it
-  adds 1.2-1.5x to a profiled step, less than two recordings of the same job differ on a loaded 2-core machine.
-  ``record_execution_trace`` also attaches an execution trace observer (torch.profiler's
-  ``execution_trace_observer``, the graph of every op with its inputs' values, shapes and types, the format
-  replay and simulation tools read), written op by op to a file while the step runs (into the rank's private
-  scratch folder, which the recorder deletes): measured 4.4x the CPU time of a profiled step of the smallest
-  conv net (benchmark in the commit that added it).
+  run's profiler already makes (``record_shapes``): ``python benchmarks/profiler_overhead.py`` measured it at
+  1.26x the CPU time of a profiled step of the smallest conv net and 1.31x of an MLP of 32 layers 8 wide (load
+  5.5 on 2 cores), less than two recordings of one job differ on a loaded machine (a ratio of that size does
+  not pass the manifestation test reliably there). ``record_execution_trace`` also attaches an execution trace
+  observer (torch.profiler's ``execution_trace_observer``: the graph of every op with its inputs' values,
+  shapes and types, the format replay and simulation tools read), which writes op by op to a file while the
+  step runs (into the rank's private scratch folder, which the recorder deletes): 4.5x and 5.6x there. The
+  job logs torch's own line saying the observer is on, as any job using it does.
 * :class:`WiderNumbers` (``compute.numeric_precision``): the model and its inputs in float64 where they were
   float32 (a changed default dtype); the same ops on the same shapes, each matmul slower in proportion to the
   type's throughput.
