@@ -71,21 +71,41 @@ class RankStepWork(BaseModel):
     compute_us: float  # their summed durations
 
 
+def _is_counted(name: str | None) -> bool:
+    return bool(name) and (name.startswith(COUNTED_PREFIXES) or "scaled_dot_product" in name)  # type: ignore[union-attr]
+
+
+class _Counted(dict):
+    """name -> whether ops of that name are counted, decided on first sight."""
+
+    def __missing__(self, name: str | None) -> bool:
+        value = self[name] = _is_counted(name)
+        return value
+
+
+_NAMES_LIMIT = 1 << 16
+
+
 class WorkCollector:
     """Sees every event of one trace's summarising pass; keeps (start, duration, work) of the counted ops."""
 
     def __init__(self) -> None:
         self.ops: list[tuple[float, float, int]] = []
+        self.counted = _Counted()
 
     def add_window(self, events: list[TraceEvent]) -> None:
-        """Events of one window of the reader (one filter over the window: most events are no counted op)."""
-        for e in [e for e in events if e.name and (e.name.startswith(COUNTED_PREFIXES) or "scaled_dot_product" in e.name)]:
+        """Events of one window of the reader (one filter over the window: most events are no counted op; each
+        distinct name is tested once)."""
+        counted = self.counted
+        if len(counted) > _NAMES_LIMIT:  # unbounded distinct names (a hostile trace): memory stays bounded
+            counted.clear()
+        for e in [e for e in events if counted[e.name]]:
             self.add(e)
 
     def add(self, e: TraceEvent) -> None:
         if e.ph != "X" or not e.name or not isinstance(e.ts, (int, float)) or not isinstance(e.dur, (int, float)):
             return
-        if not (e.name.startswith(COUNTED_PREFIXES) or "scaled_dot_product" in e.name):
+        if not _is_counted(e.name):
             return
         w = op_work(e.name, e.decoded_args())
         if w > 0:

@@ -61,24 +61,26 @@ _KIND_OF_CALL: dict[str, str] = {
 class Coverage:
     """Disjoint, sorted intervals (the union of the input) with prefix sums: covered length in a window."""
 
-    def __init__(self, starts: list[float] | array, durs: list[float] | array):
-        order = sorted(range(len(starts)), key=starts.__getitem__)
-        ms: list[float] = []
-        me: list[float] = []
-        for i in order:
-            s = starts[i]
-            e = s + max(0.0, durs[i])
-            if ms and s <= me[-1]:
-                if e > me[-1]:
-                    me[-1] = e
-            else:
-                ms.append(s)
-                me.append(e)
-        self.starts = ms
-        self.ends = me
-        self.prefix = [0.0]
-        for s, e in zip(ms, me):
-            self.prefix.append(self.prefix[-1] + e - s)
+    def __init__(self, starts: list[float] | array | np.ndarray, durs: list[float] | array | np.ndarray):
+        st = np.asarray(starts, dtype=np.float64)
+        du = np.asarray(durs, dtype=np.float64)
+        order = np.argsort(st, kind="stable")
+        s = st[order]
+        e = s + np.where(du[order] > 0.0, du[order], 0.0)
+        if len(s):  # merged where an interval starts at or before the furthest end so far
+            reach = np.maximum.accumulate(e)
+            first = np.empty(len(s), dtype=bool)
+            first[0] = True
+            np.greater(s[1:], reach[:-1], out=first[1:])
+            at = np.flatnonzero(first)
+            s, e = s[at], np.maximum.reduceat(e, at)
+        self.starts: list[float] = s.tolist()
+        self.ends: list[float] = e.tolist()
+        self.prefix = prefix = [0.0]
+        total = 0.0
+        for a, b in zip(self.starts, self.ends):  # in this order of operations: the sums stay as they were
+            total = total + b - a
+            prefix.append(total)
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -250,6 +252,47 @@ class _Join:
         self.recent[corr] = call_ts
         if len(self.recent) > _RECENT_LIMIT:
             del self.recent[next(iter(self.recent))]
+
+    def feed(self, is_device: list[bool], starts: list[float], corrs: list[Any]) -> None:
+        """``device(corr, ts)`` or ``call(corr, ts)`` for each event of a window, in order (the same, inline)."""
+        if self.max_gap is None:
+            return
+        calls, devices, recent = self.calls, self.devices, self.recent
+        gap = self.max_gap
+        for dev, ts, corr in zip(is_device, starts, corrs):
+            if corr is None:
+                continue
+            if dev:
+                other = calls.pop(corr, None)
+                if other is None:
+                    other = recent.get(corr)
+                if other is None:
+                    devices[corr] = ts
+                else:
+                    g = abs(ts - other)
+                    if g > gap:
+                        gap = g
+                    recent[corr] = other
+                    if len(recent) > _RECENT_LIMIT:
+                        del recent[next(iter(recent))]
+                    continue
+            else:
+                other = devices.pop(corr, None)
+                if other is None:
+                    calls[corr] = ts
+                else:
+                    g = abs(other - ts)
+                    if g > gap:
+                        gap = g
+                    recent[corr] = ts
+                    if len(recent) > _RECENT_LIMIT:
+                        del recent[next(iter(recent))]
+                    continue
+            if len(calls) + len(devices) > JOIN_PENDING_LIMIT:
+                self.max_gap = None
+                self.calls, self.devices, self.recent = {}, {}, {}
+                return
+        self.max_gap = gap
 
     def _check(self) -> None:
         if len(self.calls) + len(self.devices) > JOIN_PENDING_LIMIT:
@@ -520,12 +563,7 @@ class StatsCollector:
             join = self.join
             if join is not None:
                 joined = w.select((is_dev | is_rt) & table.flag(2)[ids])
-                device_kind = (table.kind[joined.ids] == _DEVICE).tolist()
-                for dev, t, corr in zip(device_kind, joined.ts.tolist(), correlations(joined.events)):
-                    if dev:
-                        join.device(corr, t)
-                    else:
-                        join.call(corr, t)
+                join.feed((table.kind[joined.ids] == _DEVICE).tolist(), joined.ts.tolist(), correlations(joined.events))
         else:
             if n_dev:
                 if keep is not None:

@@ -305,23 +305,44 @@ def _payload_bytes(args: Any) -> int | None:
 
 def union_length(intervals: Iterable[tuple[float, float]], lo: float, hi: float) -> float:
     """Total length covered by ``(start, end)`` intervals, clipped to ``[lo, hi)``."""
-    total = 0.0
-    cur_s = cur_e = None
-    for s, e in sorted((max(s, lo), min(e, hi)) for s, e in intervals if e > lo and s < hi):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        elif e > cur_e:
-            cur_e = e
-    if cur_e is not None:
-        total += cur_e - cur_s
-    return total
+    iv = list(intervals)
+    if not iv:
+        return 0.0
+    both = np.array(iv, dtype=np.float64).reshape(-1, 2)
+    return _union(both[:, 0], both[:, 1], lo, hi)
+
+
+def _union(starts: np.ndarray, ends: np.ndarray, lo: float, hi: float) -> float:
+    """``union_length`` of the intervals ``(starts[i], ends[i])``: clipped, sorted by start, merged where one starts
+    at or before the furthest end so far, and the merged lengths summed in order (as a running total would)."""
+    inside = (ends > lo) & (starts < hi)
+    if not inside.all():
+        starts, ends = starts[inside], ends[inside]
+    if not len(starts):
+        return 0.0
+    s = np.maximum(starts, lo)
+    e = np.minimum(ends, hi)
+    order = np.lexsort((e, s))
+    s, e = s[order], e[order]
+    reach = np.maximum.accumulate(e)
+    first = np.empty(len(s), dtype=bool)
+    first[0] = True
+    np.greater(s[1:], reach[:-1], out=first[1:])
+    at = np.flatnonzero(first)
+    lengths = np.maximum.reduceat(e, at) - s[at]
+    return float(np.cumsum(lengths)[-1])
 
 
 def _window(starts: Sequence[float], order: Sequence[int], lo: float, hi: float) -> list[int]:
     """Indices (into the original columns) of items whose start lies in [lo, hi); ``starts`` is sorted."""
     return [order[k] for k in range(bisect_left(starts, lo), bisect_left(starts, hi))]
+
+
+def _by_start(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Starts and ends of intervals ``(ts, dur)``, sorted by start (ties in column order)."""
+    order = np.argsort(ts, kind="stable")
+    s = ts[order]
+    return s, s + dur[order]
 
 
 def _sorted_index(values: Sequence[float]) -> tuple[list[float], list[int]]:
@@ -374,14 +395,14 @@ def _build_steps(cols: _Columns, base_us: float, main_tid: str | None,
         return []
     host_ts, host_dur, host_is_op = cols.host.get(main_tid, (array("d"), array("d"), array("b")))
     h_starts, h_order = _sorted_index(host_ts)
-    d_starts, d_order = _sorted_index(cols.device[0])
     c_starts, c_order = _sorted_index([c[1] for c in cols.collectives])
     l_sorted = sorted(cols.launches)
     s_starts, s_order = _sorted_index([s[0] for s in cols.syncs])
-    # every host thread's recorded activity (the autograd thread's backward is work), by start time
-    all_ts = array("d", (t for c in cols.host.values() for t in c[0]))
-    all_dur = array("d", (d for c in cols.host.values() for d in c[1]))
-    a_starts, a_order = _sorted_index(all_ts)
+    # device activity and every host thread's recorded activity (the autograd thread's backward is work), by start
+    dev_s, dev_e = _by_start(np.frombuffer(cols.device[0]), np.frombuffer(cols.device[1]))
+    all_s, all_e = _by_start(
+        np.concatenate([np.frombuffer(c[0]) for c in cols.host.values()] or [np.zeros(0)]),
+        np.concatenate([np.frombuffer(c[1]) for c in cols.host.values()] or [np.zeros(0)]))
     waits = [w for w in cols.data_waits if w[2] == main_tid]
     w_starts, w_order = _sorted_index([w[0] for w in waits])
 
@@ -397,14 +418,15 @@ def _build_steps(cols: _Columns, base_us: float, main_tid: str | None,
         # device work is attributed to the step it starts in (kernels queued late may end after it)
         coll_idx = _window(c_starts, c_order, lo, hi)
         coll_iv = [(cols.collectives[i][1], cols.collectives[i][1] + cols.collectives[i][2]) for i in coll_idx]
-        dev_idx = _window(d_starts, d_order, lo, hi)
-        dev_iv = [(cols.device[0][i], cols.device[0][i] + cols.device[1][i]) for i in dev_idx]
+        d0, d1 = np.searchsorted(dev_s, lo), np.searchsorted(dev_s, hi)
         sync_iv = [(cols.syncs[i][0], cols.syncs[i][0] + cols.syncs[i][1]) for i in _window(s_starts, s_order, lo, hi)]
-        all_iv = [(all_ts[i], all_ts[i] + all_dur[i]) for i in _window(a_starts, a_order, lo, hi)]
-        busy = union_length(all_iv, lo, hi)
+        a0, a1 = np.searchsorted(all_s, lo), np.searchsorted(all_s, hi)
+        all_iv_s, all_iv_e = all_s[a0:a1], all_e[a0:a1]
+        busy = _union(all_iv_s, all_iv_e, lo, hi)
         coll_us = union_length(coll_iv, lo, hi)
         host_coll = [iv for i, iv in zip(coll_idx, coll_iv) if not cols.collectives[i][3]]
-        explained = union_length(all_iv + wait_iv + host_coll, lo, hi)
+        others = np.array(wait_iv + host_coll, dtype=np.float64).reshape(-1, 2)
+        explained = _union(np.concatenate([all_iv_s, others[:, 0]]), np.concatenate([all_iv_e, others[:, 1]]), lo, hi)
         steps.append(
             StepSummary(
                 number=number,
@@ -429,8 +451,8 @@ def _build_steps(cols: _Columns, base_us: float, main_tid: str | None,
                 leaf_ops=len(leaves),
                 short_ops=len(short),
                 short_ops_us=sum(max(0.0, self_t[i]) for i in short),
-                device_busy_us=union_length(dev_iv, lo, hi),
-                kernels=len(dev_idx),
+                device_busy_us=_union(dev_s[d0:d1], dev_e[d0:d1], lo, hi),
+                kernels=int(d1 - d0),
                 launches=bisect_left(l_sorted, hi) - bisect_left(l_sorted, lo),
                 sync_us=union_length(sync_iv, lo, hi),
             )
