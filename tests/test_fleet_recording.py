@@ -231,3 +231,37 @@ def test_a_recorded_pair_is_labeled_from_its_measured_figures(fleets, tmp_path):
         fleet = read_fleet(bundle)
         assert bundle.verify_checksums() == [] and fleet.is_regression and prepared.verification is None
         assert fleet.open_run(fleet.role("candidate").name).trace_paths()
+
+
+@pytest.mark.parametrize("kind", ["regression", "fleet"])
+def test_force_records_every_member_and_pair_again_once(kind, tmp_path, monkeypatch):
+    """`verify --force` promises new recordings: a fleet's members and a regression's pairs are recorded again,
+    each once (pair 0 is the fleet bundle's, forced with it), and without --force nothing is recorded twice."""
+    import itertools
+
+    import diageval.recording.cache as cache_module
+    from diageval.recording.fleet_verify import fleet_evidence
+    from tests.fleet_fakes import member_bundle
+    from tests.test_fleet_cases import regression_case
+
+    calls: list[tuple[str, int, bool]] = []
+    made: dict[tuple[str, int], Path] = {}
+    serial = itertools.count()
+
+    def fake_ensure_bundle(member, device, *, repeat=0, cache_dir=None, force=False, **_):
+        calls.append((member.id, repeat, force))
+        key = (member.id, repeat)
+        if key not in made or force:
+            folder = tmp_path / "members" / f"{member.id}-{repeat}-{next(serial)}"
+            made[key] = member_bundle(folder, median_s=0.3 if member.faults else 0.1, noise=0.01, seed=len(made))
+        return f"{member.id}-{repeat}", made[key], True
+
+    monkeypatch.setattr(cache_module, "ensure_bundle", fake_ensure_bundle)
+    case = Case.model_validate(regression_case() if kind == "regression" else fleet_case())
+    fleet_evidence(case, device="cpu", cache_dir=tmp_path / "cache")
+    first = list(calls)
+    assert first and not any(force for *_, force in first)
+    calls.clear()
+    fleet_evidence(case, device="cpu", cache_dir=tmp_path / "cache", force=True)
+    recorded = [(m, r) for m, r, force in calls if force]
+    assert sorted(recorded) == sorted(set((m, r) for m, r, _ in first))  # each one again, and once

@@ -55,8 +55,9 @@ def members_with_repeats(case: Case) -> list[tuple[FleetRun, Case, int]]:
 def ensure_fleet_bundle(case: Case, device: str, *, force: bool = False, cache_dir: Path | None = None,
                         data_dir: Path | None = None) -> tuple[str, Path, bool]:
     """The cached fleet bundle of ``case`` (assembled now if missing or ``force``): (key, folder, assembled now).
-    Members are recorded only when their own cache entry is missing (``force`` re-assembles, it does not
-    re-record them). A recorded regression or fleet imports each run's real traces from the data folder
+    Members are recorded when their own cache entry is missing, and again with ``force`` (``diageval verify
+    --force`` and ``record --force`` promise a new recording; a member shared with other fleets is re-recorded
+    once, and the fleets already assembled keep their own copies). A recorded regression or fleet imports each run's real traces from the data folder
     (``data_dir``; ``EvidenceUnavailable`` when they are absent) as a recorded job case does."""
     from diageval.paths import bundle_cache_dir
     from diageval.recording.cache import bundles_root, cache_key, ensure_bundle, read_truth, write_truth
@@ -75,7 +76,7 @@ def ensure_fleet_bundle(case: Case, device: str, *, force: bool = False, cache_d
         members = import_recorded_runs(case, cache_dir=cache, data_dir=data_dir, force=force)
     else:
         for run, member, repeat in members_with_repeats(case):
-            _, members[run.name], _ = ensure_bundle(member, device, repeat=repeat, cache_dir=cache)
+            _, members[run.name], _ = ensure_bundle(member, device, repeat=repeat, cache_dir=cache, force=force)
     runs = fleet_runs(case)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = owned_temp_dir(folder.parent, TMP_PREFIX)

@@ -126,8 +126,11 @@ def fleet_effects(case: Case, run_metric: dict[str, float], refs: list[FactorRef
     return out
 
 
-def verify_fleet(case: Case, *, device: str, cache_dir: Path, force: bool = False) -> tuple[Verification, FleetVerification]:
-    """Record what is missing (a regression's repeat pairs), test, store the FleetVerification beside the truth."""
+def verify_fleet(case: Case, *, device: str, cache_dir: Path, force: bool = False,
+                 assembled: bool = False) -> tuple[Verification, FleetVerification]:
+    """Record what is missing (a regression's repeat pairs), test, store the FleetVerification beside the truth.
+    ``force``: record every member and pair again, but for the fleet bundle when ``assembled`` says the caller
+    has just recorded it."""
     from diageval.bundle.fleet import read_fleet
     from diageval.fileio import atomic_write_text
     from diageval.recording.cache import cache_key
@@ -136,7 +139,7 @@ def verify_fleet(case: Case, *, device: str, cache_dir: Path, force: bool = Fals
     assert case.fleet is not None and case.manifest is not None and case.workload is not None
     m, n_steps = case.manifest, case.workload.steps
     # the runs as the diagnoser sees them: the fleet bundle's own copies (step durations are the members')
-    _, folder, _ = ensure_fleet_bundle(case, device, cache_dir=cache_dir)
+    _, folder, _ = ensure_fleet_bundle(case, device, cache_dir=cache_dir, force=force and not assembled)
     fleet = read_fleet(EvidenceBundle.open(folder))
     assert fleet is not None
     run_metric = {r.name: run_steps_metric(fleet.open_run(r.name).steps(), m.metric, n_steps) for r in fleet.runs}
@@ -145,8 +148,8 @@ def verify_fleet(case: Case, *, device: str, cache_dir: Path, force: bool = Fals
     noise = (max(clean) - min(clean)) / statistics.median(clean) if len(clean) > 1 else 0.0
     effects: list[FactorEffect] = []
     test: ManifestTest | None = None
-    if case.kind == "regression":
-        test = _regression_test(case, members, device=device, cache_dir=cache_dir)
+    if case.kind == "regression":  # pair 0 is the fleet bundle's own (recorded again above when forced)
+        test = _regression_test(case, members, device=device, cache_dir=cache_dir, force=force)
         manifested = test.manifested
         ratio = test.estimate
     else:
@@ -189,7 +192,7 @@ def fleet_evidence(case: Case, *, device: str = "auto", force: bool = False, ver
     truth = read_truth(cache, key)
     if truth is not None and truth.verification is not None and not force and fleet_verification_path(cache, key).is_file():
         return folder, truth.verification
-    verification, _ = verify_fleet(case, device=resolved, cache_dir=cache, force=force)
+    verification, _ = verify_fleet(case, device=resolved, cache_dir=cache, force=force, assembled=True)
     truth = read_truth(cache, key)
     assert truth is not None  # written by ensure_fleet_bundle
     write_truth(cache, truth.model_copy(update={"verification": verification, "case_id": case.id}))
@@ -201,8 +204,9 @@ def fleet_verification_path(cache_dir: Path, key: str) -> Path:
     return Path(cache_dir) / f"{key}.fleet-verification.json"
 
 
-def _regression_test(case: Case, members, *, device: str, cache_dir: Path) -> ManifestTest:
-    """The manifestation test on repeat pairs (baseline repeat i, candidate repeat i), sequential over LOOKS."""
+def _regression_test(case: Case, members, *, device: str, cache_dir: Path, force: bool = False) -> ManifestTest:
+    """The manifestation test on repeat pairs (baseline repeat i, candidate repeat i), sequential over LOOKS.
+    ``force``: pairs after the first are recorded again (the first is the fleet bundle's, forced with it)."""
     from diageval.recording.cache import ensure_bundle
 
     assert case.manifest is not None and case.workload is not None
@@ -212,7 +216,7 @@ def _regression_test(case: Case, members, *, device: str, cache_dir: Path) -> Ma
     pairs: list[tuple[list[float], list[float]]] = []
 
     def times(member: Case, repeat: int) -> list[float]:
-        _, folder, _ = ensure_bundle(member, device, repeat=repeat, cache_dir=cache_dir)
+        _, folder, _ = ensure_bundle(member, device, repeat=repeat, cache_dir=cache_dir, force=force and repeat > base)
         return step_times(EvidenceBundle.open(folder).steps(), start, case.workload.steps)
 
     def record_up_to(n: int) -> None:
