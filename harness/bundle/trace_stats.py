@@ -402,24 +402,17 @@ def timed_window(window: list[TraceEvent], names: Names) -> tuple[TimedWindow, N
     events = [ev for ev in window if ev.ph == "X"]
     ts_list = [ev.ts for ev in events]
     dur_list = [ev.dur for ev in events]
-    if not ({*map(type, ts_list)} | {*map(type, dur_list)}) <= _NUMBER_TYPES:  # rare: drop what is not a number
-        kept = [i for i, (t, d) in enumerate(zip(ts_list, dur_list)) if t.__class__ in _NUMBER and d.__class__ in _NUMBER]
-        events = [events[i] for i in kept]
-        ts_list = [ts_list[i] for i in kept]
-        dur_list = [dur_list[i] for i in kept]
-    try:
-        ts = np.array(ts_list, dtype=np.float64)
-        dur = np.array(dur_list, dtype=np.float64)
-    except OverflowError:  # an integer beyond float range: not a time
-        kept = [i for i, (t, d) in enumerate(zip(ts_list, dur_list)) if _fits_float(t) and _fits_float(d)]
+    try:  # array("d") takes exactly the ints, floats and bools (decoded JSON holds no other real number)
+        ts = np.frombuffer(array("d", ts_list))
+        dur = np.frombuffer(array("d", dur_list))
+    except (TypeError, OverflowError):  # rare: a value that is no number, or an integer beyond float range
+        kept = [i for i, (t, d) in enumerate(zip(ts_list, dur_list))
+                if t.__class__ in _NUMBER and d.__class__ in _NUMBER and _fits_float(t) and _fits_float(d)]
         events = [events[i] for i in kept]
         ts = np.array([ts_list[i] for i in kept], dtype=np.float64)
         dur = np.array([dur_list[i] for i in kept], dtype=np.float64)
-    ids = np.array([names[(ev.cat, ev.name)] for ev in events], dtype=np.int64)
+    ids = np.frombuffer(array("q", [names[(ev.cat, ev.name)] for ev in events]), dtype=np.int64)
     return TimedWindow(events, ts, dur, ids, names), names
-
-
-_NUMBER_TYPES = set(_NUMBER)
 
 
 def _fits_float(x: Any) -> bool:

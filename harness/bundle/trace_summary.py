@@ -32,6 +32,9 @@ Decisions where the design is silent:
   thread). Traces without step markers get no steps; rules that need steps then say so.
 * Timestamps are converted to epoch microseconds with ``baseTimeNanoseconds`` when the trace has it
   (torch >= 2.x writes relative ``ts``), so ranks on one host can be compared directly.
+* Starts and durations are read as float64 once per window (the columns always held them so): the masks that
+  keep a slice's events compare float64 values, the same as Python's comparisons for any integer time under
+  2**53 us (285 years). A value that is no number, or an integer beyond float range, is no time (skipped).
 * Collectives are gloo's ``gloo:*`` annotations (the wait happens on gloo's runloop thread, see
   ``notes/measured.md``) and communication kernels on the device (``kineto.is_comm_kernel``: NCCL's
   ``ncclKernel*`` / ``ncclDevKernel*``, RCCL, DeepEP...), whose duration includes the time spent
@@ -521,9 +524,11 @@ def _stream(path: Path, state: StreamState, cols: _Columns, gpu: StatsCollector,
             observers: Sequence[EventObserver] = (), hulls: list[tuple[float, float]] | None = None) -> None:
     """The first pass over the trace, into both collectors; past ``max_entries`` column entries both drop theirs.
 
-    Works a window of the reader at a time: only complete events (``ph`` X) reach the collectors, which
-    ignore every other kind. ``hulls`` gets, per window, the earliest start and the latest end of its
-    timed events (what the slice pass needs to know when a slice has seen its last event).
+    Works a window of the reader at a time: its complete events (``ph`` X) with numeric times become one
+    ``trace_stats.TimedWindow`` (start and duration columns, a (category, name) id per event) that both collectors
+    read with numpy masks, deciding what each distinct id means once; per event, the Python work is the few
+    attribute reads that build those columns. ``hulls`` gets, per window, the earliest start and the latest end
+    of its timed events (what the slice pass needs to know when a slice has seen its last event).
     """
     size = path.stat().st_size
     names = Names()
