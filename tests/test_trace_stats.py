@@ -87,3 +87,18 @@ def test_a_timed_window_keeps_complete_events_with_numeric_times_in_file_order()
     assert w.ts.tolist() == [1.0, 1.0, 7.5] and w.dur.tolist() == [2.5, 0.0, -1.0]
     assert w.ids.tolist() == [0, 1, 0] and names.keys == [("kernel", "k"), ("cpu_op", "k")]
     assert [e.ts for e in w.select(w.dur > 0).events] == [1]
+
+
+def test_names_past_their_limit_start_afresh_and_measure_the_same(tmp_path, monkeypatch):
+    """A trace with more distinct (category, name) pairs than one Names holds (a hostile one) is measured the same:
+    the ids start again at 0 in a fresh Names, and every collector's table follows (memory stays bounded)."""
+    import diageval.bundle.trace_stats as tst
+    from diageval.bundle import trace_stream
+    from diageval.bundle.trace_summary import summarize_trace
+
+    path = gpu_trace(tmp_path / "t.json.gz", pageable_block_us=2_000.0, comm_us=500.0)
+    want_stats, want_summary = trace_stats(path).steps, summarize_trace(path).steps
+    monkeypatch.setattr(tst, "_NAMES_LIMIT", 2)
+    monkeypatch.setattr(trace_stream, "CHUNK_BYTES", 2048)  # many windows, so the fresh Names come often
+    assert trace_stats(path).steps == want_stats
+    assert summarize_trace(path).steps == want_summary

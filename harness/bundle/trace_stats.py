@@ -454,8 +454,8 @@ class _Table:
         self.flags: dict[int, np.ndarray] = {}
 
     def update(self, names: Names) -> None:
-        if names is not self.names:
-            self.names, self.kinds = names, []
+        if names is not self.names:  # a fresh Names (a new read, or past _NAMES_LIMIT): its ids start again at 0
+            self.names, self.kinds, self.kind, self.flags = names, [], np.zeros(0, dtype=np.int8), {}
         if len(self.kinds) < len(names.keys):
             self.kinds += [self.kind_of(*key) for key in names.keys[len(self.kinds):]]
             self.kind = np.array([k[0] for k in self.kinds], dtype=np.int8)
