@@ -360,6 +360,17 @@ def test_a_venv_inside_the_checkout_stays_on_the_box_s_path(tmp_path, monkeypatc
     assert env["PATH"] == f"{venv}/bin:/usr/bin" and "LANG" not in env
 
 
+class _NoExec:
+    """An os.statvfs result with the noexec flag set."""
+
+    def __init__(self, st):
+        self._st = st
+        self.f_flag = st.f_flag | os.ST_NOEXEC
+
+    def __getattr__(self, name):
+        return getattr(self._st, name)
+
+
 def test_boxes_are_made_in_ram_only_where_there_is_room_and_the_user_did_not_say_otherwise(tmp_path, monkeypatch):
     """A box's host folder goes to a roomy /dev/shm (file creation there is ~20x cheaper than on disk), to the
     system's temp folder when that tmpfs is small (a container's 64 MiB) or missing, and to $TMPDIR when it is set."""
@@ -377,6 +388,12 @@ def test_boxes_are_made_in_ram_only_where_there_is_room_and_the_user_did_not_say
     assert sandbox.box_parent() == Path(tempfile.gettempdir())
     monkeypatch.setattr(sandbox, "SHM_DIR", tmp_path / "absent")
     assert sandbox.box_parent() == Path(tempfile.gettempdir())
+    monkeypatch.setattr(sandbox, "SHM_DIR", shm)
+    monkeypatch.setattr(sandbox, "SHM_MIN_FREE", 1)
+    real_statvfs = os.statvfs
+    monkeypatch.setattr(sandbox.os, "statvfs", lambda p: _NoExec(real_statvfs(p)))
+    assert sandbox.box_parent() == Path(tempfile.gettempdir())  # noexec: a diagnoser's own script could not run there
+    monkeypatch.setattr(sandbox.os, "statvfs", real_statvfs)
     monkeypatch.setattr(sandbox, "SHM_DIR", shm)
     monkeypatch.setattr(sandbox, "SHM_MIN_FREE", 1)
     mine = tmp_path / "mine"

@@ -166,15 +166,17 @@ def _relative(p: Path, root: Path) -> Path | None:
 
 
 def box_parent() -> Path:
-    """Where boxes' host folders are made: ``$TMPDIR`` when the user set it, else ``/dev/shm`` when it is writable
-    and has SHM_MIN_FREE free, else the system's temp folder."""
+    """Where boxes' host folders are made: ``$TMPDIR`` when the user set it, else ``/dev/shm`` when it is writable,
+    has SHM_MIN_FREE free and is not mounted noexec (a program a diagnoser writes to its working folder must run as
+    it would in the temp folder), else the system's temp folder."""
     if os.environ.get("TMPDIR"):
         return Path(tempfile.gettempdir())
     try:
         st = os.statvfs(SHM_DIR)
     except OSError:
         return Path(tempfile.gettempdir())
-    if st.f_bavail * st.f_frsize >= SHM_MIN_FREE and os.access(SHM_DIR, os.W_OK | os.X_OK):
+    noexec = st.f_flag & getattr(os, "ST_NOEXEC", 0)  # a bind mount keeps it: the output folder would run nothing
+    if st.f_bavail * st.f_frsize >= SHM_MIN_FREE and not noexec and os.access(SHM_DIR, os.W_OK | os.X_OK):
         return SHM_DIR
     return Path(tempfile.gettempdir())
 
