@@ -98,7 +98,7 @@ def test_names_past_their_limit_start_afresh_and_measure_the_same(tmp_path, monk
 
     path = gpu_trace(tmp_path / "t.json.gz", pageable_block_us=2_000.0, comm_us=500.0)
     want_stats, want_summary = trace_stats(path).steps, summarize_trace(path).steps
-    monkeypatch.setattr(tst, "_NAMES_LIMIT", 2)
+    monkeypatch.setattr(tst, "NAMES_LIMIT", 2)
     monkeypatch.setattr(trace_stream, "CHUNK_BYTES", 2048)  # many windows, so the fresh Names come often
     assert trace_stats(path).steps == want_stats
     assert summarize_trace(path).steps == want_summary

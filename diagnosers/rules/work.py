@@ -12,6 +12,7 @@ from bisect import bisect_right
 
 from pydantic import BaseModel
 
+from diageval.bundle.trace_stats import NAMES_LIMIT
 from diageval.bundle.trace_stream import TraceEvent
 from diageval.bundle.trace_summary import TraceSummary
 
@@ -83,9 +84,6 @@ class _Counted(dict):
         return value
 
 
-_NAMES_LIMIT = 1 << 16
-
-
 class WorkCollector:
     """Sees every event of one trace's summarising pass; keeps (start, duration, work) of the counted ops."""
 
@@ -97,7 +95,7 @@ class WorkCollector:
         """Events of one window of the reader (one filter over the window: most events are no counted op; each
         distinct name is tested once)."""
         counted = self.counted
-        if len(counted) > _NAMES_LIMIT:  # unbounded distinct names (a hostile trace): memory stays bounded
+        if len(counted) > NAMES_LIMIT:  # unbounded distinct names (a hostile trace): memory stays bounded
             counted.clear()
         for e in [e for e in events if counted[e.name]]:
             self.add(e)

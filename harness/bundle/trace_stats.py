@@ -58,6 +58,19 @@ _KIND_OF_CALL: dict[str, str] = {
 }
 
 
+def merge_sorted(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The disjoint union of intervals sorted by start: one joins the interval before it where it starts at or
+    before the furthest end so far."""
+    if not len(starts):
+        return starts, ends
+    reach = np.maximum.accumulate(ends)
+    first = np.empty(len(starts), dtype=bool)
+    first[0] = True
+    np.greater(starts[1:], reach[:-1], out=first[1:])
+    at = np.flatnonzero(first)
+    return starts[at], np.maximum.reduceat(ends, at)
+
+
 class Coverage:
     """Disjoint, sorted intervals (the union of the input) with prefix sums: covered length in a window."""
 
@@ -66,14 +79,7 @@ class Coverage:
         du = np.asarray(durs, dtype=np.float64)
         order = np.argsort(st, kind="stable")
         s = st[order]
-        e = s + np.where(du[order] > 0.0, du[order], 0.0)
-        if len(s):  # merged where an interval starts at or before the furthest end so far
-            reach = np.maximum.accumulate(e)
-            first = np.empty(len(s), dtype=bool)
-            first[0] = True
-            np.greater(s[1:], reach[:-1], out=first[1:])
-            at = np.flatnonzero(first)
-            s, e = s[at], np.maximum.reduceat(e, at)
+        s, e = merge_sorted(s, s + np.where(du[order] > 0.0, du[order], 0.0))
         self.starts: list[float] = s.tolist()
         self.ends: list[float] = e.tolist()
         self.prefix = prefix = [0.0]
@@ -225,36 +231,9 @@ class _Join:
         self.recent: dict[Any, float] = {}  # matched calls: a CUDA graph launch queues many kernels under one id
         self.max_gap: float | None = 0.0
 
-    def call(self, corr: Any, ts: float) -> None:
-        if self.max_gap is None or corr is None:
-            return
-        dev_ts = self.devices.pop(corr, None)
-        if dev_ts is None:
-            self.calls[corr] = ts
-            self._check()
-        else:
-            self._matched(corr, ts, dev_ts)
-
-    def device(self, corr: Any, ts: float) -> None:
-        if self.max_gap is None or corr is None:
-            return
-        call_ts = self.calls.pop(corr, None)
-        if call_ts is None:
-            call_ts = self.recent.get(corr)
-        if call_ts is None:
-            self.devices[corr] = ts
-            self._check()
-        else:
-            self._matched(corr, call_ts, ts)
-
-    def _matched(self, corr: Any, call_ts: float, dev_ts: float) -> None:
-        self.max_gap = max(self.max_gap, abs(dev_ts - call_ts))  # type: ignore[type-var]
-        self.recent[corr] = call_ts
-        if len(self.recent) > _RECENT_LIMIT:
-            del self.recent[next(iter(self.recent))]
-
     def feed(self, is_device: list[bool], starts: list[float], corrs: list[Any]) -> None:
-        """``device(corr, ts)`` or ``call(corr, ts)`` for each event of a window, in order (the same, inline)."""
+        """Each event in order: a device event (``is_device``) or a runtime call, at ``starts[i]``, correlation
+        ``corrs[i]`` (None: not joined). A match updates the largest gap; an unmatched event waits for its partner."""
         if self.max_gap is None:
             return
         calls, devices, recent = self.calls, self.devices, self.recent
@@ -263,41 +242,28 @@ class _Join:
             if corr is None:
                 continue
             if dev:
-                other = calls.pop(corr, None)
-                if other is None:
-                    other = recent.get(corr)
-                if other is None:
+                dev_ts, call_ts = ts, calls.pop(corr, None)
+                if call_ts is None:
+                    call_ts = recent.get(corr)
+                if call_ts is None:
                     devices[corr] = ts
-                else:
-                    g = abs(ts - other)
-                    if g > gap:
-                        gap = g
-                    recent[corr] = other
-                    if len(recent) > _RECENT_LIMIT:
-                        del recent[next(iter(recent))]
-                    continue
             else:
-                other = devices.pop(corr, None)
-                if other is None:
+                dev_ts, call_ts = devices.pop(corr, None), ts
+                if dev_ts is None:
                     calls[corr] = ts
-                else:
-                    g = abs(other - ts)
-                    if g > gap:
-                        gap = g
-                    recent[corr] = ts
-                    if len(recent) > _RECENT_LIMIT:
-                        del recent[next(iter(recent))]
-                    continue
-            if len(calls) + len(devices) > JOIN_PENDING_LIMIT:
-                self.max_gap = None
-                self.calls, self.devices, self.recent = {}, {}, {}
-                return
+            if call_ts is None or dev_ts is None:  # waiting: give up past the limit, so that no column builds up here
+                if len(calls) + len(devices) > JOIN_PENDING_LIMIT:
+                    self.max_gap = None
+                    self.calls, self.devices, self.recent = {}, {}, {}
+                    return
+                continue
+            g = abs(dev_ts - call_ts)
+            if g > gap:
+                gap = g
+            recent[corr] = call_ts
+            if len(recent) > _RECENT_LIMIT:
+                del recent[next(iter(recent))]
         self.max_gap = gap
-
-    def _check(self) -> None:
-        if len(self.calls) + len(self.devices) > JOIN_PENDING_LIMIT:
-            self.max_gap = None
-            self.calls, self.devices, self.recent = {}, {}, {}
 
 
 JOIN_PENDING_LIMIT = 1 << 17
@@ -370,7 +336,7 @@ class Names(dict):
         return i
 
 
-_NAMES_LIMIT = 1 << 16  # distinct pairs one Names holds; past it (a hostile trace) a fresh one starts
+NAMES_LIMIT = 1 << 16  # distinct pairs one Names holds; past it (a hostile trace) a fresh one starts
 
 
 class TimedWindow:
@@ -385,6 +351,10 @@ class TimedWindow:
     def __len__(self) -> int:
         return len(self.events)
 
+    def ends(self) -> np.ndarray:
+        """Each event's end: its start plus its duration, a negative (or NaN) duration counting as none."""
+        return np.where(self.dur > 0.0, self.ts + self.dur, self.ts)
+
     def select(self, mask: np.ndarray) -> TimedWindow:
         """The events where ``mask`` is true, in order."""
         idx = np.flatnonzero(mask)
@@ -396,8 +366,8 @@ class TimedWindow:
 
 def timed_window(window: list[TraceEvent], names: Names) -> tuple[TimedWindow, Names]:
     """The :class:`TimedWindow` of a window of the reader, and the ``names`` to pass with the next window (a
-    fresh one once ``names`` holds ``_NAMES_LIMIT`` pairs, so that memory stays bounded whatever the trace)."""
-    if len(names.keys) > _NAMES_LIMIT:
+    fresh one once ``names`` holds ``NAMES_LIMIT`` pairs, so that memory stays bounded whatever the trace)."""
+    if len(names.keys) > NAMES_LIMIT:
         names = Names()
     events = [ev for ev in window if ev.ph == "X"]
     ts_list = [ev.ts for ev in events]
@@ -413,6 +383,13 @@ def timed_window(window: list[TraceEvent], names: Names) -> tuple[TimedWindow, N
         dur = np.array([dur_list[i] for i in kept], dtype=np.float64)
     ids = np.frombuffer(array("q", [names[(ev.cat, ev.name)] for ev in events]), dtype=np.int64)
     return TimedWindow(events, ts, dur, ids, names), names
+
+
+def step_markers(w: TimedWindow, kinds: list[tuple], is_step: np.ndarray) -> list[tuple[Any, Any, Any, str]]:
+    """(number, start, duration, thread) of the step markers of ``w`` (where ``is_step``; item 1 of a step's kind
+    is its number), the columns' one shape of a step marker."""
+    steps = w.select(is_step)
+    return [(kinds[i][1], ev.ts, ev.dur, str(ev.tid)) for i, ev in zip(steps.ids.tolist(), steps.events)]
 
 
 def _fits_float(x: Any) -> bool:
@@ -454,7 +431,7 @@ class _Table:
         self.flags: dict[int, np.ndarray] = {}
 
     def update(self, names: Names) -> None:
-        if names is not self.names:  # a fresh Names (a new read, or past _NAMES_LIMIT): its ids start again at 0
+        if names is not self.names:  # a fresh Names (a new read, or past NAMES_LIMIT): its ids start again at 0
             self.names, self.kinds, self.kind, self.flags = names, [], np.zeros(0, dtype=np.int8), {}
         if len(self.kinds) < len(names.keys):
             self.kinds += [self.kind_of(*key) for key in names.keys[len(self.kinds):]]
@@ -497,13 +474,10 @@ class StatsCollector:
     def drop_columns(self) -> None:
         """Free the per-event columns; later events only update the facts (and the margin's join)."""
         c = self.cols
-        self.join = _Join()
-        for corr, ts in c.launch_ts.items():
-            self.join.call(corr, ts)
-        for _, ts, _, corr in c.calls:
-            self.join.call(corr, ts)
-        for ts, corr in zip(c.dev_ts, c.dev_corr):
-            self.join.device(corr, ts)
+        join = self.join = _Join()
+        join.feed([False] * len(c.launch_ts), list(c.launch_ts.values()), list(c.launch_ts))
+        join.feed([False] * len(c.calls), [ts for _, ts, _, _ in c.calls], [corr for *_, corr in c.calls])
+        join.feed([True] * len(c.dev_ts), c.dev_ts.tolist(), c.dev_corr)
         self.max_block_us = max((dur for _, _, dur, _ in c.calls), default=0.0)
         fresh = _Cols()
         for name in ("steps", "host_tids", "autograd_tids", "class_of", "n_device", "legacy", "accel_cat", "lo", "hi"):
@@ -561,7 +535,7 @@ class StatsCollector:
             if n_dev:
                 if keep is not None:
                     lo, hi = keep.lo - keep.margin, keep.hi + keep.margin
-                    is_dev = is_dev & (ts < hi) & (ts + np.where(dur > 0.0, dur, 0.0) > lo)
+                    is_dev = is_dev & (ts < hi) & (w.ends() > lo)
                 dev = w.select(is_dev)
                 corrs = correlations(dev.events)
                 c.dev_ts.frombytes(dev.ts.tobytes())
@@ -593,9 +567,7 @@ class StatsCollector:
                                    in zip(calls.ids.tolist(), calls.events, correlations(calls.events)))
         is_step = code == _STEP
         if is_step.any():
-            steps = w.select(is_step)
-            kinds = table.kinds
-            c.steps.extend((kinds[i][1], ev.ts, ev.dur, str(ev.tid)) for i, ev in zip(steps.ids.tolist(), steps.events))
+            c.steps.extend(step_markers(w, table.kinds, is_step))
         is_host = code == _HOST
         if not is_host.any():
             return
@@ -616,7 +588,7 @@ class StatsCollector:
         if keep is not None:
             klo, khi = keep.lo, keep.hi
             hts = host.ts
-            inside = (hts < khi) & ((hts >= klo) | (hts + np.where(host.dur > 0.0, host.dur, 0.0) > klo))
+            inside = (hts < khi) & ((hts >= klo) | (host.ends() > klo))
             if not inside.all():
                 tids = [t for t, k in zip(tids, inside.tolist()) if k]
                 host = host.select(inside)
@@ -843,5 +815,5 @@ def trace_files_of(path: Path) -> list[Path]:
     return find_trace_files([path])
 
 
-__all__ = ["trace_files_of", "Names", "TimedWindow", "timed_window", "tid_strings", "by_tid", "StatsCollector", "TimeRange", "JOIN_PENDING_LIMIT", "Coverage", "StepStats", "TraceStats", "ThreadStats", "BlockingStats",
+__all__ = ["trace_files_of", "Names", "TimedWindow", "timed_window", "step_markers", "merge_sorted", "NAMES_LIMIT", "tid_strings", "by_tid", "StatsCollector", "TimeRange", "JOIN_PENDING_LIMIT", "Coverage", "StepStats", "TraceStats", "ThreadStats", "BlockingStats",
            "trace_stats", "quantile", "GAP_BINS_US", "SHORT_GAP_US", "BLOCKING_KINDS"]

@@ -70,8 +70,8 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from diageval.bundle import kineto as k
-from diageval.bundle.trace_stats import (Names, StatsCollector, StepStats, TimedWindow, TimeRange, _Table, by_tid, tid_strings,
-                                         timed_window)
+from diageval.bundle.trace_stats import (Names, StatsCollector, StepStats, TimedWindow, TimeRange, _Table, by_tid, merge_sorted,
+                                         step_markers, tid_strings, timed_window)
 from diageval.bundle.trace_stream import CHUNK_BYTES, StreamState, TraceEvent, TraceFormatError, iter_trace_windows
 
 SHORT_OP_US = 50.0
@@ -207,8 +207,7 @@ class _Columns:
             self.collective_names.update([kinds[i][1] for i in ids[is_coll].tolist()])
         is_step = code == _STEP
         if is_step.any():
-            steps = w.select(is_step)
-            self.steps.extend((kinds[i][1], ev.ts, ev.dur, str(ev.tid)) for i, ev in zip(steps.ids.tolist(), steps.events))
+            self.steps.extend(step_markers(w, kinds, is_step))
         if not self.columns:
             return
         keep = self.keep
@@ -326,14 +325,8 @@ def _union(starts: np.ndarray, ends: np.ndarray, lo: float, hi: float) -> float:
     s = np.maximum(starts, lo)
     e = np.minimum(ends, hi)
     order = np.lexsort((e, s))
-    s, e = s[order], e[order]
-    reach = np.maximum.accumulate(e)
-    first = np.empty(len(s), dtype=bool)
-    first[0] = True
-    np.greater(s[1:], reach[:-1], out=first[1:])
-    at = np.flatnonzero(first)
-    lengths = np.maximum.reduceat(e, at) - s[at]
-    return float(np.cumsum(lengths)[-1])
+    s, e = merge_sorted(s[order], e[order])
+    return float(np.cumsum(e - s)[-1])
 
 
 def _window(starts: Sequence[float], order: Sequence[int], lo: float, hi: float) -> list[int]:
@@ -557,7 +550,7 @@ def _hull(w: TimedWindow) -> tuple[float, float]:
     """(earliest start, latest end) of a window's timed events; an empty range when it has none."""
     if not len(w):
         return math.inf, -math.inf
-    return float(np.fmin.reduce(w.ts)), float(np.fmax.reduce(np.where(w.dur > 0.0, w.ts + w.dur, w.ts)))
+    return float(np.fmin.reduce(w.ts)), float(np.fmax.reduce(w.ends()))
 
 
 def _with_gpu(steps: list[StepSummary], measured: list[StepStats]) -> list[StepSummary]:
@@ -594,7 +587,7 @@ class _Slice:
         self.stats = StatsCollector(self.keep, facts_of=self.facts)
 
     def add(self, w: TimedWindow) -> None:
-        near = w.select((w.ts < self.hi) & (np.where(w.dur > 0.0, w.ts + w.dur, w.ts) > self.lo))
+        near = w.select((w.ts < self.hi) & (w.ends() > self.lo))
         self.cols.add_window(near)  # type: ignore[union-attr]
         if self.facts.has_device_events:  # the device figures of a trace without device events are never measured
             self.stats.add_window(near)  # type: ignore[union-attr]
