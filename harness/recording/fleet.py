@@ -57,8 +57,9 @@ def ensure_fleet_bundle(case: Case, device: str, *, force: bool = False, cache_d
     """The cached fleet bundle of ``case`` (assembled now if missing or ``force``): (key, folder, assembled now).
     Members are recorded when their own cache entry is missing, and again with ``force`` (``diageval verify
     --force`` and ``record --force`` promise a new recording; a member shared with other fleets is re-recorded
-    once, and the fleets already assembled keep their own copies). A recorded regression or fleet imports each run's real traces from the data folder
-    (``data_dir``; ``EvidenceUnavailable`` when they are absent) as a recorded job case does."""
+    once, and the fleets already assembled keep their own copies). A recorded regression or fleet imports each
+    run's real traces from the data folder (``data_dir``; ``EvidenceUnavailable`` when they are absent) as a
+    recorded job case does."""
     from diageval.paths import bundle_cache_dir
     from diageval.recording.cache import bundles_root, cache_key, ensure_bundle, read_truth, write_truth
     from diageval.recording.record import TMP_PREFIX

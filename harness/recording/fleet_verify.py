@@ -126,11 +126,10 @@ def fleet_effects(case: Case, run_metric: dict[str, float], refs: list[FactorRef
     return out
 
 
-def verify_fleet(case: Case, *, device: str, cache_dir: Path, force: bool = False,
-                 assembled: bool = False) -> tuple[Verification, FleetVerification]:
+def verify_fleet(case: Case, *, device: str, cache_dir: Path, force: bool = False) -> tuple[Verification, FleetVerification]:
     """Record what is missing (a regression's repeat pairs), test, store the FleetVerification beside the truth.
-    ``force``: record every member and pair again, but for the fleet bundle when ``assembled`` says the caller
-    has just recorded it."""
+    ``force``: a regression's pairs after the first are recorded again (:func:`fleet_evidence`, the caller, has
+    just recorded the fleet bundle and its members, pair 0 among them, again)."""
     from diageval.bundle.fleet import read_fleet
     from diageval.fileio import atomic_write_text
     from diageval.recording.cache import cache_key
@@ -139,7 +138,7 @@ def verify_fleet(case: Case, *, device: str, cache_dir: Path, force: bool = Fals
     assert case.fleet is not None and case.manifest is not None and case.workload is not None
     m, n_steps = case.manifest, case.workload.steps
     # the runs as the diagnoser sees them: the fleet bundle's own copies (step durations are the members')
-    _, folder, _ = ensure_fleet_bundle(case, device, cache_dir=cache_dir, force=force and not assembled)
+    _, folder, _ = ensure_fleet_bundle(case, device, cache_dir=cache_dir)
     fleet = read_fleet(EvidenceBundle.open(folder))
     assert fleet is not None
     run_metric = {r.name: run_steps_metric(fleet.open_run(r.name).steps(), m.metric, n_steps) for r in fleet.runs}
@@ -148,7 +147,7 @@ def verify_fleet(case: Case, *, device: str, cache_dir: Path, force: bool = Fals
     noise = (max(clean) - min(clean)) / statistics.median(clean) if len(clean) > 1 else 0.0
     effects: list[FactorEffect] = []
     test: ManifestTest | None = None
-    if case.kind == "regression":  # pair 0 is the fleet bundle's own (recorded again above when forced)
+    if case.kind == "regression":  # pair 0 is the fleet bundle's own
         test = _regression_test(case, members, device=device, cache_dir=cache_dir, force=force)
         manifested = test.manifested
         ratio = test.estimate
@@ -192,7 +191,7 @@ def fleet_evidence(case: Case, *, device: str = "auto", force: bool = False, ver
     truth = read_truth(cache, key)
     if truth is not None and truth.verification is not None and not force and fleet_verification_path(cache, key).is_file():
         return folder, truth.verification
-    verification, _ = verify_fleet(case, device=resolved, cache_dir=cache, force=force, assembled=True)
+    verification, _ = verify_fleet(case, device=resolved, cache_dir=cache, force=force)
     truth = read_truth(cache, key)
     assert truth is not None  # written by ensure_fleet_bundle
     write_truth(cache, truth.model_copy(update={"verification": verification, "case_id": case.id}))
