@@ -140,6 +140,44 @@ def test_sliced_summary_of_a_hand_made_trace_is_the_single_pass_one(tmp_path, mo
     assert drops[1] < drops[0] / 2  # the early look dropped the columns well before the budget would have
 
 
+class _Seen:
+    """An observer that records what it is shown: (name, start, duration) of every event, in order."""
+
+    def __init__(self):
+        self.events = []
+
+    def add_window(self, events):
+        self.events += [(ev.name, ev.ts, ev.dur) for ev in events]
+
+
+@pytest.mark.parametrize("steps", [True, False], ids=["steps", "step-less"])
+def test_sliced_summary_shows_observers_every_event_once_in_order(tmp_path, monkeypatch, steps):
+    """Past the budget the first read stops feeding observers; the slice pass (or, without steps, a read for them
+    alone) feeds them the rest: the same events as one read, each once, in file order, in at most two reads."""
+    import diageval.bundle.trace_stream as stream
+    import diageval.bundle.trace_summary as ts
+
+    shape = StepShape(data_us=1000, compute_us=3000, n_ops=30, gap_us=500, comm_us=2000, tail_us=400)
+    events = build_events(2, 12, lambda r, k: shape)[0]
+    if not steps:
+        events = [e for e in events if not str(e.get("name", "")).startswith("ProfilerStep#")]
+    write_trace(tmp_path / "t.json.gz", 0, 2, events)
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 4096)  # many windows: the columns drop after the first few
+    whole, sliced = _Seen(), _Seen()
+    one = summarize_trace(tmp_path / "t.json.gz", observers=[whole])
+    reads = []
+    real = ts.iter_trace_windows
+    monkeypatch.setattr(ts, "iter_trace_windows", lambda *a, **k: (reads.append(1), real(*a, **k))[1])
+    drops = []
+    real_drop = ts._Columns.drop
+    monkeypatch.setattr(ts._Columns, "drop", lambda self, held: (drops.append(self.n_timed), real_drop(self, held))[1])
+    two = summarize_trace(tmp_path / "t.json.gz", max_entries=200, observers=[sliced])
+    assert _summary_dump(two) == _summary_dump(one) and bool(one.steps) == steps
+    assert len(reads) == 2 and len(whole.events) > 350
+    assert sliced.events == whole.events
+    assert drops and drops[0] < len(whole.events) / 2  # dropped early: the second read fed most of them
+
+
 @pytest.mark.skipif(not all(p.is_file() for p in SLICED_REAL), reason=f"real traces not found at {REAL_TRACES}")
 @pytest.mark.parametrize("path", SLICED_REAL, ids=lambda p: p.parent.name)
 def test_sliced_summary_of_real_traces_is_the_single_pass_one(path):

@@ -35,7 +35,10 @@ import time
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import compress
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -360,8 +363,8 @@ class TimedWindow:
         idx = np.flatnonzero(mask)
         if len(idx) == len(self.events):
             return self
-        events = self.events
-        return TimedWindow([events[i] for i in idx.tolist()], self.ts[idx], self.dur[idx], self.ids[idx], self.names)
+        return TimedWindow(list(compress(self.events, mask.tolist())), self.ts[idx], self.dur[idx], self.ids[idx],
+                           self.names)
 
 
 def timed_window(window: list[TraceEvent], names: Names) -> tuple[TimedWindow, Names]:
@@ -408,6 +411,18 @@ def tid_strings(events: list[TraceEvent]) -> list[str]:
     except TypeError:  # an unhashable tid (a list...): one at a time
         return [str(t) for t in raw]
     return [as_str[t] for t in raw]
+
+
+def tid_set(events: Iterable[TraceEvent]) -> set[str]:
+    """``set(tid_strings(events))``: each distinct thread id converted once, no list per event."""
+    events = list(events)
+    try:
+        return {str(t) for t in set(map(_TID, events))}
+    except TypeError:  # an unhashable tid (a list...): one at a time
+        return {str(ev.tid) for ev in events}
+
+
+_TID = attrgetter("tid")
 
 
 def by_tid(tids: list[str]) -> list[tuple[str, np.ndarray | None]]:
@@ -571,6 +586,9 @@ class StatsCollector:
         is_host = code == _HOST
         if not is_host.any():
             return
+        if not self.columns:  # the facts only: the threads, autograd's threads and the host span, no list per event
+            self._host_facts(w, is_host, table)
+            return
         host = w.select(is_host)
         tids = tid_strings(host.events)
         autograd = table.flag(2)[host.ids]
@@ -607,6 +625,21 @@ class StatsCollector:
             ops = is_op if sel is None else is_op[sel]
             if ops.any():
                 c.op_starts[tid].frombytes(hts[ops].tobytes())
+
+    def _host_facts(self, w: TimedWindow, is_host: np.ndarray, table: _Table) -> None:
+        """What a window's host activity adds to the facts (columns dropped): the same threads, autograd threads and
+        span as the branch that fills columns, read through masks."""
+        c = self.cols
+        autograd = is_host & table.flag(2)[w.ids]
+        if autograd.any():
+            c.autograd_tids.update(tid_set(compress(w.events, autograd.tolist())))
+        hts = w.ts[is_host]
+        lo_, hi_ = float(np.fmin.reduce(hts)), float(np.fmax.reduce(hts + w.dur[is_host]))  # NaN: skipped
+        if lo_ < c.lo:
+            c.lo = lo_
+        if hi_ > c.hi:
+            c.hi = hi_
+        c.host_tids.update(tid_set(compress(w.events, is_host.tolist())))
 
     @staticmethod
     def _runtime_sub(table: _Table) -> np.ndarray:

@@ -10,9 +10,10 @@ step's events are not together in the file: Kineto writes a step's marker after 
 (5 of the 10 real traces), torch 1.9 writes every host op before any kernel, and a kernel's launch call
 may sit anywhere before it. So no step is complete before the file ends, and a step-by-step reduction
 in one pass would be exact only for files in time order. When the columns outgrow the budget, the first
-pass drops them and keeps only what is O(steps, threads, names): step markers, flags, collectives by
-name, and the largest gap between a runtime call and the device work it queued (``trace_stats``'s join,
-for the margin) and, per window of the reader, the time span its events cover. The trace is then read
+pass drops them and from there gathers only what the slicing needs, O(steps, threads, names): step markers,
+flags, threads, kernel classes, collectives by name, and the largest gap between a runtime call and the
+device work it queued (``trace_stats``'s join, for the margin) and, per window of the reader, the time span
+its events cover; the observers stop there and see the rest in the next read (each event once). The trace is then read
 once more, cut into slices of consecutive steps, each keeping only events that can change its steps
 (``trace_stats.TimeRange``), and every step is computed from exactly the events a single pass would
 have used: the result is the same. The slices fill together in that second pass, each built and freed
@@ -83,8 +84,9 @@ stays bounded whatever the trace's size. Measured on the A100 trace of ``benchma
 
 
 class EventObserver(Protocol):
-    """Something that sees every complete event (``ph`` X) with a numeric start and duration of a summarising pass
-    (``summarize_trace(observers=...)``), a window of the reader at a time, in file order."""
+    """Something that sees every complete event (``ph`` X) with a numeric start and duration of the trace once
+    (``summarize_trace(observers=...)``), a window of the reader at a time, in file order: in the first read, or
+    past the column budget, in the slice pass from where the first read stopped feeding it."""
 
     def add_window(self, events: list[TraceEvent]) -> None: ...
 
@@ -464,10 +466,10 @@ def summarize_trace(path: Path, *, max_entries: int = MAX_COLUMN_ENTRIES,
                     observers: Sequence[EventObserver] = ()) -> TraceSummary:
     """Read ``path`` (``.json`` or ``.json.gz``) once and summarise it per step.
 
-    Each of ``observers`` sees every complete event (``ph`` X) with a numeric start and duration of the first pass
-    (``observer.add_window(events)``),
-    for a caller that measures something else in the same read (``rules``' per-step arithmetic); keep
-    values, not events.
+    Each of ``observers`` sees every complete event (``ph`` X) with a numeric start and duration once, in file order
+    (``observer.add_window(events)``), for a caller that measures something else in the same reads (``rules``'
+    per-step arithmetic); keep values, not events. A trace over the budget feeds them in its first read up to the
+    window where the columns were dropped and in the slice pass from there (see the module notes).
 
     Never raises on a file that is merely cut short (``truncated`` says so); raises
     ``TraceFormatError`` on a file that is not a Chrome trace at all. Memory stays under ``max_entries``
@@ -479,7 +481,7 @@ def summarize_trace(path: Path, *, max_entries: int = MAX_COLUMN_ENTRIES,
     gpu = StatsCollector()
     started = time.perf_counter()
     hulls: list[tuple[float, float]] = []
-    _stream(path, state, cols, gpu, max_entries, observers=observers, hulls=hulls)
+    dropped_at = _stream(path, state, cols, gpu, max_entries, observers=observers, hulls=hulls)
     header = state.header
     base_ns = header.get("baseTimeNanoseconds")
     base_us = base_ns / 1000.0 if isinstance(base_ns, (int, float)) else 0.0
@@ -490,7 +492,8 @@ def summarize_trace(path: Path, *, max_entries: int = MAX_COLUMN_ENTRIES,
         if gpu.has_device_events and steps:
             steps = _with_gpu(steps, gpu.measure()[0])
     else:
-        steps = _summarize_in_slices(path, cols, gpu, base_us, main_tid, markers, max_entries, hulls)
+        steps = _summarize_in_slices(path, cols, gpu, base_us, main_tid, markers, max_entries, hulls,
+                                     observers, dropped_at)  # type: ignore[arg-type]
     props = header.get("deviceProperties") if isinstance(header.get("deviceProperties"), list) else []
     devices = [d["name"] for d in props if isinstance(d, dict) and isinstance(d.get("name"), str)]
     return TraceSummary(
@@ -514,8 +517,10 @@ def summarize_trace(path: Path, *, max_entries: int = MAX_COLUMN_ENTRIES,
 
 
 def _stream(path: Path, state: StreamState, cols: _Columns, gpu: StatsCollector, max_entries: int | None,
-            observers: Sequence[EventObserver] = (), hulls: list[tuple[float, float]] | None = None) -> None:
+            observers: Sequence[EventObserver] = (), hulls: list[tuple[float, float]] | None = None) -> int | None:
     """The first pass over the trace, into both collectors; past ``max_entries`` column entries both drop theirs.
+    Returns the index of the window where they did (None: never), the last window ``observers`` saw in this pass:
+    past it, the collectors keep only what the slicing needs, and the observers wait for the slice pass.
 
     Works a window of the reader at a time: its complete events (``ph`` X) with numeric times become one
     ``trace_stats.TimedWindow`` (start and duration columns, a (category, name) id per event) that both collectors
@@ -525,13 +530,16 @@ def _stream(path: Path, state: StreamState, cols: _Columns, gpu: StatsCollector,
     """
     size = path.stat().st_size
     names = Names()
+    dropped_at = None
     try:
-        for window in iter_trace_windows(path, state):
+        for w, window in enumerate(iter_trace_windows(path, state)):
             timed, names = timed_window(window, names)
             if hulls is not None:
                 hulls.append(_hull(timed))
             cols.add_window(timed)
             gpu.add_window(timed)
+            if dropped_at is not None:
+                continue
             for observer in observers:
                 observer.add_window(timed.events)
             if max_entries is not None and cols.columns:
@@ -542,8 +550,10 @@ def _stream(path: Path, state: StreamState, cols: _Columns, gpu: StatsCollector,
                                           and held * size > 1.25 * max_entries * state.file_bytes):
                     cols.drop(held)
                     gpu.drop_columns()
+                    dropped_at = w
     except UnicodeDecodeError as exc:
         raise TraceFormatError(f"{path}: not UTF-8 JSON: {exc}") from exc
+    return dropped_at
 
 
 def _hull(w: TimedWindow) -> tuple[float, float]:
@@ -629,7 +639,8 @@ def _most_open(slices: list[_Slice]) -> int:
 
 def _summarize_in_slices(path: Path, first: _Columns, gpu: StatsCollector, base_us: float, main_tid: str | None,
                          markers: list[tuple[int, float, float, str]], max_entries: int,
-                         hulls: list[tuple[float, float]]) -> list[StepSummary]:
+                         hulls: list[tuple[float, float]], observers: Sequence[EventObserver] = (),
+                         seen: int = -1) -> list[StepSummary]:
     """The steps of a trace too large to hold: slices of consecutive step windows, each keeping only the events
     that can change its windows (``TimeRange``), filled together in one more pass over the trace (more only
     when the trace's order would hold more than ``OPEN_SLICES`` open at once); a slice is built and freed as
@@ -638,8 +649,13 @@ def _summarize_in_slices(path: Path, first: _Columns, gpu: StatsCollector, base_
     Slices are sized from the first pass (entries per event until the budget ran out, events per step);
     a GPU trace whose call-to-device join gave up (``StatsCollector.margin_us`` None) keeps its device
     activity and runtime calls whole in every slice.
+
+    The first pass fed ``observers`` its windows up to ``seen``; this one feeds them the rest (its first group's read,
+    or a read for them alone when the trace has no steps), so that they see every window once, in file order.
     """
     if not markers:
+        if observers:
+            _observe(path, observers, seen)
         return []
     margin = gpu.margin_us if gpu.has_device_events else 0.0
     margin = math.inf if margin is None else margin
@@ -647,19 +663,24 @@ def _summarize_in_slices(path: Path, first: _Columns, gpu: StatsCollector, base_
     per_slice = max(1, int(max_entries / OPEN_SLICES / per_step))
     slices = [_Slice(markers[i : i + per_slice], margin, gpu, hulls) for i in range(0, len(markers), per_slice)]
     built: dict[int, list[StepSummary]] = {}
-    for group in _passes(slices):
+    for n, group in enumerate(_passes(slices)):
         waiting = sorted(group, key=lambda s: s.first)
         open_: list[_Slice] = []
+        observing = observers if n == 0 else ()
         try:
             names = Names()
             for w, window in enumerate(iter_trace_windows(path, StreamState())):
                 while waiting and waiting[0].first <= w:
                     waiting[0].open()
                     open_.append(waiting.pop(0))
-                if open_:
+                observe = observing and w > seen
+                if open_ or observe:
                     timed, names = timed_window(window, names)
                     for sl in open_:
                         sl.add(timed)
+                    if observe:
+                        for observer in observing:
+                            observer.add_window(timed.events)
                 for sl in [s for s in open_ if s.last <= w]:
                     built[id(sl)] = sl.build(base_us, main_tid)
                     open_.remove(sl)
@@ -670,6 +691,19 @@ def _summarize_in_slices(path: Path, first: _Columns, gpu: StatsCollector, base_
                 sl.open()
             built[id(sl)] = sl.build(base_us, main_tid)
     return [st for sl in slices for st in built[id(sl)]]
+
+
+def _observe(path: Path, observers: Sequence[EventObserver], seen: int) -> None:
+    """Feed ``observers`` the windows of ``path`` after window ``seen`` (a read for them alone)."""
+    names = Names()
+    try:
+        for w, window in enumerate(iter_trace_windows(path, StreamState())):
+            if w > seen:
+                timed, names = timed_window(window, names)
+                for observer in observers:
+                    observer.add_window(timed.events)
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(f"{path}: not UTF-8 JSON: {exc}") from exc
 
 
 __all__ = ["Collective", "EventObserver", "StepSummary", "TraceSummary", "TraceFormatError", "summarize_trace", "union_length"]
