@@ -7,6 +7,8 @@
 # 2. torch: kept when one is installed (a GPU machine brings its own CUDA build), else the CPU build 2.13.0;
 # 3. diageval itself, editable, with EXTRAS.
 # pip's own output is shown only when it fails (this machine's pip configuration warns once per package).
+# pip installs without byte-compiling (--no-compile) and the packages are compiled at the end on every core
+# (compileall -j 0): pip compiles one file at a time, ~95 s of one core in CI's set-up for torch, ray and the rest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-}"
@@ -27,7 +29,7 @@ if python3 -c "import torch" >/dev/null 2>&1; then
   echo "torch $(python3 -c 'import torch; print(torch.__version__)') is installed: kept"
 else
   echo "installing torch==2.13.0 (CPU build; on a GPU machine install your own build first)"
-  quiet python3 -m pip install --disable-pip-version-check torch==2.13.0
+  quiet python3 -m pip install --disable-pip-version-check --no-compile torch==2.13.0
 fi
 # The otava extra is installed without its dependencies: apache-otava pins numpy 2.2 and scipy < 1.17 and pulls
 # BigQuery, Postgres and Slack clients, while the adapter imports only otava.analysis (numpy and scipy, which
@@ -35,13 +37,21 @@ fi
 otava=""
 case ",$extras," in *,otava,*) otava=1; extras=$(echo ",$extras," | sed 's/,otava,/,/; s/^,//; s/,$//') ;; esac
 echo "installing diageval${extras:+[$extras]} into $(python3 -c 'import sys; print(sys.prefix)')"
-quiet python3 -m pip install --disable-pip-version-check -e ".${extras:+[$extras]}"
+quiet python3 -m pip install --disable-pip-version-check --no-compile -e ".${extras:+[$extras]}"
 if [ -n "$otava" ]; then
   echo "installing apache-otava (the otava diagnoser's change-point analysis; without its cloud clients)"
-  quiet python3 -m pip install --disable-pip-version-check --no-deps "apache-otava>=0.8"
+  quiet python3 -m pip install --disable-pip-version-check --no-compile --no-deps "apache-otava>=0.8"
 fi
 # nvidia-resiliency-ext (the nvrx extra) pulls the deprecated `pynvml` shim, which makes every `import torch` warn;
 # nvidia-ml-py, pulled beside it, provides the same module.
 if python3 -m pip show -q pynvml >/dev/null 2>&1 && python3 -m pip show -q nvidia-ml-py >/dev/null 2>&1; then
   quiet python3 -m pip uninstall -y pynvml
 fi
+# Byte-compile what pip installed, as pip would have, on every core. Like pip, a file that does not compile is
+# left as it is (torch ships test helpers in Python 3.12 syntax); files already compiled are skipped.
+echo "byte-compiling the installed packages"
+quiet python3 - <<'PY'
+import compileall, sysconfig
+for folder in sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}):
+    compileall.compile_dir(folder, quiet=2, workers=0)  # its False (a file did not compile) is not a failure
+PY
