@@ -255,8 +255,9 @@ def test_a_lost_worker_is_retried_once_then_the_case_is_a_harness_error(tmp_path
     markers.mkdir()
     script = {"l1-lost-once": f"kill-worker-once {markers}", "l2-lost-twice": f"kill-worker {markers}", "l3-fine": "ok"}
     case_set = make_case_set(_distinct([make_case(c) for c in script]))
+    # one slot: each loss is replaced by a fresh actor (~8 s to start on a loaded box), and one slot needs the fewest
     out = _run("lost_worker_diagnoser:LostWorkerDiagnoser", case_set, tmp_path, RecorderFake(tmp_path / "home", script=script),
-               executor="ray", run_id="lost", sandbox=False)
+               executor="ray", run_id="lost", sandbox=False, jobs=1)
     results = {r.case_id: r for r in RunStore(out.run_dir).read_results()}
     assert {c: r.status for c, r in results.items()} == {"l1-lost-once": "ok", "l2-lost-twice": "harness_error", "l3-fine": "ok"}
     assert "the Ray worker diagnosing it was lost" in results["l2-lost-twice"].error and "twice" in results["l2-lost-twice"].error
