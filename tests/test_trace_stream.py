@@ -83,6 +83,15 @@ def test_reads_exactly_what_json_load_reads(tmp_path, monkeypatch, chunk, min_wi
         assert state.header == {k: v for k, v in json.loads(data).items() if k != "traceEvents"}
 
 
+def test_a_cut_inside_a_string_is_never_an_error(tmp_path):
+    """The valid twin of the big malformed file below: a window whose cut fell inside a string (an odd string holds
+    ``}, {``) and that holds an element which is no object is read with ``json``, which can fail before the window's
+    end; that is a cut to narrow, not a malformed file (the reader raised here with 128 kB windows)."""
+    data, events = _document(6, n=20000)
+    got, state = _read_file(tmp_path / "good.json", data)
+    assert _as_dicts(got) == _expected(events) and state.truncated is None
+
+
 def test_numbers_json_accepts_but_msgspec_does_not(tmp_path):
     p = tmp_path / "t.json"
     p.write_bytes(b'{"traceEvents": [{"ts": NaN, "dur": Infinity, "args": {"x": -Infinity}}, {"ts": 1e999}]}')

@@ -325,17 +325,30 @@ _NUMBER = (int, float, bool)  # what ``isinstance(x, (int, float))`` accepts amo
 
 
 class Names(dict):
-    """Ids of the distinct (category, name) pairs of one read (``names[(cat, name)]``, given on first sight): a
-    few hundred pairs repeat millions of times, so a collector decides what a pair means once per id and then
-    works on whole windows of ids (numpy)."""
+    """Ids of the distinct (category, name) pairs of one read (``names[cat][name]``, given on first sight; ``keys``
+    lists the pairs by id): a few hundred pairs repeat millions of times, so a collector decides what a pair means
+    once per id and then works on whole windows of ids (numpy). Two levels, category then name, so that a lookup
+    hashes each string once and builds no tuple (every event's strings are fresh objects, their hash not cached)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.keys: list[tuple[Any, Any]] = []
 
-    def __missing__(self, key: tuple[Any, Any]) -> int:
-        i = self[key] = len(self.keys)
-        self.keys.append(key)
+    def __missing__(self, cat: Any) -> _NameIds:
+        ids = self[cat] = _NameIds(cat, self.keys)
+        return ids
+
+
+class _NameIds(dict):
+    """The ids of one category's names (``Names``)."""
+
+    def __init__(self, cat: Any, keys: list[tuple[Any, Any]]) -> None:
+        super().__init__()
+        self.cat, self.keys = cat, keys
+
+    def __missing__(self, name: Any) -> int:
+        i = self[name] = len(self.keys)
+        self.keys.append((self.cat, name))
         return i
 
 
@@ -384,7 +397,7 @@ def timed_window(window: list[TraceEvent], names: Names) -> tuple[TimedWindow, N
         events = [events[i] for i in kept]
         ts = np.array([ts_list[i] for i in kept], dtype=np.float64)
         dur = np.array([dur_list[i] for i in kept], dtype=np.float64)
-    ids = np.frombuffer(array("q", [names[(ev.cat, ev.name)] for ev in events]), dtype=np.int64)
+    ids = np.frombuffer(array("q", [names[ev.cat][ev.name] for ev in events]), dtype=np.int64)
     return TimedWindow(events, ts, dur, ids, names), names
 
 

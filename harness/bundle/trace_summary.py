@@ -73,7 +73,7 @@ from pydantic import BaseModel, Field
 from diageval.bundle import kineto as k
 from diageval.bundle.trace_stats import (Names, StatsCollector, StepStats, TimedWindow, TimeRange, _Table, by_tid, merge_sorted,
                                          step_markers, tid_strings, timed_window)
-from diageval.bundle.trace_stream import CHUNK_BYTES, StreamState, TraceEvent, TraceFormatError, iter_trace_windows
+from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, iter_trace_windows
 
 SHORT_OP_US = 50.0
 MAX_COLUMN_ENTRIES = 1_000_000
@@ -572,7 +572,7 @@ OPEN_SLICES = 2
 """Slices one pass fills at once: each is sized to ``max_entries / OPEN_SLICES``, so that the slices a pass holds
 open together stay within the budget. Two: in a trace written in time order a slice overlaps its next one only
 (the events near their border), and larger slices repeat fewer events (those within the margin of two)."""
-EARLY_DROP_BYTES = 16 * CHUNK_BYTES
+EARLY_DROP_BYTES = 16 << 20
 """Bytes of the file read before its rate of column entries is trusted to say the budget will be passed (the
 first window can be all runtime calls, at three entries an event, and would size the slices too small)."""
 
