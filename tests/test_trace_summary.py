@@ -146,8 +146,8 @@ class _Seen:
     def __init__(self):
         self.events = []
 
-    def add_window(self, events):
-        self.events += [(ev.name, ev.ts, ev.dur) for ev in events]
+    def add_window(self, window):
+        self.events += [(ev.name, ev.ts, ev.dur) for ev in window.events]
 
 
 @pytest.mark.parametrize("steps", [True, False], ids=["steps", "step-less"])

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from itertools import compress
 
 from pydantic import BaseModel
 
-from diageval.bundle.trace_stats import NAMES_LIMIT
+from diageval.bundle.trace_stats import TimedWindow, _Table
 from diageval.bundle.trace_stream import TraceEvent
 from diageval.bundle.trace_summary import TraceSummary
 
@@ -76,29 +77,26 @@ def _is_counted(name: str | None) -> bool:
     return bool(name) and (name.startswith(COUNTED_PREFIXES) or "scaled_dot_product" in name)  # type: ignore[union-attr]
 
 
-class _Counted(dict):
-    """name -> whether ops of that name are counted, decided on first sight."""
-
-    def __missing__(self, name: str | None) -> bool:
-        value = self[name] = _is_counted(name)
-        return value
+def _counted_kind(cat: str | None, name: str | None) -> tuple[bool]:
+    return (_is_counted(name),)
 
 
 class WorkCollector:
-    """Sees every event of one trace's summarising pass; keeps (start, duration, work) of the counted ops."""
+    """Sees every event of one trace's summarising reads; keeps (start, duration, work) of the counted ops."""
 
     def __init__(self) -> None:
         self.ops: list[tuple[float, float, int]] = []
-        self.counted = _Counted()
+        self.table = _Table(_counted_kind)  # per (category, name) id of the read: counted or not, decided once
 
-    def add_window(self, events: list[TraceEvent]) -> None:
-        """Events of one window of the reader (one filter over the window: most events are no counted op; each
-        distinct name is tested once)."""
-        counted = self.counted
-        if len(counted) > NAMES_LIMIT:  # unbounded distinct names (a hostile trace): memory stays bounded
-            counted.clear()
-        for e in [e for e in events if counted[e.name]]:
-            self.add(e)
+    def add_window(self, window: TimedWindow) -> None:
+        """One window of the reader (``trace_stats.timed_window``): its counted ops picked by id, no Python per event
+        for the rest (most events are no counted op)."""
+        table = self.table
+        table.update(window.names)
+        counted = table.flag(0)[window.ids]
+        if counted.any():
+            for e in compress(window.events, counted.tolist()):
+                self.add(e)
 
     def add(self, e: TraceEvent) -> None:
         if e.ph != "X" or not e.name or not isinstance(e.ts, (int, float)) or not isinstance(e.dur, (int, float)):

@@ -462,16 +462,22 @@ class _Table:
         if names is not self.names:  # a fresh Names (a new read, or past NAMES_LIMIT): its ids start again at 0
             self.names, self.kinds, self.kind, self.flags = names, [], np.zeros(0, dtype=np.int8), {}
         if len(self.kinds) < len(names.keys):
-            self.kinds += [self.kind_of(*key) for key in names.keys[len(self.kinds):]]
-            self.kind = np.array([k[0] for k in self.kinds], dtype=np.int8)
-            self.flags = {}
+            new = [self.kind_of(*key) for key in names.keys[len(self.kinds):]]
+            self.kinds += new
+            self.kind = np.concatenate([self.kind, np.array([k[0] for k in new], dtype=np.int8)])
+            # the flags grow by the new ids (a table made elsewhere, under a negative item, is made again)
+            self.flags = {item: np.concatenate([f, _flags(new, item)]) for item, f in self.flags.items() if item >= 0}
 
     def flag(self, item: int) -> np.ndarray:
         """Per id: bool(item ``item`` of its kind) (False where the kind is shorter)."""
         f = self.flags.get(item)
         if f is None:
-            f = self.flags[item] = np.array([len(k) > item and bool(k[item]) for k in self.kinds], dtype=bool)
+            f = self.flags[item] = _flags(self.kinds, item)
         return f
+
+
+def _flags(kinds: list[tuple], item: int) -> np.ndarray:
+    return np.array([len(k) > item and bool(k[item]) for k in kinds], dtype=bool)
 
 
 class StatsCollector:
@@ -541,7 +547,7 @@ class StatsCollector:
         if not c.accel_cat and (is_dev.any() or is_rt.any() or (code == _ACCEL).any()):
             c.accel_cat = True
         n_dev = int(np.count_nonzero(is_dev))
-        if n_dev:
+        if n_dev and self.keep is None:  # a slice's kernel classes are the first pass's (``facts_of``), a superset
             c.n_device += n_dev
             class_of = c.class_of
             first = np.unique(ids[is_dev], return_index=True)  # each pair where it first shows, in file order
@@ -594,7 +600,7 @@ class StatsCollector:
                     c.calls.extend((kinds[i][1], ev.ts, ev.dur, corr) for i, ev, corr
                                    in zip(calls.ids.tolist(), calls.events, correlations(calls.events)))
         is_step = code == _STEP
-        if is_step.any():
+        if is_step.any() and keep is None:  # a slice's steps are the caller's
             c.steps.extend(step_markers(w, table.kinds, is_step))
         is_host = code == _HOST
         if not is_host.any():
@@ -604,19 +610,16 @@ class StatsCollector:
             return
         host = w.select(is_host)
         tids = tid_strings(host.events)
-        autograd = table.flag(2)[host.ids]
-        if autograd.any():
-            c.autograd_tids.update([t for t, a in zip(tids, autograd.tolist()) if a])
-        lo_, hi_ = float(np.fmin.reduce(host.ts)), float(np.fmax.reduce(host.ts + host.dur))  # NaN: skipped
-        if lo_ < c.lo:
-            c.lo = lo_
-        if hi_ > c.hi:
-            c.hi = hi_
-        if not self.columns or keep is not None:
-            c.host_tids.update(tids)
-        if not self.columns:
-            return
-        if keep is not None:
+        if keep is None:  # a slice's threads and autograd threads are the first pass's (``facts_of``), a superset
+            autograd = table.flag(2)[host.ids]
+            if autograd.any():
+                c.autograd_tids.update([t for t, a in zip(tids, autograd.tolist()) if a])
+            lo_, hi_ = float(np.fmin.reduce(host.ts)), float(np.fmax.reduce(host.ts + host.dur))  # NaN: skipped
+            if lo_ < c.lo:
+                c.lo = lo_
+            if hi_ > c.hi:
+                c.hi = hi_
+        else:
             klo, khi = keep.lo, keep.hi
             hts = host.ts
             inside = (hts < khi) & ((hts >= klo) | (host.ends() > klo))

@@ -73,7 +73,7 @@ from pydantic import BaseModel, Field
 from diageval.bundle import kineto as k
 from diageval.bundle.trace_stats import (Names, StatsCollector, StepStats, TimedWindow, TimeRange, _Table, by_tid, merge_sorted,
                                          step_markers, tid_strings, timed_window)
-from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, iter_trace_windows
+from diageval.bundle.trace_stream import StreamState, TraceFormatError, iter_trace_windows
 
 SHORT_OP_US = 50.0
 MAX_COLUMN_ENTRIES = 1_000_000
@@ -86,9 +86,10 @@ stays bounded whatever the trace's size. Measured on the A100 trace of ``benchma
 class EventObserver(Protocol):
     """Something that sees every complete event (``ph`` X) with a numeric start and duration of the trace once
     (``summarize_trace(observers=...)``), a window of the reader at a time, in file order: in the first read, or
-    past the column budget, in the slice pass from where the first read stopped feeding it."""
+    past the column budget, in the slice pass from where the first read stopped feeding it. Each window comes as a
+    ``trace_stats.TimedWindow`` (its events, and their (category, name) ids to decide what each pair is once)."""
 
-    def add_window(self, events: list[TraceEvent]) -> None: ...
+    def add_window(self, window: TimedWindow) -> None: ...
 
 
 class Collective(BaseModel):
@@ -160,7 +161,7 @@ class _Columns:
 
     With ``keep`` only events that start in ``[keep.lo, keep.hi)`` enter the columns (a slice of the
     trace); after ``drop`` none do. The facts about the whole trace (step markers, device events seen,
-    collectives by name) are kept either way.
+    collectives by name) are kept either way by a collector of the whole trace (a slice's are the first pass's).
     """
 
     def __init__(self, keep: TimeRange | None = None) -> None:
@@ -202,17 +203,18 @@ class _Columns:
         ids = w.ids
         code = table.kind[ids]
         kinds = table.kinds
-        self.n_device += int(np.count_nonzero(code == _DEVICE))
-        # collectives by name, device kernels and gloo annotations alike, in file order (the dict keeps that order)
-        is_coll = table.flag(_COLLECTIVE)[ids]
-        if is_coll.any():
-            self.collective_names.update([kinds[i][1] for i in ids[is_coll].tolist()])
-        is_step = code == _STEP
-        if is_step.any():
-            self.steps.extend(step_markers(w, kinds, is_step))
+        keep = self.keep
+        if keep is None:  # the facts about the whole trace (a slice's are the first pass's)
+            self.n_device += int(np.count_nonzero(code == _DEVICE))
+            # collectives by name, device kernels and gloo annotations alike, in file order (the dict keeps that order)
+            is_coll = table.flag(_COLLECTIVE)[ids]
+            if is_coll.any():
+                self.collective_names.update([kinds[i][1] for i in ids[is_coll].tolist()])
+            is_step = code == _STEP
+            if is_step.any():
+                self.steps.extend(step_markers(w, kinds, is_step))
         if not self.columns:
             return
-        keep = self.keep
         if keep is not None:
             w = w.select((w.ts >= keep.lo) & (w.ts < keep.hi))
             if not len(w):
@@ -467,7 +469,7 @@ def summarize_trace(path: Path, *, max_entries: int = MAX_COLUMN_ENTRIES,
     """Read ``path`` (``.json`` or ``.json.gz``) once and summarise it per step.
 
     Each of ``observers`` sees every complete event (``ph`` X) with a numeric start and duration once, in file order
-    (``observer.add_window(events)``), for a caller that measures something else in the same reads (``rules``'
+    (``observer.add_window(window)``), for a caller that measures something else in the same reads (``rules``'
     per-step arithmetic); keep values, not events. A trace over the budget feeds them in its first read up to the
     window where the columns were dropped and in the slice pass from there (see the module notes).
 
@@ -541,7 +543,7 @@ def _stream(path: Path, state: StreamState, cols: _Columns, gpu: StatsCollector,
             if dropped_at is not None:
                 continue
             for observer in observers:
-                observer.add_window(timed.events)
+                observer.add_window(timed)
             if max_entries is not None and cols.columns:
                 held = cols.size() + gpu.size()
                 # past the budget, or sure to pass it at the rate of the first EARLY_DROP_BYTES (a quarter of room
@@ -680,7 +682,7 @@ def _summarize_in_slices(path: Path, first: _Columns, gpu: StatsCollector, base_
                         sl.add(timed)
                     if observe:
                         for observer in observing:
-                            observer.add_window(timed.events)
+                            observer.add_window(timed)
                 for sl in [s for s in open_ if s.last <= w]:
                     built[id(sl)] = sl.build(base_us, main_tid)
                     open_.remove(sl)
@@ -701,7 +703,7 @@ def _observe(path: Path, observers: Sequence[EventObserver], seen: int) -> None:
             if w > seen:
                 timed, names = timed_window(window, names)
                 for observer in observers:
-                    observer.add_window(timed.events)
+                    observer.add_window(timed)
     except UnicodeDecodeError as exc:
         raise TraceFormatError(f"{path}: not UTF-8 JSON: {exc}") from exc
 
