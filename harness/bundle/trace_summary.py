@@ -599,7 +599,10 @@ class _Slice:
         self.stats = StatsCollector(self.keep, facts_of=self.facts)
 
     def add(self, w: TimedWindow) -> None:
-        near = w.select((w.ts < self.hi) & (w.ends() > self.lo))
+        reach = (w.ts < self.hi) & (w.ends() > self.lo)
+        if not reach.any():  # the window's span reaches the slice, none of its events do
+            return
+        near = w.select(reach)
         self.cols.add_window(near)  # type: ignore[union-attr]
         if self.facts.has_device_events:  # the device figures of a trace without device events are never measured
             self.stats.add_window(near)  # type: ignore[union-attr]
