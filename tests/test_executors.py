@@ -222,14 +222,24 @@ def test_a_remote_slot_diagnoses_in_its_box_and_names_a_changed_file_as_a_local_
 @pytest.fixture(scope="module")
 def local_ray():
     ray = pytest.importorskip("ray", reason="--executor ray needs ray: pip install 'diageval[ray]'")
-    if not ray.is_initialized():
-        try:
-            start_local_ray(ray, num_cpus=2, log_to_driver=False,  # one recorder; the fakes importable on its workers
-                            runtime_env={"env_vars": {"PYTHONPATH": str(TESTS)}})
-        except Exception as exc:  # still possible: the node must register within 30 s, its ports may be taken
-            pytest.skip(f"a local Ray could not start here: {type(exc).__name__}: {str(exc).splitlines()[0]}")
-    yield ray
-    ray.shutdown()
+    # The fakes are importable on Ray's workers through PYTHONPATH in the environment the node inherits: a job's
+    # runtime_env would give its actors workers of their own, each started (~8 s here) when an actor asks
+    # for one, where the node's prestarted workers serve them at once
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(TESTS), *([saved] if saved else [])])
+    try:
+        if not ray.is_initialized():
+            try:
+                start_local_ray(ray, num_cpus=2, log_to_driver=False)  # one recorder
+            except Exception as exc:  # still possible: the node must register within 30 s, its ports may be taken
+                pytest.skip(f"a local Ray could not start here: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+        yield ray
+        ray.shutdown()
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
 
 
 @pytest.mark.skipif(sandbox_problem() is not None, reason=f"no sandbox here: {sandbox_problem()}")
