@@ -34,7 +34,7 @@ import math
 import time
 from array import array
 from bisect import bisect_left, bisect_right
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import compress
@@ -231,7 +231,9 @@ class _Join:
     def __init__(self) -> None:
         self.calls: dict[Any, float] = {}
         self.devices: dict[Any, float] = {}
-        self.recent: dict[Any, float] = {}  # matched calls: a CUDA graph launch queues many kernels under one id
+        # matched calls: a CUDA graph launch queues many kernels under one id. An OrderedDict, because dropping the
+        # oldest of a plain dict (``next(iter(d))``) walks past every slot freed since its last resize
+        self.recent: OrderedDict[Any, float] = OrderedDict()
         self.max_gap: float | None = 0.0
 
     def feed(self, is_device: list[bool], starts: list[float], corrs: list[Any]) -> None:
@@ -257,7 +259,7 @@ class _Join:
             if call_ts is None or dev_ts is None:  # waiting: give up past the limit, so that no column builds up here
                 if len(calls) + len(devices) > JOIN_PENDING_LIMIT:
                     self.max_gap = None
-                    self.calls, self.devices, self.recent = {}, {}, {}
+                    self.calls, self.devices, self.recent = {}, {}, OrderedDict()
                     return
                 continue
             g = abs(dev_ts - call_ts)
@@ -265,7 +267,7 @@ class _Join:
                 gap = g
             recent[corr] = call_ts
             if len(recent) > _RECENT_LIMIT:
-                del recent[next(iter(recent))]
+                recent.popitem(last=False)
         self.max_gap = gap
 
 
