@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import io
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -53,36 +54,53 @@ def test_forbidden_words_cover_what_they_should():
 DIGITS = b"0123456789"
 
 
-def words_in(data: bytes, words: set[str]) -> set[str]:
-    """The words that occur in ``data`` (lower-cased bytes), as ``w in data`` would find them, in a few passes.
+def words_in(files: Callable[[], Iterable[tuple[str, bytes]]], words: set[str]) -> dict[str, set[str]]:
+    """file name -> the words that occur in its (lower-cased) bytes, as ``w in data`` finds them, for the files
+    ``files()`` yields (called once, and once more only when a word may occur).
 
-    A trace is mostly numbers on repeated lines. With every digit deleted and each distinct line kept once,
-    the text shrinks ~7x; a word occurring in ``data`` still occurs there with its own digits deleted (the
-    digits around it go, the word stays in one piece, and no word spans a line). So that smaller text rules
-    a word out, and a word found there is confirmed in ``data`` itself (deleting digits can join two pieces).
+    A trace is mostly numbers on repeated lines, and the ranks of one bundle repeat each other's lines. With every
+    digit deleted and each distinct line of every file kept once, the bundle shrinks several times; a word
+    occurring in a file still occurs there with its own digits deleted (the digits around it go, the word stays in
+    one piece, and no word spans a line), inside one run of the bytes words are made of. So the distinct runs rule
+    a word out for every file at once, and a word found there is looked for in each file's bytes (deleting digits
+    can join two pieces).
     """
-    folded = b"\n".join(set(data.translate(None, DIGITS).split(b"\n")))
-    found = set()
-    for w in words:
-        raw = w.encode()
-        stripped = raw.translate(None, DIGITS)
-        if stripped in folded and raw in data:
-            found.add(w)
+    stripped = {w: w.encode().translate(None, DIGITS) for w in words}
+    lines: set[bytes] = set()
+    for _, data in files():
+        lines.update(data.translate(None, DIGITS).split(b"\n"))
+    # Each stripped word is made of the bytes in `alphabet`, so where it occurs it lies inside one maximal run of
+    # them: the distinct runs (thousands of names and keys, tens of kB) hold every word the text holds.
+    alphabet = set(b"".join(stripped.values())) - {ord("\n")}
+    other_to_newline = bytes(b if b in alphabet else ord("\n") for b in range(256))
+    runs = b"\n".join(set(b"\n".join(lines).translate(other_to_newline).split(b"\n")))
+    maybe = {w: w.encode() for w, bare in stripped.items() if bare in runs}
+    found: dict[str, set[str]] = {}
+    if maybe:
+        for name, data in files():
+            hits = {w for w, raw in maybe.items() if raw in data}
+            if hits:
+                found[name] = hits
     return found
 
 
 def test_words_in_finds_exactly_what_a_substring_search_finds():
-    data = b'{"name": "aten::mm", "ts": 1796070022.19, "args": {"rank_0": 3}}\nslow1rank 7 mlp-ddp-384\nab\ncd'
-    words = {"aten::mm", "slowrank", "slow1rank", "mlp-ddp-384", "mlp-ddp-385", "rank_0", "rank_1", "abcd", "ts", "zzz"}
-    assert words_in(data, words) == {w for w in words if w.encode() in data}
+    files = [("a", b'{"name": "aten::mm", "ts": 1796070022.19, "args": {"rank_0": 3}}\nslow1rank 7 mlp-ddp-384\nab\ncd'),
+             ("b", b"ab\ncd\nmlp-ddp-38\n5 slow\nrank"), ("c", b"1234\n")]
+    words = {"aten::mm", "slowrank", "slow1rank", "mlp-ddp-384", "mlp-ddp-385", "rank_0", "rank_1", "abcd", "ts", "zzz",
+             "rank"}
+    expected = {name: {w for w in words if w.encode() in data} for name, data in files}
+    assert words_in(lambda: iter(files), words) == {name: hits for name, hits in expected.items() if hits}
+    assert words_in(lambda: iter(files), {"zzz", "abcd"}) == {}
 
 
 def test_no_bundle_names_its_case_faults_or_labels(corpus_bundles: dict[str, Path]):
     words = forbidden_words(load_case_set())
     leaks = []
     for case_id, root in corpus_bundles.items():
-        for name, data in bundle_files(root):
-            for w in sorted(words_in(data, words) | {w for w in words if w in name.lower()}):
+        found = words_in(lambda: bundle_files(root), words)
+        for name in sorted({p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}):
+            for w in sorted(found.get(name, set()) | {w for w in words if w in name.lower()}):
                 leaks.append(f"{case_id}: {name} contains {w!r}")
     assert leaks == []
 
