@@ -495,7 +495,7 @@ def summarize_trace(path: Path, *, max_entries: int = MAX_COLUMN_ENTRIES,
             steps = _with_gpu(steps, gpu.measure()[0])
     else:
         steps = _summarize_in_slices(path, cols, gpu, base_us, main_tid, markers, max_entries, hulls,
-                                     observers, dropped_at)  # type: ignore[arg-type]
+                                     observers, -1 if dropped_at is None else dropped_at)
     props = header.get("deviceProperties") if isinstance(header.get("deviceProperties"), list) else []
     devices = [d["name"] for d in props if isinstance(d, dict) and isinstance(d.get("name"), str)]
     return TraceSummary(
