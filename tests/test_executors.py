@@ -34,6 +34,7 @@ from diageval.run.pipeline import RunOptions, run_diagnoser
 from diageval.run.store import RunStore
 
 TESTS = Path(__file__).parent
+pytestmark = pytest.mark.slow  # a local Ray starts here (20-30 s) and replaces actors it loses
 SCRIPT = {"e1-ok": "ok", "e2-crash": "crash", "e3-bad": "bad", "e4-print": "print", "e5-exit": "exit", "e6-ok": "ok"}
 
 
