@@ -53,5 +53,8 @@ echo "byte-compiling the installed packages"
 quiet python3 - <<'PY'
 import compileall, sysconfig
 for folder in sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}):
-    compileall.compile_dir(folder, quiet=2, workers=0)  # its False (a file did not compile) is not a failure
+    try:  # its False (a file did not compile) is not a failure
+        compileall.compile_dir(folder, quiet=2, workers=0)
+    except OSError:  # no process pool here (a container without /dev/shm's semaphores): one core, as pip does
+        compileall.compile_dir(folder, quiet=2)
 PY
