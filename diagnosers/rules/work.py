@@ -13,7 +13,7 @@ from itertools import compress
 
 from pydantic import BaseModel
 
-from diageval.bundle.trace_stats import TimedWindow, _Table
+from diageval.bundle.trace_stats import IdTable, TimedWindow
 from diageval.bundle.trace_stream import TraceEvent
 from diageval.bundle.trace_summary import TraceSummary
 
@@ -86,7 +86,7 @@ class WorkCollector:
 
     def __init__(self) -> None:
         self.ops: list[tuple[float, float, int]] = []
-        self.table = _Table(_counted_kind)  # per (category, name) id of the read: counted or not, decided once
+        self.table = IdTable(_counted_kind)  # per (category, name) id of the read: counted or not, decided once
 
     def add_window(self, window: TimedWindow) -> None:
         """One window of the reader (``trace_stats.timed_window``): its counted ops picked by id, no Python per event

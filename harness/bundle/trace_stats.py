@@ -449,7 +449,7 @@ def by_tid(tids: list[str]) -> list[tuple[str, np.ndarray | None]]:
     return [(t, arr == t) for t in dict.fromkeys(tids)]
 
 
-class _Table:
+class IdTable:
     """A collector's reading of each (category, name) id of a :class:`Names` (``kind_of`` turns a pair into a
     tuple whose first item is its kind), grown as new ids appear: ``kind[ids]`` is a window's kinds at once."""
 
@@ -505,7 +505,7 @@ class StatsCollector:
         self.columns = True
         self.join: _Join | None = None
         self.max_block_us = 0.0
-        self.table = _Table(_kind)
+        self.table = IdTable(_kind)
 
     def drop_columns(self) -> None:
         """Free the per-event columns; later events only update the facts (and the margin's join)."""
@@ -644,7 +644,7 @@ class StatsCollector:
             if ops.any():
                 c.op_starts[tid].frombytes(hts[ops].tobytes())
 
-    def _host_facts(self, w: TimedWindow, is_host: np.ndarray, table: _Table) -> None:
+    def _host_facts(self, w: TimedWindow, is_host: np.ndarray, table: IdTable) -> None:
         """What a window's host activity adds to the facts (columns dropped): the same threads, autograd threads and
         span as the branch that fills columns, read through masks."""
         c = self.cols
@@ -660,7 +660,7 @@ class StatsCollector:
         c.host_tids.update(tid_set(compress(w.events, is_host.tolist())))
 
     @staticmethod
-    def _runtime_sub(table: _Table) -> np.ndarray:
+    def _runtime_sub(table: IdTable) -> np.ndarray:
         """Per id: what a runtime call is (_LAUNCH, _ALLOC, _CALL, or -1)."""
         f = table.flags.get(-1)
         if f is None:
@@ -866,5 +866,5 @@ def trace_files_of(path: Path) -> list[Path]:
     return find_trace_files([path])
 
 
-__all__ = ["trace_files_of", "Names", "TimedWindow", "timed_window", "step_markers", "merge_sorted", "NAMES_LIMIT", "tid_strings", "by_tid", "StatsCollector", "TimeRange", "JOIN_PENDING_LIMIT", "Coverage", "StepStats", "TraceStats", "ThreadStats", "BlockingStats",
+__all__ = ["trace_files_of", "Names", "IdTable", "TimedWindow", "timed_window", "step_markers", "merge_sorted", "NAMES_LIMIT", "tid_strings", "by_tid", "StatsCollector", "TimeRange", "JOIN_PENDING_LIMIT", "Coverage", "StepStats", "TraceStats", "ThreadStats", "BlockingStats",
            "trace_stats", "quantile", "GAP_BINS_US", "SHORT_GAP_US", "BLOCKING_KINDS"]

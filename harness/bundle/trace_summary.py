@@ -71,7 +71,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from diageval.bundle import kineto as k
-from diageval.bundle.trace_stats import (Names, StatsCollector, StepStats, TimedWindow, TimeRange, _Table, by_tid, merge_sorted,
+from diageval.bundle.trace_stats import (IdTable, Names, StatsCollector, StepStats, TimedWindow, TimeRange, by_tid, merge_sorted,
                                          step_markers, tid_strings, timed_window)
 from diageval.bundle.trace_stream import StreamState, TraceFormatError, iter_trace_windows
 
@@ -177,7 +177,7 @@ class _Columns:
         self.n_device = 0
         self.n_timed = 0  # complete events with a numeric start and duration
         self.collective_names: Counter[str] = Counter()
-        self.table = _Table(_kind)
+        self.table = IdTable(_kind)
         self.dropped_at_entries = self.dropped_at_events = 0
 
     def size(self) -> int:
