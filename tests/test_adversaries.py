@@ -149,24 +149,38 @@ def test_in_process_cheaters_score_like_null(arena, null_run, cls):
     assert "cheaters" not in sys.modules or not getattr(__import__("diageval.scoring.verdicts").scoring.verdicts, "CHEATED", False)
 
 
-def test_the_harness_never_imports_an_outside_diagnoser(arena, null_run):
-    sys.modules.pop("cheaters", None)
-    run(arena, "cheaters:StackCheater", "cheat-import")
+def test_the_harness_never_imports_an_outside_diagnoser(arena, null_run, monkeypatch):
     import diageval.scoring.verdicts as verdicts
 
+    # a test that imports the cheaters itself (to show they work unboxed) leaves their import-time patch behind
+    monkeypatch.delitem(sys.modules, "cheaters", raising=False)
+    monkeypatch.delattr(verdicts, "CHEATED", raising=False)
+    run(arena, "cheaters:StackCheater", "cheat-import")
     assert "cheaters" not in sys.modules
     assert not hasattr(verdicts, "CHEATED")
 
 
-def test_the_cache_key_cheater_finds_the_case_where_nothing_stops_it(arena):
-    sys.path.insert(0, str(arena["cheats"]))
-    from cheaters import CacheKeyCheater
+@pytest.fixture
+def cheaters_here(arena, monkeypatch):
+    """The cheaters module imported into this process (to show what a cheater finds where nothing stops it), and
+    forgotten afterwards with the patch its import makes to the harness, so that no later test sees either."""
+    import importlib
 
+    import diageval.scoring.verdicts as verdicts
+
+    monkeypatch.delitem(sys.modules, "cheaters", raising=False)
+    monkeypatch.setattr(verdicts, "CHEATED", False, raising=False)  # undone after: the attribute is gone again
+    module = importlib.import_module("cheaters")
+    yield module
+    sys.modules.pop("cheaters", None)
+
+
+def test_the_cache_key_cheater_finds_the_case_where_nothing_stops_it(arena, cheaters_here):
     from diageval.bundle.model import EvidenceBundle
 
     lc = arena["case_set"].get("starved-loader-mlp")
     bundle = EvidenceBundle.open(arena["evidence"](lc).bundle_dir)
-    claimed = CacheKeyCheater().diagnose(bundle)["findings"]
+    claimed = cheaters_here.CacheKeyCheater().diagnose(bundle)["findings"]
     assert [f["category"] for f in claimed] == ["input.dataloader_starvation"]
 
 
@@ -279,24 +293,24 @@ def test_the_progress_log_route_scores_like_null_or_is_refused(arena, null_run, 
         assert not (arena["root"] / "runs" / run_id / "results.jsonl").exists()  # refused before anything ran
 
 
-def test_a_cache_copied_beside_the_cheater_stays_out_of_the_box(arena, null_run):
+def test_a_cache_copied_beside_the_cheater_stays_out_of_the_box(arena, null_run, cheaters_here):
     """Issue 25: the box bound the folder of a cmd: script or a module, and every PYTHONPATH folder."""
     cache = arena["cheats"] / "cache"
     if not cache.exists():
         shutil.copytree(arena["home"] / "bundles", cache)
-    from cheaters import FolderCheater
 
     from diageval.bundle.model import EvidenceBundle
 
     lc = arena["case_set"].get("straggler-rank1")
     bundle = EvidenceBundle.open(arena["evidence"](lc).bundle_dir)
-    assert [f["category"] for f in FolderCheater().diagnose(bundle)["findings"]] == ["compute.straggler_rank"]
+    assert [f["category"] for f in cheaters_here.FolderCheater().diagnose(bundle)["findings"]] == ["compute.straggler_rank"]
     spec = f"cmd:python {arena['cheats'] / 'cheaters.py'} own_folder {{bundle}} {{out}}"
     assert_scores_like_null(run(arena, spec, "cheat-own-folder"))
     assert_scores_like_null(run(arena, "cheaters:FolderCheater", "cheat-folder-module"))
     from diageval.hosting import SpecPathError
 
-    with pytest.raises(SpecPathError, match="truth file"):
+    # refused for the first label store the scan meets: a truth file or the index, whichever the folder lists first
+    with pytest.raises(SpecPathError, match="bundle cache's (truth file|index)"):
         run(arena, f"cmd:python {arena['cheats'] / 'cheaters.py'} own_folder {{bundle}} {{out}} {cache}", "cheat-named")
 
 
