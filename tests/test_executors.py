@@ -226,9 +226,8 @@ def local_ray():
     # The fakes are importable on Ray's workers through PYTHONPATH in the environment the node inherits: a job's
     # runtime_env would give its actors workers of their own, each started (~8 s here) when an actor asks
     # for one, where the node's prestarted workers serve them at once
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(TESTS), *([saved] if saved else [])])
-    try:
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PYTHONPATH", str(TESTS), prepend=os.pathsep)
         if not ray.is_initialized():
             try:
                 start_local_ray(ray, num_cpus=2, log_to_driver=False)  # one recorder
@@ -236,11 +235,6 @@ def local_ray():
                 pytest.skip(f"a local Ray could not start here: {type(exc).__name__}: {str(exc).splitlines()[0]}")
         yield ray
         ray.shutdown()
-    finally:
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
 
 
 @pytest.mark.skipif(sandbox_problem() is not None, reason=f"no sandbox here: {sandbox_problem()}")

@@ -63,7 +63,7 @@ import time
 from array import array
 from bisect import bisect_left
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -73,7 +73,7 @@ from pydantic import BaseModel, Field
 from diageval.bundle import kineto as k
 from diageval.bundle.trace_stats import (IdTable, Names, StatsCollector, StepStats, TimedWindow, TimeRange, by_tid, merge_sorted,
                                          step_markers, tid_strings, timed_window)
-from diageval.bundle.trace_stream import StreamState, TraceFormatError, iter_trace_windows
+from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, iter_trace_windows
 
 SHORT_OP_US = 50.0
 MAX_COLUMN_ENTRIES = 1_000_000
@@ -533,28 +533,25 @@ def _stream(path: Path, state: StreamState, cols: _Columns, gpu: StatsCollector,
     size = path.stat().st_size
     names = Names()
     dropped_at = None
-    try:
-        for w, window in enumerate(iter_trace_windows(path, state)):
-            timed, names = timed_window(window, names)
-            if hulls is not None:
-                hulls.append(_hull(timed))
-            cols.add_window(timed)
-            gpu.add_window(timed)
-            if dropped_at is not None:
-                continue
-            for observer in observers:
-                observer.add_window(timed)
-            if max_entries is not None and cols.columns:
-                held = cols.size() + gpu.size()
-                # past the budget, or sure to pass it at the rate of the first EARLY_DROP_BYTES (a quarter of room
-                # for the rate to fall): columns that will be dropped cost a full collection per event for nothing
-                if held > max_entries or (state.file_bytes >= EARLY_DROP_BYTES
-                                          and held * size > 1.25 * max_entries * state.file_bytes):
-                    cols.drop(held)
-                    gpu.drop_columns()
-                    dropped_at = w
-    except UnicodeDecodeError as exc:
-        raise TraceFormatError(f"{path}: not UTF-8 JSON: {exc}") from exc
+    for w, window in enumerate(_windows(path, state)):
+        timed, names = timed_window(window, names)
+        if hulls is not None:
+            hulls.append(_hull(timed))
+        cols.add_window(timed)
+        gpu.add_window(timed)
+        if dropped_at is not None:
+            continue
+        for observer in observers:
+            observer.add_window(timed)
+        if max_entries is not None and cols.columns:
+            held = cols.size() + gpu.size()
+            # past the budget, or sure to pass it at the rate of the first EARLY_DROP_BYTES (a quarter of room
+            # for the rate to fall): columns that will be dropped cost a full collection per event for nothing
+            if held > max_entries or (state.file_bytes >= EARLY_DROP_BYTES
+                                      and held * size > 1.25 * max_entries * state.file_bytes):
+                cols.drop(held)
+                gpu.drop_columns()
+                dropped_at = w
     return dropped_at
 
 
@@ -672,25 +669,22 @@ def _summarize_in_slices(path: Path, first: _Columns, gpu: StatsCollector, base_
         waiting = sorted(group, key=lambda s: s.first)
         open_: list[_Slice] = []
         observing = observers if n == 0 else ()
-        try:
-            names = Names()
-            for w, window in enumerate(iter_trace_windows(path, StreamState())):
-                while waiting and waiting[0].first <= w:
-                    waiting[0].open()
-                    open_.append(waiting.pop(0))
-                observe = observing and w > seen
-                if open_ or observe:
-                    timed, names = timed_window(window, names)
-                    for sl in open_:
-                        sl.add(timed)
-                    if observe:
-                        for observer in observing:
-                            observer.add_window(timed)
-                for sl in [s for s in open_ if s.last <= w]:
-                    built[id(sl)] = sl.build(base_us, main_tid)
-                    open_.remove(sl)
-        except UnicodeDecodeError as exc:
-            raise TraceFormatError(f"{path}: not UTF-8 JSON: {exc}") from exc
+        names = Names()
+        for w, window in enumerate(_windows(path, StreamState())):
+            while waiting and waiting[0].first <= w:
+                waiting[0].open()
+                open_.append(waiting.pop(0))
+            observe = observing and w > seen
+            if open_ or observe:
+                timed, names = timed_window(window, names)
+                for sl in open_:
+                    sl.add(timed)
+                if observe:
+                    for observer in observing:
+                        observer.add_window(timed)
+            for sl in [s for s in open_ if s.last <= w]:
+                built[id(sl)] = sl.build(base_us, main_tid)
+                open_.remove(sl)
         for sl in [*open_, *waiting]:  # nothing reached it (or the trace ended early): built from what it holds
             if sl.cols is None:
                 sl.open()
@@ -701,12 +695,17 @@ def _summarize_in_slices(path: Path, first: _Columns, gpu: StatsCollector, base_
 def _observe(path: Path, observers: Sequence[EventObserver], seen: int) -> None:
     """Feed ``observers`` the windows of ``path`` after window ``seen`` (a read for them alone)."""
     names = Names()
+    for w, window in enumerate(_windows(path, StreamState())):
+        if w > seen:
+            timed, names = timed_window(window, names)
+            for observer in observers:
+                observer.add_window(timed)
+
+
+def _windows(path: Path, state: StreamState) -> Iterator[list[TraceEvent]]:
+    """The reader's windows of ``path``, a file that is not UTF-8 a ``TraceFormatError`` (every read of this module)."""
     try:
-        for w, window in enumerate(iter_trace_windows(path, StreamState())):
-            if w > seen:
-                timed, names = timed_window(window, names)
-                for observer in observers:
-                    observer.add_window(timed)
+        yield from iter_trace_windows(path, state)
     except UnicodeDecodeError as exc:
         raise TraceFormatError(f"{path}: not UTF-8 JSON: {exc}") from exc
 
