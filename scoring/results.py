@@ -143,7 +143,8 @@ class ManifestationMeasure(_Record):
     min_ratio: float = Field(description="The minimum effect the estimate had to reach")
     ratio: float = Field(description="The case/twin ratio the test estimated")
     noise: float = Field(description="The healthy twin's relative spread of the metric over the repeats")
-    effect_to_noise: float = Field(description="z = (ratio - 1) / max(noise, floor): the difficulty's measure")
+    effect_to_noise: float = Field(description="z = (ratio - 1) / the test's shift sd (before the test: the twin's "
+                                   "range, floored): the difficulty's measure")
     statistic: float | None = Field(None, description="The test's z statistic (null: a check made before the test)")
     p_value: float | None = Field(None, description="Its one-sided p-value of 'no slowdown'")
     alpha: float | None = Field(None, description="The p-value had to be below this at the deciding look")

@@ -203,7 +203,7 @@ def test_results_carry_the_measurement_and_older_results_read_without_it():
                      noise=0.1, repeats=2, manifested=test.manifested, impact=0.5, test=test)
     m = _measure(v)
     assert (m.ratio, m.statistic, m.p_value, m.repeats, m.effect_to_noise) == (
-        test.estimate, test.statistic, test.p_value, 2, pytest.approx((test.estimate - 1) / 0.1))
+        test.estimate, test.statistic, test.p_value, 2, pytest.approx((test.estimate - 1) / test.shift_sd))
     base = {"scoring_version": CaseResult.model_fields["scoring_version"].annotation.__args__[-1],
             "case_id": "c", "status": "invalid", "expect": "diagnose"}
     assert CaseResult.model_validate(base).manifestation is None

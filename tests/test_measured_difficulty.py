@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from diageval.recording.manifest_test import ManifestTest
 from diageval.recording.truth import EASY_FROM_Z, HARD_BELOW_Z, NOISE_FLOOR, Verification
 
 
@@ -35,3 +36,19 @@ def test_the_truth_file_keeps_it():
     dumped = v.model_dump(mode="json")
     assert dumped["difficulty"] == "medium" and dumped["effect_to_noise"] == pytest.approx(5.0)
     assert Verification.model_validate(dumped).difficulty == "medium"  # read back from an older or newer file
+
+
+def with_the_test(ratio: float, range_noise: float, shift_sd: float) -> Verification:
+    test = ManifestTest(pairs=2, estimate=ratio, statistic=4.0, p_value=1e-4, alpha=0.0025, min_ratio=1.2,
+                        shift_sd=shift_sd, autocorrelation=0.1, pair_shifts=[ratio, ratio], manifested=True,
+                        decided=True)
+    return verification(ratio, range_noise).model_copy(update={"test": test})
+
+
+def test_with_the_test_the_noise_is_its_shift_sd_not_the_twins_range():
+    """Two twin recordings that happen to agree (range 0.01) do not make a 1.5x effect easy: the noise is the
+    test's sd of one pair's shift, pooled over the pairs and floored at the recording-level shift."""
+    v = with_the_test(1.5, range_noise=0.01, shift_sd=0.2)
+    assert v.effect_to_noise == pytest.approx(2.5) and v.difficulty == "hard"
+    assert with_the_test(1.5, range_noise=0.9, shift_sd=0.2).difficulty == "hard"  # nor a wide range hard by itself
+    assert with_the_test(4.0, range_noise=0.01, shift_sd=0.2).difficulty == "easy"

@@ -13,12 +13,17 @@ from diageval.recording.manifest_test import ManifestTest
 Difficulty = Literal["easy", "medium", "hard"]
 
 # A case's difficulty is how far its injection's effect stands above the run-to-run noise of its healthy
-# twin: z = (ratio - 1) / max(noise, NOISE_FLOOR), where ratio is the manifest metric injected/healthy and
-# noise the twin's relative range over the repeats. Below 3 spreads the effect is one a diagnoser can
-# mistake for ordinary variation (hard); at 10 or more it is an order of magnitude above it (easy).
-# NOISE_FLOOR: the range of 3 repeats can come out near 0 by chance; step times on this class of machine
-# vary by more than 5% between runs (measured: healthy step-time CV 10-26% within a run), so a smaller
-# measured spread is not trusted.
+# twin: z = (ratio - 1) / noise. Below 3 spreads the effect is one a diagnoser can mistake for ordinary
+# variation (hard); at 10 or more it is an order of magnitude above it (easy).
+# The noise is the manifestation test's sd of one repeat pair's log shift (``ManifestTest.shift_sd``): how far
+# one healthy recording's step time lies from another's, pooled over the pairs and never below the
+# recording-level shift measured on 226 twin/twin pairs of a CI run (manifest_test.RECORDING_SHIFT_SD, 0.19).
+# Before the test it was the twin's range over its 2-3 repeats, an estimate with one or two degrees of
+# freedom that two agreeing twin recordings bring near 0 (in the last fresh-clone CI cache 22 of 57 CPU
+# cases had a range under 0.1 where the pairs' pooled sd was 0.19-0.50): a case's difficulty then said more
+# about the luck of its twins than about the case. A record made before the test keeps the range, floored
+# at NOISE_FLOOR: step times on this class of machine vary by more than 5% between runs (measured: healthy
+# step-time CV 10-26% within a run).
 HARD_BELOW_Z = 3.0
 EASY_FROM_Z = 10.0
 NOISE_FLOOR = 0.05
@@ -56,8 +61,10 @@ class Verification(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def effect_to_noise(self) -> float:
-        """(ratio - 1) over the twin's noise (floored at NOISE_FLOOR): how many run-to-run spreads the effect is."""
-        return (self.ratio - 1.0) / max(self.noise, NOISE_FLOOR)
+        """(ratio - 1) over the run-to-run noise: how many spreads of a healthy recording the effect is (the
+        test's shift sd; the twin's range floored at NOISE_FLOOR in a record made before the test)."""
+        noise = self.test.shift_sd if self.test is not None else max(self.noise, NOISE_FLOOR)
+        return (self.ratio - 1.0) / noise
 
     @computed_field  # type: ignore[prop-decorator]
     @property
