@@ -227,3 +227,15 @@ def test_changing_verification_code_does_not_re_record(tmp_path, monkeypatch):
     assert cache.recording_code_version() == before
     (copy / "recording" / "record.py").write_text((copy / "recording" / "record.py").read_text() + "\n# changed\n")
     assert cache.recording_code_version() != before
+
+
+def test_power_is_the_tests_chance_to_manifest():
+    from diageval.recording.manifest_test import power
+
+    # with no effect: at most alpha over the looks, and the minimum effect only lowers it
+    assert power(1.0, RECORDING_SHIFT_SD, 1.2) <= power(1.0, RECORDING_SHIFT_SD, 1.0) <= ALPHA
+    assert power(1.3, RECORDING_SHIFT_SD, 1.2) < power(1.5, RECORDING_SHIFT_SD, 1.2) < power(2.0, RECORDING_SHIFT_SD, 1.2)
+    assert power(1.5, 2 * RECORDING_SHIFT_SD, 1.2) < power(1.5, RECORDING_SHIFT_SD, 1.2)
+    assert power(3.0, RECORDING_SHIFT_SD, 1.2) == 1.0
+    with pytest.raises(ValueError, match="positive"):
+        power(1.5, 0.0, 1.2)
