@@ -62,9 +62,10 @@ class Verification(BaseModel):
     @property
     def effect_to_noise(self) -> float:
         """(ratio - 1) over the run-to-run noise: how many spreads of a healthy recording the effect is (the
-        test's shift sd; the twin's range floored at NOISE_FLOOR in a record made before the test)."""
-        noise = self.test.shift_sd if self.test is not None else max(self.noise, NOISE_FLOOR)
-        return (self.ratio - 1.0) / noise
+        test's shift sd, or the twin's range in a record made before the test), floored at NOISE_FLOOR (a fleet's
+        healthy runs can agree exactly)."""
+        noise = self.test.shift_sd if self.test is not None else self.noise
+        return (self.ratio - 1.0) / max(noise, NOISE_FLOOR)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
