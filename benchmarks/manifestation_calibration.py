@@ -133,12 +133,12 @@ def aa(home: Path, cases, pool: int, workloads: int, draws: int, rng: random.Ran
             here[("drawn", "manifested")] += v.manifested
             here[("drawn", "n")] += 1
         counts.update(here)
-        print(f"  pair shifts of this pool: sd of log {statistics.stdev(logs):.3f}, lag-1 autocorrelation {lag1:+.2f}, "
-              f"{draws} drawn comparisons manifested {here[('drawn', 'manifested')]}", flush=True)
         print(f"A/A twin of {group[0].id} ({twin.workload.name}, {twin.workload.steps} steps, shared by {len(group)} "
               f"cases): {pool} recordings in {time.perf_counter() - started:.0f} s, {here['n']} comparisons of {cap} "
               f"pairs, manifested {here[('own', 'manifested')]} (min_ratio 1.1: {here[('1.1', 'manifested')]}); "
               f"{load()}", flush=True)
+        print(f"  pair shifts of this pool: sd of log {statistics.stdev(logs):.3f}, lag-1 autocorrelation {lag1:+.2f}, "
+              f"{draws} drawn comparisons manifested {here[('drawn', 'manifested')]}", flush=True)
     n = counts["n"]
     print(f"A/A comparisons: {n}, disjoint blocks of {cap} consecutive pairs over {len(chosen)} workloads")
     for label in ("own", "1.1"):
@@ -150,11 +150,13 @@ def aa(home: Path, cases, pool: int, workloads: int, draws: int, rng: random.Ran
                         counts[("drawn", "manifested")], counts[("drawn", "n")]))
 
 
+def _test_passed(v) -> bool:
+    """The manifestation test's own decision (the labels' checks apart)."""
+    return bool(v.test and v.test.manifested)
+
+
 def positive(home: Path, cases, rounds: int) -> None:
-    hits: Counter = Counter()
-    pairs_used: Counter = Counter()
     seen: dict[str, list] = {c.id: [] for c in cases}  # case -> its Verification per round
-    total = 0
     for r in range(rounds):
         cache = home / f"round{r}"
         before = load()
@@ -165,29 +167,28 @@ def positive(home: Path, cases, rounds: int) -> None:
             for _, v in verify_cases([case.id], repeats=None, device="cpu", cache_dir=cache):
                 results.append((case.id, v))
                 seen[case.id].append(v)
-                passed = bool(v.test and v.test.manifested)  # the test's decision (labels' own checks apart)
-                hits[case.id] += passed
-                pairs_used[v.repeats] += 1
-                total += 1
                 problems = getattr(v, "label_problems", None) or []
-                print(f"  round {r} {case.id}: test manifested={passed} ratio={v.ratio:.2f} (min {v.min_ratio}) "
-                      f"pairs={v.repeats} z={v.test.statistic:.1f} p={v.test.p_value:.1e} sd={v.test.shift_sd:.2f} "
-                      f"difficulty z={v.effect_to_noise:.1f} {v.difficulty} {time.perf_counter() - t0:.0f} s"
+                print(f"  round {r} {case.id}: test manifested={_test_passed(v)} ratio={v.ratio:.2f} "
+                      f"(min {v.min_ratio}) pairs={v.repeats} z={v.test.statistic:.1f} p={v.test.p_value:.1e} "
+                      f"sd={v.test.shift_sd:.2f} difficulty z={v.effect_to_noise:.1f} {v.difficulty} "
+                      f"{time.perf_counter() - t0:.0f} s"
                       + (f"; label check: {'; '.join(map(str, problems))}" if problems else ""), flush=True)
         wall = time.perf_counter() - started
-        missed = [c for c, v in results if not (v.test and v.test.manifested)]
-        refused = [c for c, v in results if v.test and v.test.manifested and not v.manifested]
+        missed = [c for c, v in results if not _test_passed(v)]
+        refused = [c for c, v in results if _test_passed(v) and not v.manifested]
         print(f"round {r}: {len(results)} cases verified in {wall:.0f} s ({before} before, {load()} after); "
               f"test missed: {', '.join(missed) or 'none'}; label check refused: {', '.join(refused) or 'none'}",
               flush=True)
-    k = sum(hits.values())
-    print(rate_line("positive rungs' manifest rate over (case, round), the test's decision", k, total))
-    valid = sum(v.manifested for vs in seen.values() for v in vs)
-    print(rate_line("  and with every label check passed (what a run counts valid)", valid, total))
-    print("pairs used per verify:", dict(sorted(pairs_used.items())))
-    for c, h in sorted(hits.items()):
-        if h < rounds:
-            print(f"  {c}: the test manifested it in {h}/{rounds} rounds")
+    every = [v for vs in seen.values() for v in vs]
+    print(rate_line("positive rungs' manifest rate over (case, round), the test's decision",
+                    sum(map(_test_passed, every)), len(every)))
+    print(rate_line("  and with every label check passed (what a run counts valid)",
+                    sum(v.manifested for v in every), len(every)))
+    print("pairs used per verify:", dict(sorted(Counter(v.repeats for v in every).items())))
+    for c, vs in sorted(seen.items()):
+        hits = sum(map(_test_passed, vs))
+        if vs and hits < rounds:
+            print(f"  {c}: the test manifested it in {hits}/{rounds} rounds")
     print("Per cause, the rungs hard (difficulty z < 3) in a round, how many rounds they manifested (label checks "
           "included), and the test's power at their median measured ratio and sd (manifest_test.power):")
     by_cause: dict[str, list] = {}
