@@ -52,3 +52,11 @@ def test_with_the_test_the_noise_is_its_shift_sd_not_the_twins_range():
     assert v.effect_to_noise == pytest.approx(2.5) and v.difficulty == "hard"
     assert with_the_test(1.5, range_noise=0.9, shift_sd=0.2).difficulty == "hard"  # nor a wide range hard by itself
     assert with_the_test(4.0, range_noise=0.01, shift_sd=0.2).difficulty == "easy"
+
+
+def test_a_shift_sd_of_zero_is_floored_and_the_record_still_writes():
+    """A fleet whose healthy runs agree exactly has shift sd 0 (the fresh-clone CI at 9822dc1 failed to write
+    such a record: division by zero in effect_to_noise)."""
+    v = with_the_test(1.5, range_noise=0.0, shift_sd=0.0)
+    assert v.effect_to_noise == pytest.approx(0.5 / NOISE_FLOOR)
+    assert Verification.model_validate_json(v.model_dump_json()).difficulty == "easy"

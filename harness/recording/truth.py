@@ -17,7 +17,8 @@ Difficulty = Literal["easy", "medium", "hard"]
 # variation (hard); at 10 or more it is an order of magnitude above it (easy).
 # The noise is the manifestation test's sd of one repeat pair's log shift (``ManifestTest.shift_sd``): how far
 # one healthy recording's step time lies from another's, pooled over the pairs and never below the
-# recording-level shift measured on 226 twin/twin pairs of a CI run (manifest_test.RECORDING_SHIFT_SD, 0.19).
+# recording-level shift measured on 226 twin/twin pairs of a CI run (manifest_test.RECORDING_SHIFT_SD, 0.19);
+# for a fleet, the sd of its healthy runs' log step times (fleet_verify.py), which has no such floor.
 # Before the test it was the twin's range over its 2-3 repeats, an estimate with one or two degrees of
 # freedom that two agreeing twin recordings bring near 0 (in the last fresh-clone CI cache 22 of 57 CPU
 # cases had a range under 0.1 where the pairs' pooled sd was 0.19-0.50): a case's difficulty then said more
