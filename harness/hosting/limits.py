@@ -21,7 +21,6 @@ import os
 import secrets
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +30,6 @@ from diageval.hosting.policy import BoxLimits
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 GROUP_PREFIX = "diageval-box-"
 GUARD_INTERVAL_S = 0.1
-GROUP_REMOVAL_PATIENCE_S = 15.0  # how long a box's killed processes get to exit before its group is left for later
 MAX_OUT_ENTRIES = 10_000  # files and folders a box may leave in its output folder
 
 _ENTER = """\
@@ -106,7 +104,7 @@ class BoxGroups:
             return
         for fname, value in settings.items():
             if not _try_write(path / fname, value) and fname != "memory.swap.max":
-                _remove_groups({path})
+                _remove_group(path)
                 return
         self.dirs[key] = path
 
@@ -146,7 +144,8 @@ class BoxGroups:
         return None
 
     def remove(self) -> None:
-        _remove_groups(set(self.dirs.values()))
+        for d in set(self.dirs.values()):
+            _remove_group(d)
         self.dirs.clear()
 
 
@@ -176,41 +175,24 @@ def _event_count(path: Path, key: str) -> int:
     return 0
 
 
-def _remove_groups(paths: set[Path], patience_s: float = GROUP_REMOVAL_PATIENCE_S) -> None:
-    """Remove groups once their processes are gone: the kernel refuses (EBUSY) while any is left, so each
-    round kills what is left in every group and tries again, until ``patience_s`` has passed.
-
-    A killed process can take seconds to exit on a loaded machine (one tearing down a large address space,
-    or caught in reclaim at its group's memory limit); a fixed second was not enough in CI. A group that
-    still cannot be removed stays behind, and :func:`remove_stale_groups` removes it on a later start."""
-    left = set(paths)
-    deadline = time.monotonic() + patience_s
-    wait = 0.01
-    while left:
-        for path in list(left):
-            try:
-                path.rmdir()
-                left.discard(path)
-            except FileNotFoundError:
-                left.discard(path)
-            except OSError:
-                _kill_members(path)
-        if not left or time.monotonic() >= deadline:
-            return
-        time.sleep(wait)
-        wait = min(wait * 2, 0.2)
-
-
-def _kill_members(path: Path) -> None:
-    try:
-        pids = (path / "cgroup.procs").read_text().split()
-    except OSError:
-        return
-    for pid in pids:
+def _remove_group(path: Path) -> None:
+    """Remove a group once its processes are gone (the kernel refuses while any is left: kill them first)."""
+    for _ in range(50):
         try:
-            os.kill(int(pid), 9)
-        except (ProcessLookupError, PermissionError, ValueError):
-            pass
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            try:
+                for pid in (path / "cgroup.procs").read_text().split():
+                    try:
+                        os.kill(int(pid), 9)
+                    except (ProcessLookupError, PermissionError, ValueError):
+                        pass
+            except OSError:
+                return
+            threading.Event().wait(0.02)
 
 
 def remove_stale_groups() -> list[Path]:
@@ -232,7 +214,7 @@ def remove_stale_groups() -> list[Path]:
                 continue
             if owner == os.getpid() or Path(f"/proc/{owner}").exists():
                 continue
-            _remove_groups({d})
+            _remove_group(d)
             if not d.exists():
                 removed.append(d)
     return removed
