@@ -48,7 +48,7 @@ def _results(outcome) -> dict:
 
 
 def _own_groups() -> list[Path]:
-    return [p for p in Path("/sys/fs/cgroup").rglob(f"diageval-box-{os.getpid()}-*")] if Path("/sys/fs/cgroup").is_dir() else []
+    return sorted(Path("/sys/fs/cgroup").rglob(f"diageval-box-{os.getpid()}-*")) if Path("/sys/fs/cgroup").is_dir() else []
 
 
 @pytest.mark.parametrize("mode, reason", [
@@ -59,22 +59,24 @@ def _own_groups() -> list[Path]:
 def test_an_attack_on_the_box_ends_its_own_case_with_the_reason(tmp_path, mode, reason):
     import re
 
+    before = _own_groups()  # another test's leak (one was: see test_groups_left_by_...) is not this run's
     outcome = _run(tmp_path, mode)
     results = _results(outcome)
     assert set(results) == set(CASES)  # every case ran: the first one's attack did not spill onto the second
     for r in results.values():
         assert r.status == "diagnoser_error" and re.search(reason, r.error or ""), (r.case_id, r.status, r.error)
-    assert _own_groups() == []  # nothing left behind
+    assert _own_groups() == before  # nothing left behind
 
 
 def test_a_fork_bomb_ends_its_own_case_at_the_process_limit(tmp_path):
     if not _pids_enforced():
         pytest.skip("no process limit can be enforced for root here (no writable pids cgroup)")
+    before = _own_groups()
     outcome = _run(tmp_path, "forkbomb")
     for r in _results(outcome).values():
         assert r.status == "diagnoser_error" and "process limit (64)" in (r.error or ""), (r.case_id, r.error)
     assert outcome.info.box_limits and "processes 64 (cgroup" in outcome.info.box_limits
-    assert _own_groups() == []
+    assert _own_groups() == before
 
 
 def test_secrets_in_the_environment_never_reach_the_box_unless_named(tmp_path, monkeypatch):
@@ -96,6 +98,7 @@ def test_groups_left_by_a_killed_harness_are_removed_at_the_next_start():
     from diageval.hosting import remove_stale_boxes
     from diageval.hosting.limits import GROUP_PREFIX
 
+    before = _own_groups()
     groups = BoxGroups.create(LIMITS)
     if not groups.dirs:
         groups.remove()
@@ -103,9 +106,9 @@ def test_groups_left_by_a_killed_harness_are_removed_at_the_next_start():
     groups.remove()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    parent = next(iter(BoxGroups.create(LIMITS).dirs.values())).parent
-    for d in list(parent.glob(f"{GROUP_PREFIX}{os.getpid()}-*")):
-        d.rmdir()
+    probe = BoxGroups.create(LIMITS)  # a group in each hierarchy (pids, memory): all removed, the first's parent kept
+    parent = next(iter(probe.dirs.values())).parent
+    probe.remove()
     stale = parent / f"{GROUP_PREFIX}{dead.pid}-abcd"
     mine = parent / f"{GROUP_PREFIX}{os.getpid()}-live"
     stale.mkdir()
@@ -118,3 +121,4 @@ def test_groups_left_by_a_killed_harness_are_removed_at_the_next_start():
         for d in (stale, mine):
             if d.exists():
                 d.rmdir()
+    assert _own_groups() == before  # this test once left its memory group for the next box test to find
