@@ -39,6 +39,7 @@ from diageval.recording.faults.base import LiveFault
 
 PERIOD_S = 0.010  # a competitor's spin/sleep period
 EXIT_WAIT_S = 1.0  # how long the rank waits for its competitors to exit before killing them
+KILL_WAIT_S = 10.0  # how long it then waits for a killed competitor to be gone (a zombie)
 
 _CLONE_PARENT = 0x00008000
 _SYS_CLONE = {"x86_64": 56, "aarch64": 220}
@@ -140,7 +141,7 @@ class CpuContention(LiveFault):
         util.Finalize(self, self.stop, exitpriority=10)
 
     def stop(self) -> None:
-        """Close the lifeline, wait for every competitor to exit, kill any that does not."""
+        """Close the lifeline, wait for every competitor to exit, kill any that does not and wait for that too."""
         import select
 
         if self.lifeline_w is not None:
@@ -149,7 +150,8 @@ class CpuContention(LiveFault):
         deadline = time.monotonic() + EXIT_WAIT_S
         for fd in self.pidfds:
             ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
+            if not ready:  # killed, and waited for: at niceness 19 on a loaded machine a SIGKILL takes a while
                 signal.pidfd_send_signal(fd, signal.SIGKILL)
+                select.select([fd], [], [], KILL_WAIT_S)
             os.close(fd)
         self.pidfds = []
