@@ -9,8 +9,9 @@ disjoint: the twin against itself, with the case's metric, step range and min_ra
 min_ratio 1.1, the lowest a rung near the detection limit would claim), exactly as verify would test it.
 Comparisons share no recording, so the Clopper-Pearson interval printed is the interval of independent
 trials (up to the machine's own slow drift, which the consecutive pairs of a real verify see too). Each
-comparison costs 12 recordings (an A/A comparison rarely stops before the cap), ~3.5 s each for an MLP twin
-on 2 quiet cores, so 200 of them take over two hours. A second figure stretches a smaller pool: ``--draws``
+comparison costs ``2 * LOOKS[-1]`` = 24 recordings (an A/A comparison rarely stops before the cap), 1.5-3.5 s
+each for an MLP twin on 2 cores (3.5 s for the checkpointing twins at load 2.5), so the default 200 of them
+(``--pool 960`` on 5 workloads) take 2-4.5 hours of a quiet machine. A second figure stretches a smaller pool: ``--draws``
 comparisons per workload on ``LOOKS[-1]`` pairs drawn at random from the pool (pairs in drawn order);
 draws share pairs, so that interval treats dependent comparisons as independent and is narrower than the
 truth. The pool's lag-1 autocorrelation of consecutive pair shifts is printed beside it: near 0, a pair is
@@ -22,7 +23,7 @@ verify). Each round's wall time is one whole-corpus verify (issue 22 item 6). Th
 (case, round) and counts the manifestation test's decision; a label check that fails
 (:mod:`diageval.recording.label_support`) is printed beside it, not counted here.
 
-Usage: python benchmarks/manifestation_calibration.py HOME [--pool 480] [--workloads 5] [--draws 100] [--rounds 3]
+Usage: python benchmarks/manifestation_calibration.py HOME [--pool 960] [--workloads 5] [--draws 100] [--rounds 3]
        [--cases ID ...] [--skip-aa] [--skip-positive] [--seed 0]
 HOME is reused: recordings already there are not made again (delete it for a fresh measurement); the A/A
 pool is found through HOME's index even when the recording code changed since.
@@ -212,7 +213,7 @@ def positive(home: Path, cases, rounds: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("home", type=Path)
-    ap.add_argument("--pool", type=int, default=480)
+    ap.add_argument("--pool", type=int, default=960)
     ap.add_argument("--workloads", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--draws", type=int, default=100, help="A/A comparisons per workload drawn at random from its pool")
