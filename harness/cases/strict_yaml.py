@@ -33,6 +33,7 @@ class YamlProblem(DiagevalError, ValueError):
 
 MAX_DEPTH = 100
 """Nesting deeper than this is refused (a case file is a few levels of plain data)."""
+NESTED_TOO_DEEPLY = "nested too deeply to read (a case is a few levels of plain data)"
 _BASE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # CSafeLoader exists where PyYAML has libyaml
 
 
@@ -74,12 +75,14 @@ def parse_yaml(data: bytes, file: str) -> Any:
         _check_depth(text)
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
+        if "nesting depth" in str(getattr(exc, "problem", "")):  # libyaml >= 0.2.5 stops at 1000 levels itself
+            raise YamlProblem(file, NESTED_TOO_DEEPLY) from None
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise YamlProblem(file, f"not valid YAML{where}: {problem}") from None
     except RecursionError:
-        raise YamlProblem(file, "nested too deeply to read (a case is a few levels of plain data)") from None
+        raise YamlProblem(file, NESTED_TOO_DEEPLY) from None
     except MemoryError:  # e.g. aliases that expand exponentially
         raise YamlProblem(file, "too large to read in memory (a case is a few lines of plain data)") from None
 
