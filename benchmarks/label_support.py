@@ -21,6 +21,7 @@ def main(argv: list[str]) -> int:
     from diageval.cases.load import load_case_set
     from diageval.recording.cache import cache_key, read_truth, recording_code_version
     from diageval.recording.label_support import label_support, needs_check
+    from diageval.recording.verify import twin_repeat, verification_subject
 
     if not argv:
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
@@ -47,7 +48,7 @@ def main(argv: list[str]) -> int:
         pairs = truth.verification.repeats
         folder = lambda c, i: cache / "evidence" / cache_key(c, "cpu", i, code_version=code)  # noqa: E731
         injected = [folder(case, i) for i in range(pairs)]
-        healthy = [folder(case.healthy_twin(), i) for i in range(pairs)]
+        healthy = [folder(case.healthy_twin(), twin_repeat(verification_subject(case), i)) for i in range(pairs)]
         if not all(f.is_dir() for f in injected + healthy):
             print(f"{case.id}: recordings missing from the cache, skipped")
             continue

@@ -18,8 +18,8 @@ truth. The pool's lag-1 autocorrelation of consecutive pair shifts is printed be
 close to an independent draw from the machine's shift distribution, which is what the draws assume.
 
 Positive: ``--rounds`` full verifies of the CPU positive cases (or ``--cases``), each round in a cache
-folder of its own under ``HOME`` (so every round records afresh; twins shared within a round as in a real
-verify). Each round's wall time is one whole-corpus verify (issue 22 item 6). The positive rate is over
+folder of its own under ``HOME`` (so every round records afresh; each case with twin recordings of its own,
+interleaved with its case recordings, as in a real verify). Each round's wall time is one whole-corpus verify (issue 22 item 6). The positive rate is over
 (case, round) and counts the manifestation test's decision; a label check that fails
 (:mod:`diageval.recording.label_support`) is printed beside it, not counted here.
 

@@ -184,7 +184,7 @@ def test_verify_marks_a_case_whose_label_its_evidence_does_not_hold_invalid(tmp_
     def stand_in(case, device, *, repeat=0, force=False, cache_dir=None, role="case"):
         key = (role if case.faults else "twin", repeat)
         if key not in made:
-            jitter = 1 + 0.02 * repeat
+            jitter = 1 + 0.02 * (repeat % 100)  # a twin repeat is a block of its own + the pair index (verify.twin_repeat)
             shape = (lambda r, k: StepShape(compute_us=4000 * jitter * (4.0 if r == 1 and k >= FROM_STEP else 1.0))) \
                 if key[0] == "case" else (lambda r, k: StepShape(compute_us=4000 * jitter))
             made[key] = build_bundle(tmp_path / f"{key[0]}{repeat}", shape, n_steps=12)
@@ -235,7 +235,7 @@ def test_a_scaled_case_records_its_base_pairs_and_derives_its_bundle_once(tmp_pa
         kind = "twin" if not case.faults else ("scaled" if any(f.name == "scale_out" for f in case.faults) else "case")
         key = (kind, repeat)
         if key not in made:
-            jitter = 1 + 0.02 * repeat
+            jitter = 1 + 0.02 * (repeat % 100)  # a twin repeat is a block of its own + the pair index (verify.twin_repeat)
             shape = (lambda r, k: StepShape(compute_us=4000 * jitter * (4.0 if r == 1 and k >= FROM_STEP else 1.0))) \
                 if kind != "twin" else (lambda r, k: StepShape(compute_us=4000 * jitter))
             made[key] = build_bundle(tmp_path / f"{kind}{repeat}", shape, n_steps=12)

@@ -5,8 +5,11 @@ data-parallel job finish a step together, so this is close to every rank's), exc
 ``rank_step_time_median``, which uses ``manifest.rank`` alone. The metric is taken over the labeled
 step range (the union of the causes' ``steps``), or over all steps when no cause names a range.
 
-Repeat pair ``i`` is the twin recorded, then the case (cached: repeat ``i`` of a twin is shared by every case
-with the same workload). The decision is :mod:`diageval.recording.manifest_test`'s: per-step times of each
+Repeat pair ``i`` is the twin recorded, then the case: the twin's repeats are the case's own
+(:func:`twin_repeat`), never another case's with the same workload. Shared twins broke the interleaving the
+test stands on: in a fresh-clone CI run (8068263) 12 cases compared their recordings with twin recordings made
+for another case up to five minutes earlier, and ``sliced-ops-3-mlp`` measured ratio 2.00 on two pairs where
+six fresh verifies with twins recorded beside it had measured 1.26-1.35. The decision is :mod:`diageval.recording.manifest_test`'s: per-step times of each
 pair (the first :data:`~diageval.recording.manifest_test.WARMUP_STEPS` steps of a recording left out), a
 shift estimate per pair, a test across pairs with a minimum effect (``min_ratio``), sequential (pairs are
 added until a look decides, up to a cap). ``ratio`` is the test's estimate; ``injected`` and ``healthy`` are
@@ -31,6 +34,9 @@ from diageval.recording.truth import TruthRecord, Verification
 
 DEFAULT_REPEATS = LOOKS[0]
 """Pairs recorded before the first look (more are added when it does not decide)."""
+TWIN_REPEAT_BASE = 2_000_000_000
+"""Twin repeats of a verification are numbered from here (see :func:`twin_repeat`), clear of a case's own
+repeats (0, 1, ...) and of a regression's blocks (:func:`diageval.recording.fleet.repeat_base`, below 1e9)."""
 
 # A case's ratio moves from one verify to the next on a shared machine: the machine's speed moves (the same
 # healthy twin took 13.9 ms a step in one run, 8.5 ms in another) and a fault's cost does not scale with it.
@@ -130,6 +136,15 @@ def verification_subject(case: Case) -> Case:
     return live.model_copy(update={"labels": case.labels.model_copy(update={"causes": causes})})
 
 
+def twin_repeat(subject: Case, i: int) -> int:
+    """The cache repeat of the ``i``-th twin recording in ``subject``'s verification: a block of the subject's own
+    (from its spec hash), so that twin ``i`` is recorded right before case ``i`` whatever other cases share the
+    workload. Cases verified on the same recording (a scaled-out case and its 2-rank base, see
+    :func:`verification_subject`) share their pairs, twins and case recordings alike, each pair still
+    interleaved."""
+    return TWIN_REPEAT_BASE + 100 * (int(subject.spec_hash()[:8], 16) % 1_000_000) + i
+
+
 def verify_case(case: Case, *, repeats: int | None = None, device: str = "cpu", cache_dir: Path | None = None,
                 force: bool = False, progress: Callable[[str], None] | None = None) -> Verification:
     """Record (or reuse) repeat pairs of ``case`` and of its twin, test, store the result.
@@ -155,7 +170,8 @@ def verify_case(case: Case, *, repeats: int | None = None, device: str = "cpu", 
             for c_role, c, folders, sink in (("twin", twin, twin_folders, healthy), (role, subject, case_folders, injected)):
                 if progress:
                     progress(f"{case.id}: {c_role} {i + 1}/{n}")
-                _, folder, _ = ensure_bundle(c, device, repeat=i, force=force, cache_dir=cache, role=c_role)
+                repeat = twin_repeat(subject, i) if c_role == "twin" else i
+                _, folder, _ = ensure_bundle(c, device, repeat=repeat, force=force, cache_dir=cache, role=c_role)
                 folders.append(folder)
                 sink.append(EvidenceBundle.open(folder).steps())
 

@@ -148,7 +148,7 @@ def _seeds(case: Case, device: str, cache: Path, code: str) -> tuple[Seeded, dic
     from diageval.recording.cache import bundles_root, cache_key, split_bundle_edits, truth_path
     from diageval.recording.manifest_test import LOOKS
     from diageval.recording.record import resolve_device
-    from diageval.recording.verify import verification_subject
+    from diageval.recording.verify import twin_repeat, verification_subject
 
     try:
         resolved = resolve_device(device, case)
@@ -157,7 +157,8 @@ def _seeds(case: Case, device: str, cache: Path, code: str) -> tuple[Seeded, dic
     specs = [(case, 0), (split_bundle_edits(case)[0], 0)]
     if case.labels.expect == "diagnose" and case.manifest is not None:
         subject = verification_subject(case)
-        specs += [(c, r) for c in (subject, subject.healthy_twin()) for r in range(LOOKS[-1])]
+        specs += [(subject, r) for r in range(LOOKS[-1])]
+        specs += [(subject.healthy_twin(), twin_repeat(subject, r)) for r in range(LOOKS[-1])]
     seeded: Seeded = {}
     for c, r in specs:
         key = cache_key(c, resolved, r, code_version=code)
