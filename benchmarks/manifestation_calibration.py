@@ -11,17 +11,18 @@ Comparisons share no recording, so the Clopper-Pearson interval printed is the i
 trials (up to the machine's own slow drift, which the consecutive pairs of a real verify see too). Each
 comparison costs ``2 * LOOKS[-1]`` = 24 recordings (an A/A comparison rarely stops before the cap), 1.5-3.5 s
 each for an MLP twin on 2 cores (3.5 s for the checkpointing twins at load 2.5), so the default 200 of them
-(``--pool 960`` on 5 workloads) take 2-4.5 hours of a quiet machine. A second figure stretches a smaller pool: ``--draws``
-comparisons per workload on ``LOOKS[-1]`` pairs drawn at random from the pool (pairs in drawn order);
+(``--pool 960`` on 5 workloads) take 2-4.5 hours of a quiet machine. A second figure stretches a smaller
+pool: ``--draws`` comparisons per workload on ``LOOKS[-1]`` pairs drawn at random from the pool (pairs in drawn order);
 draws share pairs, so that interval treats dependent comparisons as independent and is narrower than the
 truth. The pool's lag-1 autocorrelation of consecutive pair shifts is printed beside it: near 0, a pair is
 close to an independent draw from the machine's shift distribution, which is what the draws assume.
 
 Positive: ``--rounds`` full verifies of the CPU positive cases (or ``--cases``), each round in a cache
 folder of its own under ``HOME`` (so every round records afresh; each case with twin recordings of its own,
-interleaved with its case recordings, as in a real verify). Each round's wall time is one whole-corpus verify (issue 22 item 6). The positive rate is over
-(case, round) and counts the manifestation test's decision; a label check that fails
-(:mod:`diageval.recording.label_support`) is printed beside it, not counted here.
+interleaved with its case recordings, as in a real verify). Each round's wall time is one whole-corpus
+verify (issue 22 item 6). The positive rate is over (case, round) and counts the manifestation test's
+decision; a label check that fails (:mod:`diageval.recording.label_support`) is printed beside it, not
+counted here.
 
 Usage: python benchmarks/manifestation_calibration.py HOME [--pool 960] [--workloads 5] [--draws 100] [--rounds 3]
        [--cases ID ...] [--skip-aa] [--skip-positive] [--seed 0]

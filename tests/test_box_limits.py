@@ -99,16 +99,14 @@ def test_groups_left_by_a_killed_harness_are_removed_at_the_next_start():
     from diageval.hosting.limits import GROUP_PREFIX
 
     before = _own_groups()
-    groups = BoxGroups.create(LIMITS)
+    groups = BoxGroups.create(LIMITS)  # a group in each hierarchy (pids, memory): all removed, the first's parent kept
     if not groups.dirs:
         groups.remove()
         pytest.skip("no control groups can be made here")
+    parent = next(iter(groups.dirs.values())).parent
     groups.remove()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    probe = BoxGroups.create(LIMITS)  # a group in each hierarchy (pids, memory): all removed, the first's parent kept
-    parent = next(iter(probe.dirs.values())).parent
-    probe.remove()
     stale = parent / f"{GROUP_PREFIX}{dead.pid}-abcd"
     mine = parent / f"{GROUP_PREFIX}{os.getpid()}-live"
     stale.mkdir()

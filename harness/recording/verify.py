@@ -9,10 +9,12 @@ Repeat pair ``i`` is the twin recorded, then the case: the twin's repeats are th
 (:func:`twin_repeat`), never another case's with the same workload. Shared twins broke the interleaving the
 test stands on: in a fresh-clone CI run (8068263) 12 cases compared their recordings with twin recordings made
 for another case up to five minutes earlier, and ``sliced-ops-3-mlp`` measured ratio 2.00 on two pairs where
-six fresh verifies with twins recorded beside it had measured 1.26-1.35. The decision is :mod:`diageval.recording.manifest_test`'s: per-step times of each
-pair (the first :data:`~diageval.recording.manifest_test.WARMUP_STEPS` steps of a recording left out), a
-shift estimate per pair, a test across pairs with a minimum effect (``min_ratio``), sequential (pairs are
-added until a look decides, up to a cap). ``ratio`` is the test's estimate; ``injected`` and ``healthy`` are
+six fresh verifies with twins recorded beside it had measured 1.26-1.35.
+
+The decision is :mod:`diageval.recording.manifest_test`'s: per-step times of each pair (the first
+:data:`~diageval.recording.manifest_test.WARMUP_STEPS` steps of a recording left out), a shift estimate per pair,
+a test across pairs with a minimum effect (``min_ratio``), sequential (pairs are added until a look decides, up
+to a cap). ``ratio`` is the test's estimate; ``injected`` and ``healthy`` are
 medians over repeats of the metric; ``noise`` is the healthy twin's relative spread over repeats (the
 difficulty's denominator, :mod:`diageval.recording.truth`).
 """
@@ -36,7 +38,8 @@ DEFAULT_REPEATS = LOOKS[0]
 """Pairs recorded before the first look (more are added when it does not decide)."""
 TWIN_REPEAT_BASE = 2_000_000_000
 """Twin repeats of a verification are numbered from here (see :func:`twin_repeat`), clear of a case's own
-repeats (0, 1, ...) and of a regression's blocks (:func:`diageval.recording.fleet.repeat_base`, below 1e9)."""
+repeats (0, 1, ...) and of a regression's blocks (:func:`diageval.recording.fleet.repeat_base`: at most 1e9
+plus the regression's runs)."""
 
 # A case's ratio moves from one verify to the next on a shared machine: the machine's speed moves (the same
 # healthy twin took 13.9 ms a step in one run, 8.5 ms in another) and a fault's cost does not scale with it.
