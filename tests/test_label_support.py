@@ -164,6 +164,26 @@ def test_the_threshold_is_the_twins_spread_floored_at_the_noise_floor():
     assert "twin spread 5%" in check_rank_local(label, case, uneven_twin).detail
 
 
+def test_the_machines_drift_between_recordings_cancels_in_the_within_recording_comparison():
+    """The own times per step (ms) of contention-convnet-two-part-time in the fresh-clone CI at a9e7127: the
+    first twin recording ran on a slower machine than the second (both ranks ~30% slower), so the labeled rank
+    1's excess over the twin (+39%) and rank 0's (+3%) were both within the twin's 38% spread of each other and
+    the case was refused as "stretched alike". Within each recording rank 1 took 1.41x and 1.69x rank 0's
+    time against the twin's 1.19x and 1.09x: supported. Rank 0 stretched alike in the same recordings is
+    still refused."""
+    from diageval.cases.model import CauseLabel
+
+    label = CauseLabel(category="host.cpu_contention", ranks=[1])
+    twin = [{0: _means(5.16), 1: _means(6.12)}, {0: _means(3.84), 1: _means(4.18)}]
+    case = [{0: _means(4.55), 1: _means(6.43)}, {0: _means(4.69), 1: _means(7.93)}]
+    s = check_rank_local(label, case, twin)
+    assert s.supported, s.detail
+    assert "within a recording: rank 1 over rank 0 +36% against the twin (spread 9%)" in s.detail
+    alike = [{0: _means(a[0].own_ms * 1.6), 1: _means(a[1].own_ms * 1.6)} for a in twin]
+    refused = check_rank_local(label, alike, twin)
+    assert not refused.supported and "rank(s) 0, not labeled, stretched as much" in refused.detail
+
+
 def test_a_share_is_compared_in_points_of_the_step():
     from diageval.cases.model import CauseLabel
 

@@ -11,10 +11,15 @@ and checks each labeled cause on its own, with the measure that cause produces:
 * **Rank-local causes** (:data:`RANK_LOCAL`: a straggler, load imbalance, CPU contention, a blocking
   checkpoint): a rank's *own time* per step, the step less the time it waited inside collectives and
   for data (its compute plus host time no op explains, such as a blocking write). The labeled rank's own
-  time must exceed the twin's (same rank, same steps) by more than the twin's spread, and every other
-  rank's excess must stay below the least-stretched labeled rank's by more than that spread: the effect
-  is on the labeled rank and did not land on another one instead. The peers of a straggler wait inside
-  the collective, so their own time stays at the twin's.
+  time must exceed the twin's (same rank, same steps) by more than the twin's spread; and, for every
+  labeled rank and every other rank, the labeled rank's own time *relative to the other's in the same
+  recording* must exceed that ratio in the twin's recordings by more than the twin's spread of it: the
+  effect is on the labeled rank and did not land on another one instead. The peers of a straggler wait
+  inside the collective, so their own time stays at the twin's. The second comparison is within a
+  recording because both ranks of a recording run at once, on the machine as it is then: the machine's
+  drift between recordings, which moves a rank's own time 38% between two healthy recordings of a CI run
+  (and made a contention case whose labeled rank stretched +39% and its peer +3% read as "stretched
+  alike" when the two ranks' excesses over the twin were compared), cancels in the ratio.
 * **Causes measured as a share of the step** (:data:`SHARE_MEASURES`: a starved loader's data wait,
   a stalled collective's time inside collectives): on each labeled rank (every rank when the label names
   none) the share of the step that measure takes must exceed the twin's share by more than the twin's
@@ -204,13 +209,40 @@ def check_rank_local(label: CauseLabel, case: list[dict[int, RankMeans]], twin: 
         low = [r for r in labeled if excess[r] <= spread]
         return CauseSupport(**base, checked=True, supported=False,
                             detail=f"labeled rank(s) {_rank_list(low)} not stretched beyond the twin's spread: {detail}")
-    others = {r: e for r, e in excess.items() if r not in labeled}
-    landed = [r for r, e in others.items() if e >= weakest - spread]
+    landed, lifts = [], []
+    for other in sorted(r for r in excess if r not in labeled):
+        for rank in labeled:
+            lift, lift_spread = _relative_lift(case, twin, own, rank, other)
+            if lift is None:
+                continue
+            lifts.append(f"rank {rank} over rank {other} {lift:+.0%} against the twin (spread {lift_spread:.0%})")
+            if lift <= lift_spread and other not in landed:
+                landed.append(other)
+    if lifts:
+        detail = f"{detail}; within a recording: {', '.join(lifts)}"
     if landed:
         return CauseSupport(**base, checked=True, supported=False,
                             detail=f"rank(s) {_rank_list(landed)}, not labeled, stretched as much as the labeled "
                                    f"rank(s) (within the twin's spread): {detail}")
     return CauseSupport(**base, checked=True, supported=True, detail=detail)
+
+
+def _relative_lift(case: list[dict[int, RankMeans]], twin: list[dict[int, RankMeans]], value, rank: int,
+                   other: int) -> tuple[float | None, float]:
+    """How much more ``rank``'s ``value`` exceeds ``other``'s in the case's recordings than in the twin's: the
+    median over recordings of value(rank) / value(other), case over twin, less 1; and the twin's spread of that
+    ratio (its range over the twin's repeats relative to its median, floored at NOISE_FLOOR). None when no
+    recording of either holds both ranks with a positive value."""
+    def ratios(recordings: list[dict[int, RankMeans]]) -> list[float]:
+        return [value(rec[rank]) / value(rec[other]) for rec in recordings
+                if rank in rec and other in rec and value(rec[other]) > 0]
+
+    in_case, in_twin = ratios(case), ratios(twin)
+    if not in_case or not in_twin:
+        return None, NOISE_FLOOR
+    mid = statistics.median(in_twin)
+    spread = (max(in_twin) - min(in_twin)) / mid if len(in_twin) > 1 else 0.0
+    return statistics.median(in_case) / mid - 1.0, max(spread, NOISE_FLOOR)
 
 
 def check_share(label: CauseLabel, kind: str, case: list[dict[int, RankMeans]], twin: list[dict[int, RankMeans]]) -> CauseSupport:
