@@ -168,15 +168,19 @@ def _spread(twin: list[dict[int, RankMeans]], value, *, relative: bool) -> float
     its median when ``relative``), floored at NOISE_FLOOR."""
     widest = 0.0
     for rank in {r for rec in twin for r in rec}:
-        values = [value(rec[rank]) for rec in twin if rank in rec]
-        if len(values) < 2:
-            continue
-        width = max(values) - min(values)
-        if relative:
-            mid = statistics.median(values)
-            width = width / mid if mid > 0 else 0.0
-        widest = max(widest, width)
+        widest = max(widest, _range([value(rec[rank]) for rec in twin if rank in rec], relative=relative))
     return max(widest, NOISE_FLOOR)
+
+
+def _range(values: list[float], *, relative: bool) -> float:
+    """One measure's range over the twin's repeats (relative to its median when ``relative``); 0 under two values."""
+    if len(values) < 2:
+        return 0.0
+    width = max(values) - min(values)
+    if not relative:
+        return width
+    mid = statistics.median(values)
+    return width / mid if mid > 0 else 0.0
 
 
 def _per_rank(recordings: list[dict[int, RankMeans]], value) -> dict[int, float]:
@@ -240,9 +244,8 @@ def _relative_lift(case: list[dict[int, RankMeans]], twin: list[dict[int, RankMe
     in_case, in_twin = ratios(case), ratios(twin)
     if not in_case or not in_twin:
         return None, NOISE_FLOOR
-    mid = statistics.median(in_twin)
-    spread = (max(in_twin) - min(in_twin)) / mid if len(in_twin) > 1 else 0.0
-    return statistics.median(in_case) / mid - 1.0, max(spread, NOISE_FLOOR)
+    return (statistics.median(in_case) / statistics.median(in_twin) - 1.0,
+            max(_range(in_twin, relative=True), NOISE_FLOOR))
 
 
 def check_share(label: CauseLabel, kind: str, case: list[dict[int, RankMeans]], twin: list[dict[int, RankMeans]]) -> CauseSupport:
