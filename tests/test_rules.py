@@ -173,6 +173,17 @@ def test_a_sampled_rank_still_shows_its_own_starvation(tmp_path):
     assert d.causes[0].ranks == [0] and "partial evidence" in d.causes[0].summary
 
 
+@pytest.mark.parametrize("data_us", [2000, 2250, 2500])
+def test_a_sampled_rank_starved_just_under_the_cut_abstains_without_claiming_a_cause(tmp_path, data_us):
+    """Partial evidence and a cause graded under 0.5: rules abstains (what the present trace bounds is too large
+    to call the job healthy), claims no cause (an abstention claims none), and says what it graded under the cut.
+    A fresh-clone CI failed on a noise case with this shape: rules built an abstaining diagnosis with the cause."""
+    d = diagnose(tmp_path, lambda r, k: StepShape(data_us=data_us), missing_ranks=(1,))
+    assert d.abstain is not None and d.causes == []
+    assert "under the cut for naming a cause: input.dataloader_starvation 0." in d.abstain.reason
+    assert "symptom.slow_step" in {f.category for f in d.findings}  # its symptom (BELOW_CUT_SYMPTOM)
+
+
 def test_partial_evidence_never_yields_a_cross_rank_cause(tmp_path):
     # With rank 1's trace cut short, rank 0 alone cannot say who is late: no straggler claim, abstain.
     d = diagnose(tmp_path, lambda r, k: StepShape(compute_us=14000 if r == 1 and k >= 5 else 4000), truncate={1: 0.5})

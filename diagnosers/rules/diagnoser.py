@@ -111,7 +111,7 @@ def below_cut_symptoms(causes: list[Finding], symptoms: list[Finding]) -> list[F
 
 class RulesDiagnoser:
     name: ClassVar[str] = "rules"
-    version: ClassVar[str] = "0.5.0"
+    version: ClassVar[str] = "0.5.1"
     # the causes its judges can name (the coverage table judges it on these as well as on all causes)
     claims: ClassVar[tuple[str, ...]] = (
         "input.dataloader_starvation", "checkpoint.blocking_save", "comm.collective_stall",
@@ -145,4 +145,8 @@ class RulesDiagnoser:
             return Diagnosis(findings=[*causes, *symptoms])
         if rows and reason is not None and thin is None:
             gaps.append(f"what the present traces bound is too large to call the job healthy: {describe_bound(rows)}")
-        return Diagnosis(findings=[*causes, *symptoms], abstain=Abstention(reason="; ".join(gaps)))
+        # an abstention claims no cause (the contract): what was graded under the cut stays readable in the reason,
+        # and as its symptom where it has one (below_cut_symptoms, above)
+        if causes:
+            gaps.append("under the cut for naming a cause: " + ", ".join(f"{f.category} {f.confidence:.2f}" for f in causes))
+        return Diagnosis(findings=symptoms, abstain=Abstention(reason="; ".join(gaps)))
