@@ -139,6 +139,35 @@ def test_starved_dataset_is_slower_from_its_step():
     assert sleeps == [pytest.approx(0.05)]
 
 
+def test_a_decoding_starved_dataset_does_cpu_work_from_its_step_and_never_waits():
+    """extra_decode_kib: the batch's extra cost is inflating the same zlib data every time (CPU work that scales
+    with the machine), not a sleep; before start_step nothing is inflated."""
+    import zlib
+
+    from diageval.recording.faults.data import encoded_payload
+
+    info = FAULTS["dataloader_starvation"]
+    fault = info.load()(info.params_model(extra_decode_kib=256, start_step=2), _ctx())
+    ds = fault.dataset(list(range(5)))
+    inflated: list[int] = []
+    real = zlib.decompress
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(time, "sleep", lambda s: pytest.fail(f"slept {s}"))
+        mp.setattr(zlib, "decompress", lambda data: inflated.append(len(real(data))) or b"")
+        assert ds[1] == 1 and inflated == []
+        assert ds[3] == 3
+    assert inflated == [256 * 1024]
+    assert encoded_payload(256) == encoded_payload(256)  # the same work every run
+    assert 0.4 < len(encoded_payload(256)) / (256 * 1024) < 0.7  # compressible, as decoded data is
+
+
+def test_a_starvation_without_any_extra_cost_is_refused():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="extra_prep_ms or extra_decode_kib"):
+        FAULTS["dataloader_starvation"].params_model(start_step=2)
+
+
 def test_pacing_cap_applies_to_connected_tcp_sockets_only():
     from diageval.recording.faults.network import SO_MAX_PACING_RATE, cap_tcp_send_rate
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from diageval.cases.model import WorkloadSpec
 
@@ -18,8 +18,17 @@ class _Params(BaseModel):
 
 
 class DataloaderStarvationParams(_Params):
-    extra_prep_ms: float = Field(gt=0, le=10_000, description="Extra worker time to prepare each batch")
+    extra_prep_ms: float = Field(0, ge=0, le=10_000, description="Extra time to prepare each batch, waited (storage "
+                                 "or a remote source): a fixed cost, so its ratio to the step moves with the machine")
+    extra_decode_kib: int = Field(0, ge=0, le=1_048_576, description="Extra CPU work to prepare each batch: inflating "
+                                  "this many KiB of zlib data (decoding); its time scales with the machine's speed")
     start_step: int = Field(0, ge=0, description="First step whose batch is slow")
+
+    @model_validator(mode="after")
+    def _some_extra(self) -> "DataloaderStarvationParams":
+        if self.extra_prep_ms <= 0 and self.extra_decode_kib <= 0:
+            raise ValueError("extra_prep_ms or extra_decode_kib: expected at least one above 0 (the batch's extra cost)")
+        return self
 
 
 class BlockingCheckpointParams(_Params):
