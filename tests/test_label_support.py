@@ -164,6 +164,24 @@ def test_the_threshold_is_the_twins_spread_floored_at_the_noise_floor():
     assert "twin spread 5%" in check_rank_local(label, case, uneven_twin).detail
 
 
+def test_the_spread_is_what_two_repeats_would_show_however_many_pairs_the_test_took():
+    """straggler-near-limit-rank0 in a fresh-clone CI (ci20): 9 pairs, the labeled rank 0 at 9.2 ms against the
+    twin's 4.9 (+87%), rank 1 unchanged; one twin recording among the 9 ran 1.9x slower, so the twin's range was
+    ~91% and the label was refused. The range of 9 repeats is scaled to what 2 would show (d2(2) / d2(9)): 35%,
+    and the label holds. The same range over 2 repeats still refuses it."""
+    from diageval.cases.model import CauseLabel
+
+    label = CauseLabel(category="compute.straggler_rank", ranks=[0])
+    twin = [{0: _means(4.9), 1: _means(4.7)}] * 8 + [{0: _means(4.9 * 1.91), 1: _means(4.7 * 1.91)}]
+    case = [{0: _means(9.2), 1: _means(4.65)}] * 9
+    s = check_rank_local(label, case, twin)
+    assert s.supported, s.detail
+    assert "twin spread 35%" in s.detail  # 91% x 1.128 / 2.970
+    two = [twin[0], twin[-1]]
+    refused = check_rank_local(label, case[:2], two)
+    assert not refused.supported and "not stretched beyond the twin's spread" in refused.detail
+
+
 def test_the_machines_drift_between_recordings_cancels_in_the_within_recording_comparison():
     """The own times per step (ms) of contention-convnet-two-part-time in the fresh-clone CI at a9e7127: the
     first twin recording ran on a slower machine than the second (both ranks ~30% slower), so the labeled rank

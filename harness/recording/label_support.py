@@ -172,11 +172,22 @@ def _spread(twin: list[dict[int, RankMeans]], value, *, relative: bool) -> float
     return max(widest, NOISE_FLOOR)
 
 
+EXPECTED_RANGE = {2: 1.128, 3: 1.693, 4: 2.059, 5: 2.326, 6: 2.534, 7: 2.704, 8: 2.847, 9: 2.970, 10: 3.078,
+                  11: 3.173, 12: 3.258}
+"""d2(n): the expected range of n draws from a normal distribution, in standard deviations (the control-chart
+constant). The range of n repeats grows with n while the medians compared against it grow more precise, so a
+verify that needed 9 pairs was held to a spread 2.6 times wider than one decided on 2: in a fresh-clone CI (ci20)
+``straggler-near-limit-rank0`` manifested after 9 pairs with its labeled rank's own time +87% over the twin's and
+the other rank's -1%, and was refused because one slow twin recording among the 9 made the twin's range 91%."""
+
+
 def _range(values: list[float], *, relative: bool) -> float:
-    """One measure's range over the twin's repeats (relative to its median when ``relative``); 0 under two values."""
+    """One measure's spread over the twin's repeats: the range two repeats would show (the range of all of them
+    times d2(2) / d2(n), :data:`EXPECTED_RANGE`), relative to the median when ``relative``; 0 under two values."""
     if len(values) < 2:
         return 0.0
-    width = max(values) - min(values)
+    n = min(len(values), max(EXPECTED_RANGE))
+    width = (max(values) - min(values)) * EXPECTED_RANGE[2] / EXPECTED_RANGE[n]
     if not relative:
         return width
     mid = statistics.median(values)
