@@ -20,8 +20,9 @@ class _Params(BaseModel):
 class DataloaderStarvationParams(_Params):
     extra_prep_ms: float = Field(0, ge=0, le=10_000, description="Extra time to prepare each batch, waited (storage "
                                  "or a remote source): a fixed cost, so its ratio to the step moves with the machine")
-    extra_decode_kib: int = Field(0, ge=0, le=1_048_576, description="Extra CPU work to prepare each batch: inflating "
-                                  "this many KiB of zlib data (decoding); its time scales with the machine's speed")
+    extra_decode_kib: int = Field(0, ge=0, le=65_536, description="Extra CPU work to prepare each batch: inflating "
+                                  "this many KiB of zlib data (decoding; at most 64 MiB, held in memory); its time scales "
+                                  "with the machine's speed")
     start_step: int = Field(0, ge=0, description="First step whose batch is slow")
 
     @model_validator(mode="after")
