@@ -11,7 +11,8 @@ and checks each labeled cause on its own, with the measure that cause produces:
 * **Rank-local causes** (:data:`RANK_LOCAL`: a straggler, load imbalance, CPU contention, a blocking
   checkpoint): a rank's *own time* per step, the step less the time it waited inside collectives and
   for data (its compute plus host time no op explains, such as a blocking write). The labeled rank's own
-  time must exceed the twin's (same rank, same steps) by more than the twin's spread; and, for every
+  time must exceed the twin's (same rank, same steps; the median over repeat pairs of case over twin, so that
+  the machine's drift between pairs cancels) by more than the twin's spread; and, for every
   labeled rank and every other rank, the labeled rank's own time *relative to the other's in the same
   recording* must exceed that ratio in the twin's recordings by more than the twin's spread of it: the
   effect is on the labeled rank and did not land on another one instead. The peers of a straggler wait
@@ -216,9 +217,13 @@ def check_rank_local(label: CauseLabel, case: list[dict[int, RankMeans]], twin: 
         why = "the label names no rank" if not labeled else f"no trace of rank(s) {_rank_list(missing)} in the labeled steps"
         return CauseSupport(**base, checked=False, supported=True, detail=f"not checked: {why}")
     spread = _spread(twin, own, relative=True)
-    excess = {r: in_case[r] / in_twin[r] - 1.0 for r in in_case if r in in_twin and in_twin[r] > 0}
-    numbers = "; ".join(f"rank {r} {in_case[r]:.1f} ms vs twin {in_twin[r]:.1f} ms ({excess[r]:+.0%})" for r in sorted(excess))
+    excess = {r: e for r in in_case if r in in_twin and (e := _paired_excess(case, twin, own, r)) is not None}
+    numbers = "; ".join(f"rank {r} {in_case[r]:.1f} ms vs twin {in_twin[r]:.1f} ms ({excess[r]:+.0%} pair by pair)"
+                        for r in sorted(excess))
     detail = f"own time per step: {numbers}; twin spread {spread:.0%}"
+    if any(r not in excess for r in labeled):
+        return CauseSupport(**base, checked=False, supported=True,
+                            detail=f"not checked: no pair of recordings holds a positive own time of rank(s) {_rank_list(labeled)}")
     weakest = min(excess[r] for r in labeled)
     if weakest <= spread:
         low = [r for r in labeled if excess[r] <= spread]
@@ -240,6 +245,17 @@ def check_rank_local(label: CauseLabel, case: list[dict[int, RankMeans]], twin: 
                             detail=f"rank(s) {_rank_list(landed)}, not labeled, stretched as much as the labeled "
                                    f"rank(s) (within the twin's spread): {detail}")
     return CauseSupport(**base, checked=True, supported=True, detail=detail)
+
+
+def _paired_excess(case: list[dict[int, RankMeans]], twin: list[dict[int, RankMeans]], value, rank: int) -> float | None:
+    """How much ``rank``'s ``value`` in the case exceeds the twin's, pair by pair: the median over the pairs (``case[i]``,
+    ``twin[i]``: twin ``i`` was recorded right before case ``i``) of their ratio, less 1; None when no pair holds the
+    rank with a positive twin value. Pair by pair because the machine's speed drifts between pairs, and a
+    comparison of medians over repeats takes that drift for an effect or hides one under it: in a fresh-clone CI
+    (ci23) ``contention-mlp-one-part-time-rank1``'s labeled rank 1 ran +22% over the twin by medians and its peer
+    -21% (the case's recordings had drawn a faster machine); pair by pair rank 1 was +68%."""
+    ratios = [value(c[rank]) / value(t[rank]) for c, t in zip(case, twin) if rank in c and rank in t and value(t[rank]) > 0]
+    return statistics.median(ratios) - 1.0 if ratios else None
 
 
 def _relative_lift(case: list[dict[int, RankMeans]], twin: list[dict[int, RankMeans]], value, rank: int,
@@ -314,8 +330,9 @@ def cause_support(label: CauseLabel, workload_steps: int, case: Sequence[Recordi
                   twin: Sequence[RecordingSteps]) -> CauseSupport:
     """One labeled cause against the case's recordings and its twin's (see the module docstring)."""
     step_range = label.steps if label.steps is not None else (0, workload_steps)
-    case_means = [m for m in (rec.means(step_range) for rec in case) if m]
-    twin_means = [m for m in (rec.means(step_range) for rec in twin) if m]
+    pairs = [(c, t) for c, t in zip((rec.means(step_range) for rec in case), (rec.means(step_range) for rec in twin))
+             if c and t]  # pair i: twin i, then case i (the checks compare some measures pair by pair)
+    case_means, twin_means = [c for c, _ in pairs], [t for _, t in pairs]
     if not case_means or not twin_means:
         return CauseSupport(category=label.category, ranks=label.ranks, measure=None, checked=False, supported=True,
                             detail=f"not checked: the traces hold none of the labeled steps [{step_range[0]}, {step_range[1]})")
