@@ -6,8 +6,10 @@ the next is what the next recording cost end to end (the parent's work before it
 workload's setup, its steps, the trace export, writing the bundle, and, at a case's boundary, the previous case's
 test and label checks). The steps' own span (first ``t_start`` to last ``t_end`` in the bundle's ``steps.jsonl``)
 is split from the rest. Gaps over ``--max-gap`` seconds (another phase of a CI run, a pause) are left out. The
-floor printed at the end is what a verify of the same cases would cost if every case stopped at the first look
-(``LOOKS[0]`` pairs, two recordings each) at the measured median cost of a recording.
+floors printed at the end are what the same recordings would have cost had every case stopped after one pair, and
+after ``LOOKS[0]`` pairs (the first look): the measured cost of the first one (or ``LOOKS[0]``) recordings of each
+case id and role (a twin, a case, a regression's baseline and candidate; a healthy case's one recording), summed.
+A recording whose cost was not timed (the first, or one after a long gap) counts its steps' span alone.
 
 Usage: python benchmarks/verify_time.py CACHE [--max-gap 30]
 CACHE is a bundle cache folder (holding ``index.jsonl`` and ``evidence/``), e.g. ``$DIAGEVAL_HOME/bundles`` or a
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 from collections import Counter
 from datetime import datetime
@@ -54,12 +57,16 @@ def main() -> None:
     stamps = [datetime.fromisoformat(r["recorded"]).timestamp() for r in rows]
     costs, spans, rest, skipped = [], [], [], 0
     per_case: Counter = Counter()
-    for prev, row, stamp in zip(stamps, rows[1:], stamps[1:]):
-        gap = stamp - prev
+    cost_of: dict[str, float] = {}  # key -> its measured cost (or its steps' span when not timed)
+    for prev, row, stamp in zip([None] + stamps, rows, stamps):
         span = step_span(args.cache / "evidence" / row["key"])
-        if gap > args.max_gap or span is None or span > gap:  # a pause, a derived bundle, or a cached one
-            skipped += 1
+        gap = stamp - prev if prev is not None else math.inf
+        if gap > args.max_gap or span is None or span > gap:  # the first, a pause, a derived bundle, or a cached one
+            if span is not None:
+                cost_of.setdefault(row["key"], span)
+            skipped += prev is not None
             continue
+        cost_of[row["key"]] = gap
         costs.append(gap)
         spans.append(span)
         rest.append(gap - span)
@@ -72,11 +79,24 @@ def main() -> None:
     print(f"  its steps:              {quantiles(spans)}")
     print(f"  the rest (start, setup, trace export, bundle, tests): {quantiles(rest)}")
     print(f"  share of the time outside the steps: {sum(rest) / sum(costs):.0%}")
-    cases = len(per_case)
-    floor = cases * 2 * LOOKS[0] * statistics.median(costs)
-    print(f"  {cases} case ids (twins count under their case's id): {sum(per_case.values())} recordings timed; "
-          f"every case stopping at the first look ({LOOKS[0]} pairs) would take {cases * 2 * LOOKS[0]} recordings, "
-          f"~{floor:.0f} s at the median cost")
+    print(f"  {len(per_case)} case ids (twins count under their case's id)")
+    for pairs in sorted({1, LOOKS[0]}):
+        n, total = first_recordings(rows, cost_of, pairs)
+        print(f"  every case stopping after {pairs} pair(s): {n} recordings, {total:.0f} s (the first {pairs} recording(s) of "
+              f"each case id and role, at their measured cost)")
+
+
+def first_recordings(rows: list[dict], cost_of: dict[str, float], per_role: int) -> tuple[int, float]:
+    """(recordings, seconds) of the first ``per_role`` recordings of each (case id, role) in index order."""
+    seen: Counter = Counter()
+    n, total = 0, 0.0
+    for row in rows:
+        who = (row["case_id"], row["role"])
+        if seen[who] < per_role and row["key"] in cost_of:
+            seen[who] += 1
+            n += 1
+            total += cost_of[row["key"]]
+    return n, total
 
 
 if __name__ == "__main__":
