@@ -59,7 +59,11 @@ gross fault); a case near its detection limit gets more pairs (a pair is two rec
 cores). The cap sets how small an effect the test can carry: with a cap of 6 its power at the floor sd (0.19)
 was 0.75 at ratio 1.3; with 12, 0.95 (:func:`power`), at a mean of ~6 pairs for such a case and no more pairs
 than before for a gross one (2.2 at ratio 1.7). Alpha is split over six looks instead of four, so the first
-look asks a little more (ratio 1.48 instead of 1.46 at the floor sd)."""
+look asks a little more (ratio 1.48 instead of 1.46 at the floor sd). No look at one pair: one pair has no spread
+of its own, its test would rest on :data:`RECORDING_SHIFT_SD` alone, and on a loaded machine that floor is exceeded
+(``test_a_look_at_one_pair_would_not_hold_the_rate_on_a_loaded_machine``: 23 of 300 modelled A/A runs manifest with
+it, 22 of them under heavy load; 2 without it). What it would save is mostly the second pair of the gross faults
+(``benchmarks/verify_time.py`` prints what the recordings would cost had every case stopped after one pair)."""
 ALPHA_PER_LOOK = ALPHA / len(LOOKS)
 RECORDING_SHIFT_SD = 0.19
 """Floor of the sd of the log shift between two healthy recordings made back to back: 1.4826 x the median
