@@ -50,6 +50,20 @@ def pairs_of(rng: random.Random, k: int, effect: float, shift_sd: float, n: int 
     return pairs
 
 
+def machine_model_aa_runs() -> list[tuple[bool, list]]:
+    """300 A/A runs of ``LOOKS[-1]`` pairs (effect 1): recordings shifted as a whole as much as the CI run's twins
+    were (RECORDING_SHIFT_SD for two recordings), every third three times as much (a machine under heavy load:
+    ``True`` beside it), every second also drifting between pairs. Seeded: every caller gets the same runs."""
+    rng = random.Random(22)
+    per_recording = RECORDING_SHIFT_SD / math.sqrt(2)
+    runs = []
+    for i in range(300):
+        heavy = i % 3 == 2
+        runs.append((heavy, pairs_of(rng, LOOKS[-1], effect=1.0, shift_sd=per_recording * (3 if heavy else 1),
+                                     drift_sd=0.2 if i % 2 else 0.0)))
+    return runs
+
+
 def test_a_gross_effect_manifests_at_the_first_look():
     result = sequential_test(pairs_of(random.Random(1), LOOKS[0], effect=2.0, shift_sd=0.05), "step_time_median", 1.5)
     assert result.manifested and result.decided and result.pairs == LOOKS[0]
@@ -61,12 +75,8 @@ def test_a_healthy_twin_against_itself_rarely_manifests_under_the_machine_model(
     (RECORDING_SHIFT_SD for two recordings; half of them also drifting between pairs) and on recordings shifted
     three times as much (a machine under heavy load): at most 2% manifest (the test is built for 1%). A test
     that treats the steps of a pair as exchangeable manifests far more often (checked with its p-value alone)."""
-    rng = random.Random(22)
-    per_recording = RECORDING_SHIFT_SD / math.sqrt(2)
     false, naive = 0, 0
-    for i in range(300):
-        shift = per_recording * (3 if i % 3 == 2 else 1)
-        pairs = pairs_of(rng, LOOKS[-1], effect=1.0, shift_sd=shift, drift_sd=0.2 if i % 2 else 0.0)
+    for _, pairs in machine_model_aa_runs():
         false += sequential_test(pairs, "step_time_median", 1.1).manifested
         naive += _within_pair_rank_p(pairs[:2]) < ALPHA
     assert false <= 6
@@ -78,18 +88,13 @@ def test_a_look_at_one_pair_would_not_hold_the_rate_on_a_loaded_machine():
     stop most gross faults one pair earlier): one pair has no spread of its own, so its
     test rests on the recording-shift floor alone. On the same 300 A/A runs as above, a look added at one pair
     manifests 20 or more (the runs of a machine under heavy load, whose recordings shift three times as much, nearly
-    all of them), where the looks from two pairs manifest at most 6."""
-    rng = random.Random(22)
-    per_recording = RECORDING_SHIFT_SD / math.sqrt(2)
-    from_two, from_one, loaded = 0, 0, 0
-    for i in range(300):
-        shift = per_recording * (3 if i % 3 == 2 else 1)
-        pairs = pairs_of(rng, LOOKS[-1], effect=1.0, shift_sd=shift, drift_sd=0.2 if i % 2 else 0.0)
-        from_two += sequential_test(pairs, "step_time_median", 1.1).manifested
+    all of them), where the looks from two pairs manifest at most 6 (the test above, on the same runs)."""
+    from_one, loaded = 0, 0
+    for heavy, pairs in machine_model_aa_runs():
         one = sequential_test(pairs, "step_time_median", 1.1, looks=(1,) + LOOKS).manifested
         from_one += one
-        loaded += one and i % 3 == 2
-    assert LOOKS[0] == 2 and from_two <= 6
+        loaded += one and heavy
+    assert LOOKS[0] == 2
     assert from_one >= 20 and loaded >= 0.9 * from_one
 
 
