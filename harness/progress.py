@@ -6,7 +6,11 @@ bar with the count done, the rate (items per second, or seconds per item when sl
 second), the time elapsed and the time left, and the item in progress; notes print above the bars.
 Anywhere else (a CI log, a pipe, a file) every event is the one plain line it always was, so logs stay
 greppable and diffable: ``[3/16] case-id`` when an item begins, ``evidence [ 3/16] case-id  ready  6.52 s``
-when a run's case ends.
+when a run's case ends, ``diagnose [ 3/16] ok 2, abstained 1  6.52 s`` (:meth:`Progress.tally`: counts only)
+when a diagnosis ends, so that nothing written while a box is alive names the case it holds.
+
+Every line and bar text goes through :func:`diageval.inert.inert`: a status or an error may carry a
+diagnoser's words, and a terminal must not act on their control sequences.
 
 Decided here: the time left is rich's estimate from the recent rate (its speed window), which on a
 corpus of uneven cases swings; it is a hint, the count is the fact. Sub-steps of an item (verify's
@@ -34,6 +38,8 @@ from rich.progress import (
     Progress as RichProgress,
 )
 from rich.text import Text
+
+from diageval.inert import inert
 
 Stream = TextIO | Literal["stderr"] | None
 
@@ -90,6 +96,7 @@ class Progress:
         """A note that stays: above the bars on a terminal, a line elsewhere."""
         if self.stream is None:
             return
+        text = inert(text)
         with self._lock:
             if self._bar is not None:
                 self._bar.console.print(text, markup=False, highlight=False)
@@ -101,7 +108,7 @@ class Progress:
         Makes a Progress usable wherever a ``Callable[[str], None]`` progress is expected."""
         if self._bar is not None and self._tasks:
             with self._lock:
-                self._bar.update(list(self._tasks.values())[-1], description=text)
+                self._bar.update(list(self._tasks.values())[-1], description=inert(text, newlines=False))
         else:
             self.line(text)
 
@@ -111,7 +118,7 @@ class Progress:
             self.line(f"[{i}/{total}] {text}")
             return
         with self._lock:
-            self._bar.update(self._task(phase, total), total=total, description=text)
+            self._bar.update(self._task(phase, total), total=total, description=inert(text, newlines=False))
 
     def advance(self, phase: str) -> None:
         """One item of ``phase`` is done (plain: nothing; :meth:`started` printed its line)."""
@@ -127,7 +134,21 @@ class Progress:
             self.line(f"{phase:>8} [{i:>{width}}/{total}] {item:<40} {status:<15} {secs}")
             return
         with self._lock:
-            self._bar.update(self._task(phase, total), total=total, completed=i, description=f"{item}: {status}")
+            self._bar.update(self._task(phase, total), total=total, completed=i,
+                             description=inert(f"{item}: {status}", newlines=False))
+
+    def tally(self, phase: str, i: int, total: int, counts: dict[str, int], seconds: float | None) -> None:
+        """Item ``i`` of ``total`` has ended; plain: one line with phase, count, how many ended with each
+        status so far and the item's time. Names no item: while other items are still going (a run's
+        diagnoses, each in its box), a line read through a pipe or a log must not say which item is which."""
+        so_far = ", ".join(f"{status} {n}" for status, n in sorted(counts.items()))
+        if self._bar is None:
+            width = len(str(total))
+            secs = f"  {seconds:7.2f} s" if seconds is not None else ""
+            self.line(f"{phase:>8} [{i:>{width}}/{total}] {so_far}{secs}")
+            return
+        with self._lock:
+            self._bar.update(self._task(phase, total), total=total, completed=i, description=inert(so_far, newlines=False))
 
     def _task(self, phase: str, total: int | None) -> TaskID:
         assert self._bar is not None

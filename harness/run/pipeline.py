@@ -19,6 +19,11 @@ The pipeline, in two phases:
 Both phases take the cases in seeded shuffles (the seed is in ``run.json``), each its own, and the bundle
 ids a diagnoser sees are drawn at random per run: neither the order of calls nor an id says which case it
 is, and the evidence phase's progress lines (which name the cases) say nothing of the diagnosis order.
+Nothing the run writes outside its folder while a box is alive names a case: the diagnosis phase's progress
+lines carry counts (cases done, statuses so far), and the case ids with their statuses are printed once,
+in id order, after the last box is closed (a log tee'd where a ``cmd:`` line can name it is another file
+than the harness's own stderr, which the box refuses). The run folder (results, diagnoses, the worker log)
+names cases, and no box is shown a run folder (:mod:`diageval.hosting`).
 Only the harness writes the run folder, and it holds the folder's lock (``.lock``) while it does: a
 second ``diageval run`` into the same folder is refused with the pid that holds it.
 
@@ -405,6 +410,8 @@ class _Pipeline:
                  for r in ready]
         finished = 0
         total = len(ready)
+        ended: dict[str, tuple[str, float | None]] = {}  # case id -> status, seconds: shown once every box is closed
+        tally: dict[str, int] = {}
 
         def done(index: int, outcome: Attempt | HarnessFailure) -> None:
             nonlocal finished
@@ -423,13 +430,20 @@ class _Pipeline:
             else:
                 fields = {"status": outcome.status, "error": outcome.error, "seconds": outcome.seconds, **ids}
             status = self._save(item.loaded, attempt, fields)
+            seconds = attempt.seconds if attempt else None
             with self._write_lock:
                 finished += 1
                 n = finished
-            self.show.step("diagnose", n, total, item.loaded.case.id, status, attempt.seconds if attempt else None)
+                ended[item.loaded.case.id] = (status, seconds)
+                tally[status] = tally.get(status, 0) + 1
+                so_far = dict(tally)
+            self.show.tally("diagnose", n, total, so_far, seconds)  # counts only: other boxes are still alive
 
         run_diagnoses(self.hosted, tasks, done, executor=self.executor, jobs=self.jobs, handover=handover,
                       log_path=self.store.log_path)
+        for case_id, (status, seconds) in sorted(ended.items()):  # every box is closed: the ids may be named
+            secs = f"{seconds:7.2f} s" if seconds is not None else ""
+            self.show.line(f"diagnosed {case_id:<40} {status:<15} {secs}".rstrip())
         return finished
 
     def record_damaged_again(self, evidence_fn: EvidenceFn, device: Device) -> None:
