@@ -15,6 +15,7 @@ import click
 from diageval import __version__
 from diageval.errors import EXIT_INTERRUPTED, DiagevalError
 from diageval.hosting import DEFAULT_TIMEOUT_S
+from diageval.inert import inert
 
 CASES_OPTION = click.option(
     "--cases",
@@ -45,14 +46,18 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
 class _Main(click.Group):
     """The one place an error becomes an exit code: a :class:`~diageval.errors.DiagevalError` prints its
     message alone and exits with its ``exit_code``; Ctrl-C exits 130. Anything else keeps its traceback
-    (a bug in diageval)."""
+    (a bug in diageval). Every error message is made inert (:func:`diageval.inert.inert`): it may quote a
+    diagnoser's words (its exception, its stderr's tail)."""
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except DiagevalError as err:
-            click.echo(f"Error: {err}", err=True)
+            click.echo(f"Error: {inert(str(err))}", err=True)
             ctx.exit(err.exit_code)
+        except click.ClickException as err:  # click prints it: made inert here, once for every command
+            err.message = inert(err.message)
+            raise
         except KeyboardInterrupt:
             ctx.exit(EXIT_INTERRUPTED)
 
@@ -345,10 +350,11 @@ def score_cmd(run_dir: Path | None, case_id: str | None, diagnosis_path: Path | 
         from diageval.run.grade import RescoreError, rescore_run
 
         try:
-            summary = rescore_run(run_dir, allow_missing=allow_missing, warn=lambda line: click.echo(f"warning: {line}", err=True))
+            summary = rescore_run(run_dir, allow_missing=allow_missing,
+                                  warn=lambda line: click.echo(f"warning: {inert(line)}", err=True))
         except RescoreError as err:
             raise click.ClickException(str(err))
-        click.echo(summary.model_dump_json(indent=2) if as_json else render_leaderboard([summary]), nl=not as_json)
+        click.echo(inert(summary.model_dump_json(indent=2) if as_json else render_leaderboard([summary])), nl=not as_json)
         return
     if not (case_id and diagnosis_path):
         raise click.UsageError("give RUN_DIR, or --case ID together with --diagnosis FILE.json")
@@ -369,7 +375,7 @@ def score_cmd(run_dir: Path | None, case_id: str | None, diagnosis_path: Path | 
         raise click.ClickException(err.args[0])
     except (CaseLoadError, DiagnosisParseError) as err:
         raise click.ClickException(str(err))
-    click.echo(result.model_dump_json(indent=2) if as_json else format_case_result(result))
+    click.echo(inert(result.model_dump_json(indent=2) if as_json else format_case_result(result)))
 
 
 @main.command("report")
@@ -384,7 +390,7 @@ def report_cmd(run_dirs: tuple[Path, ...], output: Path | None, html_path: Path 
     from diageval.reports.report import ReportError, report_runs
 
     try:
-        click.echo(report_runs(list(run_dirs), output=output), nl=False)
+        click.echo(inert(report_runs(list(run_dirs), output=output)), nl=False)
         if html_path is not None:
             _write_html_report(list(run_dirs), html_path)
     except ReportError as err:
@@ -399,7 +405,7 @@ def _write_html_report(run_dirs: list[Path], html_path: Path) -> None:
     full, tiered = split_by_tier(run_dirs)  # runs on a smaller evidence tier: the signal-value section only
     inputs = gather(full or tiered)  # the manifestation measurements come from the runs' results
     write_html_report(inputs, html_path, signal_value=signal_value_html(gather_points(run_dirs)) if tiered else "")
-    click.echo(f"wrote {html_path}", err=True)
+    click.echo(inert(f"wrote {html_path}"), err=True)
 
 
 # --- recording and verification ------------------------------------------------------------------
@@ -577,7 +583,7 @@ def diagnose_cmd(spec: str, bundle_dir: Path, cases_dir: Path | None, as_json: b
         raise click.ClickException(str(err))
     if attempt.diagnosis is None:
         raise click.ClickException(f"{attempt.status}: {attempt.error}")
-    click.echo(attempt.diagnosis.model_dump_json(indent=2) if as_json else format_diagnosis(attempt.diagnosis))
+    click.echo(inert(attempt.diagnosis.model_dump_json(indent=2) if as_json else format_diagnosis(attempt.diagnosis)))
 
 
 @main.command("run")
@@ -630,7 +636,7 @@ def run_cmd(spec: str, cases_dir: Path | None, case_ids: tuple[str, ...], tags: 
     with sigterm_as_interrupt():
         outcome = run_diagnoser(spec, case_set, options, _host_policy(**host),  # type: ignore[arg-type]
                                 evidence_fn=functools.partial(prepare_evidence, data_dir=data_dir))
-    click.echo(format_run_outcome(outcome, fetch_command=fetch_command(data=data_dir, cases=cases_dir)))
+    click.echo(inert(format_run_outcome(outcome, fetch_command=fetch_command(data=data_dir, cases=cases_dir))))
 
 
 # --- comparing two runs (scoring/compare.py, reports/compare_report.py) ---------------------------
@@ -664,7 +670,7 @@ def compare_cmd(run_a: Path, run_b: Path, as_json: bool, n_boot: int, seed: int,
         comparison = compare_runs(*runs, n_boot=n_boot, seed=seed, common_cases=common_cases)
     except (CompareError, RunReadError) as err:
         raise click.ClickException(str(err))
-    click.echo(comparison.model_dump_json(indent=2) if as_json else render_comparison(comparison), nl=as_json)
+    click.echo(inert(comparison.model_dump_json(indent=2) if as_json else render_comparison(comparison)), nl=as_json)
     worse = regressions(comparison, gate)
     for metric in worse:
         m = comparison.metrics[metric]

@@ -12,6 +12,7 @@ Decided here (the design is silent):
   ``--fail-if-worse``), which run is better; an interval touching 0 reads as no clear difference, and so
   does an interval the randomisation test does not back (it gives its p-value).
 * At most :data:`DROPPED_SHOWN` dropped cases are named (all of them are in ``--json``).
+* Each run's diagnoser and spec are escaped (:func:`diageval.inert.markdown_inert`): text, never markup.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from pathlib import Path
 
 import jinja2
 
-from diageval.scoring.compare import TIE_TOLERANCE, Comparison, DroppedCase, MetricComparison
+from diageval.inert import inert, markdown_inert
+from diageval.scoring.compare import TIE_TOLERANCE, Comparison, DroppedCase, MetricComparison, RunSide
 from diageval.scoring.metrics import HEADLINE, METRICS
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -117,6 +119,12 @@ def comparison_rows(c: Comparison) -> list[dict[str, str]]:
     return rows
 
 
+def _side(side: RunSide) -> dict[str, str]:
+    """A run as the markdown names it: its diagnoser and spec escaped, its folder (in a code span) one inert line."""
+    return {"diagnoser": markdown_inert(side.diagnoser), "spec": markdown_inert(side.spec),
+            "run_dir": inert(side.run_dir, newlines=False), "status": side.status}
+
+
 def render_comparison(c: Comparison) -> str:
     """The markdown a person reads: the run pair, what was dropped, the metric table, the headline verdicts."""
     rows = comparison_rows(c)
@@ -125,8 +133,8 @@ def render_comparison(c: Comparison) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
     return env.get_template("compare.md.j2").render(
-        a=c.a,
-        b=c.b,
+        a=_side(c.a),
+        b=_side(c.b),
         cases=c.cases,
         case_set=c.case_set_hash[:12],
         taxonomy_version=c.taxonomy_version,

@@ -16,6 +16,15 @@ Decided here (the design is silent):
   (:data:`~diageval.scoring.metrics.BOARD`), its rows in the markdown board's order (ranked by the
   headline metrics, self-tests last) with the same marks; the headline columns are shaded. A cell reads
   ``value [lo, hi]`` with ``n`` under it; undefined reads ``–``.
+* What a diagnoser wrote is its own words: every text the page shows passes :func:`diageval.inert.inert`
+  (control and bidi characters written as ``\\uXXXX``, then HTML-escaped by the template), and a claim
+  embeds at most :data:`CLAIM_TEXT_CAP` characters of summary, of evidence (items until the budget is
+  spent, the rest counted) and of reason each, saying where the whole text is (the case's
+  ``diagnosis.json`` or ``results.jsonl`` in the run folder). Why 1,000: the longest summary of the rules
+  diagnoser on 12 cached bundles is 88 characters and its longest evidence 320 (two items), so 1,000 is
+  a paragraph a person reads in a table cell and ~10x what a real diagnoser writes; the page, which a
+  diagnosis of 16 MiB (the output limit) would otherwise carry whole per claim, holds at most ~3,000
+  characters per claim.
 """
 
 from __future__ import annotations
@@ -25,9 +34,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import jinja2
+import markupsafe
 
 from diageval import __version__
 from diageval.cases.taxonomy import is_symptom_id
+from diageval.inert import clipped, inert
 from diageval.reports import plots
 from diageval.reports.detection_limits import limit_text, summary_limits
 from diageval.reports.html_data import (
@@ -47,6 +58,8 @@ from diageval.scoring.summary import DETECTION_MIN_CASES
 TEMPLATES = Path(__file__).parent / "templates"
 VERDICTS = ("correct", "mislocated", "symptom_as_cause", "wrong_cause", "false_alarm", "duplicate", "hedge")
 NO_CLAIM = "no_claim"
+CLAIM_TEXT_CAP = 1_000
+"""Characters of a claim's summary, of its evidence and of its reason the page embeds (module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -246,7 +259,23 @@ def cases(inputs: ReportInputs) -> list[dict]:
     return out
 
 
+def _evidence_shown(items: list[str], where: str) -> list[str]:
+    """A claim's evidence items until :data:`CLAIM_TEXT_CAP` characters are spent; the rest counted."""
+    shown, left = [], CLAIM_TEXT_CAP
+    for k, item in enumerate(items):
+        if left <= 0:
+            shown.append(f"… {len(items) - k} more item(s) in {where}")
+            break
+        shown.append(clipped(item, left, where))
+        left -= len(item)
+    return shown
+
+
 def _claim_rows(run: ReportRun, r, diagnosis) -> list[dict]:
+    from diageval.run.store import RunStore
+
+    saved = str(RunStore(run.root).diagnosis_path(r.case_id))
+    results = str(run.root / "results.jsonl")
     base = {"name": run.name, "status": r.status, "seconds": _seconds(r.seconds)}
     if not r.verdicts:
         if r.abstained:
@@ -259,7 +288,8 @@ def _claim_rows(run: ReportRun, r, diagnosis) -> list[dict]:
             why = "claimed no cause"
         symptoms = [f"observed {s}" for s in r.observed_symptoms]
         return [{**base, "verdict": NO_CLAIM, "misleading": False, "category": "", "confidence": "", "ranks": "",
-                 "reason": why, "summary": "", "evidence": symptoms, "symptom": False}]
+                 "reason": clipped(why, CLAIM_TEXT_CAP, results), "summary": "", "evidence": _evidence_shown(symptoms, results),
+                 "symptom": False}]
     rows = []
     for v in r.verdicts:
         finding = diagnosis.findings[v.index] if diagnosis is not None and v.index < len(diagnosis.findings) else None
@@ -271,9 +301,9 @@ def _claim_rows(run: ReportRun, r, diagnosis) -> list[dict]:
             "symptom": is_symptom_id(v.category),
             "confidence": f"{v.confidence:.2f}",
             "ranks": _ranks(v.ranks),
-            "reason": v.reason,
-            "summary": finding.summary if finding is not None else "",
-            "evidence": list(finding.evidence) if finding is not None else [],
+            "reason": clipped(v.reason, CLAIM_TEXT_CAP, results),
+            "summary": clipped(finding.summary, CLAIM_TEXT_CAP, saved) if finding is not None else "",
+            "evidence": _evidence_shown(list(finding.evidence), saved) if finding is not None else [],
         })
     return rows
 
@@ -304,7 +334,7 @@ def render_html(inputs: ReportInputs, *, generated: datetime | None = None) -> s
     columns = metric_columns()
     first = inputs.runs[0].summary
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
-                             autoescape=True, trim_blocks=True, lstrip_blocks=True)
+                             autoescape=True, trim_blocks=True, lstrip_blocks=True, finalize=_shown)
     return env.get_template("report.html.j2").render(
         version=__version__,
         generated=(generated or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC"),
@@ -333,6 +363,11 @@ def render_html(inputs: ReportInputs, *, generated: datetime | None = None) -> s
         no_claim=NO_CLAIM,
         compare=compare_section(inputs),
     )
+
+
+def _shown(value: object) -> object:
+    """Every text the template prints, made inert before it is escaped (markup the page builds, SVG, passes)."""
+    return inert(value) if isinstance(value, str) and not isinstance(value, markupsafe.Markup) else value
 
 
 def write_html_report(inputs: ReportInputs, output: Path, *, signal_value: str = "") -> str:

@@ -14,6 +14,8 @@ Decided here (the design is silent):
   from the metric table. Cells read ``value [lo, hi] n=N``; an undefined metric reads ``–`` with its n.
 * Marks after a diagnoser's name come from :func:`marks` (one entry per fact about the diagnoser that a
   reader must see next to its numbers: self-test, reference, ...).
+* A diagnoser's name, version and declared claims are its own words: each is escaped
+  (:func:`diageval.inert.markdown_inert`), so it reads as text, never as markdown or HTML.
 * Below the board: skill by part (evidence kind, cause family, split; :mod:`diageval.reports.parts`), with
   the parts whose order of diagnosers differs from the board's marked ⇅ and the swapped pairs listed;
   skill by split and the gap between splits; recall by cause; and each cause's detection limit with its
@@ -24,15 +26,20 @@ Decided here (the design is silent):
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import jinja2
 
 from diageval.errors import DiagevalError
+from diageval.inert import markdown_inert
 from diageval.reports.detection_limits import limit_text, summary_limits
 from diageval.reports.parts import gap_label, parts, split_columns, split_rows
 from diageval.scoring.metrics import BOARD, HEADLINE, METRICS, MetricValue
 from diageval.scoring.summary import DETECTION_MIN_CASES, DiagnoserInfo, Summary
+
+TAXONOMY_WORD = re.compile(r"[A-Za-z0-9_.\-]+")
+"""A declared claim that reads as a taxonomy id is shown as code; anything else is escaped text."""
 
 SWAPS_SHOWN = 8
 """Swapped pairs named per part (the rest are counted)."""
@@ -100,11 +107,11 @@ def marks(d: DiagnoserInfo) -> list[str]:
 
 
 def _row(s: Summary, rank: str) -> dict:
-    name = s.diagnoser.name + (f" {s.diagnoser.version}" if s.diagnoser.version else "")
+    name = markdown_inert(s.diagnoser.name + (f" {s.diagnoser.version}" if s.diagnoser.version else ""))
     shown = marks(s.diagnoser)
     label = f"{name} *({', '.join(shown)})*" if shown else f"**{name}**"
     cells = [format_metric(getattr(s.metrics, key), METRICS[key].digits) for key in BOARD]
-    return {"rank": rank, "diagnoser": _cell(label), "scored": s.counts.scored, "cells": [_cell(c) for c in cells]}
+    return {"rank": rank, "diagnoser": label, "scored": s.counts.scored, "cells": [_cell(c) for c in cells]}
 
 
 def render_leaderboard(summaries: list[Summary]) -> str:
@@ -192,4 +199,4 @@ def _field(s: Summary) -> str:
     claims = s.diagnoser.claims
     if claims is None:
         return "not declared"
-    return ", ".join(f"`{c}`" for c in claims) or "none"
+    return ", ".join(f"`{c}`" if TAXONOMY_WORD.fullmatch(c) else markdown_inert(c) for c in claims) or "none"

@@ -30,6 +30,8 @@ import matplotlib
 from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
 
+from diageval.inert import inert
+
 IMPACT_BINS = 5
 MARKERS = "osD^vP*Xh<>p"
 
@@ -77,6 +79,12 @@ def impact_bin(impact: float) -> int:
     return min(max(int(math.floor(impact * IMPACT_BINS)), 0), IMPACT_BINS - 1)
 
 
+def plot_text(name: str) -> str:
+    """A diagnoser's name as a figure's label or title: one inert line (:func:`diageval.inert.inert`), its
+    ``$`` escaped so that matplotlib never parses it as mathtext (a malformed formula would stop the page)."""
+    return inert(name, newlines=False).replace("$", r"\$")
+
+
 def detection_curves(by_cause: Mapping[str, Mapping[str, Detection]], diagnosers: Sequence[str]) -> str:
     """One panel per cause: recall per measured-impact bin, one line per diagnoser (see the module docstring)."""
     causes = list(by_cause)
@@ -99,7 +107,7 @@ def detection_curves(by_cause: Mapping[str, Mapping[str, Detection]], diagnosers
             nudge = (d_index - (len(diagnosers) - 1) / 2) * width * 0.04
             xs = [centres[b] + nudge for b in range(IMPACT_BINS) if total[b]]
             ys = [found[b] / total[b] for b in range(IMPACT_BINS) if total[b]]
-            ax.plot(xs, ys, marker=MARKERS[d_index % len(MARKERS)], label=name, linewidth=1.2, markersize=5,
+            ax.plot(xs, ys, marker=MARKERS[d_index % len(MARKERS)], label=plot_text(name), linewidth=1.2, markersize=5,
                     color=f"C{d_index % 10}")
             if detection is not None and detection.limit is not None:
                 ax.axvline(detection.limit, color=f"C{d_index % 10}", linestyle="--", linewidth=1)
@@ -136,7 +144,7 @@ def reliability_diagrams(bins_by_diagnoser: Mapping[str, Sequence[ReliabilityPoi
             for p in points:
                 ax.annotate(str(p.pairs), (p.probability, p.observed), textcoords="offset points", xytext=(5, 4),
                             fontsize=7, color="0.25")
-        ax.set_title(f"{name} ({stated} pairs stated > 0)", fontsize=9)
+        ax.set_title(f"{plot_text(name)} ({stated} pairs stated > 0)", fontsize=9)
         ax.set_xlim(-0.05, 1.05)
         ax.set_ylim(-0.05, 1.05)
         ax.set_aspect("equal")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from diageval.inert import inert
 from diageval.reports.leaderboard import format_metric
 from diageval.run.pipeline import RunOutcome
 from diageval.scoring.metrics import BOARD, METRICS
@@ -16,7 +17,8 @@ def format_run_outcome(outcome: RunOutcome, *, fetch_command: str = "diageval da
     c = outcome.counts
     statuses = ", ".join(f"{k} {v}" for k, v in s.counts.statuses.items())
     lines = [
-        f"run {outcome.run_dir} ({m.status}): {m.diagnoser.name} {m.diagnoser.version} on case set "
+        f"run {outcome.run_dir} ({m.status}): {inert(m.diagnoser.name, newlines=False)} "
+        f"{inert(m.diagnoser.version, newlines=False)} on case set "
         f"{m.case_set_hash[:12]} (taxonomy {m.taxonomy_version})",
         f"this invocation: {c['prepared']} prepared, {c['diagnosed']} diagnosed, {c['resumed']} already done, "
         f"{c['skipped']} skipped",

@@ -33,6 +33,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from diageval.cases.tiers import FULL, TIERS
+from diageval.inert import inert, markdown_inert
 from diageval.run.store import RunInfo, RunReadError, RunStore
 from diageval.scoring.metrics import MetricValue
 
@@ -109,7 +110,7 @@ def _point(run_dir: Path) -> TierPoint:
     sizes = list(info.evidence_sizes.values())
     stepped = [s for s in sizes if s.steps]
     return TierPoint(
-        diagnoser=summary.diagnoser.name,
+        diagnoser=inert(summary.diagnoser.name, newlines=False),  # its own words: shown, never acted on
         tier=info.evidence_tier,
         skill=summary.metrics.skill,
         cases=summary.counts.scored,
@@ -197,7 +198,7 @@ def monitor_markdown(points: Sequence[TierPoint]) -> str:
         return ""
     lines = ["", "## In-job monitors: skill beside overhead", "", MONITOR_NOTE, "",
              "| " + " | ".join(MONITOR_HEADER) + " |", "|" + "---|" * len(MONITOR_HEADER)]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+    return "\n".join(lines + ["| " + " | ".join([markdown_inert(r[0]), *r[1:]]) + " |" for r in rows]) + "\n"
 
 
 def monitor_html(points: Sequence[TierPoint]) -> str:
@@ -205,7 +206,7 @@ def monitor_html(points: Sequence[TierPoint]) -> str:
     if not rows:
         return ""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in MONITOR_HEADER)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(inert(c))}</td>" for c in r) + "</tr>" for r in rows)
     return (f'<section id="monitor-overhead">\n<h2>In-job monitors: skill beside overhead</h2>\n<p>{html.escape(MONITOR_NOTE)}</p>\n'
             f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>\n</section>\n")
 
@@ -216,10 +217,10 @@ def signal_value_markdown(points: Sequence[TierPoint]) -> str:
         return monitor_markdown(points)
     lines = ["", "## Signal value: skill per evidence tier", "", TIER_NOTE, "",
              "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    lines += ["| " + " | ".join(r) + " |" for r in _rows(points)]
+    lines += ["| " + " | ".join([markdown_inert(r[0]), *r[1:]]) + " |" for r in _rows(points)]
     answers = which_first(points)
     if answers:
-        lines += ["", "Which signal first:", ""] + [f"- {name}: {text}" for name, text in sorted(answers.items())]
+        lines += ["", "Which signal first:", ""] + [f"- {markdown_inert(name)}: {text}" for name, text in sorted(answers.items())]
     return "\n".join(lines) + "\n" + monitor_markdown(points)
 
 
@@ -227,7 +228,7 @@ def signal_value_plot(points: Sequence[TierPoint]) -> str:
     """Skill against bytes per case (log scale), one line per diagnoser, each point labeled with its tier."""
     from matplotlib.figure import Figure
 
-    from diageval.reports.plots import MARKERS, _svg
+    from diageval.reports.plots import MARKERS, _svg, plot_text
 
     fig = Figure(figsize=(6.4, 3.8))
     ax = fig.add_subplot()
@@ -238,7 +239,7 @@ def signal_value_plot(points: Sequence[TierPoint]) -> str:
         xs, ys = [p.bytes_per_case / 1024 for p in pts], [p.skill.value for p in pts]
         lo = [y - (p.skill.ci[0] if p.skill.ci else y) for p, y in zip(pts, ys)]
         hi = [(p.skill.ci[1] if p.skill.ci else y) - y for p, y in zip(pts, ys)]
-        ax.errorbar(xs, ys, yerr=[lo, hi], marker=MARKERS[i % len(MARKERS)], capsize=3, label=name)
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker=MARKERS[i % len(MARKERS)], capsize=3, label=plot_text(name))
         for p, x, y in zip(pts, xs, ys):
             ax.annotate(p.tier, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.set_xscale("log")

@@ -147,3 +147,22 @@ def run_with(spec: str, case_set: CaseSet, **kw):
         policy["output"] = kw.pop("limits")
     policy.update(kw)  # allow_network, box, pass_env: an unknown key fails in HostPolicy
     return run_diagnoser(spec, case_set, RunOptions(**options), HostPolicy(**policy), **injected)
+
+
+def copy_real_cases(root: Path, rels: list[str]) -> Path:
+    """The corpus' case files ``rels`` (valid against the real registries) and its taxonomy in ``root``, a
+    folder of their own; skips the test, saying which, when one is not in the corpus."""
+    import shutil
+
+    import pytest
+
+    from diageval.paths import default_cases_dir
+
+    for rel in rels:
+        src = default_cases_dir() / rel
+        if not src.is_file():
+            pytest.skip(f"{rel} is not in the corpus")
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, root / rel)
+    shutil.copy(default_cases_dir() / "taxonomy.yaml", root / "taxonomy.yaml")
+    return root

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from run_fakes import FakeEvidence, write_bundle
+from run_fakes import FakeEvidence, copy_real_cases, write_bundle
 
 from diageval.cli import main
-from diageval.paths import default_cases_dir
 
 TESTS = Path(__file__).parent
 REAL_CASES = ["healthy/mlp-ddp-healthy.yaml", "input/starved-loader-mlp.yaml"]
@@ -22,15 +20,7 @@ REAL_CASES = ["healthy/mlp-ddp-healthy.yaml", "input/starved-loader-mlp.yaml"]
 @pytest.fixture
 def cases_dir(tmp_path) -> Path:
     """Two real case files (valid against the real registries) in a folder of their own."""
-    root = tmp_path / "cases"
-    for rel in REAL_CASES:
-        src = default_cases_dir() / rel
-        if not src.is_file():
-            pytest.skip(f"{rel} is not in the corpus")
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(src, root / rel)
-    shutil.copy(default_cases_dir() / "taxonomy.yaml", root / "taxonomy.yaml")
-    return root
+    return copy_real_cases(tmp_path / "cases", REAL_CASES)
 
 
 def test_diagnosers_list_shows_the_built_ins():

@@ -2,7 +2,8 @@
 
 Meant for people developing a diagnoser, and run exactly as in a run (decided here): in a sandbox, on a
 private checked copy of the bundle, with the timeout and the output limits; what the diagnoser printed
-(an in-process diagnoser's traceback included) is passed through afterwards. ``prior`` and ``oracle`` get
+(an in-process diagnoser's traceback included) is passed through afterwards, made inert
+(:func:`diageval.inert.inert`: no control sequence of its reaches the terminal). ``prior`` and ``oracle`` get
 the corpus of ``--cases`` and ``leak`` its public words; no bundle is mapped to a case here, so
 ``oracle`` abstains.
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosis import Diagnosis
+from diageval.inert import inert
 from diageval.hosting import STDERR_NAME, STDOUT_NAME, Attempt, Host, HostPolicy, remove_stale_boxes
 
 
@@ -39,7 +41,7 @@ def diagnose_bundle(spec: str, bundle_dir: Path, policy: HostPolicy) -> Attempt:
                     path = Path(tmp) / name
                     text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
                     if text:
-                        sys.stderr.write(text if text.endswith("\n") else text + "\n")
+                        sys.stderr.write(inert(text if text.endswith("\n") else text + "\n"))  # its words: inert
         finally:
             slot.close()
     return attempt
