@@ -190,10 +190,22 @@ def cases_list_cmd(cases_dir: Path | None, as_json: bool, data_dir: Path | None)
                    f"(absent)); get them with `{fetch_command(data=data_dir, cases=cases_dir)}`")
 
 
-def _table(rows: list[dict], columns: list[str]) -> str:
+def _table(rows: list[dict], columns: list[str], width: int | None = None) -> str:
+    """Rows as aligned columns. ``width``: the most characters a line may have; the widest column gives a
+    character at a time (to no less than its header) and a cell longer than its column ends in "…"."""
     widths = {c: max([len(c)] + [len(str(r.get(c, ""))) for r in rows]) for c in columns}
+    while width is not None and sum(widths.values()) + 2 * (len(columns) - 1) > width:
+        widest = max(columns, key=lambda c: widths[c] - len(c))
+        if widths[widest] <= len(widest):
+            break
+        widths[widest] -= 1
+
+    def cell(r: dict, c: str) -> str:
+        text = str(r.get(c, ""))
+        return (text if len(text) <= widths[c] else text[: widths[c] - 1] + "…").ljust(widths[c])
+
     lines = ["  ".join(c.ljust(widths[c]) for c in columns), "  ".join("-" * widths[c] for c in columns)]
-    lines += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns) for r in rows]
+    lines += ["  ".join(cell(r, c) for c in columns) for r in rows]
     return "\n".join(line.rstrip() for line in lines)
 
 
@@ -490,25 +502,81 @@ def diagnosers_group() -> None:
     """The diagnosers --diagnoser can name."""
 
 
-@diagnosers_group.command("list")
-def diagnosers_list_cmd() -> None:
-    """Every registered diagnoser: origin, reference/self-test, the causes it can claim, and why it cannot run here, if it cannot."""
+LIST_WIDTH = 100
+"""Columns `diageval diagnosers list` fits in: a terminal's usual 80-120, and a CI log's."""
+KIND_WORDS = {
+    "self-test": "reads the labels to check the harness; never ranked",
+    "reference": "a baseline a diagnoser must beat (the harness's own list)",
+    "in-job monitor": "runs inside the training job: `diageval run` records each case again with it installed",
+    "network": "talks to a service (needs_network): runs only with --allow-network",
+    "offline": "reads the evidence bundle alone, in a box without network",
+}
+
+
+def _kind(row: dict) -> str:
+    """What a listed diagnoser is, from what the harness knows of it: its role in the harness's own table
+    (self-test, reference), the in-job monitor registry, its declared ``needs_network``; else offline."""
+    from diageval.recording.monitors import monitor_for_spec
+
+    if row["self_test"]:
+        return "self-test"
+    if row["reference"]:
+        return "reference"
+    if monitor_for_spec(row["name"]) is not None:
+        return "in-job monitor"
+    return "network" if row.get("needs_network") else "offline"
+
+
+def _listed() -> list[dict]:
     from diageval.hosting import HostPolicy, list_diagnosers
 
-    listed = list_diagnosers(HostPolicy())  # listing constructs every diagnoser: in a box, like everything a diagnoser runs
+    return list_diagnosers(HostPolicy())  # listing constructs every diagnoser: in a box, like everything a diagnoser runs
+
+
+@diagnosers_group.command("list")
+def diagnosers_list_cmd() -> None:
+    """Every registered diagnoser: its version, kind, origin, and whether it can run here (in 100 columns)."""
     rows = [
         {
-            "name": r["name"],
-            "version": r["version"] or "",
-            "origin": r["origin"],
-            "role": "self-test" if r["self_test"] else "reference" if r["reference"] else "",
-            "claims": "(not declared)" if r.get("claims") is None else ", ".join(r["claims"]) or "(none)",
-            "status": f"unavailable: {r['error']}" if r["error"] else "available",
+            "name": inert(r["name"], newlines=False),
+            "version": inert(r["version"] or "", newlines=False),
+            "kind": _kind(r),
+            "origin": inert(r["origin"], newlines=False),
+            "status": inert(f"unavailable: {r['error']}" if r["error"] else "available", newlines=False),
         }
-        for r in listed
+        for r in _listed()
     ]
-    click.echo(_table(rows, ["name", "version", "origin", "role", "claims", "status"]))
-    click.echo("\nAlso: --diagnoser package.module:ClassName, or --diagnoser 'cmd:PROGRAM {bundle} {out}'.")
+    click.echo(_table(rows, ["name", "version", "kind", "origin", "status"], width=LIST_WIDTH))
+    click.echo("\nWhat one can claim, its whole version and why it cannot run: `diageval diagnosers show NAME`.")
+    click.echo("Also: --diagnoser package.module:ClassName, or --diagnoser 'cmd:PROGRAM {bundle} {out}'.")
+
+
+@diagnosers_group.command("show")
+@click.argument("name")
+def diagnosers_show_cmd(name: str) -> None:
+    """One registered diagnoser: its version, kind, origin, status and the causes it can claim."""
+    import difflib
+
+    listed = {r["name"]: r for r in _listed()}
+    if name not in listed:
+        close = difflib.get_close_matches(name, list(listed), n=1)
+        raise click.ClickException(f"no registered diagnoser {name!r}" + (f"; did you mean {close[0]}?" if close else "")
+                                   + " (`diageval diagnosers list` names them all)")
+    r = listed[name]
+    kind = _kind(r)
+    claims = r.get("claims")
+    lines = [
+        f"name     {r['name']}",
+        f"version  {r['version'] or ''}",
+        f"kind     {kind}: {KIND_WORDS[kind]}",
+        f"origin   {r['origin']}",
+        f"status   " + (f"unavailable: {r['error']}" if r["error"] else "available"),
+        "claims   " + ("not declared: it may claim any cause" if claims is None else
+                       f"{len(claims)} cause(s) it can claim" if claims else "none: it claims no cause"),
+    ]
+    click.echo("\n".join(inert(line, newlines=False) for line in lines))
+    for c in claims or []:
+        click.echo(f"  {inert(c, newlines=False)}")
 
 
 DIAGNOSER_OPTION = click.option(

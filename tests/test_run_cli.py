@@ -23,12 +23,41 @@ def cases_dir(tmp_path) -> Path:
     return copy_real_cases(tmp_path / "cases", REAL_CASES)
 
 
-def test_diagnosers_list_shows_the_built_ins():
+def test_diagnosers_list_shows_the_built_ins_in_100_columns_with_their_kind():
+    """Issue 44 item 7: the list fits 100 columns (it printed ~450) and says what each diagnoser is; the
+    causes one can claim moved to `diagnosers show`."""
     out = CliRunner().invoke(main, ["diagnosers", "list"])
     assert out.exit_code == 0, out.output
-    for name in ("null", "prior", "oracle", "leak"):
-        assert any(line.split()[0] == name and "available" in line for line in out.output.splitlines() if line.strip())
-    assert "self-test" in out.output
+    lines = out.output.splitlines()
+    assert max(len(line) for line in lines) <= 100, max(lines, key=len)
+    assert lines[0].split() == ["name", "version", "kind", "origin", "status"]
+    kinds = {line.split()[0]: line for line in lines[2:] if line.strip() and not line.startswith(("What", "Also"))}
+    for name, kind in (("null", "reference"), ("prior", "reference"), ("oracle", "self-test"), ("rules", "offline"),
+                       ("llm", "network"), ("traceml", "in-job monitor"), ("nvrx-straggler", "in-job monitor")):
+        assert f"  {kind}  " in kinds[name], (name, kinds[name])
+    assert "available" in kinds["null"] and "compute.straggler_rank" not in out.output
+
+
+def test_a_long_row_is_cut_to_fit(monkeypatch):
+    """A plugin's long name, version and error are cut with "…" (and shown whole by `show`)."""
+    row = {"name": "plugin-" + "n" * 60, "version": "v" * 80, "origin": "plugin some-dist 1.0", "self_test": False,
+           "reference": False, "error": "ImportError: " + "e" * 300, "claims": None, "needs_network": False}
+    monkeypatch.setattr("diageval.cli._listed", lambda: [row])
+    out = CliRunner().invoke(main, ["diagnosers", "list"])
+    assert out.exit_code == 0 and max(len(line) for line in out.output.splitlines()) <= 100, out.output
+    assert "…" in out.output and "offline" in out.output
+    out = CliRunner().invoke(main, ["diagnosers", "show", row["name"]])
+    assert out.exit_code == 0 and row["error"] in out.output and row["version"] in out.output
+    assert "not declared: it may claim any cause" in out.output
+
+
+def test_diagnosers_show_lists_what_one_can_claim():
+    out = CliRunner().invoke(main, ["diagnosers", "show", "rules"])
+    assert out.exit_code == 0, out.output
+    assert re.search(r"^kind +offline: ", out.output, re.M) and re.search(r"^claims +\d+ cause\(s\) it can claim", out.output, re.M)
+    assert "  compute.straggler_rank" in out.output.splitlines()
+    out = CliRunner().invoke(main, ["diagnosers", "show", "rulez"])
+    assert out.exit_code == 1 and "did you mean rules?" in out.output
 
 
 def test_diagnose_prints_findings_or_a_clear_error(tmp_path, cases_dir):

@@ -88,6 +88,7 @@ class DiagnoserListing:
     self_test: bool = False
     error: str | None = None
     claims: tuple[str, ...] | None = None
+    needs_network: bool = False
 
     @property
     def available(self) -> bool:
@@ -144,6 +145,7 @@ def list_diagnosers() -> list[DiagnoserListing]:
                 self_test=resolved.self_test,
                 error=error,
                 claims=resolved.claims,
+                needs_network=resolved.needs_network,
             )
         )
     return rows
