@@ -7,8 +7,8 @@ override or isolate reorders what a line seems to say; in markdown a name like `
 onerror=...>`` is HTML a renderer may run. Every such character is written as its code point, visibly.
 
 * :func:`inert`: C0 controls (all but newline and tab; with ``newlines=False`` those too), DEL, the C1
-  controls, the bidi embeddings, overrides, isolates and marks, and the Unicode line and paragraph
-  separators become ``\\uXXXX``. That is a JSON escape too, so inerting JSON text (``diagnose --json``)
+  controls, the bidi embeddings, overrides, isolates and marks, the Unicode line and paragraph
+  separators and lone surrogates become ``\\uXXXX``. That is a JSON escape too, so inerting JSON text (``diagnose --json``)
   keeps it valid JSON that decodes to the same strings (such characters only occur inside strings).
 * :func:`markdown_inert`: :func:`inert` on one line, then every character markdown or inline HTML gives
   a meaning to is backslash-escaped (CommonMark escapes any ASCII punctuation), so a name is text in a
@@ -22,8 +22,9 @@ import re
 
 _BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 _SEPARATORS = "\u2028\u2029"
-_UNSAFE = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}{_SEPARATORS}]")
-_UNSAFE_ONE_LINE = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}{_SEPARATORS}]")
+_SURROGATES = "\ud800-\udfff"  # a lone one (a JSON "\\ud800" Python decodes) cannot even be encoded for a terminal
+_UNSAFE = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}{_SEPARATORS}{_SURROGATES}]")
+_UNSAFE_ONE_LINE = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}{_SEPARATORS}{_SURROGATES}]")
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]<>()#+!|~&$])")
 
 

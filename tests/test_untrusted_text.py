@@ -34,6 +34,7 @@ def test_inert_writes_every_control_and_bidi_character_as_its_code_point():
     hostile = "a\x1b]52;c;cHduZWQ=\x07b\u202ec\x9b2J\u2066d\re\x00f"
     shown = inert(hostile)
     assert active(shown) == [] and shown == "a\\u001b]52;c;cHduZWQ=\\u0007b\\u202ec\\u009b2J\\u2066d\\u000de\\u0000f"
+    assert inert("lone \ud800").encode("utf-8") == b"lone \\ud800"  # encodable: no UnicodeEncodeError on a terminal
     assert inert("two\n\tlines") == "two\n\tlines" and inert("two\nlines", newlines=False) == "two\\u000alines"
     assert json.loads(inert(json.dumps({"s": "x\x9by\u202e"}, ensure_ascii=False))) == {"s": "x\x9by\u202e"}  # still JSON
     assert markdown_inert("<img src=x onerror=alert(1)>|**b**") == r"\<img src=x onerror=alert\(1\)\>\|\*\*b\*\*"
