@@ -310,6 +310,7 @@ def data_fetch_cmd(case_ids: tuple[str, ...], cases_dir: Path | None, data_dir: 
     from diageval.paths import data_dirs
     from diageval.progress import Progress
     from diageval.recording.fetch import FetchError, default_mirror, fetch_files, plan_fetch
+    from diageval.run.pipeline import sigterm_as_interrupt  # SIGTERM removes the temporary file as Ctrl-C does
 
     try:
         case_set = load_case_set(cases_dir)
@@ -320,7 +321,7 @@ def data_fetch_cmd(case_ids: tuple[str, ...], cases_dir: Path | None, data_dir: 
         raise click.ClickException(str(err))
     dest = fetch_dir(data_dir)
     click.echo(f"{len(planned)} trace file(s) of recorded cases into {dest}", err=True)
-    with Progress() as progress:
+    with Progress() as progress, sigterm_as_interrupt():
         results = fetch_files(planned, dest, search=data_dirs(data_dir)[1:], retries=retries, progress=progress)
     counts = {s: sum(r.status == s for r in results) for s in ("downloaded", "present", "failed")}
     size = sum(r.size or 0 for r in results if r.status == "downloaded")

@@ -146,6 +146,10 @@ class ManifestationCheck(_Strict):
         return self
 
 
+_GITHUB_OWNER = re.compile(r"[A-Za-z0-9](?:-?[A-Za-z0-9]){0,38}")
+_GITHUB_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
+
+
 class TraceSource(_Strict):
     """Where a recorded trace file comes from."""
 
@@ -153,6 +157,19 @@ class TraceSource(_Strict):
     commit: str = Field(pattern=r"^[0-9a-f]{7,40}$", description="Commit of that repository")
     path: str = Field(min_length=1, description="Path of the file in that repository")
     licence: str = Field(min_length=1, description="The file's licence (SPDX id)")
+
+    @field_validator("repository")
+    @classmethod
+    def _owner_slash_name(cls, v: str) -> str:
+        """``owner/name`` as GitHub spells them (owner: letters, digits, single hyphens inside, at most 39;
+        name: letters, digits, '.', '-', '_', at most 100, not '.' or '..'): the repository becomes a part of
+        the download URL and of a mirror's path, where '..', '?', '#' or a host would lead elsewhere."""
+        owner, _, name = v.partition("/")
+        if not (_GITHUB_OWNER.fullmatch(owner) and len(owner) <= 39 and _GITHUB_NAME.fullmatch(name)
+                and name not in (".", "..")):
+            raise ValueError(f"expected owner/name of a public repository (e.g. pytorch/kineto: letters, digits "
+                             f"and '-' in the owner; letters, digits, '.', '-' and '_' in the name), got {v!r}")
+        return v
 
 
 class RecordedFile(_Strict):

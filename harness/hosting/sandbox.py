@@ -61,6 +61,7 @@ BOX_ROOT = Path("/box")
 BOX_IN = BOX_ROOT / "in"
 BOX_OUT = BOX_ROOT / "out"
 HOST_PREFIX = "diageval-box-"
+DIAGNOSE_PREFIX = "diageval-diagnose-"  # `diageval diagnose`'s output folder (run/single.py), named with its pid
 SYSTEM_DIRS = ("/usr", "/etc")
 SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ENV_DROP_PREFIX = "DIAGEVAL_"
@@ -182,11 +183,15 @@ def box_parent() -> Path:
 
 
 def remove_stale_boxes(parent: Path | None = None) -> list[Path]:
-    """Remove the host folders and control groups of boxes whose harness process is gone; return them (in
-    ``parent``, or wherever a box may have been made: :func:`box_parent` and the system's temp folder)."""
+    """Remove the host folders and control groups of boxes whose harness process is gone, and the other folders
+    named with a dead owner's pid that a SIGKILL leaves (``diagnose``'s output folder; a recording launcher's, with
+    multiprocessing's ``pymp-*`` inside); return them. A reused pid keeps a leftover: never a live owner's folder.
+    Looks in ``parent``, or wherever they may be: :func:`box_parent` and the system's temp folder."""
+    from diageval.recording.launcher import MP_PREFIX
+
     parents = [Path(parent)] if parent else list(dict.fromkeys([box_parent(), Path(tempfile.gettempdir())]))
-    removed = [d for p in parents for d in remove_stale_temp_dirs(p, HOST_PREFIX)]
-    return removed + remove_stale_groups()
+    prefixes = (HOST_PREFIX, DIAGNOSE_PREFIX, MP_PREFIX)
+    return [d for p in parents for x in prefixes for d in remove_stale_temp_dirs(p, x)] + remove_stale_groups()
 
 
 def find_bwrap() -> str | None:

@@ -18,6 +18,16 @@ data folder (``paths.data_dir``: ``--data``, else ``$DIAGEVAL_DATA``, else the u
   ``URL/{repository}/{commit}/{path}``: any static HTTP server over a folder laid out that way (the tests
   serve one on 127.0.0.1).
 
+* **Capped**: a download stops, and is refused, past ``PlannedFile.max_bytes`` bytes, whatever the server says or
+  keeps sending (an endless mirror once wrote 3.0 GB in 40 s). A case pins each file's sha256 but states no size
+  (``RecordedFile`` has no size field), so the cap is derived from what the case does state, that the file is a
+  trace the harness imports (``recorded.py`` imports it through ``import_traces``): the importer refuses a trace
+  whose JSON is over ``MAX_TRACE_BYTES`` (4 GiB), and a gzipped trace is smaller than its JSON (the 28 gzipped
+  traces of the shared folder are 7.9-30x smaller), so a file over ``MAX_TRACE_BYTES`` could never be a case's
+  evidence. A ``size`` pinned beside the sha256 in the case files would make the cap exact.
+* **Cleaned up**: the download goes to a temporary file beside the target (pooch's), removed on any error, on a
+  refusal, and on Ctrl-C; the CLI turns SIGTERM into the same interrupt while it fetches.
+
 Decided here: a request that receives no byte for ``DOWNLOAD_TIMEOUT_S`` seconds fails (requests' timeout
 counts per socket operation, not the whole file). pooch's own log lines are shown as progress notes.
 """
@@ -37,6 +47,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel
 
+from diageval.bundle.importer import MAX_TRACE_BYTES
 from diageval.cases.load import LoadedCase
 from diageval.errors import DiagevalError
 
@@ -48,6 +59,7 @@ SOURCE_URL = "https://github.com/{repository}/raw/{commit}/{path}"
 MIRROR_ENV = "DIAGEVAL_DATA_MIRROR"
 DEFAULT_RETRIES = 3
 DOWNLOAD_TIMEOUT_S = 60.0
+_BLOCK = 1 << 20
 
 
 class FetchError(DiagevalError):
@@ -63,6 +75,7 @@ class PlannedFile(BaseModel):
     url: str
     cases: list[str]  # ids of the cases naming it
     case_files: list[str]  # their case files, named when the file is refused
+    max_bytes: int = MAX_TRACE_BYTES  # the download is refused past this (see the module's "Capped")
 
 
 class FetchResult(BaseModel):
@@ -137,25 +150,44 @@ def _present(file: PlannedFile, folders: Sequence[Path]) -> Path | None:
     return None
 
 
-class _HashingDownloader:
-    """pooch's HTTP downloader, remembering the sha256 of what it downloaded (so a refusal can say it)."""
+class DownloadTooLarge(DiagevalError, OSError):
+    """A server sent (or announced) more than the file's cap. An OSError, so pooch does not try it again: a
+    server that sends too much once is not one to ask twice."""
+
+
+class _CappedDownloader:
+    """Streams a URL into pooch's temporary file, at most ``max_bytes`` bytes (set per file), hashing as it
+    writes, so that a refusal can name the sha256 of what came."""
 
     def __init__(self, timeout: float):
-        import pooch
-
-        self._inner = pooch.HTTPDownloader(progressbar=False, timeout=timeout)
+        self.timeout = timeout
+        self.max_bytes = MAX_TRACE_BYTES
         self.last_sha256: str | None = None
 
     def __call__(self, url: str, output_file: str, pooch_obj: object, check_only: bool = False):
+        import pooch
+        import requests
+
         self.last_sha256 = None
-        result = self._inner(url, output_file, pooch_obj, check_only=check_only)
-        if not check_only and isinstance(output_file, (str, os.PathLike)):
+        if check_only:  # pooch's is_available: a HEAD request, nothing written
+            return pooch.HTTPDownloader(timeout=self.timeout)(url, output_file, pooch_obj, check_only=True)
+        cap = self.max_bytes
+        with requests.get(url, stream=True, timeout=self.timeout) as response:
+            response.raise_for_status()
+            announced = response.headers.get("content-length", "")
+            if announced.isdigit() and int(announced) > cap:
+                raise DownloadTooLarge(f"announced {int(announced)} bytes, over the cap of {cap}")
             h = hashlib.sha256()
-            with open(output_file, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
+            got = 0
+            with open(output_file, "wb") as out:
+                for block in response.iter_content(chunk_size=_BLOCK):  # a gzip-encoded body counts inflated
+                    got += len(block)
+                    if got > cap:
+                        raise DownloadTooLarge(f"sent more than the cap of {cap} bytes")
+                    out.write(block)
                     h.update(block)
-            self.last_sha256 = h.hexdigest()
-        return result
+        self.last_sha256 = h.hexdigest()
+        return None
 
 
 class _ToProgress(logging.Handler):
@@ -187,9 +219,12 @@ def _pooch_log_to(progress: "Progress | None") -> Iterator[None]:
             logger.addHandler(h)
 
 
-def _failure(file: PlannedFile, exc: BaseException, downloader: _HashingDownloader, target: Path) -> str:
+def _failure(file: PlannedFile, exc: BaseException, downloader: _CappedDownloader, target: Path) -> str:
     import requests
 
+    if isinstance(exc, DownloadTooLarge):
+        return (f"{file.path}: refused: {file.url} {exc} (no trace the import reads is larger); nothing was written "
+                f"to {target}")
     if isinstance(exc, ValueError) and downloader.last_sha256 and downloader.last_sha256 != file.sha256:
         kept = ""
         if target.is_file():
@@ -212,7 +247,7 @@ def fetch_files(files: Sequence[PlannedFile], dest: Path, *, search: Sequence[Pa
     folders = [dest] + [Path(d) for d in search if Path(d) != dest]
     pup = pooch.Pooch(path=dest, base_url="", registry={f.path: f"sha256:{f.sha256}" for f in files},
                       urls={f.path: f.url for f in files}, retry_if_failed=retries)
-    downloader = _HashingDownloader(timeout)
+    downloader = _CappedDownloader(timeout)
     results = []
     with _pooch_log_to(progress):
         for i, file in enumerate(files, 1):
@@ -227,6 +262,7 @@ def fetch_files(files: Sequence[PlannedFile], dest: Path, *, search: Sequence[Pa
                 status = "present" if where == dest else f"present in {where}"
             else:
                 try:
+                    downloader.max_bytes = file.max_bytes
                     got = Path(pup.fetch(file.path, downloader=downloader))
                     result = FetchResult(path=file.path, url=file.url, status="downloaded", location=str(got),
                                          size=got.stat().st_size)

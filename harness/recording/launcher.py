@@ -23,6 +23,12 @@ Decided here:
   :data:`LAUNCHER_POLL_S`) and kills its rank when the launcher is gone; it then exits, and with the
   ranks gone the forkserver does too. DataLoader workers watch their rank and exit with it.
 * Each rank's stdout and stderr (file descriptors 1 and 2, so C++ output too) go to its log file.
+* multiprocessing's own temp folders (``pymp-*``, holding its sockets: the launcher's forkserver listener, one
+  per rank) are made inside a folder the launcher owns, ``<temp>/diageval-mp-<pid>-*``
+  (:func:`~diageval.fileio.owned_temp_dir`): multiprocessing removes each at a normal exit, but a ``record`` or
+  ``run`` killed with SIGKILL left one ``pymp-*`` per recording in the temp folder, with no owner in its name.
+  The next recording (and every ``run`` and ``diagnose``, through ``remove_stale_boxes``) removes the owned
+  folders whose launcher is dead, and whatever they hold.
 * ``run_ranks`` waits until every rank exits or ``timeout_s`` passes; then it stops what is left and
   raises :class:`RecordingError` naming the rank that hung (or the first that failed, with its log's tail).
   Exit codes in ``accepted_exit_codes`` (a job that failed as its case intends, having written its
@@ -42,10 +48,16 @@ from pathlib import Path
 from typing import Any
 
 from diageval.errors import DiagevalError
+from diageval.fileio import owned_temp_dir, remove_stale_temp_dirs
 
 PRELOAD = ["torch", "torch._dynamo", "torch.distributed", "diageval.recording.rank_worker"]
 STOP_WAIT_S = 5.0  # how long a rank's parent gets to exit after SIGTERM (it kills the rank) before SIGKILL
 LAUNCHER_POLL_S = 0.5  # how often a rank's parent checks that the launcher is still there
+MP_PREFIX = "diageval-mp-"  # the owned folder of a launcher's multiprocessing temp folders (pymp-*)
+# A socket's path holds at most 107 bytes (Linux's sun_path, less its NUL); multiprocessing puts its listeners at
+# <its folder>/listener-XXXXXXXX, its folder being <temp>/pymp-XXXXXXXX: the owned folder costs 27 of them.
+_SOCKET_PATH_MAX = 107
+_MP_SOCKET_TAIL = len("/pymp-12345678/listener-12345678")
 
 
 class RecordingError(DiagevalError):
@@ -56,6 +68,44 @@ def _context() -> multiprocessing.context.BaseContext:
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
     return ctx
+
+
+def _mp_temp_dir_in(folder: str) -> str:
+    """This process's multiprocessing temp folder (``pymp-*``), made inside ``folder`` unless it exists already.
+
+    multiprocessing makes it, once per process, with ``tempfile.mkdtemp`` in ``tempfile.gettempdir()`` and removes
+    it at exit; pointing ``tempfile.tempdir`` at ``folder`` for that one call is the only public way to place it.
+    Another thread's temp file made in that instant lands in ``folder`` too, which is removed with this process."""
+    import multiprocessing.util
+    import tempfile
+
+    saved = tempfile.tempdir
+    tempfile.tempdir = folder
+    try:
+        return multiprocessing.util.get_temp_dir()
+    finally:
+        tempfile.tempdir = saved
+
+
+def launcher_temp_dir() -> str:
+    """The launcher's multiprocessing temp folder, inside an owned ``diageval-mp-<pid>-*`` folder (removed at exit
+    after multiprocessing's own; by the next start after a SIGKILL); stale owned folders are removed first."""
+    import multiprocessing.util
+    import shutil
+    import tempfile
+
+    parent = Path(tempfile.gettempdir())
+    remove_stale_temp_dirs(parent, MP_PREFIX)
+    owned = owned_temp_dir(parent, MP_PREFIX)
+    if len(os.fsencode(owned)) + _MP_SOCKET_TAIL > _SOCKET_PATH_MAX:  # a long $TMPDIR: a socket's path would not fit
+        owned.rmdir()
+        return multiprocessing.util.get_temp_dir()  # where multiprocessing puts it (a SIGKILL leaves it, as before)
+    made = _mp_temp_dir_in(str(owned))
+    if Path(made).parent == owned:  # multiprocessing's Finalize (priority -100) removes ``made``, then this one
+        multiprocessing.util.Finalize(None, shutil.rmtree, args=(str(owned), True), exitpriority=-101)
+    else:  # made before the first recording of this process, elsewhere: the ranks' go inside it all the same
+        owned.rmdir()
+    return made
 
 
 def die_with_parent() -> None:
@@ -73,7 +123,8 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-def _rank_entry(target: Callable[..., Any], args: tuple, log_path: str, report: Any, launcher_pid: int) -> None:
+def _rank_entry(target: Callable[..., Any], args: tuple, log_path: str, report: Any, launcher_pid: int,
+                mp_dir: str) -> None:
     """Forkserver child: fork the rank, send its pid through ``report``, reap, exit with the rank's status.
 
     The rank (the forked child) returns from here into multiprocessing's own bootstrap, which runs its exit
@@ -86,7 +137,7 @@ def _rank_entry(target: Callable[..., Any], args: tuple, log_path: str, report: 
     if pid == 0:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         report.close()
-        _run_rank(target, args, log_path)
+        _run_rank(target, args, log_path, mp_dir)
         return
     try:
         report.send(pid)
@@ -143,9 +194,11 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _run_rank(target: Callable[..., Any], args: tuple, log_path: str) -> None:
-    """The rank: die with its parent, send fds 1 and 2 to the rank's log, then run ``target(*args)``."""
+def _run_rank(target: Callable[..., Any], args: tuple, log_path: str, mp_dir: str) -> None:
+    """The rank: die with its parent, send fds 1 and 2 to the rank's log, put its multiprocessing temp folder
+    inside the launcher's (``mp_dir``; its DataLoader workers share it), then run ``target(*args)``."""
     die_with_parent()
+    _mp_temp_dir_in(mp_dir)
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -183,6 +236,7 @@ def run_ranks(
     ``on_started`` receives the ranks' pids once all have started (the metrics sampler uses them).
     """
     ctx = _context()
+    mp_dir = launcher_temp_dir()  # before the forkserver starts: its listener's socket goes there
     procs = []
     try:
         pid_readers = []
@@ -190,7 +244,8 @@ def run_ranks(
             Path(log).parent.mkdir(parents=True, exist_ok=True)
             reader, writer = ctx.Pipe(duplex=False)
             # not daemonic: ranks start DataLoader workers
-            p = ctx.Process(target=_rank_entry, args=(target, args, str(log), writer, os.getpid()), daemon=False)
+            p = ctx.Process(target=_rank_entry, args=(target, args, str(log), writer, os.getpid(), mp_dir),
+                            daemon=False)
             p.start()
             writer.close()
             procs.append(p)

@@ -10,6 +10,7 @@ the corpus of ``--cases`` and ``leak`` its public words; no bundle is mapped to 
 
 from __future__ import annotations
 
+import os
 import secrets
 import sys
 import tempfile
@@ -35,7 +36,7 @@ def diagnose_bundle(spec: str, bundle_dir: Path, policy: HostPolicy) -> Attempt:
         handover = host.handover(load_case_set(policy.cases_dir)) if host.role.handover else None
         slot = host.slot(handover=handover)
         try:
-            with tempfile.TemporaryDirectory(prefix="diageval-diagnose-") as tmp:
+            with tempfile.TemporaryDirectory(prefix=f"diageval-diagnose-{os.getpid()}-") as tmp:  # remove_stale_boxes
                 attempt = slot.diagnose(bundle.root, Path(tmp), bundle_id=secrets.token_hex(16))
                 for name in (STDOUT_NAME, STDERR_NAME):
                     path = Path(tmp) / name
