@@ -80,6 +80,18 @@ def test_a_scaled_straggler_is_found_at_its_drawn_rank_and_every_rank_is_consist
     assert len(raws) == 16  # jittered: no two ranks' events are the same
 
 
+def test_no_rank_log_marks_the_kept_rank(tmp_path):
+    """Issue 44: the kept rank's own log was the only one unlike the copies (its losses, its failure line), which
+    named the culprit of 7 of 7 scale bundles without a look at a trace. Every scaled rank's log is now the copied
+    rank's: with the rank and world size taken out, all 16 read the same."""
+    base = _base(tmp_path, _straggler)
+    (base / "logs" / "rank1.log").write_text("rank 1/2 on cpu (gloo): 30 steps\nstep 0 loss 2.3026\nstep 5 failed: stalled\n")
+    (base / "logs" / "rank0.log").write_text("rank 0/2 on cpu (gloo): 30 steps\nstep 0 loss 2.2991\ntraining done\n")
+    scaled = _scaled(tmp_path, base)  # kept rank 1 at rank 11, copies of rank 0
+    texts = {(scaled / "logs" / f"rank{r}.log").read_text().replace(f"rank {r}/16", "rank R/16") for r in range(16)}
+    assert texts == {"rank R/16 on cpu (gloo): 30 steps\nstep 0 loss 2.2991\ntraining done\n"}
+
+
 def test_copies_keep_the_step_level_figures_and_ranks_of_a_host_share_a_clock(tmp_path):
     base = _base(tmp_path)
     scaled = _scaled(tmp_path, base, jitter_seed=7)

@@ -36,6 +36,12 @@ What each scaled rank gets, from its source rank (decided here, the issue being 
 * **Sampling.** With ``traced_ranks`` only those ranks' traces are written, as ``sample_rank_traces``
   leaves a bundle (every rank's step log, metrics, log and dump stay).
 
+* **Logs.** Every scaled rank's log is the copied rank's, renumbered and moved onto its host's clock like
+  the rest of its evidence, the kept rank's included: a log of its own was the one log unlike the 1000 copies
+  and named the culprit without a look at its trace (issue 44: the true rank in 7 of 7 scale bundles). What
+  the kept rank did shows in its trace, step log and metrics; its printed lines (losses, a failure message)
+  are the copied rank's, as on every other rank.
+
 Host-scope metric samples (one host's, as recorded) are kept as they are; per-rank metric values are the
 source rank's (the warp moves only their times).
 """
@@ -115,8 +121,9 @@ class ScaleOut(BundleFault):
                 _write_trace(bundle_dir / f"rank{rank}" / "trace.json.gz", src, warp, skew_us, identity)
             step_rows += _moved_rows(src.steps, rank, src.base_us, warp, skew_us, ("t_start", "t_end"))
             metric_rows += _moved_rows(src.metrics, rank, src.base_us, warp, skew_us, ("time",))
-            if src.log is not None:
-                log = _RANK_LINE.sub(lambda m: f"rank {rank}/{n}", identity.renumber(src.log))
+            copied = sources[p.copied_rank]  # every rank's log from one source (module doc: Logs)
+            if copied.log is not None:
+                log = _RANK_LINE.sub(lambda m: f"rank {rank}/{n}", identity.renumber(copied.log))
                 (bundle_dir / "logs").mkdir(exist_ok=True)
                 (bundle_dir / "logs" / f"rank{rank}.log").write_text(shift_log_stamps(log, skew_us / 1e6))
             if src.dump is not None:
