@@ -411,6 +411,8 @@ def test_the_public_case_files_do_not_look_a_bundle_up(arena, evidence, monkeypa
     null = run(arena, "null", f"lookup-null-{evidence}", case_ids=cases, evidence_fn=source)
     cheat = run(arena, "cheaters:LookupCheater", f"lookup-{evidence}", case_ids=cases, evidence_fn=source)
     gain = cheat.summary.metrics.skill.value - null.summary.metrics.skill.value
+    print(f"{evidence}: {len(cases)} cases, lookup skill {cheat.summary.metrics.skill.value:.3f}, "
+          f"null {null.summary.metrics.skill.value:.3f}, gain {gain:+.3f}")
     if evidence == "drawn":
         assert_scores_like_null(cheat)
         assert gain <= 0.01
