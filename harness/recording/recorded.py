@@ -143,7 +143,9 @@ def import_recorded(loaded: LoadedCase, *, data_dir: Path | None = None, cache_d
                 staged.append(link)
             imported = import_traces(staged, Path(stage) / "bundle")
             reissue(imported, secrets.randbits(63))
-            if folder.exists():
+            if (folder / MANIFEST_NAME).is_file():  # another process imported it meanwhile: its bundle stays
+                return folder
+            if folder.exists():  # a folder without a manifest: a torn earlier attempt
                 shutil.rmtree(folder)
             imported.rename(folder)
     return folder
