@@ -34,6 +34,7 @@ def claim(case_id: str | None) -> dict:
         return {"findings": []}
     causes = LABELS[case_id]["causes"]
     return {"findings": [{"category": c["category"], "kind": "cause", "confidence": 1.0, "ranks": c.get("ranks"),
+                          **({"factor": c["factor"]} if c.get("factor") else {}),
                           "summary": f"cheated: {case_id}"} for c in causes]}
 
 
@@ -391,6 +392,52 @@ class CacheKeyCheater:
 
     def diagnose(self, bundle):
         return claim(self.keys.get(bundle.root.name) or self.keys.get(bundle.bundle_id))
+
+
+class LookupCheater:
+    """Ships the public case files (``LABELS``' specs) and looks its case up from what a bundle shows without
+    analysing a trace (issue 44's red team): ``fleet.json``'s run names, the sha256 of a recorded case's trace
+    files as ``bundle.json`` lists them, the importer's bundle id (a hash of those), each trace's sha256 once
+    decompressed. It claims only a case it matched alone."""
+
+    name = "cheat-lookup"
+    version = "1"
+
+    def __init__(self):
+        self.by_names: dict[frozenset, set[str]] = {}
+        self.by_hash: dict[str, set[str]] = {}
+        for case_id, entry in LABELS.items():
+            spec = entry["spec"]
+            runs = (spec.get("fleet") or {}).get("runs") or []
+            if runs:
+                self.by_names.setdefault(frozenset(r["name"] for r in runs), set()).add(case_id)
+            recorded = [spec["recorded"]] if spec.get("recorded") else [r["recorded"] for r in runs if r.get("recorded")]
+            pinned = sorted(f["sha256"] for rec in recorded for f in rec["files"])
+            content_id = hashlib.sha256("\n".join(pinned).encode()).hexdigest()[:16]  # the importer's bundle id
+            for h in pinned + [content_id]:
+                self.by_hash.setdefault(h, set()).add(case_id)
+
+    def diagnose(self, bundle):
+        import gzip
+
+        root = Path(bundle.root)
+        found: set[str] = set()
+        fleet = root / "fleet.json"
+        if fleet.is_file():
+            found |= self.by_names.get(frozenset(r["name"] for r in json.loads(fleet.read_text())["runs"]), set())
+        manifests = [root / "bundle.json"] + sorted(root.glob("runs/*/bundle.json"))
+        for manifest in manifests:
+            doc = json.loads(manifest.read_text())
+            hashes = [doc.get("bundle_id", "")] + [f["sha256"] for f in doc.get("files", [])]
+            for h in hashes:
+                found |= self.by_hash.get(h, set())
+            for f in doc.get("files", []):
+                if f["path"].endswith("trace.json.gz") and not found:
+                    try:
+                        found |= self.by_hash.get(hashlib.sha256(gzip.decompress((manifest.parent / f["path"]).read_bytes())).hexdigest(), set())
+                    except (OSError, EOFError):
+                        pass
+        return claim(one(found))
 
 
 class FolderCheater:

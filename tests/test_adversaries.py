@@ -104,8 +104,9 @@ CASES = ["straggler-rank1", "starved-loader-mlp", "mlp-ddp-healthy", "slow-first
 
 def run(arena, spec: str, run_id: str, **kw):
     kw.setdefault("case_ids", CASES)
+    kw.setdefault("evidence_fn", arena["evidence"])
     return run_with(spec, arena["case_set"], cases_dir=None, out_dir=arena["root"] / "runs", run_id=run_id,
-                    evidence_fn=arena["evidence"], timeout=60, progress=None, pass_env=("CHEATER_SCOPE", "CHEATER_MARKER"), **kw)
+                    timeout=60, progress=None, pass_env=("CHEATER_SCOPE", "CHEATER_MARKER"), **kw)
 
 
 def assert_scores_like_null(outcome):
@@ -408,3 +409,96 @@ def test_without_a_sandbox_nothing_runs_unless_asked_and_then_it_is_never_ranked
     board = render_leaderboard([null_run.summary, open_run.summary])
     row = next(line for line in board.splitlines() if "cheat-folder" in line)
     assert row.startswith("| –") and "no sandbox" in row  # listed, never ranked
+
+
+# --- issue 44 item 1: the public board looked up from what a bundle shows -------------------------------------
+
+
+class AssembledEvidence:
+    """The corpus' regressions, fleets and recorded cases as the real cache makes their bundles: a fleet assembled
+    by the real ``ensure_fleet_bundle`` (its members synthetic, under their real cache keys: no recording), a
+    recorded case imported from the real traces by the real ``import_recorded``."""
+
+    def __init__(self, cache: Path, data: Path | None, monkeypatch):
+        from fleet_fakes import member_bundle
+
+        import diageval.recording.cache as cache_module
+
+        self.cache, self.data = cache, data
+
+        def fake_member(member, device, *, repeat=0, cache_dir=None, force=False, role="case"):
+            key = cache_key(member, device, repeat)
+            folder = bundles_root(Path(cache_dir)) / key
+            if not (folder / "bundle.json").is_file():
+                member_bundle(folder, median_s=0.15 if member.faults else 0.1, noise=0.05, seed=repeat)
+            return key, folder, True
+
+        monkeypatch.setattr(cache_module, "ensure_bundle", fake_member)
+
+    def __call__(self, loaded, *, device: str = "auto", force: bool = False) -> FakePrepared:
+        from diageval.recording.fleet import ensure_fleet_bundle
+        from diageval.recording.recorded import import_recorded
+
+        case = loaded.case
+        if case.fleet is not None:
+            _, folder, _ = ensure_fleet_bundle(case, "cpu", cache_dir=self.cache, data_dir=self.data)
+        else:
+            folder = import_recorded(loaded, data_dir=self.data, cache_dir=self.cache)
+        bundle_id = json.loads((folder / "bundle.json").read_text())["bundle_id"]
+        verification = FakeVerification(manifested=True) if case.labels.expect == "diagnose" else None
+        return FakePrepared(case.id, folder, bundle_id, "0" * 64, verification)
+
+
+def _lookup_cases(arena, data: Path | None) -> list[str]:
+    """Every positive regression, fleet and recorded case that runs on a CPU machine (recorded ones only where the
+    real traces are here): the cases whose labels a lookup would earn."""
+    from diageval.recording.recorded import unavailable_cases
+
+    picked = [lc for lc in arena["case_set"].cases if lc.case.labels.expect == "diagnose" and lc.case.requires.device != "cuda"
+              and (lc.case.fleet is not None or lc.case.recorded is not None)]
+    absent = set(unavailable_cases(picked, data)) if data is not None else {lc.case.id for lc in picked if lc.case.recorded_files()}
+    return [lc.case.id for lc in picked if lc.case.id not in absent]
+
+
+def _today(monkeypatch) -> None:
+    """The evidence as it was before issue 44: fleet.json names and orders the runs as the case file does, and an
+    imported trace keeps its bytes (so bundle.json lists the sha256 the case file pins, and the bundle id hashes them)."""
+    import diageval.recording.fleet as fleet_module
+    import diageval.recording.recorded as recorded_module
+    from diageval.recording.truth import FleetDraw
+
+    monkeypatch.setattr(fleet_module, "draw_runs", lambda case, seed: FleetDraw(
+        seed=seed, names={r.name: r.name for r in case.fleet.runs}, starts={r.name: r.start for r in case.fleet.runs}))
+    monkeypatch.setattr(recorded_module, "reissue", lambda bundle_dir, seed: None)
+
+
+@pytest.mark.parametrize("evidence", ["drawn", "today"])
+def test_the_public_case_files_do_not_look_a_bundle_up(arena, evidence, monkeypatch, tmp_path):
+    """A diagnoser that ships the public case files and matches fleet.json's run names, the pinned sha256 of a
+    recorded trace (as bundle.json lists it, as the importer's bundle id hashes it, or of the trace decompressed)
+    scores no better than null: within 0.01 skill, no claim credited. The positive control: the same cheater given
+    the evidence as it was made before issue 44 (run names from the case file, traces kept byte for byte) finds its
+    cases and scores well above null, so the test shows the route is closed, not the cheater broken."""
+    from diageval.paths import real_traces_dir
+
+    data = real_traces_dir()
+    cases = _lookup_cases(arena, data)
+    assert sum(arena["case_set"].get(c).case.fleet is not None for c in cases) >= 10
+    if evidence == "today":
+        _today(monkeypatch)
+    source = AssembledEvidence(tmp_path / "cache", data, monkeypatch)
+    null = run(arena, "null", f"lookup-null-{evidence}", case_ids=cases, evidence_fn=source)
+    cheat = run(arena, "cheaters:LookupCheater", f"lookup-{evidence}", case_ids=cases, evidence_fn=source)
+    gain = cheat.summary.metrics.skill.value - null.summary.metrics.skill.value
+    print(f"{evidence}: {len(cases)} cases, lookup skill {cheat.summary.metrics.skill.value:.3f}, "
+          f"null {null.summary.metrics.skill.value:.3f}, gain {gain:+.3f}")
+    if evidence == "drawn":
+        assert_scores_like_null(cheat)
+        assert gain <= 0.01
+    else:
+        credited = {r.case_id for r in RunStore(cheat.run_dir).read_results() if any(v.credited for v in r.verdicts)}
+        fleets = {c for c in cases if arena["case_set"].get(c).case.fleet is not None}
+        assert len(credited & fleets) >= len(fleets) // 2, sorted(credited)
+        if data is not None:
+            assert credited - fleets, "no recorded case looked up from its pinned trace hashes"
+        assert gain > 0.1

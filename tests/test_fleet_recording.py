@@ -21,7 +21,7 @@ from diageval.diagnosis import FactorRef
 from diageval.fileio import read_jsonl, write_jsonl
 from diageval.recording.bundle_writer import write_info
 from diageval.recording.faults import FAULTS
-from diageval.recording.fleet import fleet_runs, members_with_repeats, move_to_start
+from diageval.recording.fleet import draw_runs, fleet_runs, members_with_repeats, move_to_start
 from diageval.recording.fleet_verify import FLEET_ALPHA, fleet_effects, permutation_p
 from tests.test_bundle_leaks import forbidden_words
 from tests.test_fleet_cases import fleet_case
@@ -144,7 +144,7 @@ def test_the_version_faults_hooks():
 def test_no_fleet_json_of_the_corpus_names_a_case_fault_or_cause(corpus, fleets):
     words = forbidden_words(corpus)
     for case in fleets:
-        text = Fleet(runs=fleet_runs(case)).model_dump_json().lower()
+        text = Fleet(runs=fleet_runs(case, draw_runs(case, seed=0))).model_dump_json().lower()
         assert [w for w in words if w in text] == [], case.id
 
 
@@ -172,7 +172,7 @@ def test_no_label_blind_rule_on_fleet_json_finds_the_factor_at_fault(how, fleets
     hits = 0
     for case in positives:
         labeled = {c.factor for c in case.labels.causes}
-        hits += bool(_pick(Fleet(runs=fleet_runs(case)), how) & labeled)
+        hits += bool(_pick(Fleet(runs=fleet_runs(case, draw_runs(case, seed=0))), how) & labeled)
     assert hits <= len(positives) / 2, f"{how}: {hits} of {len(positives)}"
     at_fault = Counter(c.factor for case in positives for c in case.labels.causes)
     assert max(at_fault.values()) <= len(positives) / 2, at_fault
@@ -265,3 +265,64 @@ def test_force_records_every_member_and_pair_again_once(kind, tmp_path, monkeypa
     fleet_evidence(case, device="cpu", cache_dir=tmp_path / "cache", force=True)
     recorded = [(m, r) for m, r, force in calls if force]
     assert sorted(recorded) == sorted(set((m, r) for m, r, _ in first))  # each one again, and once
+
+
+# --- issue 44 item 1: what an assembly draws -------------------------------------------------------------------
+
+
+def test_a_draw_renames_every_run_and_reorders_a_fleet_but_not_a_regression():
+    from tests.test_fleet_cases import regression_case
+
+    fleet = Case.model_validate(fleet_case())
+    draws = [draw_runs(fleet, seed) for seed in range(20)]
+    case_names = {r.name for r in fleet.fleet.runs}
+    for draw in draws:
+        assert set(draw.names) == case_names and not set(draw.names.values()) & case_names
+        assert len(set(draw.names.values())) == len(case_names)
+        assert sorted(draw.starts.values()) == list(range(len(case_names)))
+        runs = fleet_runs(fleet, draw)  # fleet.json: drawn names, listed in drawn start order, the case's metadata
+        assert [r.start for r in runs] == sorted(r.start for r in runs)
+        by_case = {draw.names[r.name]: r for r in fleet.fleet.runs}
+        assert all(dict(by_case[r.name].metadata) == r.metadata for r in runs)
+    assert len({tuple(d.starts[n] for n in sorted(case_names)) for d in draws}) == 20  # orders differ between draws
+    assert draw_runs(fleet, 3) == draws[3]  # the seed (kept in the truth record) gives the draw again
+    pair = Case.model_validate(regression_case())
+    for seed in range(5):
+        runs = fleet_runs(pair, draw_runs(pair, seed))
+        assert [r.role for r in runs] == ["baseline", "candidate"] and {r.name for r in runs}.isdisjoint({"job-base", "job-cand"})
+
+
+def test_each_assembly_draws_anew_and_the_verification_reads_the_runs_under_the_case_names(tmp_path, monkeypatch):
+    import diageval.recording.cache as cache_module
+    from diageval.bundle.fleet import read_fleet
+    from diageval.recording.cache import cache_key, read_truth
+    from diageval.recording.fleet_verify import fleet_evidence, fleet_verification_path
+    from tests.fleet_fakes import member_bundle
+
+    def fake_ensure_bundle(member, device, *, repeat=0, cache_dir=None, force=False, **_):
+        folder = tmp_path / "members" / f"{member.id}-{repeat}"
+        if not folder.exists():
+            member_bundle(folder, median_s=0.3 if member.faults else 0.1, noise=0.01, seed=repeat)
+        return f"{member.id}-{repeat}", folder, True
+
+    monkeypatch.setattr(cache_module, "ensure_bundle", fake_ensure_bundle)
+    case = Case.model_validate(fleet_case())
+    case_names = {r.name for r in case.fleet.runs}
+    seen = []
+    for cache in (tmp_path / "a", tmp_path / "b"):
+        folder, verification = fleet_evidence(case, device="cpu", cache_dir=cache)
+        fleet = read_fleet(EvidenceBundle.open(folder))
+        names = {r.name for r in fleet.runs}
+        assert not names & case_names
+        key = cache_key(case, "cpu")
+        draw = read_truth(cache, key).fleet_draw
+        assert draw is not None and set(draw.names.values()) == names
+        assert draw.names.keys() == case_names
+        texts = [f.read_bytes() for f in folder.rglob("*") if f.is_file() and not f.name.endswith(".gz")]
+        assert not [n for n in case_names for t in texts if n.encode() in t]  # no case run name in any file of the bundle
+        stored = json.loads(fleet_verification_path(cache, key).read_text())
+        assert set(stored["run_metric"]) == case_names and verification.manifested
+        slow = {r.name for r in case.fleet.runs if case.fleet.faults_of(r)}
+        assert all((stored["run_metric"][n] > 0.2) == (n in slow) for n in case_names)  # each run's own member
+        seen.append(names)
+    assert seen[0] != seen[1]

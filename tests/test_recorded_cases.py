@@ -83,6 +83,38 @@ def test_absent_file_is_unavailable_and_a_changed_file_an_error_naming_it(tmp_pa
         prepare(wrong, data_dir=tmp_path / "data")
 
 
+@pytest.mark.parametrize("compressed", [True, False])
+def test_nothing_the_case_file_pins_reaches_the_bundle(tmp_path, compressed):
+    """Issue 44: the importer kept a gzipped trace byte for byte and named the bundle by the traces' sha256, so
+    bundle.json listed the sha256 the public case file pins (a lookup key: +0.139 over null). Each import is
+    re-issued from a fresh draw: neither the file's, the decompressed content's nor the bundle id's hash is the
+    pinned one or the importer's hash of it, two imports differ, and the trace's events are those of the file."""
+    import json
+
+    from diageval.recording.recorded import import_recorded
+
+    trace = gpu_trace(tmp_path / "data" / "job" / "rank0.json.gz")
+    if not compressed:
+        trace = trace.with_name("rank0.json")
+        trace.write_bytes(gzip.decompress((tmp_path / "data" / "job" / "rank0.json.gz").read_bytes()))
+    raw = trace.read_bytes()
+    sha = hashlib.sha256(raw).hexdigest()
+    loaded = _loaded(tmp_path, Case.model_validate(_recorded(f"job/{trace.name}", sha)))
+    seen = set()
+    for cache in ("a", "b"):
+        folder = import_recorded(loaded, data_dir=tmp_path / "data", cache_dir=tmp_path / cache)
+        bundle = EvidenceBundle.open(folder)
+        assert bundle.verify_checksums() == []
+        manifest = (folder / "bundle.json").read_text()
+        content = gzip.decompress((folder / "rank0" / "trace.json.gz").read_bytes())
+        pinned_id = hashlib.sha256(sha.encode()).hexdigest()[:16]  # what the importer names a bundle of that file
+        assert sha not in manifest and pinned_id not in manifest and hashlib.sha256(content).hexdigest() != sha
+        assert json.loads(content) == json.loads(gzip.decompress(raw) if compressed else raw)
+        assert "rank0.json" not in manifest and "job/" not in manifest  # no file name from the case file
+        seen.add((bundle.bundle_id, bundle.manifest.files[0].sha256))
+    assert len(seen) == 2
+
+
 def test_run_reports_unavailable_apart(tmp_path):
     from run_fakes import make_case_set
 

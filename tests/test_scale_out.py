@@ -80,6 +80,36 @@ def test_a_scaled_straggler_is_found_at_its_drawn_rank_and_every_rank_is_consist
     assert len(raws) == 16  # jittered: no two ranks' events are the same
 
 
+def test_no_rank_log_marks_the_kept_rank(tmp_path):
+    """Issue 44: the kept rank's own log was the only one unlike the copies (its losses, its failure line), which
+    named the culprit of 7 of 7 scale bundles without a look at a trace. Every scaled rank's log is now the copied
+    rank's: with the rank and world size taken out, all 16 read the same."""
+    base = _base(tmp_path, _straggler)
+    (base / "logs" / "rank1.log").write_text("rank 1/2 on cpu (gloo): 30 steps\nstep 0 loss 2.3026\nstep 5 failed: stalled\n")
+    (base / "logs" / "rank0.log").write_text("rank 0/2 on cpu (gloo): 30 steps\nstep 0 loss 2.2991\ntraining done\n")
+    scaled = _scaled(tmp_path, base)  # kept rank 1 at rank 11, copies of rank 0
+    texts = {(scaled / "logs" / f"rank{r}.log").read_text().replace(f"rank {r}/16", "rank R/16") for r in range(16)}
+    assert texts == {"rank R/16 on cpu (gloo): 30 steps\nstep 0 loss 2.2991\ntraining done\n"}
+
+
+def test_two_derivations_with_one_case_seed_draw_apart(tmp_path):
+    """Issue 44: the trace ids, process ids and clock offsets of a scaled bundle came from the case's jitter_seed
+    alone, which the public case file states, so they could be computed from it and matched. Each derivation now
+    mixes a fresh seed in: the same case derived twice shares no trace id."""
+    base = _base(tmp_path)
+    for r in (0, 1):  # Kineto's trace id, as a recorded trace carries one
+        doc = _trace(base, r)
+        (base / f"rank{r}" / "trace.json.gz").write_bytes(gzip.compress(json.dumps({**doc, "trace_id": f"{r:032X}"}).encode()))
+    derive_bundle(base, tmp_path / "base-ok", [])  # the manifest over the rewritten traces
+    ids, pids = [], []
+    for name in ("one", "two"):
+        scaled = _scaled(tmp_path / name, tmp_path / "base-ok", jitter_seed=7)
+        docs = [_trace(scaled, r) for r in range(16)]
+        ids.append({d["trace_id"] for d in docs})
+        pids.append({e["pid"] for d in docs for e in d["traceEvents"] if e.get("ph") == "X"})
+    assert len(ids[0]) == 16 and not ids[0] & ids[1] and pids[0] != pids[1]
+
+
 def test_copies_keep_the_step_level_figures_and_ranks_of_a_host_share_a_clock(tmp_path):
     base = _base(tmp_path)
     scaled = _scaled(tmp_path, base, jitter_seed=7)

@@ -14,10 +14,26 @@ is shifted so that its first step starts at the run's scheduled start (:func:`di
 and its ``bundle.json`` gets a fresh id and that start as its creation time. Without the shift, when each member
 was recorded would say which runs this case recorded for itself (the faulty ones, when the healthy ones come
 from the cache).
+
+What the assembly draws (issue 44 item 1: what a bundle shows without analysis must not name a public case).
+The case file's run names are opaque words that also stand in the public case file: written into ``fleet.json``
+as they are, they let a diagnoser that ships the public cases look the case up (measured: +0.223 over null).
+So each assembly draws, from a fresh seed (:func:`draw_runs`), every run's name (``job-`` and 6 hex digits) and,
+for a fleet, the runs' start order (a regression keeps baseline before candidate: its roles say which is which
+anyway). Nothing a label or the verification depends on follows these: labels and diagnoses name *factor
+values* (``causes[].factor``, ``aliased``, a finding's ``factor``), never run names or start order, and the
+members are recorded independently of the schedule, so the scorer needs no mapping. The draw is kept in the
+bundle's truth record (:class:`~diageval.recording.truth.FleetDraw`, outside every bundle folder, never in the
+box); the verification reads the runs back under the case's names through :func:`case_run_names`.
+The metadata values are not drawn: labels and diagnoses name them, so a draw would have to be carried into
+every label and mapped back out of every finding, and the metadata's *structure* (which runs share which
+values) identifies a public fleet whatever its words are; only a held-out split closes that (README).
 """
 
 from __future__ import annotations
 
+import random
+import secrets
 import shutil
 import uuid
 from collections import Counter
@@ -28,6 +44,9 @@ from diageval.bundle.fleet import FleetRunInfo, start_times, write_fleet
 from diageval.bundle.model import MANIFEST_NAME, BundleManifest, describe_files
 from diageval.cases.model import Case, FleetRun
 from diageval.fileio import append_jsonl, atomic_write_text, owned_temp_dir, read_jsonl, write_jsonl
+from diageval.recording.truth import FleetDraw
+
+DRAWN_NAME_HEX = 6  # job-xxxxxx: 16.7 M names, so two runs of one fleet (at most 16) almost never collide (redrawn then)
 
 
 def repeat_base(case: Case) -> int:
@@ -78,14 +97,16 @@ def ensure_fleet_bundle(case: Case, device: str, *, force: bool = False, cache_d
     else:
         for run, member, repeat in members_with_repeats(case):
             _, members[run.name], _ = ensure_bundle(member, device, repeat=repeat, cache_dir=cache, force=force)
-    runs = fleet_runs(case)
+    draw = draw_runs(case, secrets.randbits(63))  # a fresh draw per assembly; it stays in the truth record
+    runs = fleet_runs(case, draw)
+    case_names = draw.case_names()
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = owned_temp_dir(folder.parent, TMP_PREFIX)
     try:
         staged = tmp / "members"
         for info in runs:  # each member copied and moved onto the fleet's schedule before the fleet is written
             dest = staged / info.name
-            shutil.copytree(members[info.name], dest)
+            shutil.copytree(members[case_names[info.name]], dest)
             move_to_start(dest, info.start)
         out = tmp / "fleet"
         write_fleet(out, runs, {info.name: staged / info.name for info in runs})
@@ -96,7 +117,10 @@ def ensure_fleet_bundle(case: Case, device: str, *, force: bool = False, cache_d
         shutil.rmtree(tmp, ignore_errors=True)
     previous = read_truth(cache, key)
     if previous is None or previous.case_id != case.id or force:
-        write_truth(cache, TruthRecord(case_id=case.id, role="case", key=key, repeat=0, recorded=datetime.now(timezone.utc)))
+        write_truth(cache, TruthRecord(case_id=case.id, role="case", key=key, repeat=0, recorded=datetime.now(timezone.utc),
+                                       fleet_draw=draw))
+    else:  # the bundle was assembled again (its folder was gone): its verification stays, its draw is the new one
+        write_truth(cache, previous.model_copy(update={"fleet_draw": draw}))
     append_jsonl(cache / "index.jsonl", {"case_id": case.id, "role": "case", "key": key, "repeat": 0, "device": device,
                                          "recorded": datetime.now(timezone.utc).isoformat()})
     return key, folder, True
@@ -117,13 +141,43 @@ def import_recorded_runs(case: Case, *, cache_dir: Path, data_dir: Path | None, 
     return out
 
 
-def fleet_runs(case: Case) -> list[FleetRunInfo]:
-    """fleet.json's runs of ``case``: name, metadata, scheduled start, role, bundle folder; nothing else."""
+def draw_runs(case: Case, seed: int) -> FleetDraw:
+    """Each run's name in fleet.json (``job-`` and :data:`DRAWN_NAME_HEX` hex digits, distinct) and start order (a
+    fleet: a permutation of the runs; a regression: the case's, baseline first), drawn from ``seed``."""
     assert case.fleet is not None
-    ordered = case.fleet.ordered()
-    starts = start_times([r.start for r in ordered])
-    return [FleetRunInfo(name=r.name, metadata=dict(r.metadata), start=t, role=r.role, bundle=f"runs/{r.name}")
-            for r, t in zip(ordered, starts)]
+    rng = random.Random(seed)
+    runs = case.fleet.ordered()
+    names: dict[str, str] = {}
+    for r in runs:
+        drawn = f"job-{rng.getrandbits(4 * DRAWN_NAME_HEX):0{DRAWN_NAME_HEX}x}"
+        while drawn in names.values():
+            drawn = f"job-{rng.getrandbits(4 * DRAWN_NAME_HEX):0{DRAWN_NAME_HEX}x}"
+        names[r.name] = drawn
+    order = list(range(len(runs)))
+    if case.kind == "fleet":
+        rng.shuffle(order)
+    return FleetDraw(seed=seed, names=names, starts={r.name: o for r, o in zip(runs, order)})
+
+
+def fleet_runs(case: Case, draw: FleetDraw) -> list[FleetRunInfo]:
+    """fleet.json's runs of ``case`` under ``draw``, in their drawn start order: name, metadata, scheduled start,
+    role, bundle folder; nothing else."""
+    assert case.fleet is not None
+    ordered = sorted(case.fleet.runs, key=lambda r: draw.starts[r.name])
+    starts = start_times([draw.starts[r.name] for r in ordered])
+    return [FleetRunInfo(name=draw.names[r.name], metadata=dict(r.metadata), start=t, role=r.role,
+                         bundle=f"runs/{draw.names[r.name]}") for r, t in zip(ordered, starts)]
+
+
+def case_run_names(cache_dir: Path, key: str) -> dict[str, str]:
+    """The fleet bundle ``key``'s run names (fleet.json's) -> the case's, from its truth record; the identity for
+    a bundle assembled before runs were drawn (its fleet.json names the runs as the case does)."""
+    from diageval.recording.cache import read_truth
+
+    truth = read_truth(Path(cache_dir), key)
+    if truth is None or truth.fleet_draw is None:
+        return {}
+    return truth.fleet_draw.case_names()
 
 
 def move_to_start(bundle_dir: Path, start: datetime) -> None:

@@ -133,15 +133,18 @@ def verify_fleet(case: Case, *, device: str, cache_dir: Path, force: bool = Fals
     from diageval.bundle.fleet import read_fleet
     from diageval.fileio import atomic_write_text
     from diageval.recording.cache import cache_key
-    from diageval.recording.fleet import ensure_fleet_bundle
+    from diageval.recording.fleet import case_run_names, ensure_fleet_bundle
 
     assert case.fleet is not None and case.manifest is not None and case.workload is not None
     m, n_steps = case.manifest, case.workload.steps
-    # the runs as the diagnoser sees them: the fleet bundle's own copies (step durations are the members')
-    _, folder, _ = ensure_fleet_bundle(case, device, cache_dir=cache_dir)
+    # the runs as the diagnoser sees them: the fleet bundle's own copies (step durations are the members'), read
+    # back under the case's run names (fleet.json's are drawn per assembly: fleet.py)
+    fleet_key, folder, _ = ensure_fleet_bundle(case, device, cache_dir=cache_dir)
     fleet = read_fleet(EvidenceBundle.open(folder))
     assert fleet is not None
-    run_metric = {r.name: run_steps_metric(fleet.open_run(r.name).steps(), m.metric, n_steps) for r in fleet.runs}
+    names = case_run_names(cache_dir, fleet_key)
+    run_metric = {names.get(r.name, r.name): run_steps_metric(fleet.open_run(r.name).steps(), m.metric, n_steps)
+                  for r in fleet.runs}
     members = members_with_repeats(case)
     clean = [run_metric[r.name] for r in case.fleet.runs if not case.fleet.faults_of(r)]
     noise = (max(clean) - min(clean)) / statistics.median(clean) if len(clean) > 1 else 0.0

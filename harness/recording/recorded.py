@@ -15,12 +15,22 @@ same traces share one bundle and a second run imports nothing.
   and edited, under a key that adds the edits.
 * A file whose sha256 differs: :class:`EvidenceChecksumError` naming the file, the expected and the
   actual checksum (a different file under the same name must not be judged against these labels).
+* Nothing the public case file pins reaches the bundle (issue 44 item 1): the importer keeps a gzipped
+  trace byte for byte and names the bundle by its traces' checksums, so ``bundle.json`` listed the very
+  sha256 the case file pins and a diagnoser shipping the public case files looked the case up from it
+  (measured: +0.139 over null). :func:`reissue` therefore writes each trace again from a fresh draw
+  (compressed anew with a drawn gzip time stamp, and a drawn run of whitespace after the JSON document,
+  which every JSON reader skips), so neither the file's nor its content's sha256 is the pinned one or one
+  computable from the case file, and gives the bundle a random id. The trace's events are untouched:
+  a real trace's content is public evidence (anyone holding the public traces can still recognise them;
+  ranking claims rest on the held-out split, README).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -28,7 +38,7 @@ from diageval.cases.load import LoadedCase
 from diageval.errors import DiagevalError
 from diageval.fileio import sha256_file
 
-IMPORT_VERSION = "recorded-1"  # bump when the importer's output for the same files changes
+IMPORT_VERSION = "recorded-2"  # bump when the importer's output for the same files changes
 
 
 class EvidenceUnavailable(DiagevalError):
@@ -123,13 +133,50 @@ def import_recorded(loaded: LoadedCase, *, data_dir: Path | None = None, cache_d
         shutil.rmtree(folder)
     if not (folder / MANIFEST_NAME).is_file():
         folder.parent.mkdir(parents=True, exist_ok=True)
-        # the importer builds a sibling temp folder and renames it into place; staging the files under
-        # rank-revealing names keeps the rank the case names (file names in the data folder may not say it)
+        # staging the files under rank-revealing names keeps the rank the case names (file names in the data
+        # folder may not say it); the import is re-issued in the stage and renamed into place whole
         with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".stage-") as stage:
             staged = []
             for f, path in zip(loaded.case.recorded.files, files):
                 link = Path(stage) / f"rank{f.rank}.{'json.gz' if path.name.endswith('.gz') else 'json'}"
                 link.symlink_to(path.resolve())
                 staged.append(link)
-            import_traces(staged, folder)
+            imported = import_traces(staged, Path(stage) / "bundle")
+            reissue(imported, secrets.randbits(63))
+            if (folder / MANIFEST_NAME).is_file():  # another process imported it meanwhile: its bundle stays
+                return folder
+            if folder.exists():  # a folder without a manifest: a torn earlier attempt
+                shutil.rmtree(folder)
+            imported.rename(folder)
     return folder
+
+
+MAX_PAD = 64  # the drawn whitespace after a trace's JSON document: 1 to 64 bytes
+
+
+def reissue(bundle_dir: Path, seed: int) -> None:
+    """Write every trace of the imported bundle at ``bundle_dir`` again from ``seed`` (module doc): the same
+    JSON document followed by a drawn run of whitespace, gzipped with a drawn time stamp; then a manifest with a
+    random bundle id and the new files' checksums."""
+    import gzip
+    import random
+    import shutil
+    import uuid
+
+    from diageval.bundle.model import MANIFEST_NAME, BundleManifest, describe_files, rank_trace_files
+    from diageval.fileio import atomic_write_text
+
+    rng = random.Random(seed)
+    for rank, trace in sorted(rank_trace_files(bundle_dir).items()):
+        fresh = trace.with_name(trace.name + ".reissued")
+        pad = "".join(rng.choice(" \n") for _ in range(rng.randint(1, MAX_PAD))).encode()
+        with gzip.open(trace, "rb") as fin, open(fresh, "wb") as raw:
+            with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1, mtime=rng.randint(1, 2**31 - 1)) as fout:
+                shutil.copyfileobj(fin, fout, 1 << 20)
+                fout.write(pad)
+        fresh.replace(trace)
+    manifest = BundleManifest.model_validate_json((bundle_dir / MANIFEST_NAME).read_bytes())
+    (bundle_dir / MANIFEST_NAME).unlink()
+    manifest = manifest.model_copy(update={"bundle_id": uuid.UUID(int=rng.getrandbits(128)).hex,
+                                           "files": describe_files(bundle_dir)})
+    atomic_write_text(bundle_dir / MANIFEST_NAME, manifest.model_dump_json(indent=2) + "\n")

@@ -75,6 +75,21 @@ class Verification(BaseModel):
         return "hard" if z < HARD_BELOW_Z else "easy" if z >= EASY_FROM_Z else "medium"
 
 
+class FleetDraw(BaseModel):
+    """What a fleet bundle's assembly drew for its runs (:func:`diageval.recording.fleet.draw_runs`): the seed and,
+    per run of the case (by its name in the case file), the name and start order ``fleet.json`` gives it. Kept
+    here, outside the bundle: the case file's run names must not reach a diagnoser (they name the case), and the
+    verification reads the runs back under the case's names through it."""
+
+    seed: int
+    names: dict[str, str] = Field(description="The case's run name -> the run's name in fleet.json")
+    starts: dict[str, int] = Field(description="The case's run name -> the run's start order in fleet.json")
+
+    def case_names(self) -> dict[str, str]:
+        """fleet.json's run name -> the case's."""
+        return {drawn: name for name, drawn in self.names.items()}
+
+
 class TruthRecord(BaseModel):
     """What the cache knows about a recording that must never be inside the bundle."""
 
@@ -84,3 +99,4 @@ class TruthRecord(BaseModel):
     repeat: int
     recorded: datetime
     verification: Verification | None = None
+    fleet_draw: FleetDraw | None = Field(None, description="A fleet or regression bundle: its runs' drawn names and order")

@@ -36,6 +36,17 @@ What each scaled rank gets, from its source rank (decided here, the issue being 
 * **Sampling.** With ``traced_ranks`` only those ranks' traces are written, as ``sample_rank_traces``
   leaves a bundle (every rank's step log, metrics, log and dump stay).
 
+* **Logs.** Every scaled rank's log is the copied rank's, renumbered and moved onto its host's clock like
+  the rest of its evidence, the kept rank's included: a log of its own was the one log unlike the 1000 copies
+  and named the culprit without a look at its trace (issue 44: the true rank in 7 of 7 scale bundles). What
+  the kept rank did shows in its trace, step log and metrics; its printed lines (losses, a failure message)
+  are the copied rank's, as on every other rank.
+
+* **Draws.** Every draw above (clock offsets, process ids and the trace ids made from them, warps) mixes a
+  fresh seed, drawn at each derivation and kept nowhere, into the case's ``jitter_seed``: the case file is
+  public, and draws from its seed alone could be computed from it and matched against a bundle's trace ids
+  and process ids (issue 44). Nothing a label says follows them.
+
 Host-scope metric samples (one host's, as recorded) are kept as they are; per-rank metric values are the
 source rank's (the warp moves only their times).
 """
@@ -46,6 +57,7 @@ import gzip
 import io
 import pickle
 import re
+import secrets
 import shutil
 import uuid
 from pathlib import Path
@@ -97,7 +109,8 @@ class ScaleOut(BundleFault):
         sources = {r: _Source(bundle_dir, r, traces[r], p.window_first_step, p.window_steps) for r in (p.kept_rank, p.copied_rank)}
         n = p.scaled_world_size
         traced = set(range(n)) if p.traced_ranks is None else set(p.traced_ranks)
-        rng = np.random.default_rng(p.jitter_seed)
+        seed = [p.jitter_seed, secrets.randbits(63)]  # the case's seed and a fresh one per derivation (module doc)
+        rng = np.random.default_rng(seed)
         host_offsets_us = rng.normal(0.0, HOST_CLOCK_SD_MS * 1000.0, size=(n + RANKS_PER_HOST - 1) // RANKS_PER_HOST)
         pids = rng.choice(np.arange(1000, 4_000_000), size=n, replace=False)
         for folder in [bundle_dir / f"rank{r}" for r in traces] + [bundle_dir / "logs", bundle_dir / "flight_recorder"]:
@@ -107,7 +120,7 @@ class ScaleOut(BundleFault):
         metric_rows: list[dict[str, Any]] = []
         for rank in range(n):
             src = sources[p.kept_rank if rank == p.kept_at_rank else p.copied_rank]
-            rank_rng = np.random.default_rng([p.jitter_seed, rank])
+            rank_rng = np.random.default_rng([*seed, rank])
             warp = _Warp(src.span_us, rank_rng)
             skew_us = float(host_offsets_us[rank // RANKS_PER_HOST])
             identity = _Identity(rank, n, int(pids[rank]), src.pid, rank // RANKS_PER_HOST)
@@ -115,8 +128,9 @@ class ScaleOut(BundleFault):
                 _write_trace(bundle_dir / f"rank{rank}" / "trace.json.gz", src, warp, skew_us, identity)
             step_rows += _moved_rows(src.steps, rank, src.base_us, warp, skew_us, ("t_start", "t_end"))
             metric_rows += _moved_rows(src.metrics, rank, src.base_us, warp, skew_us, ("time",))
-            if src.log is not None:
-                log = _RANK_LINE.sub(lambda m: f"rank {rank}/{n}", identity.renumber(src.log))
+            copied = sources[p.copied_rank]  # every rank's log from one source (module doc: Logs)
+            if copied.log is not None:
+                log = _RANK_LINE.sub(lambda m: f"rank {rank}/{n}", identity.renumber(copied.log))
                 (bundle_dir / "logs").mkdir(exist_ok=True)
                 (bundle_dir / "logs" / f"rank{rank}.log").write_text(shift_log_stamps(log, skew_us / 1e6))
             if src.dump is not None:
