@@ -195,6 +195,14 @@ def _range(values: list[float], *, relative: bool) -> float:
     return width / mid if mid > 0 else 0.0
 
 
+def relative_spread(values: Sequence[float]) -> float:
+    """The spread of one measure over healthy recordings (:func:`_range`, relative to its median), floored at
+    NOISE_FLOOR: how far one healthy recording's value moves from another's, the margin an effect must exceed.
+    The verification of a regression (its baseline's recordings) and of a fleet (its fault-free runs) holds what a
+    diagnoser is shown to it too (:mod:`diageval.recording.fleet_verify`)."""
+    return max(_range(list(values), relative=True), NOISE_FLOOR)
+
+
 def _per_rank(recordings: list[dict[int, RankMeans]], value) -> dict[int, float]:
     """Rank -> median over the recordings that hold the rank of ``value(RankMeans)``."""
     ranks = sorted({r for rec in recordings for r in rec})
@@ -271,8 +279,7 @@ def _relative_lift(case: list[dict[int, RankMeans]], twin: list[dict[int, RankMe
     in_case, in_twin = ratios(case), ratios(twin)
     if not in_case or not in_twin:
         return None, NOISE_FLOOR
-    return (statistics.median(in_case) / statistics.median(in_twin) - 1.0,
-            max(_range(in_twin, relative=True), NOISE_FLOOR))
+    return statistics.median(in_case) / statistics.median(in_twin) - 1.0, relative_spread(in_twin)
 
 
 def check_share(label: CauseLabel, kind: str, case: list[dict[int, RankMeans]], twin: list[dict[int, RankMeans]]) -> CauseSupport:

@@ -1,0 +1,115 @@
+"""Issue 44 item 3: every label checked against the evidence the diagnoser is SHOWN, not only against the
+recordings the verification made. No recording here: members are synthetic step logs (tests/fleet_fakes.py) and
+the control checks read synthetic traces."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from diageval.bundle.fleet import read_fleet
+from diageval.bundle.model import EvidenceBundle
+from diageval.cases.model import Case
+from diageval.recording.fleet_verify import labeled_runs_check, read_fleet_verification, shown_pair
+from diageval.recording.manifest_test import ManifestTest, metric_of
+from tests.fleet_fakes import member_bundle
+from tests.test_fleet_cases import fleet_case, regression_case
+
+
+def _fake_members(tmp_path: Path, monkeypatch, median_s) -> list[tuple[str, int, bool]]:
+    """Replace the member recorder: ``median_s(member, pair)`` is the member's step time in that pair (repeat less
+    the case's block start); returns the calls made (member id, repeat, force)."""
+    import diageval.recording.cache as cache_module
+
+    calls: list[tuple[str, int, bool]] = []
+    made: dict[tuple[str, int], Path] = {}
+    serial = itertools.count()
+
+    def fake_ensure_bundle(member, device, *, repeat=0, cache_dir=None, force=False, **_):
+        calls.append((member.id, repeat, force))
+        if (member.id, repeat) not in made or force:
+            folder = tmp_path / "members" / f"{member.id}-{repeat}-{next(serial)}"
+            made[(member.id, repeat)] = member_bundle(folder, median_s=median_s(member, repeat % 1000), noise=0.01,
+                                                      seed=len(made))
+        return f"{member.id}-{repeat}", made[(member.id, repeat)], True
+
+    monkeypatch.setattr(cache_module, "ensure_bundle", fake_ensure_bundle)
+    return calls
+
+
+def _shown_ratio(folder: Path) -> float:
+    fleet = read_fleet(EvidenceBundle.open(folder))
+    med = {role: metric_of([s.duration for s in fleet.open_run(fleet.role(role).name).steps()][2:], "step_time_median")
+           for role in ("baseline", "candidate")}
+    return med["candidate"] / med["baseline"]
+
+
+def test_a_regression_whose_shown_pair_reads_faster_is_shown_from_a_pair_that_holds_it(tmp_path, monkeypatch):
+    """The red team's case: manifested over many pairs while the one pair in the bundle read 0.88 (the candidate
+    faster). The bundle is now assembled from a recorded pair that shows the regression beyond the baseline's
+    spread; that pair is remembered, and reusing the verification records nothing again."""
+    from diageval.recording.cache import cache_key
+    from diageval.recording.fleet_verify import fleet_evidence
+
+    calls = _fake_members(tmp_path, monkeypatch,
+                          lambda member, pair: 0.1 if not member.faults else (0.088 if pair == 0 else 0.15))
+    case = Case.model_validate(regression_case())
+    cache = tmp_path / "cache"
+    folder, verification = fleet_evidence(case, device="cpu", cache_dir=cache)
+    assert verification.manifested and verification.label_problems == []
+    stored = read_fleet_verification(cache, cache_key(case, "cpu"))
+    assert stored.shown.pair != 0 and stored.shown.shown["pair 0"] == pytest.approx(0.88, abs=0.03)
+    assert _shown_ratio(folder) == pytest.approx(1.5, abs=0.05)  # what the diagnoser gets: the candidate slower
+    assert stored.run_metric == pytest.approx({"job-base": 0.1, "job-cand": 0.15}, rel=0.03)
+    calls.clear()
+    again, reused = fleet_evidence(case, device="cpu", cache_dir=cache)
+    assert again == folder and reused == verification and _shown_ratio(again) == pytest.approx(1.5, abs=0.05)
+    assert not any(force for *_, force in calls)
+
+
+def test_a_regression_shown_from_its_first_pair_when_that_pair_holds_it(tmp_path, monkeypatch):
+    from diageval.recording.cache import cache_key
+    from diageval.recording.fleet_verify import fleet_evidence
+
+    _fake_members(tmp_path, monkeypatch, lambda member, pair: 0.3 if member.faults else 0.1)
+    case = Case.model_validate(regression_case())
+    folder, verification = fleet_evidence(case, device="cpu", cache_dir=tmp_path / "cache")
+    assert verification.manifested and _shown_ratio(folder) == pytest.approx(3.0, rel=0.05)
+    assert read_fleet_verification(tmp_path / "cache", cache_key(case, "cpu")).shown.pair == 0
+
+
+def _test(shifts: list[float], estimate: float, manifested: bool = True) -> ManifestTest:
+    return ManifestTest(pairs=len(shifts), estimate=estimate, statistic=5.0, p_value=1e-4, alpha=0.01 / 6, min_ratio=1.2,
+                        shift_sd=0.19, autocorrelation=0.0, pair_shifts=shifts, manifested=manifested, decided=True)
+
+
+def test_a_regression_no_recorded_pair_of_which_shows_it_is_invalid_with_the_numbers():
+    # the baseline moved 0.100-0.104 s over the pairs: spread 5% (the floor); no pair reads above 1.05
+    check = shown_pair(_test([0.88, 1.02, 1.04], estimate=1.39), baselines=[0.100, 0.102, 0.104])
+    assert check.pair == 0 and check.spread == pytest.approx(0.05)
+    (problem,) = check.problems
+    assert "0.88" in problem and "1.39" in problem and "5%" in problem
+
+
+def test_the_pair_that_holds_it_nearest_the_verified_magnitude_is_shown():
+    # a noisy baseline (0.10-0.13 s over 4 pairs: spread 14%): pair 1 (1.10) is inside it, pairs 2 and 3 are not
+    check = shown_pair(_test([0.9, 1.10, 2.5, 1.45], estimate=1.39), baselines=[0.10, 0.13, 0.11, 0.12])
+    assert check.spread == pytest.approx(0.03 / 0.115 * 1.128 / 2.059) and check.pair == 3 and not check.problems
+    assert shown_pair(_test([1.5, 1.4], estimate=1.45), baselines=[0.1, 0.1]).pair == 0
+    # a regression that did not manifest is not scored anyway: nothing to move
+    assert shown_pair(_test([0.9, 1.0], estimate=0.95, manifested=False), baselines=[0.1, 0.1]).problems == []
+
+
+def test_a_fleets_labeled_run_inside_the_noise_does_not_hold_its_label():
+    case = Case.model_validate(fleet_case())
+    faulty = [r.name for r in case.fleet.runs if case.fleet.faults_of(r)]
+    metric = {r.name: 0.1 * (1 + 0.02 * (i % 3)) for i, r in enumerate(case.fleet.runs)}
+    metric[faulty[0]] = 0.3
+    metric[faulty[1]] = 0.101  # behind the labeled host, and as fast as the fault-free runs
+    check = labeled_runs_check(case, metric)
+    (problem,) = check.problems
+    assert faulty[1] in problem and faulty[0] not in problem.split(":")[0] and "node-07" in problem
+    metric[faulty[1]] = 0.25
+    assert labeled_runs_check(case, metric).problems == []
