@@ -113,3 +113,98 @@ def test_a_fleets_labeled_run_inside_the_noise_does_not_hold_its_label():
     assert faulty[1] in problem and faulty[0] not in problem.split(":")[0] and "node-07" in problem
     metric[faulty[1]] = 0.25
     assert labeled_runs_check(case, metric).problems == []
+
+
+# --- healthy controls and confounders -----------------------------------------------------------------------------
+
+def _control(expect: str = "healthy", world_size: int = 2) -> Case:
+    return Case.model_validate({"id": "control-probe", "title": "probe", "labels": {"expect": expect},
+                                "workload": {"name": "mlp_ddp", "world_size": world_size, "steps": 12}})
+
+
+def _twin_bundles(tmp: Path) -> list[Path]:
+    """Three healthy recordings whose compute differs by a few percent, rank to rank and run to run."""
+    from synthetic_traces import StepShape, build_bundle
+
+    return [build_bundle(tmp / f"twin{i}", lambda r, k, i=i: StepShape(compute_us=4000 * (1 + 0.03 * i + 0.02 * r)),
+                         n_steps=12) for i in range(3)]
+
+
+def _shown(tmp: Path, rank0_longer: float) -> Path:
+    """The control's own recording: rank 0 computing ``rank0_longer`` longer than rank 1 on every step (the red
+    team's control: 22.7 ms of 153, +15%, on 7 of 7 steps)."""
+    from synthetic_traces import StepShape, build_bundle
+
+    return build_bundle(tmp / "shown", lambda r, k: StepShape(compute_us=4000 * 1.01 * ((1 + rank0_longer) if r == 0 else 1.0)),
+                        n_steps=12)
+
+
+def test_a_control_whose_shown_evidence_holds_a_straggler_does_not_hold_its_label(tmp_path):
+    from diageval.recording.label_support import control_support
+
+    support = control_support(_control(), _shown(tmp_path, 0.15), _twin_bundles(tmp_path))
+    held = [s for s in support if s.checked and s.supported]
+    assert [s.ranks for s in held] == [[0]] and held[0].category == "compute.straggler_rank"
+    assert "rank 0" in held[0].detail and "twin spread" in held[0].detail
+
+
+def test_a_control_whose_ranks_move_within_the_twins_spread_holds(tmp_path):
+    from diageval.recording.label_support import control_support
+
+    support = control_support(_control(), _shown(tmp_path, 0.02), _twin_bundles(tmp_path))
+    assert len(support) == 2 and not any(s.checked and s.supported for s in support)
+
+
+def test_check_control_records_twins_stores_the_check_and_run_scores_it_invalid(tmp_path, monkeypatch):
+    """Through the real preparation: the control's bundle (repeat 0) and three twin recordings, the check stored in
+    the truth and reused, and the pipeline's status ``invalid`` with the numbers (never blamed on the diagnoser)."""
+    import diageval.recording.verify as verify_module
+    from diageval.cases.load import LoadedCase
+    from diageval.recording.prepare import prepare_evidence
+    from diageval.recording.verify import CONTROL_TWINS, check_control, control_subject
+
+    twins = _twin_bundles(tmp_path)
+    shown = _shown(tmp_path, 0.15)
+    calls = []
+
+    def fake_ensure_bundle(case, device, *, repeat=0, cache_dir=None, force=False, role="case", **_):
+        calls.append((role, repeat))
+        folder = shown if repeat == 0 else twins[repeat % 100]
+        return f"key-{repeat}", folder, False
+
+    import diageval.recording.prepare as prepare_module
+    monkeypatch.setattr(verify_module, "ensure_bundle", fake_ensure_bundle)
+    monkeypatch.setattr(prepare_module, "ensure_bundle", fake_ensure_bundle)
+    case = _control()
+    assert control_subject(case) is None and control_subject(_control(world_size=1)) is not None
+    assert control_subject(_control(expect="abstain")) is not None
+    check = check_control(case, cache_dir=tmp_path / "cache")
+    assert check.twins == CONTROL_TWINS == len([c for c in calls if c[0] == "twin"])
+    (problem,) = check.problems
+    assert "rank 0" in problem and "compute.straggler_rank" in problem
+    calls.clear()
+    prepared = prepare_evidence(LoadedCase(case=case, path=Path("c.yaml"), file_sha256=""), device="cpu",
+                                cache_dir=tmp_path / "cache")
+    assert prepared.control == check and not [c for c in calls if c[0] == "twin"]  # stored, reused
+
+
+def test_a_control_whose_shown_evidence_does_not_hold_its_label_is_invalid_not_scored(tmp_path):
+    from run_fakes import FakeEvidence, make_case, make_case_set, run_with
+
+    from diageval.recording.truth import ControlCheck
+
+    class ControlEvidence(FakeEvidence):
+        def __call__(self, loaded, **kw):
+            prepared = super().__call__(loaded, **kw)
+            problems = ["the shown evidence holds compute.straggler_rank on rank 0"] if loaded.case.id == "h1" else []
+            prepared.control = ControlCheck(twins=3, checked=[], problems=problems)
+            return prepared
+
+    case_set = make_case_set([make_case("h1", expect="healthy"), make_case("h2", expect="healthy")])
+    out = run_with("oracle", case_set, cases_dir=tmp_path / "cases", out_dir=tmp_path / "runs",
+                   evidence_fn=ControlEvidence(tmp_path / "bundles"), progress=None, cuda_device_count=lambda: 0, timeout=5.0)
+    from diageval.run.store import RunStore
+
+    results = {r.case_id: r for r in RunStore(out.run_dir).read_results()}
+    assert results["h1"].status == "invalid" and "straggler_rank on rank 0" in results["h1"].error
+    assert results["h2"].status == "ok" and out.summary.counts.invalid == 1

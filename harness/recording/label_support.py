@@ -367,6 +367,33 @@ def label_support(case: Case, injected: Sequence[Path], healthy: Sequence[Path])
             for i, c in enumerate(case.labels.causes)]
 
 
+CONTROL_PATTERNS = ("compute.straggler_rank",)
+"""The labeled causes whose pattern a healthy control's or confounder's shown evidence is checked for, each on every
+rank: a rank's own time stretched beyond the twin's spread and beyond every other rank's (:func:`check_rank_local`,
+the measure straggler, load imbalance and contention labels share). The red team's control recorded at load ~6
+showed rank 0 computing 22.7 ms (of 153) longer on 7 of 7 steps, and a straggler claim on it was scored a false
+alarm. The share and count measures are not checked on controls: their lowest checks are against a twin without
+the injection, and a confounder's benign look-alike (a quick save, a slow but hidden loader) moves them by design."""
+
+
+def control_support(case: Case, shown: Path, twins: Sequence[Path]) -> list[CauseSupport]:
+    """A healthy control's or confounder's shown recording (``shown``, its bundle) against its twin's recordings
+    (``twins``, the first :data:`MAX_PAIRS` read): each of :data:`CONTROL_PATTERNS` on each rank, as if labeled there.
+    A supported one is a pattern the evidence shows: the case's label (healthy) does not hold. One rank: nothing to
+    compare a rank with, nothing checked."""
+    shown_steps = RecordingSteps.read(shown)
+    if len(shown_steps.ranks) < 2 or not twins:
+        return []
+    step_range = (0, case.workload.steps if case.workload is not None else 0)
+    shown_means = shown_steps.means(step_range)
+    twin_means = [m for m in (RecordingSteps.read(f).means(step_range) for f in twins[:MAX_PAIRS]) if m]
+    if not shown_means or not twin_means:
+        return []
+    # the shown recording paired with the first twin recording (its own time against the twin's); the spreads over all
+    return [check_rank_local(CauseLabel(category=category, ranks=[rank]), [shown_means], twin_means)
+            for category in CONTROL_PATTERNS for rank in sorted(shown_means)]
+
+
 def label_problems(support: Sequence[CauseSupport]) -> list[str]:
     """One line per labeled cause its evidence does not support (empty when every checked cause holds)."""
     return [f"{s.category}{f' on rank(s) {_rank_list(s.ranks)}' if s.ranks else ''}: {s.detail}"
