@@ -145,7 +145,23 @@ def test_a_control_whose_shown_evidence_holds_a_straggler_does_not_hold_its_labe
     support = control_support(_control(), _shown(tmp_path, 0.15), _twin_bundles(tmp_path))
     held = [s for s in support if s.checked and s.supported]
     assert [s.ranks for s in held] == [[0]] and held[0].category == "compute.straggler_rank"
-    assert "rank 0" in held[0].detail and "twin spread" in held[0].detail
+    assert "rank 0" in held[0].detail and "+15% against the twin's ratio" in held[0].detail
+
+
+def test_a_control_is_judged_within_its_recording_so_the_machines_drift_neither_hides_nor_makes_a_pattern(tmp_path):
+    """On a loaded machine a whole recording moves (own time between healthy recordings moved 153% at load ~12):
+    the twin recordings here run at 1.0x, 1.5x and 2.0x speed. The control's rank 0 computing 15% longer than its
+    rank 1 is still seen; both ranks 1.8x slower alike is not a pattern."""
+    from synthetic_traces import StepShape, build_bundle
+
+    from diageval.recording.label_support import control_support
+
+    twins = [build_bundle(tmp_path / f"twin{i}", lambda r, k, f=f: StepShape(compute_us=4000 * f * (1 + 0.02 * r)),
+                          n_steps=12) for i, f in enumerate((1.0, 1.5, 2.0))]
+    straggling = build_bundle(tmp_path / "a", lambda r, k: StepShape(compute_us=4000 * 1.8 * (1.15 if r == 0 else 1.0)), n_steps=12)
+    slow_alike = build_bundle(tmp_path / "b", lambda r, k: StepShape(compute_us=4000 * 1.8 * (1 + 0.02 * r)), n_steps=12)
+    assert [s.ranks for s in control_support(_control(), straggling, twins) if s.supported and s.checked] == [[0]]
+    assert not any(s.supported for s in control_support(_control(), slow_alike, twins))
 
 
 def test_a_control_whose_ranks_move_within_the_twins_spread_holds(tmp_path):

@@ -62,6 +62,12 @@ What is not checked says so (``checked: false`` with the reason) and raises no p
 a measure here (a collective hang ends the job: its steps are not comparable; exposed communication and
 the GPU-only causes), a labeled rank whose trace the evidence does not hold, traces that cover none of
 the labeled steps.
+
+A healthy control's or confounder's shown recording is checked here too (:func:`control_support`): the same
+within-recording comparison of own time, on every rank, as if a straggler were labeled there.
+
+Size: just over 400 lines because the positive cases' checks and the controls' share the per-rank means, the
+twin's spreads and the within-recording lift; split, the control check would import this module's internals.
 """
 
 from __future__ import annotations
@@ -368,30 +374,39 @@ def label_support(case: Case, injected: Sequence[Path], healthy: Sequence[Path])
 
 
 CONTROL_PATTERNS = ("compute.straggler_rank",)
-"""The labeled causes whose pattern a healthy control's or confounder's shown evidence is checked for, each on every
-rank: a rank's own time stretched beyond the twin's spread and beyond every other rank's (:func:`check_rank_local`,
-the measure straggler, load imbalance and contention labels share). The red team's control recorded at load ~6
-showed rank 0 computing 22.7 ms (of 153) longer on 7 of 7 steps, and a straggler claim on it was scored a false
-alarm. The share and count measures are not checked on controls: their lowest checks are against a twin without
-the injection, and a confounder's benign look-alike (a quick save, a slow but hidden loader) moves them by design."""
+"""The causes whose pattern a healthy control's or confounder's shown evidence is checked for, on every rank: the
+rank's own time relative to every other rank's in the same recording beyond that ratio in the twin's recordings by
+more than the twin's spread of it (:func:`_relative_lift`, the within-recording half of :func:`check_rank_local`; the
+measure straggler, load imbalance and contention labels share). Within a recording only: that is what a diagnoser
+sees (it has no twin), and the machine's drift between recordings cancels in it (measured on 2 cores at load ~12:
+the twin's spread of a rank's own time between recordings was 153% and 161% in mlp-ddp-healthy and
+one-rank-late-once, so the half against the twin could not see anything). The red team's control at load ~6 showed
+rank 0 computing 22.7 ms (of 153) longer than rank 1 on 7 of 7 steps, and a straggler claim on it was scored a false
+alarm. The share and count measures are not checked: a confounder's benign look-alike (a quick save, a slow but
+hidden loader) moves them against its twin by design."""
 
 
 def control_support(case: Case, shown: Path, twins: Sequence[Path]) -> list[CauseSupport]:
     """A healthy control's or confounder's shown recording (``shown``, its bundle) against its twin's recordings
-    (``twins``, the first :data:`MAX_PAIRS` read): each of :data:`CONTROL_PATTERNS` on each rank, as if labeled there.
-    A supported one is a pattern the evidence shows: the case's label (healthy) does not hold. One rank: nothing to
-    compare a rank with, nothing checked."""
-    shown_steps = RecordingSteps.read(shown)
-    if len(shown_steps.ranks) < 2 or not twins:
-        return []
+    (``twins``, the first :data:`MAX_PAIRS` read): each of :data:`CONTROL_PATTERNS` on each rank. A supported one is a
+    pattern the evidence shows: the case's label (healthy) does not hold. One rank: nothing compared, nothing checked."""
     step_range = (0, case.workload.steps if case.workload is not None else 0)
-    shown_means = shown_steps.means(step_range)
-    twin_means = [m for m in (RecordingSteps.read(f).means(step_range) for f in twins[:MAX_PAIRS]) if m]
-    if not shown_means or not twin_means:
+    in_shown = RecordingSteps.read(shown).means(step_range)
+    twin = [m for m in (RecordingSteps.read(f).means(step_range) for f in twins[:MAX_PAIRS]) if m]
+    if len(in_shown) < 2 or not twin:
         return []
-    # the shown recording paired with the first twin recording (its own time against the twin's); the spreads over all
-    return [check_rank_local(CauseLabel(category=category, ranks=[rank]), [shown_means], twin_means)
-            for category in CONTROL_PATTERNS for rank in sorted(shown_means)]
+    out = []
+    for category, rank in ((c, r) for c in CONTROL_PATTERNS for r in sorted(in_shown)):
+        own = (lambda m: m.own_ms) if category in PERIODIC else (lambda m: m.own_median_ms)
+        lifts = {o: _relative_lift([in_shown], twin, own, rank, o) for o in sorted(in_shown) if o != rank}
+        lifts = {o: lift for o, lift in lifts.items() if lift[0] is not None}
+        numbers = "; ".join(f"rank {rank} {own(in_shown[rank]):.1f} ms against rank {o} {own(in_shown[o]):.1f} ms, "
+                            f"{lift:+.0%} against the twin's ratio (spread {spread:.0%} over {len(twin)} recordings)"
+                            for o, (lift, spread) in lifts.items())
+        held = bool(lifts) and all(lift > spread for lift, spread in lifts.values())
+        out.append(CauseSupport(category=category, ranks=[rank], measure="own time relative to the other ranks",
+                                checked=bool(lifts), supported=held, detail=f"own time per step: {numbers or 'no rank to compare'}"))
+    return out
 
 
 def label_problems(support: Sequence[CauseSupport]) -> list[str]:
