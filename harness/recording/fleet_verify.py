@@ -28,7 +28,7 @@ When it does not, the bundle is assembled from the recorded pair that does and r
 magnitude; when none does, the case is not manifested, with the numbers (``invalid``, never scored). A fleet's
 runs are the ones verified, but the group test can pass with one of a faulty value's runs inside the noise: each
 run behind a labeled value must exceed the fault-free runs' median by more than their spread
-(:func:`labeled_runs_problems`).
+(:func:`labeled_runs_check`).
 
 The result is a :class:`~diageval.recording.truth.Verification` (what the run pipeline reads: ``ratio`` is the
 magnitude, of the smallest effect when two values are at fault) and, beside the cache's truth file and never in
