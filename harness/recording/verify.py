@@ -282,7 +282,9 @@ def verify_cases(case_ids: list[str], *, cases_dir: Path | None = None, repeats:
     """Verify the named positive cases (all positive cases when ``case_ids`` is empty).
 
     Named cases that are not positive (healthy controls, confounders, abstain cases) are skipped with a
-    note through ``progress``: they have no injection to verify. Cases this machine cannot record on
+    note through ``progress``: they have no injection to verify; a named healthy control or confounder that
+    :func:`check_control` checks gets its shown evidence checked instead, the verdict and its numbers through
+    ``progress`` (no result row: the table is of manifestation checks). Cases this machine cannot record on
     ``device`` (``requires: {device: cuda}`` without a GPU; a CPU-only injection under ``--device cuda``)
     are skipped with the reason, named or not: never recorded on the wrong device, never failed.
     """
