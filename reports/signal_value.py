@@ -176,7 +176,8 @@ def _rows(points: Sequence[TierPoint]) -> list[list[str]]:
 
 HEADER = ["diagnoser", "tier", "skill [95% interval]", "n (cases)", "bytes per case", "bytes per step"]
 TIER_NOTE = ("Tiers (diageval.cases.tiers): steps = step log; metrics = + host metrics; one-rank = + rank 0's trace; "
-             "traces = + every rank's trace and logs; full = + Flight Recorder dumps. Labels a tier cannot show are "
+             "traces = + every rank's trace and logs; full = + Flight Recorder dumps. A regression or fleet is cut run by "
+             "run (its fleet.json at every tier); its steps are its runs' together. Labels a tier cannot show are "
              "scored as abstain-expected.")
 
 

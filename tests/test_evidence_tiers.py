@@ -187,3 +187,83 @@ def test_a_run_on_a_tier_gets_the_cut_bundle_and_is_scored_under_the_tier(tmp_pa
     assert {r.case_id: r.expect for r in RunStore(full.run_dir).read_results()}["s1"] == "diagnose"
     with pytest.raises(RunFolderConflict, match="evidence tier"):
         run_with("oracle", case_set, evidence="metrics", run_id=out.run_dir.name, **common)
+
+
+def _fleet_source(root: Path) -> Path:
+    """A two-run regression bundle whose runs are the two-rank bundle above (every kind of file in each)."""
+    from diageval.bundle.fleet import FleetRunInfo, start_times, write_fleet
+
+    starts = start_times([0, 1])
+    runs = [FleetRunInfo(name=name, metadata={"version": version}, start=start, role=role, bundle=f"runs/{name}")
+            for name, version, start, role in (("job-a1", "v1", starts[0], "baseline"), ("job-b2", "v2", starts[1], "candidate"))]
+    members = {r.name: _bundle(root / "members" / r.name) for r in runs}
+    write_fleet(root / "evidence" / "src", runs, members)
+    return root / "evidence" / "src"
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_fleet_is_cut_run_by_run(tmp_path, tier):
+    """Issue 44 item 4: below full a regression's or fleet's bundle was empty (fleet.json and the runs counted as
+    full) while its labels were still expected at one-rank and traces. Each run now keeps its tier's files."""
+    from diageval.bundle.fleet import read_fleet
+
+    source = _fleet_source(tmp_path)
+    cut = tier_bundle(source, tier)
+    bundle = EvidenceBundle.open(cut)
+    assert bundle.verify_checksums() == []
+    fleet = read_fleet(bundle)
+    assert fleet is not None and [r.name for r in fleet.runs] == ["job-a1", "job-b2"]
+    want = {rel for rel, lowest in FILES.items() if TIERS.index(lowest) <= TIERS.index(tier)}
+    listed = {f.path for f in bundle.manifest.files}
+    for run in fleet.runs:
+        run_bundle = fleet.open_run(run.name)
+        present = {p.relative_to(run_bundle.root).as_posix() for p in run_bundle.root.rglob("*") if p.is_file()}
+        assert present - {"bundle.json"} == want == {f.path for f in run_bundle.manifest.files}
+        assert run_bundle.verify_checksums() == []
+        assert {f"runs/{run.name}/{rel}" for rel in present} <= listed  # the run's manifest too: the private copy holds it
+    assert "fleet.json" in listed
+    size = evidence_size(cut, source)  # what the signal-value table reads: the runs' bytes and steps, not 0 and None
+    assert size.bytes == sum(f.size for f in bundle.manifest.files) and size.steps == 2 * 5
+    if tier == "steps":
+        assert 0 < size.bytes < evidence_size(source).bytes
+    if tier == "one-rank":
+        assert all(set(fleet.open_run(r.name).trace_paths()) == {0} for r in fleet.runs)
+
+
+def test_a_damaged_fleet_run_is_named_not_cut(tmp_path):
+    source = _fleet_source(tmp_path)
+    (source / "runs" / "job-b2" / "steps.jsonl").write_bytes(b"changed")
+    with pytest.raises(TierSourceDamaged, match="job-b2/steps.jsonl"):
+        tier_bundle(source, "traces")
+
+
+def test_fleet_files_belong_to_the_tier_of_the_same_file_in_a_job():
+    assert tier_of_path("fleet.json") == "steps" and tier_of_path("runs/job-a1/bundle.json") == "steps"
+    assert {rel: tier_of_path(f"runs/job-a1/{rel}") for rel in FILES} == FILES
+
+
+def _regression(behind_candidate: list[dict]) -> Case:
+    """A float64 regression (numeric precision behind version v2, lowest tier one-rank) on 2 ranks, with
+    ``behind_candidate`` evidence edits added behind the same version."""
+    return Case.model_validate({
+        "id": "r", "title": "fake regression", "kind": "regression",
+        "workload": {"name": "mlp_ddp", "world_size": 2, "steps": 8},
+        "fleet": {"runs": [{"name": "job-a1", "metadata": {"version": "v1"}, "start": 0, "role": "baseline"},
+                           {"name": "job-b2", "metadata": {"version": "v2"}, "start": 1, "role": "candidate"}],
+                  "faults": [{"where": {"name": "version", "value": "v2"},
+                              "faults": [{"name": "wider_numbers", "params": {}}, *behind_candidate]}]},
+        "labels": {"expect": "diagnose", "symptoms": ["symptom.slow_step"],
+                   "causes": [{"category": "compute.numeric_precision", "factor": {"name": "version", "value": "v2"}}]},
+        "manifest": {"metric": "step_time_median", "min_ratio": 1.2}})
+
+
+def test_a_fleets_expectation_per_tier_follows_the_runs_behind_its_label():
+    plain = _regression([])
+    assert [case_under_tier(plain, t).labels.expect for t in TIERS] == ["abstain", "abstain", "diagnose", "diagnose", "diagnose"]
+    assert traced_ranks(plain, plain.labels.causes[0]) == {0, 1}
+    # the candidate's evidence keeps rank 1's trace only: its one-rank cut holds no trace of the labeled runs
+    sampled = _regression([{"name": "sample_rank_traces", "params": {"traced_ranks": [1]}}])
+    assert traced_ranks(sampled, sampled.labels.causes[0]) == {1}
+    assert case_under_tier(sampled, "one-rank").labels.expect == "abstain"
+    assert "rank 0" in label_shown(sampled, sampled.labels.causes[0], "one-rank")
+    assert case_under_tier(sampled, "traces").labels.expect == "diagnose"

@@ -26,7 +26,10 @@ def test_reference_diagnosers_on_real_bundles(tmp_path, monkeypatch):
 
     oracle = run("oracle")
     rows = {r.case_id: r for r in RunStore(oracle.run_dir).read_results()}
-    assert rows["mlp-ddp-healthy"].status == "ok", rows
+    control = rows["mlp-ddp-healthy"]
+    # A healthy control whose shown recording holds a straggler's pattern beyond its twins' spread (issue 44: a
+    # loaded machine can slow one rank) is honestly invalid, with the numbers, never scored
+    assert control.status == "ok" or (control.status == "invalid" and "straggler_rank on rank" in control.error), rows
     positive = rows["starved-loader-mlp"]
     # On a busy machine the injection may fail its manifestation check: then the case is honestly
     # invalid (never scored), not a pass or a miss.

@@ -161,8 +161,9 @@ def start_times(orders: list[int]) -> list[datetime]:
     return [FLEET_EPOCH + rank[o] * RUN_SPACING for o in orders]
 
 
-def _describe_all(root: Path) -> list[BundleFile]:
-    """Every file under ``root`` except its own top-level manifest (the runs' manifests included)."""
+def describe_fleet_files(root: Path) -> list[BundleFile]:
+    """Every file under ``root`` except its own top-level manifest (the runs' manifests included): a fleet bundle's
+    ``files`` (``describe_files`` leaves every ``bundle.json`` out, the runs' too)."""
     return [BundleFile(path=p.relative_to(root).as_posix(), sha256=sha256_file(p), size=p.stat().st_size)
             for p in sorted(root.rglob("*")) if p.is_file() and p.relative_to(root).as_posix() != MANIFEST_NAME]
 
@@ -186,6 +187,6 @@ def write_fleet(dest: Path, runs: list[FleetRunInfo], members: dict[str, Path], 
     payload = json.loads(fleet.model_dump_json())
     atomic_write_text(dest / FLEET_NAME, json.dumps(payload, indent=2) + "\n")
     manifest = BundleManifest(bundle_id=uuid.uuid4().hex, created=datetime.now(timezone.utc), env=env or first_env,
-                              files=_describe_all(dest))
+                              files=describe_fleet_files(dest))
     atomic_write_text(dest / MANIFEST_NAME, manifest.model_dump_json(indent=2) + "\n")
     return manifest

@@ -122,16 +122,38 @@ def tier_index(tier: str) -> int:
     return TIERS.index(tier)
 
 
-def traced_ranks(case: Case) -> set[int]:
+def traced_ranks(case: Case, label: CauseLabel | None = None) -> set[int]:
     """The ranks whose profiler trace the case's full bundle holds.
 
     Injected cases trace every rank and recorded cases the ranks of their files, less what the case's
     evidence edits take away: ``drop_rank_trace`` its ``missing_rank``, ``sample_rank_traces`` all but its
     ``traced_ranks`` (``truncate_trace`` leaves a damaged file in place). tests/test_evidence_tiers.py
     checks this against the edits themselves.
+
+    A regression or fleet (each run its own bundle, cut to a tier run by run): the ranks every run traces,
+    or, for a ``label`` behind a factor value, every run that holds the value (the runs its cause sits in;
+    a diagnoser compares them with the others, whose traces the same tier cuts alike).
     """
+    if case.fleet is not None:
+        runs = case.fleet.runs_with(label.factor) if label is not None and label.factor is not None else case.fleet.runs
+        return set.intersection(*(_run_traced_ranks(case, run) for run in runs)) if runs else set()
     ranks = {f.rank for f in case.recorded.files} if case.recorded is not None else set(range(case.world_size))
-    for fault in case.faults:
+    return _less_edited(ranks, case.faults)
+
+
+def _run_traced_ranks(case: Case, run) -> set[int]:
+    """The ranks one run of a regression or fleet traces: its recorded files', or the workload's less the edits
+    behind its factor values."""
+    assert case.fleet is not None
+    if run.recorded is not None:
+        return {f.rank for f in run.recorded.files}
+    assert case.workload is not None
+    return _less_edited(set(range(case.workload.world_size)), case.fleet.faults_of(run))
+
+
+def _less_edited(ranks: set[int], faults) -> set[int]:
+    ranks = set(ranks)
+    for fault in faults:
         if fault.name == "drop_rank_trace":
             ranks.discard(fault.params.get("missing_rank"))
         elif fault.name == "sample_rank_traces" or (fault.name == "scale_out" and fault.params.get("traced_ranks")):
@@ -156,7 +178,7 @@ def label_shown(case: Case, label: CauseLabel, tier: EvidenceTier) -> str | None
     if tier_index(tier) < tier_index(need.lowest):
         return f"{label.category} needs the {need.lowest} tier: {need.why}"
     if tier == "one-rank" and need.lowest == "one-rank":
-        if ONE_RANK not in traced_ranks(case):
+        if ONE_RANK not in traced_ranks(case, label):
             return f"{label.category} needs a trace and this case's evidence has no rank {ONE_RANK} trace"
         if label.ranks is not None and ONE_RANK not in label.ranks:
             return f"{label.category} sits on rank(s) {label.ranks}; the one-rank tier keeps rank {ONE_RANK}'s trace"

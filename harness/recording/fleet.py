@@ -72,13 +72,15 @@ def members_with_repeats(case: Case) -> list[tuple[FleetRun, Case, int]]:
 
 
 def ensure_fleet_bundle(case: Case, device: str, *, force: bool = False, cache_dir: Path | None = None,
-                        data_dir: Path | None = None) -> tuple[str, Path, bool]:
+                        data_dir: Path | None = None, pair: int | None = None) -> tuple[str, Path, bool]:
     """The cached fleet bundle of ``case`` (assembled now if missing or ``force``): (key, folder, assembled now).
     Members are recorded when their own cache entry is missing, and again with ``force`` (``diageval verify
     --force`` and ``record --force`` promise a new recording; a member shared with other fleets is re-recorded
     once, and the fleets already assembled keep their own copies). A recorded regression or fleet imports each
     run's real traces from the data folder (``data_dir``; ``EvidenceUnavailable`` when they are absent) as a
-    recorded job case does."""
+    recorded job case does. ``pair``: a regression's bundle assembled from its members' ``pair``-th repeat pair (the
+    one its verification found to show the regression, :func:`diageval.recording.fleet_verify.shown_pair`), again
+    when the cached one was assembled from another; None: the cached one as it is, else pair 0."""
     from diageval.paths import bundle_cache_dir
     from diageval.recording.cache import bundles_root, cache_key, ensure_bundle, read_truth, write_truth
     from diageval.recording.record import TMP_PREFIX
@@ -89,14 +91,17 @@ def ensure_fleet_bundle(case: Case, device: str, *, force: bool = False, cache_d
     cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
     key = cache_key(case, device)
     folder = bundles_root(cache) / key
-    if not force and (folder / MANIFEST_NAME).is_file():
+    pair_file = Path(cache) / f"{key}.shown-pair"  # beside the truth file, never in the bundle
+    assembled = int(pair_file.read_text()) if pair_file.is_file() else 0
+    if not force and (folder / MANIFEST_NAME).is_file() and pair in (None, assembled):
         return key, folder, False
+    pair = pair or 0
     members: dict[str, Path] = {}
     if case.workload is None:
         members = import_recorded_runs(case, cache_dir=cache, data_dir=data_dir, force=force)
     else:
         for run, member, repeat in members_with_repeats(case):
-            _, members[run.name], _ = ensure_bundle(member, device, repeat=repeat, cache_dir=cache, force=force)
+            _, members[run.name], _ = ensure_bundle(member, device, repeat=repeat + pair, cache_dir=cache, force=force)
     draw = draw_runs(case, secrets.randbits(63))  # a fresh draw per assembly; it stays in the truth record
     runs = fleet_runs(case, draw)
     case_names = draw.case_names()
@@ -113,6 +118,7 @@ def ensure_fleet_bundle(case: Case, device: str, *, force: bool = False, cache_d
         if folder.exists():
             shutil.rmtree(folder)
         out.rename(folder)
+        atomic_write_text(pair_file, f"{pair}\n")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     previous = read_truth(cache, key)

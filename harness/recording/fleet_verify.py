@@ -19,6 +19,17 @@ verification records the pair again (repeats of both members, as the cache keeps
 manifestation test of one case against its twin (:func:`diageval.recording.manifest_test.sequential_test`)
 with the baseline as the twin; its estimate is the regression's measured magnitude (candidate/baseline).
 
+What the diagnoser is shown must hold the label too (issue 44 item 3): a regression is verified over many pairs
+but its bundle holds one (a float64 regression manifested at 1.39 over 12 pairs while the pair in its bundle read
+0.88, the candidate faster). :func:`shown_pair` checks the shown pair against the noise measured in the same
+recordings, the baseline's spread over the pairs (:func:`diageval.recording.label_support.relative_spread`, the
+margin the label checks hold a cause to against the twin): the shown pair's ratio must exceed 1 by more than it.
+When it does not, the bundle is assembled from the recorded pair that does and reads nearest the verified
+magnitude; when none does, the case is not manifested, with the numbers (``invalid``, never scored). A fleet's
+runs are the ones verified, but the group test can pass with one of a faulty value's runs inside the noise: each
+run behind a labeled value must exceed the fault-free runs' median by more than their spread
+(:func:`labeled_runs_check`).
+
 The result is a :class:`~diageval.recording.truth.Verification` (what the run pipeline reads: ``ratio`` is the
 magnitude, of the smallest effect when two values are at fault) and, beside the cache's truth file and never in
 the bundle, a :class:`FleetVerification` with every value's effect.
@@ -37,6 +48,7 @@ from diageval.bundle.model import EvidenceBundle, StepRecord
 from diageval.cases.model import Case
 from diageval.diagnosis import FactorRef
 from diageval.recording.fleet import members_with_repeats
+from diageval.recording.label_support import relative_spread
 from diageval.recording.manifest_test import (LOOKS, WARMUP_STEPS, ManifestTest, metric_of, pairs_needed,
                                               sequential_test)
 from diageval.recording.truth import Verification
@@ -57,6 +69,19 @@ class FactorEffect(BaseModel):
     manifested: bool
 
 
+class ShownCheck(BaseModel):
+    """Does the evidence the diagnoser is shown hold the label (a regression's pair, a fleet's labeled runs)?"""
+
+    spread: float = Field(description="The noise: the relative spread of the baseline's recordings over the pairs (a "
+                                      "regression) or of the fault-free runs (a fleet), floored at NOISE_FLOOR")
+    shown: dict[str, float] = Field(description="What is shown, against its baseline: 'pair <i>' -> that pair's "
+                                                "candidate/baseline ratio (a regression), run name -> run / median of the "
+                                                "fault-free runs (a fleet's labeled runs)")
+    pair: int | None = Field(None, description="A regression: the recorded pair its bundle is assembled from (0: the "
+                                               "first); None for a fleet")
+    problems: list[str] = Field(default_factory=list, description="What the shown evidence does not hold; empty: holds")
+
+
 class FleetVerification(BaseModel):
     kind: str
     metric: str
@@ -65,6 +90,8 @@ class FleetVerification(BaseModel):
     noise: float = Field(description="Relative range of the fault-free runs' metric: (max - min) / median")
     effects: list[FactorEffect] = Field(default_factory=list, description="Fleets: one per labeled factor value")
     regression: ManifestTest | None = Field(None, description="Regressions: the repeated pair test")
+    shown: ShownCheck | None = Field(None, description="What the diagnoser is shown against the noise; None in a record "
+                                                       "made before the check (verified again)")
     manifested: bool
 
 
@@ -127,9 +154,10 @@ def fleet_effects(case: Case, run_metric: dict[str, float], refs: list[FactorRef
 
 
 def verify_fleet(case: Case, *, device: str, cache_dir: Path, force: bool = False) -> tuple[Verification, FleetVerification]:
-    """Record what is missing (a regression's repeat pairs), test, store the FleetVerification beside the truth.
-    ``force``: a regression's pairs after the first are recorded again (:func:`fleet_evidence`, the caller, has
-    just recorded the fleet bundle and its members, pair 0 among them, again)."""
+    """Record what is missing (a regression's repeat pairs), test, check what is shown (a regression's bundle is
+    assembled again from another recorded pair when the first does not show it), store the FleetVerification beside
+    the truth. ``force``: a regression's pairs after the first are recorded again (:func:`fleet_evidence`, the caller,
+    has just recorded the fleet bundle and its members, pair 0 among them, again)."""
     from diageval.bundle.fleet import read_fleet
     from diageval.fileio import atomic_write_text
     from diageval.recording.cache import cache_key
@@ -137,31 +165,37 @@ def verify_fleet(case: Case, *, device: str, cache_dir: Path, force: bool = Fals
 
     assert case.fleet is not None and case.manifest is not None and case.workload is not None
     m, n_steps = case.manifest, case.workload.steps
-    # the runs as the diagnoser sees them: the fleet bundle's own copies (step durations are the members'), read
-    # back under the case's run names (fleet.json's are drawn per assembly: fleet.py)
-    fleet_key, folder, _ = ensure_fleet_bundle(case, device, cache_dir=cache_dir)
+    members = members_with_repeats(case)
+    clean_runs = [r.name for r in case.fleet.runs if not case.fleet.faults_of(r)]
+    effects: list[FactorEffect] = []
+    test: ManifestTest | None = None
+    if case.kind == "regression":  # pair 0 is the fleet bundle's own, unless it does not show the regression
+        test, baselines = _regression_test(case, members, device=device, cache_dir=cache_dir, force=force)
+        shown = shown_pair(test, baselines)
+    # the runs as the diagnoser sees them: the fleet bundle's own copies (step durations are the members'); a
+    # regression's assembled from the pair that shows it (its members are cached: no recording); read back under the
+    # case's run names (fleet.json's are drawn per assembly: fleet.py)
+    fleet_key, folder, _ = ensure_fleet_bundle(case, device, cache_dir=cache_dir,
+                                               pair=shown.pair if test is not None else None)
     fleet = read_fleet(EvidenceBundle.open(folder))
     assert fleet is not None
     names = case_run_names(cache_dir, fleet_key)
     run_metric = {names.get(r.name, r.name): run_steps_metric(fleet.open_run(r.name).steps(), m.metric, n_steps)
                   for r in fleet.runs}
-    members = members_with_repeats(case)
-    clean = [run_metric[r.name] for r in case.fleet.runs if not case.fleet.faults_of(r)]
+    clean = [run_metric[name] for name in clean_runs]
     noise = (max(clean) - min(clean)) / statistics.median(clean) if len(clean) > 1 else 0.0
-    effects: list[FactorEffect] = []
-    test: ManifestTest | None = None
-    if case.kind == "regression":  # pair 0 is the fleet bundle's own
-        test = _regression_test(case, members, device=device, cache_dir=cache_dir, force=force)
-        manifested = test.manifested
+    if test is not None:
+        manifested = test.manifested and not shown.problems
         ratio = test.estimate
     else:
         effects = fleet_effects(case, run_metric)
-        manifested = bool(effects) and all(e.manifested for e in effects)
+        shown = labeled_runs_check(case, run_metric)
+        manifested = bool(effects) and all(e.manifested for e in effects) and not shown.problems
         ratio = min(e.ratio for e in effects)
     faulty = [run_metric[r.name] for r in case.fleet.runs if case.fleet.faults_of(r)]
     injected, healthy = statistics.median(faulty), statistics.median(clean)
     fleet_v = FleetVerification(kind=case.kind, metric=m.metric, min_ratio=m.min_ratio, run_metric=run_metric, noise=noise,
-                                effects=effects, regression=test, manifested=manifested)
+                                effects=effects, regression=test, shown=shown, manifested=manifested)
     if test is None:  # the pipeline's record of the decision: the weakest value's test in the manifestation test's terms
         weakest = min(effects, key=lambda e: (e.manifested, e.ratio))
         clean_sd = statistics.stdev(math.log(v) for v in clean) if len(clean) > 1 else 0.0
@@ -171,10 +205,50 @@ def verify_fleet(case: Case, *, device: str, cache_dir: Path, force: bool = Fals
                             manifested=weakest.manifested, decided=True)
     verification = Verification(metric=m.metric, min_ratio=m.min_ratio, injected=injected, healthy=healthy, ratio=ratio,
                                 noise=noise, repeats=test.pairs if case.kind == "regression" else len(case.fleet.runs),
-                                manifested=manifested, impact=max(0.0, 1.0 - healthy / injected), test=test)
+                                manifested=manifested, impact=max(0.0, 1.0 - healthy / injected), test=test,
+                                label_problems=list(shown.problems))
     key = cache_key(case, device)
     atomic_write_text(fleet_verification_path(cache_dir, key), fleet_v.model_dump_json(indent=2) + "\n")
     return verification, fleet_v
+
+
+def shown_pair(test: ManifestTest, baselines: list[float]) -> ShownCheck:
+    """Which recorded pair a regression's bundle shows: pair 0 when its ratio (``test.pair_shifts``) exceeds 1 by
+    more than the baseline's spread over the pairs (``baselines``: the baseline's metric per pair); else the pair
+    that does and reads nearest the verified estimate; else pair 0, with the numbers as a problem (checked only when
+    the regression manifested: otherwise it is not scored anyway)."""
+    ratios = list(test.pair_shifts)
+    spread = relative_spread(baselines)
+    shown = {f"pair {i}": r for i, r in enumerate(ratios)}
+    if not test.manifested or ratios[0] - 1.0 > spread:
+        return ShownCheck(spread=spread, shown=shown, pair=0)
+    holding = [i for i, r in enumerate(ratios) if r - 1.0 > spread]
+    if holding:
+        best = min(holding, key=lambda i: abs(math.log(ratios[i] / test.estimate)))
+        return ShownCheck(spread=spread, shown=shown, pair=best)
+    reads = ", ".join(f"{r:.2f}" for r in ratios)
+    return ShownCheck(spread=spread, shown=shown, pair=0, problems=[
+        f"no recorded pair shows the regression the test measured ({test.estimate:.2f} over {test.pairs} pairs): the pair "
+        f"in the bundle reads {ratios[0]:.2f} (candidate/baseline) and the pairs {reads}, none above 1 by more than the "
+        f"baseline's spread over the pairs ({spread:.0%})"])
+
+
+def labeled_runs_check(case: Case, run_metric: dict[str, float]) -> ShownCheck:
+    """Each run behind a labeled factor value against the fault-free runs: its metric over their median must exceed 1
+    by more than their spread (:func:`~diageval.recording.label_support.relative_spread`)."""
+    assert case.fleet is not None
+    clean = [run_metric[r.name] for r in case.fleet.runs if not case.fleet.faults_of(r)]
+    spread, mid = relative_spread(clean), statistics.median(clean)
+    refs = list(dict.fromkeys(c.factor for c in case.labels.causes if c.factor is not None))
+    shown = {r.name: run_metric[r.name] / mid for ref in refs for r in case.fleet.runs_with(ref)}
+    problems = []
+    for ref in refs:
+        low = [r.name for r in case.fleet.runs_with(ref) if shown[r.name] - 1.0 <= spread]
+        if low:
+            reads = ", ".join(f"{r.name} {shown[r.name]:.2f}" for r in case.fleet.runs_with(ref))
+            problems.append(f"run(s) {', '.join(low)} with {ref.name}={ref.value} not slower than the fault-free runs' "
+                            f"median by more than their spread ({spread:.0%} over {len(clean)} runs): {reads}")
+    return ShownCheck(spread=spread, shown=shown, problems=problems)
 
 
 def fleet_evidence(case: Case, *, device: str = "auto", force: bool = False, verify: bool = True,
@@ -192,7 +266,10 @@ def fleet_evidence(case: Case, *, device: str = "auto", force: bool = False, ver
     if not verify or case.labels.expect != "diagnose" or case.workload is None:
         return folder, None
     truth = read_truth(cache, key)
-    if truth is not None and truth.verification is not None and not force and fleet_verification_path(cache, key).is_file():
+    stored = read_fleet_verification(cache, key)
+    if truth is not None and truth.verification is not None and not force and stored is not None and stored.shown is not None:
+        if stored.shown.pair:  # a regression shown from another pair than the first: the bundle assembled from it
+            key, folder, _ = ensure_fleet_bundle(case, resolved, cache_dir=cache, pair=stored.shown.pair)
         return folder, truth.verification
     verification, _ = verify_fleet(case, device=resolved, cache_dir=cache, force=force)
     truth = read_truth(cache, key)
@@ -206,9 +283,20 @@ def fleet_verification_path(cache_dir: Path, key: str) -> Path:
     return Path(cache_dir) / f"{key}.fleet-verification.json"
 
 
-def _regression_test(case: Case, members, *, device: str, cache_dir: Path, force: bool = False) -> ManifestTest:
-    """The manifestation test on repeat pairs (baseline repeat i, candidate repeat i), sequential over LOOKS.
-    ``force``: pairs after the first are recorded again (the first is the fleet bundle's, forced with it)."""
+def read_fleet_verification(cache_dir: Path, key: str) -> FleetVerification | None:
+    """The stored FleetVerification of the fleet bundle ``key``; None when there is none or it does not read."""
+    path = fleet_verification_path(cache_dir, key)
+    try:
+        return FleetVerification.model_validate_json(path.read_bytes()) if path.is_file() else None
+    except ValueError:
+        return None
+
+
+def _regression_test(case: Case, members, *, device: str, cache_dir: Path,
+                     force: bool = False) -> tuple[ManifestTest, list[float]]:
+    """The manifestation test on repeat pairs (baseline repeat i, candidate repeat i), sequential over LOOKS, and the
+    baseline's metric in each pair the test used. ``force``: pairs after the first are recorded again (the first is
+    the fleet bundle's, forced with it)."""
     from diageval.recording.cache import ensure_bundle
 
     assert case.manifest is not None and case.workload is not None
@@ -229,5 +317,5 @@ def _regression_test(case: Case, members, *, device: str, cache_dir: Path, force
     while True:
         test = sequential_test(pairs, case.manifest.metric, case.manifest.min_ratio)
         if test.decided:
-            return test
+            return test, [metric_of(b, case.manifest.metric) for b, _ in pairs[:test.pairs]]
         record_up_to(pairs_needed(len(pairs) + 1))

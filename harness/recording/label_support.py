@@ -62,6 +62,12 @@ What is not checked says so (``checked: false`` with the reason) and raises no p
 a measure here (a collective hang ends the job: its steps are not comparable; exposed communication and
 the GPU-only causes), a labeled rank whose trace the evidence does not hold, traces that cover none of
 the labeled steps.
+
+A healthy control's or confounder's shown recording is checked here too (:func:`control_support`): on every rank,
+as if a straggler were labeled there.
+
+Size: just over 400 lines because the positive cases' checks and the controls' share the per-rank means, the
+twin's spreads and the within-recording lift; split, the control check would import this module's internals.
 """
 
 from __future__ import annotations
@@ -195,6 +201,14 @@ def _range(values: list[float], *, relative: bool) -> float:
     return width / mid if mid > 0 else 0.0
 
 
+def relative_spread(values: Sequence[float]) -> float:
+    """The spread of one measure over healthy recordings (:func:`_range`, relative to its median), floored at
+    NOISE_FLOOR: how far one healthy recording's value moves from another's, the margin an effect must exceed.
+    The verification of a regression (its baseline's recordings) and of a fleet (its fault-free runs) holds what a
+    diagnoser is shown to it too (:mod:`diageval.recording.fleet_verify`)."""
+    return max(_range(list(values), relative=True), NOISE_FLOOR)
+
+
 def _per_rank(recordings: list[dict[int, RankMeans]], value) -> dict[int, float]:
     """Rank -> median over the recordings that hold the rank of ``value(RankMeans)``."""
     ranks = sorted({r for rec in recordings for r in rec})
@@ -271,8 +285,7 @@ def _relative_lift(case: list[dict[int, RankMeans]], twin: list[dict[int, RankMe
     in_case, in_twin = ratios(case), ratios(twin)
     if not in_case or not in_twin:
         return None, NOISE_FLOOR
-    return (statistics.median(in_case) / statistics.median(in_twin) - 1.0,
-            max(_range(in_twin, relative=True), NOISE_FLOOR))
+    return statistics.median(in_case) / statistics.median(in_twin) - 1.0, relative_spread(in_twin)
 
 
 def check_share(label: CauseLabel, kind: str, case: list[dict[int, RankMeans]], twin: list[dict[int, RankMeans]]) -> CauseSupport:
@@ -358,6 +371,52 @@ def label_support(case: Case, injected: Sequence[Path], healthy: Sequence[Path])
             CauseSupport(category=c.category, ranks=c.ranks, measure=None, checked=False, supported=True,
                          detail=f"not checked: {skipped[i]}")
             for i, c in enumerate(case.labels.causes)]
+
+
+CONTROL_PATTERNS = ("compute.straggler_rank",)
+"""The causes whose pattern a healthy control's or confounder's shown evidence is checked for, on every rank, with the
+bar a label of it must clear (:func:`check_rank_local`, the measure straggler, load imbalance and contention labels
+share): the rank's own time beyond the twin's by more than the twin's spread, and beyond every other rank's in the
+same recording by more than the twin's spread of that ratio. And, since a diagnoser sees the ranks and not the twin,
+the rank's own time in the shown recording beyond every other rank's by more than that spread: measured at load
+~12, mlp-ddp-healthy's rank 1 passed both halves (+133% over the twin, +154% over its peer against the twin's
+ratio, whose twins had rank 1 at a third of rank 0) while in the recording itself it computed 14.7 ms a step to
+rank 0's 16.9. The red team's control at load ~6 showed rank 0 computing 22.7 ms (of 153) longer than rank 1 on 7
+of 7 steps, and a straggler claim on it was scored a false alarm.
+
+Both halves, as for a label: each alone is a bar of about one spread (the spread is the range two recordings
+would show, about 1.1 sd), which a recording exchangeable with its twins passes about one time in five per rank
+(the within-recording half: 19% at three twins in a normal model of each rank's own time; both halves: 6-8% when
+the noise is near the 5% floor, 2% when it is below it). The cost: on a loaded machine the half against the twin
+sees little (at load ~12 on 2 cores the twin's own time moved 153% and 161% between recordings in
+mlp-ddp-healthy and one-rank-late-once). The share and count measures are not checked: a confounder's benign
+look-alike (a quick save, a slow but hidden loader) moves them against its twin by design."""
+
+
+def control_support(case: Case, shown: Path, twins: Sequence[Path]) -> list[CauseSupport]:
+    """A healthy control's or confounder's shown recording (``shown``, its bundle) against its twin's recordings
+    (``twins``, the first :data:`MAX_PAIRS` read): each of :data:`CONTROL_PATTERNS` on each rank, as if labeled there.
+    A supported one is a pattern the evidence shows: the case's label (healthy) does not hold. One rank: nothing
+    compared, nothing checked."""
+    step_range = (0, case.workload.steps if case.workload is not None else 0)
+    in_shown = RecordingSteps.read(shown).means(step_range)
+    twin = [m for m in (RecordingSteps.read(f).means(step_range) for f in twins[:MAX_PAIRS]) if m]
+    if len(in_shown) < 2 or not twin:
+        return []
+    out = []
+    for category, rank in ((c, r) for c in CONTROL_PATTERNS for r in sorted(in_shown)):
+        # the shown recording against each twin recording (its excess: the median over them); the spreads over all
+        support = check_rank_local(CauseLabel(category=category, ranks=[rank]), [in_shown] * len(twin), twin)
+        own = (lambda m: m.own_ms) if category in PERIODIC else (lambda m: m.own_median_ms)
+        hidden = [f"rank {rank} {own(in_shown[rank]):.1f} ms against rank {o} {own(in_shown[o]):.1f} ms (spread {spread:.0%})"
+                  for o in sorted(in_shown) if o != rank
+                  for spread in [_relative_lift([in_shown], twin, own, rank, o)[1]]
+                  if own(in_shown[o]) <= 0 or own(in_shown[rank]) / own(in_shown[o]) - 1.0 <= spread]
+        if support.supported and support.checked and hidden:  # a diagnoser sees the ranks, not the twin
+            support = support.model_copy(update={"supported": False, "detail": f"not longer than its peers in the shown "
+                                                 f"recording by more than the twin's spread: {'; '.join(hidden)}; {support.detail}"})
+        out.append(support)
+    return out
 
 
 def label_problems(support: Sequence[CauseSupport]) -> list[str]:

@@ -12,7 +12,7 @@ from diageval.cases.load import LoadedCase
 from diageval.fileio import sha256_file
 from diageval.progress import Progress
 from diageval.recording.cache import cache_key, ensure_bundle, read_truth
-from diageval.recording.truth import Verification
+from diageval.recording.truth import ControlCheck, Verification
 
 
 class PreparedEvidence(BaseModel):
@@ -21,6 +21,9 @@ class PreparedEvidence(BaseModel):
     bundle_id: str
     manifest_sha256: str
     verification: Verification | None = Field(description="None for healthy and abstain cases")
+    control: ControlCheck | None = Field(None, description="A healthy control or confounder: its shown evidence checked "
+                                                           "for a labeled cause's pattern (problems make it invalid); "
+                                                           "None for every other case or when not verified")
 
 
 
@@ -50,7 +53,7 @@ def prepare_evidence(loaded: LoadedCase, *, device: str = "auto", force: bool = 
                                 manifest_sha256=sha256_file(folder / MANIFEST_NAME), verification=verification)
     from diageval.paths import bundle_cache_dir
     from diageval.recording.record import resolve_device
-    from diageval.recording.verify import verify_case
+    from diageval.recording.verify import check_control, control_subject, verify_case
 
     case = loaded.case
     cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
@@ -67,10 +70,15 @@ def prepare_evidence(loaded: LoadedCase, *, device: str = "auto", force: bool = 
             verification = verify_case(case, device=resolved, cache_dir=cache, force=force)
             verified_now = True
     key, folder, _ = ensure_bundle(case, resolved, force=force and not verified_now, cache_dir=cache)
+    control = None
+    if verify and control_subject(case) is None:  # a healthy control or confounder: does its shown evidence hold it?
+        truth = read_truth(cache, key)
+        control = truth.control if truth is not None and truth.control is not None and not force else \
+            check_control(case, device=resolved, cache_dir=cache)
     bundle = EvidenceBundle.open(folder)
     return PreparedEvidence(
         case_id=case.id, bundle_dir=folder, bundle_id=bundle.bundle_id,
-        manifest_sha256=sha256_file(folder / MANIFEST_NAME), verification=verification,
+        manifest_sha256=sha256_file(folder / MANIFEST_NAME), verification=verification, control=control,
     )
 
 

@@ -90,6 +90,17 @@ class FleetDraw(BaseModel):
         return {drawn: name for name, drawn in self.names.items()}
 
 
+class ControlCheck(BaseModel):
+    """A healthy control's or confounder's shown evidence (its bundle, repeat 0) against its twin's recordings: does
+    it show a labeled cause's pattern beyond the twin's spread? (recording/label_support.py:
+    :func:`~diageval.recording.label_support.control_support`)"""
+
+    twins: int = Field(description="Twin recordings the spread was measured on")
+    checked: list[str] = Field(description="What was checked, with the numbers, or why nothing was")
+    problems: list[str] = Field(description="Each pattern the shown evidence holds beyond the twin's spread; any makes "
+                                            "the case invalid (never scored)")
+
+
 class TruthRecord(BaseModel):
     """What the cache knows about a recording that must never be inside the bundle."""
 
@@ -100,3 +111,5 @@ class TruthRecord(BaseModel):
     recorded: datetime
     verification: Verification | None = None
     fleet_draw: FleetDraw | None = Field(None, description="A fleet or regression bundle: its runs' drawn names and order")
+    control: ControlCheck | None = Field(None, description="Healthy controls and confounders: the shown evidence checked "
+                                                           "for a labeled cause's pattern; None: not checked yet")

@@ -32,7 +32,7 @@ from diageval.progress import Progress
 from diageval.recording.cache import ensure_bundle, read_truth, write_truth
 from diageval.recording.label_support import label_problems, label_support
 from diageval.recording.manifest_test import LOOKS, WARMUP_STEPS, manifest_test, metric_of, pairs_needed, sequential_test
-from diageval.recording.truth import TruthRecord, Verification
+from diageval.recording.truth import ControlCheck, TruthRecord, Verification
 
 DEFAULT_REPEATS = LOOKS[0]
 """Pairs recorded before the first look (more are added when it does not decide)."""
@@ -200,6 +200,58 @@ def verify_case(case: Case, *, repeats: int | None = None, device: str = "cpu", 
     return verification
 
 
+CONTROL_TWINS = 3
+"""Twin recordings a healthy control's or confounder's shown evidence is compared with (label_support reads at most
+its MAX_PAIRS = 3): three give each rank's spread three values, two would give one range."""
+
+
+def control_subject(case: Case) -> str | None:
+    """Why ``case``'s shown evidence is not checked as a control (:func:`check_control`), or None when it is: a
+    healthy control or confounder recorded here, on more than one rank, whose bundle is its recording (a case
+    derived by evidence edits shows its base recording, checked as the base case)."""
+    from diageval.recording.cache import split_bundle_edits
+
+    if case.labels.expect != "healthy":
+        return f"expect {case.labels.expect}"
+    if case.recorded is not None or case.fleet is not None or case.workload is None:
+        return "not a job recorded here"
+    if case.workload.world_size < 2:
+        return "one rank: no rank to compare it with"
+    if split_bundle_edits(case)[1]:
+        return "derived by evidence edits from a recording checked as its own case"
+    return None
+
+
+def check_control(case: Case, *, device: str = "cpu", cache_dir: Path | None = None, force: bool = False,
+                  progress: Callable[[str], None] | None = None) -> ControlCheck:
+    """Does a healthy control's or confounder's shown evidence (its bundle, repeat 0) hold its label? Its ranks
+    checked for a labeled cause's pattern against :data:`CONTROL_TWINS` twin recordings
+    (:func:`diageval.recording.label_support.control_support`); stored in the truth of the repeat-0 bundle.
+    ``device`` must be resolved."""
+    from diageval.paths import bundle_cache_dir
+    from diageval.recording.label_support import control_support
+
+    why = control_subject(case)
+    cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
+    key, shown, _ = ensure_bundle(case, device, repeat=0, cache_dir=cache, force=force)
+    if why is not None:
+        return ControlCheck(twins=0, checked=[f"not checked: {why}"], problems=[])
+    twin = case.healthy_twin()
+    twins = []
+    for i in range(CONTROL_TWINS):
+        if progress:
+            progress(f"{case.id}: twin {i + 1}/{CONTROL_TWINS}")
+        twins.append(ensure_bundle(twin, device, repeat=twin_repeat(case, i), cache_dir=cache, force=force, role="twin")[1])
+    support = control_support(case, shown, twins)
+    check = ControlCheck(
+        twins=len(twins), checked=[f"{s.category} on rank {s.ranks[0]}: {s.detail}" for s in support],
+        problems=[f"the shown evidence holds {s.category} on rank {s.ranks[0]} (beyond the twin's spread over "
+                  f"{len(twins)} recordings): {s.detail}" for s in support if s.checked and s.supported])
+    truth = read_truth(cache, key) or TruthRecord(case_id=case.id, key=key, repeat=0, recorded=_now())
+    write_truth(cache, truth.model_copy(update={"control": check, "case_id": case.id}))
+    return check
+
+
 def _now():
     from datetime import datetime, timezone
 
@@ -230,7 +282,9 @@ def verify_cases(case_ids: list[str], *, cases_dir: Path | None = None, repeats:
     """Verify the named positive cases (all positive cases when ``case_ids`` is empty).
 
     Named cases that are not positive (healthy controls, confounders, abstain cases) are skipped with a
-    note through ``progress``: they have no injection to verify. Cases this machine cannot record on
+    note through ``progress``: they have no injection to verify; a named healthy control or confounder that
+    :func:`check_control` checks gets its shown evidence checked instead, the verdict and its numbers through
+    ``progress`` (no result row: the table is of manifestation checks). Cases this machine cannot record on
     ``device`` (``requires: {device: cuda}`` without a GPU; a CPU-only injection under ``--device cuda``)
     are skipped with the reason, named or not: never recorded on the wrong device, never failed.
     """
@@ -242,6 +296,17 @@ def verify_cases(case_ids: list[str], *, cases_dir: Path | None = None, repeats:
     results = []
     for n, lc in enumerate(chosen, 1):
         case = lc.case
+        if case_ids and control_subject(case) is None and not device_problem(device, case):  # a named control: its shown evidence checked (not a result row)
+            if progress:
+                progress.started("verify", n, len(chosen), f"checking {case.id}'s shown evidence")
+            check = check_control(case, device=resolve_device(device, case), cache_dir=cache_dir, force=force,
+                                  progress=progress)
+            if progress:
+                verdict = "INVALID: " + "; ".join(check.problems) if check.problems else "holds its label"
+                progress.line(f"{case.id}: a healthy control, its shown evidence against {check.twins} twin recordings "
+                              f"{verdict}" + ("" if check.problems else "; " + "; ".join(check.checked)))
+                progress.advance("verify")
+            continue
         if case.labels.expect != "diagnose" or case.recorded is not None:
             if case_ids and progress:
                 why = "a recorded case (labeled from measurements)" if case.recorded else f"expect {case.labels.expect}"

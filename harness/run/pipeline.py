@@ -379,6 +379,9 @@ class _Pipeline:
                 return {"status": "invalid", "error": "no manifestation check was recorded for this positive case", **ids}
             if not verification.manifested:
                 return {"status": "invalid", "error": f"the injection did not manifest: {_why_not_manifested(verification)}", "measured_impact": impact, "manifestation": measure, **ids}
+        control = getattr(prepared, "control", None)  # a healthy control or confounder whose shown evidence shows a cause
+        if control is not None and control.problems:
+            return {"status": "invalid", "error": "the healthy label does not hold: " + "; ".join(control.problems), **ids}
         difficulty = getattr(verification, "difficulty", None)
         try:  # the tier the diagnoser gets: an evidence edit of the bundle (diageval.run.evidence_tiers)
             shown = tier_bundle(bundle_dir, self.tier)
