@@ -174,6 +174,8 @@ class CaseResult(_Record):
                               "the case names none")
     device_family: str | None = Field(None, description="cpu, nvidia, amd, mtia or unknown: the kind of device "
                                       "the evidence comes from (the board's per-device view); null in older results")
+    case_kind: Literal["job", "regression", "fleet"] = Field("job", description="The case's kind: one job, a "
+                                                             "regression (baseline and candidate) or a fleet")
     world_size: int = Field(1, description="Ranks in the case's job: the rank events a label-blind forecast of a "
                             "ranked cause would state (the rank-credited score's reference)")
     fleet_factors: int = Field(0, description="Factor values of the case's fleet ((name, value) pairs over its runs' "

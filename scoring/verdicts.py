@@ -108,6 +108,7 @@ def score_case(
         tags=list(case.tags),
         split=case.split,
         device_family=case.device_family,
+        case_kind=case.kind,
         world_size=case.world_size,
         fleet_factors=len(fleet_values(case)),
         blamable=_slots(case),

@@ -271,16 +271,18 @@ def _per_value_word_spray(cases: list[Case], taxonomy: Taxonomy) -> Strategy:
 
 
 def _where_wrong(case: Case) -> list[FactorRef]:
-    """For each labeled value, another blamable value of the same factor (else any other blamable value)."""
-    values = blamable_values(case)
+    """For each labeled value, another blamable value of the same factor, else any other blamable value, else any
+    other value of the runs (a regression's one blamable value leaves only the shared or the baseline's)."""
+    labeled = {c.factor for c in case.labels.causes}
     out = []
     for label in case.labels.causes:
         if label.factor is None:
             continue
-        others = [v for v in values if v != label.factor and v not in {c.factor for c in case.labels.causes}]
-        same = [v for v in others if v.name == label.factor.name]
-        if same or others:
-            out.append((same or others)[0])
+        blamable = [v for v in blamable_values(case) if v not in labeled]
+        same = [v for v in blamable if v.name == label.factor.name]
+        rest = [v for v in fleet_values(case) if v not in labeled]
+        if same or blamable or rest:
+            out.append((same or blamable or rest)[0])
     return out
 
 

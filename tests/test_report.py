@@ -340,7 +340,9 @@ def test_injected_and_recorded_cases_are_shown_apart_as_well_as_together():
                   case_set_hash="feedc0de" * 8, taxonomy_version="1.0", n_boot=200)
     assert {k: v.cases for k, v in s.by_evidence.items()} == {"injected": 2, "recorded": 1}
     board = render_leaderboard([s])
-    assert "### Skill by part" in board and "| recorded (1 cases) |" in board
+    assert "### Skill by part" in board and "| recorded (1 cases †) |" in board
+    # 3 cases: the board says its scale is not a full corpus' (issue 39 item 7)
+    assert "**3 scored cases, under 8:**" in board and "shrinks as (n − 1)/n" in board
     only_injected = run_summary("plain", GOOD)
     assert "injected (" not in render_leaderboard([only_injected])
 
@@ -410,7 +412,10 @@ def test_skill_by_device_family_of_the_evidence():
                   taxonomy_version="1.0", n_boot=200)
     assert {k: v.cases for k, v in s.by_device.items()} == {"cpu": 8, "nvidia": 4}
     part = render_leaderboard([s]).split("### Skill by part")[1].split("\n### ")[0]
-    assert "on cpu (8 cases)" in part and "on nvidia (4 cases)" in part
+    # a part under 8 cases is marked, and the board says why its skill is on another scale (issue 39 item 7)
+    assert "on cpu (8 cases)" in part and "on nvidia (4 cases †)" in part
+    assert "† under 8 cases (on nvidia)" in part and "shrinks as (n − 1)/n" in part
+    assert "scored cases, under 8" not in render_leaderboard([s])
 
 
 def test_a_recorded_case_s_device_family_is_its_hardware_s_maker():

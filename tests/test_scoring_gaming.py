@@ -70,21 +70,20 @@ def test_stating_the_answer_badly_ranks_below_stating_it_honestly(board):
 
 def test_where_in_a_fleet_counts_in_the_headline(board):
     """Issue 39 item 1: the right cause with no factor value, and the right cause behind the wrong value
-    everywhere, score below the honest diagnoser in skill, on the whole board and on the regression and fleet
-    cases alone (before, all three were equal in skill and in every board part); the wrong value is below
-    saying nothing about it (a false statement costs, silence does not)."""
+    everywhere, score below the honest diagnoser in skill, on the whole board and in its regression and fleet
+    parts (before, all three were equal in skill and in every board part); the wrong value is below saying
+    nothing about it (a false statement costs, silence does not)."""
     honest = board["honest: perfect at 0.9"][2].metrics
     silent = board["right causes at 0.9, no factor value"][2].metrics
     wrong = board["right causes at 0.9, the wrong factor value everywhere"][2].metrics
     assert honest.skill.value > silent.skill.value > wrong.skill.value
     assert honest.skill_ranked.value > silent.skill_ranked.value > wrong.skill_ranked.value
     assert wrong.factor_precision.value == 0.0 and silent.factor_recall.value == 0.0
-    cases, taxonomy = builtin_corpus()
-    fleets = [c for c in cases if c.fleet is not None]
-    assert fleets, "the built-in corpus holds regressions and fleets"
-    part = {e.name: s.metrics for e, s in summaries(n_boot=0, on=fleets)}
-    assert (part["honest: perfect at 0.9"].skill.value > part["right causes at 0.9, no factor value"].skill.value
-            > part["right causes at 0.9, the wrong factor value everywhere"].skill.value)
+    for kind in ("regression", "fleet"):  # the board's case-kind parts (Summary.by_kind)
+        part = [board[name][2].by_kind[kind].metrics.skill.value for name in (
+            "honest: perfect at 0.9", "right causes at 0.9, no factor value",
+            "right causes at 0.9, the wrong factor value everywhere")]
+        assert part[0] > part[1] > part[2], (kind, part)
 
 
 def test_null_ranks_above_every_confidently_misleading_diagnoser(board):
