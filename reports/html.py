@@ -126,7 +126,8 @@ def part_view(inputs: ReportInputs) -> dict:
         return _cell(m, heat="higher")
 
     return {
-        "parts": [{"label": p.label, "size": p.size, "differs": bool(p.inversions)} for p in board_parts],
+        "parts": [{"label": p.label, "size": p.size + (" †" if p.small else ""), "differs": bool(p.inversions),
+                   "small": p.small} for p in board_parts],
         "rows": [{"name": name, "cells": [cell(p.cells[i]) for p in board_parts]} for i, name in enumerate(names)],
         "swaps": [{"label": p.label, "pairs": [f"{names[j]} above {names[i]}" for i, j in p.inversions]}
                   for p in board_parts if p.inversions],

@@ -16,8 +16,10 @@ Decided here (the design is silent):
   reader must see next to its numbers: self-test, reference, ...).
 * A diagnoser's name, version and declared claims are its own words: each is escaped
   (:func:`diageval.inert.markdown_inert`), so it reads as text, never as markdown or HTML.
-* Below the board: skill by part (evidence kind, cause family, split; :mod:`diageval.reports.parts`), with
-  the parts whose order of diagnosers differs from the board's marked ⇅ and the swapped pairs listed;
+* Below the board: skill by part (evidence kind, cause family, split, device, case kind;
+  :mod:`diageval.reports.parts`), with the parts whose order of diagnosers differs from the board's marked ⇅
+  and the swapped pairs listed, and the parts under ``SMALL_PART`` cases marked † with why their skill is on
+  another scale (a board of so few cases, a tag subset's, says so under the board);
   skill by split and the gap between splits; recall by cause; and each cause's detection limit with its
   interval (:mod:`diageval.reports.detection_limits`: the measured impact at which the diagnoser finds the
   cause half the time; undefined until the corpus holds the cause at several severities, the cell then
@@ -34,7 +36,7 @@ import jinja2
 from diageval.errors import DiagevalError
 from diageval.inert import markdown_inert
 from diageval.reports.detection_limits import limit_text, summary_limits
-from diageval.reports.parts import gap_label, parts, split_columns, split_rows
+from diageval.reports.parts import SMALL_PART, gap_label, parts, split_columns, split_rows
 from diageval.scoring.metrics import BOARD, HEADLINE, METRICS, MetricValue
 from diageval.scoring.summary import DETECTION_MIN_CASES, DiagnoserInfo, Summary
 
@@ -136,7 +138,8 @@ def render_leaderboard(summaries: list[Summary]) -> str:
     board_parts = parts(ordered, [is_ranked(s.diagnoser) for s in ordered])
     part_rows = [{"diagnoser": name, "cells": [_cell(_part_cell(p.cells[i])) for p in board_parts]}
                  for i, name in enumerate(names)]
-    part_headers = [_cell(f"{p.label} ({p.size}){' ⇅' if p.inversions else ''}") for p in board_parts]
+    part_headers = [_cell(f"{p.label} ({p.size}{' †' if p.small else ''}){' ⇅' if p.inversions else ''}")
+                    for p in board_parts]
     swaps = [_swap_line(p.label, p.inversions, names) for p in board_parts if p.inversions]
     splits, gaps = split_columns(ordered)
     split_headers = [f"split {n} ({_split_size(ordered, n)})" for n in splits] + [f"gap {gap_label(splits, g)}" for g in gaps]
@@ -170,6 +173,9 @@ def render_leaderboard(summaries: list[Summary]) -> str:
         swaps=swaps,
         split_headers=split_headers,
         split_rows=split_table,
+        small_part=SMALL_PART,
+        small_parts=[p.label for p in board_parts if p.small],
+        small_board=first.counts.scored if first.counts.scored < SMALL_PART else None,
     )
 
 

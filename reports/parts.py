@@ -12,7 +12,13 @@ outweighs them), so the board shows the parts apart. The parts, each read off th
 * split: a case's ``split:`` (``Summary.by_split``), when some case names one; the gap between splits is
   :func:`split_rows`' business;
 * device family of the evidence: ``cpu``, ``nvidia``, ``amd``, ... (``Summary.by_device``), when the runs
-  hold more than one.
+  hold more than one;
+* case kind: ``job``, ``regression``, ``fleet`` (``Summary.by_kind``), when the runs hold more than one: where
+  in a fleet is judged on the regression and fleet cases.
+
+A part of fewer than :data:`SMALL_PART` cases is *small* (``Part.small``): its skill is against its own base
+rates, and a cause labeled on one of its n cases adds 1 − 1/n to the reference, so the reference shrinks as
+(n − 1) / n and the same answers read on another scale than the board's; renderers mark it.
 
 Decided here (the design is silent):
 
@@ -22,7 +28,7 @@ Decided here (the design is silent):
   undefined says nothing about the pair). The inversions are point facts: each cell keeps its interval,
   and a swap between two cells whose intervals overlap widely is noise a reader can see.
 * Rows are in the board's order; columns are evidence kinds, then families (sorted), then splits, then
-  device families.
+  device families, then case kinds.
 """
 
 from __future__ import annotations
@@ -33,44 +39,54 @@ from diageval.scoring.metrics import MetricValue
 from diageval.scoring.summary import Summary
 
 EVIDENCE_KINDS = ("injected", "recorded")
+CASE_KINDS = ("job", "regression", "fleet")
+SMALL_PART = 8
+"""A part of fewer cases is marked: its reference is on another scale than the board's (module docstring)."""
 
 
 @dataclass(frozen=True)
 class Part:
-    kind: str  # "evidence", "family", "split" or "device"
+    kind: str  # "evidence", "family", "split", "device" or "kind"
     name: str
     size: str  # what the part holds, as a reader reads it ("96 cases", "17 labeled")
     cells: list[MetricValue | None]  # per summary, in the order given; None: the run has no such part
     inversions: list[tuple[int, int]]  # (i, j): the board puts summary i above j, this part j above i
+    cases: int | None = None  # the part's cases (None for a family part: it holds every case)
 
     @property
     def label(self) -> str:
         return {"evidence": self.name, "family": f"{self.name}.*", "split": f"split {self.name}",
-                "device": f"on {self.name}"}[self.kind]
+                "device": f"on {self.name}", "kind": f"{self.name} cases"}[self.kind]
+
+    @property
+    def small(self) -> bool:
+        """Fewer than :data:`SMALL_PART` cases: a skill on another scale than the board's."""
+        return self.cases is not None and self.cases < SMALL_PART
+
+
+def _subsets(s: Summary, kind: str) -> dict:
+    return {"evidence": s.by_evidence, "split": s.by_split, "device": s.by_device, "kind": s.by_kind}[kind]
 
 
 def _skill(s: Summary, kind: str, name: str) -> MetricValue | None:
-    if kind == "evidence":
-        sub = s.by_evidence.get(name)
-        return None if sub is None else sub.metrics.skill
     if kind == "family":
         fam = s.by_family.get(name)
         return None if fam is None else fam.skill
-    sub = (s.by_device if kind == "device" else s.by_split).get(name)
+    sub = _subsets(s, kind).get(name)
     return None if sub is None else sub.metrics.skill
 
 
+def _cases(summaries: list[Summary], kind: str, name: str) -> int | None:
+    if kind == "family":
+        return None
+    return next((_subsets(s, kind)[name].cases for s in summaries if name in _subsets(s, kind)), None)
+
+
 def _size(summaries: list[Summary], kind: str, name: str) -> str:
-    for s in summaries:
-        if kind == "evidence" and name in s.by_evidence:
-            return f"{s.by_evidence[name].cases} cases"
-        if kind == "family" and name in s.by_family:
-            return f"{s.by_family[name].labeled} labeled"
-        if kind == "split" and name in s.by_split:
-            return f"{s.by_split[name].cases} cases"
-        if kind == "device" and name in s.by_device:
-            return f"{s.by_device[name].cases} cases"
-    return ""
+    if kind == "family":
+        return next((f"{s.by_family[name].labeled} labeled" for s in summaries if name in s.by_family), "")
+    cases = _cases(summaries, kind, name)
+    return "" if cases is None else f"{cases} cases"
 
 
 def inversions(values: list[float | None], ranked: list[int]) -> list[tuple[int, int]]:
@@ -97,12 +113,15 @@ def parts(summaries: list[Summary], ranked_runs: list[bool]) -> list[Part]:
     devices = sorted({d for s in summaries for d in s.by_device})
     if len(devices) > 1:
         names += [("device", d) for d in devices]
+    case_kinds = [k for k in CASE_KINDS if any(k in s.by_kind for s in summaries)]
+    if len(case_kinds) > 1:
+        names += [("kind", k) for k in case_kinds]
     out = []
     for kind, name in names:
         cells = [_skill(s, kind, name) for s in summaries]
         values = [None if c is None else c.value for c in cells]
         out.append(Part(kind=kind, name=name, size=_size(summaries, kind, name), cells=cells,
-                        inversions=inversions(values, ranked)))
+                        inversions=inversions(values, ranked), cases=_cases(summaries, kind, name)))
     return out
 
 

@@ -21,8 +21,9 @@ Size: the metric table itself (one entry per metric, each with its definition te
 it change together, and split apart each would import the other's internals.
 
 The headline (:data:`HEADLINE`, ranks the board) is ``skill``, then ``skill_ranked``: a proper scoring
-rule over every (case, taxonomy cause) pair plus the abstain decision, relative to climatology (every
-cause at its base rate over the run's cases): 0 is "no better than knowing only the corpus' base rates"
+rule over every (case, taxonomy cause) pair, the factor values of regressions and fleets and the abstain
+decision, relative to climatology (every cause and factor value at its base rate over the run's cases): 0 is
+"no better than knowing only the corpus' base rates"
 (docs/scoring.md has the definition and the reasoning).
 
 Each bootstrapped metric declares its ``bounds`` (its interval is clipped to them) and, where it judges
@@ -173,16 +174,18 @@ METRICS: dict[str, MetricSpec] = {s.name: s for s in [
     MetricSpec("skill", "skill", ratio=("loss", REFERENCE), one_minus=True, headline=True,
                bounds=UNBOUNDED_BELOW, prior=_skill_prior("loss_null", REFERENCE),
                definition="1 − Σ S / R, S = the case's Brier loss over every taxonomy cause, the claims that are not "
-                          "causes and the abstain decision; R = Σ_k n_k (1 − n_k / N) + A, the loss of stating every "
-                          "cause at its base rate (0 = no better than knowing only the base rates)",
+                          "causes, each factor value of a regression or fleet a finding or a label names, each value "
+                          "an abstention names or the case labels aliased, and the abstain decision; R = Σ_k n_k "
+                          "(1 − n_k / N) + A + Σ_f F_f (1 − F_f / M_f) + L, the loss of stating every cause at its "
+                          "base rate and every value a case could blame at its factor's (0 = no better than knowing "
+                          "only the base rates)",
                n_counts="scored cases"),
     MetricSpec("skill_ranked", "skill (ranks)", ratio=("loss_ranked", REFERENCE_RANKED), one_minus=True,
                headline=True, bounds=UNBOUNDED_BELOW, prior=_skill_prior("loss_null_ranked", REFERENCE_RANKED),
                definition="skill plus one event per (cause, rank), for every cause the case does not label without "
                           "ranks: each rank a claim on it or its label names, at the highest confidence of the claims "
-                          "naming it, and the same per factor value of a regression or fleet a finding or a label "
-                          "names, plus one per value an abstention names or the case labels aliased; R adds their "
-                          "climatology",
+                          "naming it; R adds Σ_(k,r) P_kr (1 − P_kr / M_kr), the ranks' climatology per (cause, rank "
+                          "position)",
                n_counts="scored cases"),
     MetricSpec("f1", "F1", formula=lambda t: f1_of(t["found"], t["causes"], t["misleading"]), prior=_ends(1.0, 0.0),
                definition="2·found / (2·found + misleading claims + missed causes); null scores 0",

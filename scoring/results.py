@@ -16,17 +16,21 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SCORING_VERSION = 4
+SCORING_VERSION = 5
 """Version of the judging rules in :mod:`diageval.scoring.verdicts`; 2 added forecasts (the headline
 score), strict localisation (claimed ranks a subset of the labeled ranks) and every claim's impact; 3
 made a claim below :data:`FOUND_CONFIDENCE` a ``hedge`` (scored by the proper score alone), gave the
 rank-credited score one event per (cause, rank), and records the case's world size and split; 4 (issue 24)
 adds the fleet's factors: one event per factor value named and per aliased factor value an abstention
-names, in the rank-credited score, and a regression's claimed and measured magnitude."""
+names, in the rank-credited score, and a regression's claimed and measured magnitude; 5 (issue 39) puts the
+factor and aliased events in the headline score (their probability is the stated one) and records the
+values a case could blame (:attr:`CaseResult.blamable`), the factor climatology's slots."""
 READABLE_VERSIONS: frozenset[int] = frozenset({3, SCORING_VERSION})
-"""Versions whose results this code reads as they are. A version-3 result is a version-4 one without factor
-events: version 3 knew no fleet case and no diagnosis could name a factor, so every field version 4 adds is
-empty on it and every number is the same (tests/test_scoring_factors.py re-scores one to show it)."""
+"""Versions whose results this code reads as they are. A version-3 result is a version-5 one without factor
+events: version 3 knew no fleet case and no diagnosis could name a factor, so every field versions 4 and 5 add
+is empty on it and every number is the same (tests/test_scoring_factors.py re-scores one to show it). A
+version-4 result is refused: on a fleet case its factor events had probability 0 in the headline and it
+does not record the values the case could blame (``diageval score RUN_DIR`` re-scores it)."""
 
 FOUND_CONFIDENCE = 0.5
 """A cause claim asserts its cause (can find a labeled cause, or mislead) only at this confidence or more.
@@ -99,9 +103,11 @@ class CauseOutcome(_Record):
 
 
 ForecastKind = Literal["cause", "not_a_cause", "rank", "factor", "aliased", "abstain"]
-RANKED_ONLY_KINDS: frozenset[str] = frozenset({"rank", "factor", "aliased"})
-"""Events only the rank-credited score (``skill_ranked``) has: where in the job (ranks) and where in the
-fleet (factor values)."""
+RANKED_ONLY_KINDS: frozenset[str] = frozenset({"rank"})
+"""Events only the rank-credited score (``skill_ranked``) has: where in the job (ranks). Where in the fleet
+(factor and aliased events) is in both scores since scoring 5."""
+FACTOR_KINDS: frozenset[str] = frozenset({"factor", "aliased"})
+"""The events about where in a fleet: factor precision and recall read them."""
 
 
 class Forecast(_Record):
@@ -116,11 +122,11 @@ class Forecast(_Record):
     a claim on k names or a label of k names, for every taxonomy cause k that no label of the case names
     without ranks (probability = the highest confidence of the claims on k that name r; outcome = r is a
     labeled rank of k). ``factor``: "the slowdown sits behind factor value v" (event ``factor@name=value``),
-    in the rank-credited score only: one per value that a finding (cause or symptom) names or a label names
+    in both scores: one per value that a finding (cause or symptom) names or a label names
     (probability = the highest confidence of the findings naming v; outcome = a label puts a cause behind v,
     whichever cause: the cause is judged by its own event).
-    ``aliased``: "factor value v cannot be told apart from another" (event ``aliased@name=value``), in the
-    rank-credited score only: one per value the abstention names or the case labels aliased (probability 1
+    ``aliased``: "factor value v cannot be told apart from another" (event ``aliased@name=value``), in
+    both scores: one per value the abstention names or the case labels aliased (probability 1
     when the diagnosis abstained naming it, else 0; outcome = labeled aliased). ``abstain``: whether the
     diagnoser abstained, and whether the case expects it. See :mod:`diageval.scoring.verdicts` for the rules and docs/scoring.md for the reasoning.
     """
@@ -153,7 +159,7 @@ class ManifestationMeasure(_Record):
 
 
 class CaseResult(_Record):
-    scoring_version: Literal[3, 4] = Field(description="The judging rules that wrote this result (SCORING_VERSION)")
+    scoring_version: Literal[3, 5] = Field(description="The judging rules that wrote this result (SCORING_VERSION)")
     case_id: str
     status: Status
     expect: Literal["diagnose", "healthy", "abstain"]
@@ -168,11 +174,16 @@ class CaseResult(_Record):
                               "the case names none")
     device_family: str | None = Field(None, description="cpu, nvidia, amd, mtia or unknown: the kind of device "
                                       "the evidence comes from (the board's per-device view); null in older results")
+    case_kind: Literal["job", "regression", "fleet"] = Field("job", description="The case's kind: one job, a "
+                                                             "regression (baseline and candidate) or a fleet")
     world_size: int = Field(1, description="Ranks in the case's job: the rank events a label-blind forecast of a "
                             "ranked cause would state (the rank-credited score's reference)")
     fleet_factors: int = Field(0, description="Factor values of the case's fleet ((name, value) pairs over its runs' "
                                "metadata): the factor events a label-blind forecast of a cause would state; 0 for "
                                "one job's evidence")
+    blamable: list[str] = Field(default_factory=list, description="The factor values the case could blame "
+                                "('name=value'): held by some run, not by all, and on a regression by the candidate; "
+                                "with every labeled one: the factor climatology's slots (empty for one job)")
     aliased: list[str] = Field(default_factory=list, description="Factor values the case labels aliased "
                                "('name=value'): the right abstention names them")
     categories: list[str] = Field(default_factory=list, description="The labeled causes")

@@ -15,8 +15,9 @@ Decided here (the design is silent):
   healthy twin) and recorded ones (real jobs' traces, labeled from measurements), so the two are seen
   apart as well as together.
 * ``reference`` says what skill 0 is on this run: the climatological forecast (every cause at the share
-  of the scored cases labeled with it, never abstaining), its loss R = Σ_k n_k (1 − n_k / N) + A from the
-  label counts, and null's loss and skill beside it (null scores 1 − (Σ_k n_k + A) / R < 0).
+  of the scored cases labeled with it, every value a case could blame at its factor's base rate, never
+  abstaining), its loss R = Σ_k n_k (1 − n_k / N) + A + Σ_f F_f (1 − F_f / M_f) + L from the label counts, and
+  null's loss and skill beside it (null scores 1 − (Σ_k n_k + A + Σ_f F_f + L) / R < 0).
 * ``by_family`` is skill over the events of each cause family's causes (``comm``, ``compute``, ...), every
   case included (a false alarm of the family on a healthy control counts in it), relative to the
   family's own climatology Σ_{k in family} n_k (1 − n_k / N); families are those labeled or claimed.
@@ -25,6 +26,9 @@ Decided here (the design is silent):
   split the skill over its cases minus the skill over the run's other cases, with the hull of the BCa and
   jackknife-t intervals of that difference over the same resamples (a diagnoser that generalises has a
   gap whose interval holds 0).
+* ``by_kind`` repeats the full metric set over the cases of each case kind (``job``, ``regression``,
+  ``fleet``), when the run holds more than one: where in a fleet (the factor events) is judged on the
+  regression and fleet cases, and a reader sees it there apart from the jobs.
 * ``by_device`` repeats the full metric set over the cases of each device family of the evidence (a
   case's ``device_family``: cpu, nvidia, amd, mtia, unknown), so a reader sees whether a diagnoser's skill
   on the CPU cases recorded here carries over to real GPU jobs.
@@ -147,10 +151,12 @@ class Reference(_Model):
     cases: int = Field(description="N: scored cases")
     abstain_cases: int = Field(description="A: scored cases that expect abstention")
     labeled: dict[str, int] = Field(description="n_k: scored cases labeled with cause k (once per case)")
-    loss: float = Field(description="R = Σ_k n_k (1 − n_k / N) + A: the loss of stating every cause at its base rate "
-                                    "n_k / N on every case and never abstaining (skill 0)")
-    loss_ranked: float = Field(description="The same for the rank-credited score (skill (ranks) 0)")
-    null_loss: float = Field(description="What saying nothing loses: Σ_k n_k + A")
+    loss: float = Field(description="R = Σ_k n_k (1 − n_k / N) + A + Σ_f F_f (1 − F_f / M_f) + L: the loss of "
+                                    "stating every cause at its base rate n_k / N and every factor value a case could "
+                                    "blame at its factor's base rate F_f / M_f on every case, never abstaining (skill 0)")
+    loss_ranked: float = Field(description="The same for the rank-credited score, plus Σ_(k,r) P_kr (1 − P_kr / M_kr) "
+                                           "per (cause, rank position) (skill (ranks) 0)")
+    null_loss: float = Field(description="What saying nothing loses: Σ_k n_k + A + Σ_f F_f + L")
     null_skill: float | None = Field(description="1 − null_loss / loss: below 0 whenever a cause is labeled on "
                                                  "some but not all cases; null when loss is 0")
 
@@ -213,6 +219,9 @@ class Summary(_Model):
     by_device: dict[str, SubsetBreakdown] = Field(
         default_factory=dict, description="The full metric set per device family of the evidence (cpu, nvidia, amd, "
         "mtia, unknown: a case's `device_family`)")
+    by_kind: dict[str, SubsetBreakdown] = Field(
+        default_factory=dict, description="The full metric set per case kind (job, regression, fleet), when the run "
+        "holds more than one")
     split_gaps: dict[str, MetricValue] = Field(
         description="Per split: skill over its cases minus skill over the run's other cases, with the interval "
                     "of that difference (n: the split's cases); empty with fewer than two splits")
@@ -285,12 +294,16 @@ def summarize(
     split_subsets = {name: resampled.subset(splits == name) for name in split_names}
     devices = np.array([r.device_family or "unknown" for r in scored])
     device_subsets = {name: resampled.subset(devices == name) for name in sorted(set(devices.tolist()))}
+    case_kinds = np.array([r.case_kind for r in scored])
+    kind_names = [k for k in ("job", "regression", "fleet") if (case_kinds == k).any()]
+    kind_subsets = {k: resampled.subset(case_kinds == k) for k in kind_names} if len(kind_names) > 1 else {}
     per_category = {cat: category_metrics(cat) for cat in categories}
     per_family = {family: {"skill": family_skill(family)} for family in table.families}
     Resampled.warm([(resampled, METRICS), *((resampled, specs) for specs in per_category.values()),
                     *((resampled, specs) for specs in per_family.values()),
                     *((subset, METRICS) for subset in [*subsets.values(), *evidence_subsets.values(),
-                                                       *split_subsets.values(), *device_subsets.values()])])
+                                                       *split_subsets.values(), *device_subsets.values(),
+                                                       *kind_subsets.values()])])
 
     by_category = {
         cat: CategoryBreakdown(
@@ -308,6 +321,8 @@ def summarize(
                 for name, subset in split_subsets.items()}
     by_device = {name: SubsetBreakdown(cases=len(subset.table), metrics=Metrics(**subset.metrics()))
                  for name, subset in device_subsets.items()}
+    by_kind = {name: SubsetBreakdown(cases=len(subset.table), metrics=Metrics(**subset.metrics()))
+               for name, subset in kind_subsets.items()}
     labeled = {k: int(resampled.point[category_column("labeled", k)][0]) for k in table.labeled}
     by_family = {family: FamilyBreakdown(labeled=sum(n for k, n in labeled.items() if cause_family(k) == family),
                                          skill=resampled.metrics(specs)["skill"])
@@ -328,6 +343,7 @@ def summarize(
         by_family=by_family,
         by_split=by_split,
         by_device=by_device,
+        by_kind=by_kind,
         split_gaps=split_gaps,
         reliability=reliability_of(table),
         detection=detection_by_cause(scored),

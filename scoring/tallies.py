@@ -19,24 +19,32 @@ is not there is 0, so a wrong claim of 60% costs 0.6. On ``abstain`` cases the t
 design, so their claims' impacts are not judged.
 
 The headline's reference (climatology, docs/scoring.md) is a function of column totals that is not a sum
-of per-case values: R = Σ_k n_k (1 − n_k / N) + A, with n_k the cases labeled k. So the table carries, per
-cause labeled in some case, the columns it needs (``labeled@k``: 1 if the case labels k; for the
-rank-credited score ``rank_slots@k``: the job's world size unless a label of k names no ranks, and
-``rank_true@k``: the ranks the labels of k name), and :func:`reference_totals` derives the references
-(``reference``, ``reference_ranked``, ``reference@<family>``) from any totals of them: the point, each
-bootstrap resample, each jackknife sample.
+of per-case values: R = Σ_k n_k (1 − n_k / N) + A + Σ_f F_f (1 − F_f / M_f) + L, with n_k the cases labeled
+k. So the table carries, per cause labeled in some case, ``labeled@k`` (1 if the case labels k), and
+:func:`reference_totals` derives the references (``reference``, ``reference_ranked``,
+``reference@<family>``) from any totals of them: the point, each bootstrap resample, each jackknife sample.
 
-Factors (issue 24): the rank-credited score's ``factor`` and ``aliased`` events (a regression's or fleet's
-factor values stated, and the values an abstention names) are counted with its rank events: in
-``loss_ranked`` and ``loss_null_ranked``, never in the headline loss. Its reference adds their climatology
-the same way: ``factor_slots`` (the values of the case's fleet: what a label-blind forecast states) and
-``factor_true`` (the values the case's labels put a cause behind) give F (1 − F / M) over totals, and
-``aliased_values`` (the values the case labels aliased: an abstention can only name a value or not, so, as
-for the abstain decision, climatology names none and loses one per aliased value). Factor precision and
-recall read the same events at the found threshold: ``factor_stated`` (factor and aliased events stated
-at confidence >= 0.5), ``factor_hit`` (... that are true) and ``factor_labeled`` (true factor and aliased
-events). The magnitude error has one term per case with a measured and a claimed magnitude:
-|ln(claimed / measured)|.
+Factors (issues 24 and 39): the ``factor`` and ``aliased`` events (a regression's or fleet's factor values
+stated, and the values an abstention names) are in both scores: in ``loss``, ``loss_ranked`` and both null
+losses. Their climatology is per factor name f: ``factor_slots@f`` (the values of f the case could blame:
+:attr:`~diageval.scoring.results.CaseResult.blamable`) and ``factor_true@f`` (... that a label puts a cause
+behind) give F_f (1 − F_f / M_f) over totals; ``aliased_values`` (the values the case labels aliased) is L:
+an abstention can only name a value or not, so, as for the abstain decision, climatology names none and
+loses one per aliased value. Factor precision and recall read the same events at the found threshold:
+``factor_stated`` (factor and aliased events stated at confidence >= 0.5), ``factor_hit`` (... that are
+true) and ``factor_labeled`` (true factor and aliased events).
+
+Ranks: the rank-credited score's rank events have their climatology per (cause, rank position):
+``rank_slots@k@r`` (1 if k's ranks are judged on the case, no label of k naming no ranks, and the job has a
+rank r) and ``rank_true@k@r`` (1 if a label of k names rank r) give Σ_{k,r} P_kr (1 − P_kr / M_kr), for
+every (k, r) some label of the table names (the others have P = 0). A constant forecast with one rate per
+(cause, rank position), hence one per cause or one per position, is at best that (issue 39: one rate per
+position beat the per-cause climatology by +0.006). The magnitude error has one term per case with a
+measured and a claimed magnitude: |ln(claimed / measured)|.
+
+Size: the column list, the references derived from totals and the one-pass row builder read the same
+column layout (index arithmetic over it), so they stay in one module; most of its length is the docstrings
+that define each column.
 
 The table is a plain array (cases × columns, rows sorted by case id) built in one pass, so that
 :func:`~diageval.scoring.summary.summarize` of 10,000 cases stays well under a second.
@@ -50,7 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from diageval.scoring.results import FOUND_CONFIDENCE, RANKED_ONLY_KINDS, UNCOUNTED_VERDICTS, CaseResult
+from diageval.scoring.results import FACTOR_KINDS, FOUND_CONFIDENCE, RANKED_ONLY_KINDS, UNCOUNTED_VERDICTS, CaseResult
 
 CALIBRATION_BINS = 11
 """Bin 0 holds the pairs stated at probability 0 (unclaimed); bins 1-10 are (0, 0.1], ..., (0.9, 1.0]."""
@@ -93,9 +101,7 @@ BASE_COLUMNS = [
     "impact_abs_err",
     "seconds_n",
     "seconds_sum",
-    "aliased_values",   # factor values the case labels aliased (the rank-credited reference adds them)
-    "factor_slots",     # factor values of the case's fleet
-    "factor_true",      # ... that a label puts a cause behind
+    "aliased_values",   # factor values the case labels aliased (the references add them)
     "factor_stated",    # factor and aliased events stated at confidence >= 0.5
     "factor_hit",       # ... that are true
     "factor_labeled",   # true factor and aliased events
@@ -107,8 +113,12 @@ CALIBRATION_COLUMNS = [f"cal_{part}_{b}" for part in ("n", "conf", "hit", "gap")
 (the ECE resamples sum the gap column, one per bin instead of two)."""
 CATEGORY_FIELDS = ["causes", "found", "localizable", "localized", "claims", "credited", "f1_den"]
 """Per labeled cause: its labels, found, ... and the F1 denominator found + causes + wrong claims naming it."""
-LABEL_FIELDS = ["labeled", "rank_slots", "rank_true"]
+LABEL_FIELDS = ["labeled"]
 """Per cause labeled in some case of the table: what the references are computed from (module docstring)."""
+RANK_FIELDS = ["rank_slots", "rank_true"]
+"""Per (cause, rank position) some label of the table names: the ranks' climatology (``rank_true@k@r``)."""
+FACTOR_FIELDS = ["factor_slots", "factor_true"]
+"""Per factor name with a blamable value in some case of the table: the factor's climatology."""
 FAMILY_LOSS = "family_loss"
 """Per cause family (the id's first segment: ``comm`` of ``comm.collective_stall``): the headline loss over
 the case's events on the family's causes."""
@@ -138,14 +148,21 @@ def _share_of_squares(x: np.ndarray, n: np.ndarray) -> np.ndarray:
     return out
 
 
-def reference_totals(t: Mapping[str, np.ndarray], labeled: Iterable[str], families: Iterable[str]) -> dict[str, np.ndarray]:
+def rank_column(field: str, category: str, rank: int) -> str:
+    return f"{field}@{category}@{rank}"
+
+
+def reference_totals(t: Mapping[str, np.ndarray], labeled: Iterable[str], families: Iterable[str],
+                     rank_positions: Iterable[tuple[str, int]] = (), factor_names: Iterable[str] = ()
+                     ) -> dict[str, np.ndarray]:
     """The references of the headline scores, from totals of the table's columns (docs/scoring.md):
 
-    * ``reference`` R = Σ_k n_k (1 − n_k / N) + A: the loss of the climatological forecast (every cause at
-      the share of the cases labeled with it, never abstaining) over these cases;
-    * ``reference_ranked`` = R + Σ_k P_k (1 − P_k / M_k), P_k the labeled ranks of k, M_k the (cause, rank)
-      events a constant forecast of k's ranks states (the world sizes of the cases where k's ranks are
-      judged): the same for the rank-credited score;
+    * ``reference`` R = Σ_k n_k (1 − n_k / N) + A + Σ_f F_f (1 − F_f / M_f) + L: the loss of the
+      climatological forecast (every cause at the share of the cases labeled with it, never abstaining, every
+      blamable value of factor f at the share of f's blamable values a label blames, naming no value aliased)
+      over these cases; F_f the labeled values of f, M_f its blamable values, L the values labeled aliased;
+    * ``reference_ranked`` = R + Σ_{k,r} P_kr (1 − P_kr / M_kr), P_kr the cases whose labels of k name rank r,
+      M_kr the cases where k's ranks are judged and the job has a rank r: the same for the rank-credited score;
     * ``reference@<family>`` = Σ over the family's causes of n_k (1 − n_k / N).
     """
     n = np.asarray(t["cases"], dtype=float)
@@ -153,13 +170,17 @@ def reference_totals(t: Mapping[str, np.ndarray], labeled: Iterable[str], famili
     for k in labeled:
         nk = np.asarray(t[category_column("labeled", k)], dtype=float)
         per_cause[k] = nk - _share_of_squares(nk, n)
-        true = np.asarray(t[category_column("rank_true", k)], dtype=float)
-        ranks = ranks + true - _share_of_squares(true, np.asarray(t[category_column("rank_slots", k)], dtype=float))
-    factors = np.asarray(t["factor_true"], dtype=float)
-    factors = factors - _share_of_squares(factors, np.asarray(t["factor_slots"], dtype=float))
-    base = sum(per_cause.values(), np.asarray(t["abstain_cases"], dtype=float))
-    out = {REFERENCE: base,
-           REFERENCE_RANKED: base + ranks + factors + np.asarray(t["aliased_values"], dtype=float)}
+    for k, r in rank_positions:
+        true = np.asarray(t[rank_column("rank_true", k, r)], dtype=float)
+        ranks = ranks + true - _share_of_squares(true, np.asarray(t[rank_column("rank_slots", k, r)], dtype=float))
+    factors = np.zeros_like(n)
+    for name in factor_names:
+        true = np.asarray(t[category_column("factor_true", name)], dtype=float)
+        factors = factors + true - _share_of_squares(true, np.asarray(t[category_column("factor_slots", name)],
+                                                                      dtype=float))
+    base = sum(per_cause.values(), np.asarray(t["abstain_cases"], dtype=float)) + factors + np.asarray(
+        t["aliased_values"], dtype=float)
+    out = {REFERENCE: base, REFERENCE_RANKED: base + ranks}
     for family in families:
         out[category_column(REFERENCE_FAMILY, family)] = sum(
             (v for k, v in per_cause.items() if cause_family(k) == family), np.zeros_like(n))
@@ -186,6 +207,19 @@ class TallyTable:
         prefix = category_column(FAMILY_LOSS, "")
         return [c[len(prefix):] for c in self.columns if c.startswith(prefix)]
 
+    @property
+    def rank_positions(self) -> list[tuple[str, int]]:
+        """The (cause, rank position) pairs with rank columns (some label of the table names them)."""
+        prefix = "rank_true@"
+        return [(k, int(r)) for k, r in (c[len(prefix):].rsplit("@", 1) for c in self.columns
+                                         if c.startswith(prefix))]
+
+    @property
+    def factor_names(self) -> list[str]:
+        """The factor names with factor columns (some case of the table could blame a value of them)."""
+        prefix = category_column("factor_slots", "")
+        return [c[len(prefix):] for c in self.columns if c.startswith(prefix)]
+
     def inputs_for(self, columns: Iterable[str]) -> list[str]:
         """The table columns that give ``columns`` (a derived reference needs :meth:`derived_inputs`)."""
         columns = list(columns)
@@ -196,12 +230,15 @@ class TallyTable:
 
     def derived_inputs(self) -> list[str]:
         """The columns :func:`reference_totals` reads."""
-        return ["cases", "abstain_cases", "aliased_values", "factor_slots", "factor_true",
-                *(category_column(f, k) for k in self.labeled for f in LABEL_FIELDS)]
+        return ["cases", "abstain_cases", "aliased_values",
+                *(category_column(f, k) for k in self.labeled for f in LABEL_FIELDS),
+                *(rank_column(f, k, r) for k, r in self.rank_positions for f in RANK_FIELDS),
+                *(category_column(f, name) for name in self.factor_names for f in FACTOR_FIELDS)]
 
     def with_references(self, totals: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """``totals`` (which hold :meth:`derived_inputs`) with the references added."""
-        return {**totals, **reference_totals(totals, self.labeled, self.families)}
+        return {**totals, **reference_totals(totals, self.labeled, self.families, self.rank_positions,
+                                             self.factor_names)}
 
     def __len__(self) -> int:
         return len(self.case_ids)
@@ -224,7 +261,7 @@ _WIDTH = _BASE + len(CALIBRATION_COLUMNS)
 
 
 def _row(result: CaseResult, categories: dict[str, int], labels: dict[str, int], families: dict[str, int],
-         extra: list[tuple[int, float]]) -> list[float]:
+         rank_at: dict[str, dict[int, int]], factor_at: dict[str, int], extra: list[tuple[int, float]]) -> list[float]:
     """One scored case's base and calibration tallies (in column order); its per-category tallies are
     appended to ``extra`` as (column, value). Plain Python over the case's few records with index
     arithmetic: this runs once per case and is most of summarize's time on a large run."""
@@ -239,12 +276,12 @@ def _row(result: CaseResult, categories: dict[str, int], labels: dict[str, int],
         loss_ranked += (f.ranked_probability - y) ** 2
         if f.kind in RANKED_ONLY_KINDS:
             rank_null += y
-            if f.kind != "rank":
-                stated = f.ranked_probability >= FOUND_CONFIDENCE
-                factor_stated += stated
-                factor_hit += stated and f.outcome
-                factor_labeled += f.outcome
             continue
+        if f.kind in FACTOR_KINDS:
+            stated = p >= FOUND_CONFIDENCE
+            factor_stated += stated
+            factor_hit += stated and f.outcome
+            factor_labeled += f.outcome
         loss += (p - y) ** 2
         loss_null += y
         if f.kind == "cause":
@@ -306,13 +343,24 @@ def _row(result: CaseResult, categories: dict[str, int], labels: dict[str, int],
         ranks_of[o.category] = None if known is None or o.ranks is None else known | set(o.ranks)
     for category, ranks in ranks_of.items():
         at = labels.get(category)
-        if at is not None:  # labeled, rank_slots, rank_true
-            extra += [(at, 1.0), (at + 1, 0.0 if ranks is None else float(result.world_size)),
-                      (at + 2, 0.0 if ranks is None else float(len(ranks)))]
-    for category, at in labels.items():
-        if category not in ranks_of:
-            extra.append((at + 1, float(result.world_size)))
-    factor_true = len({o.factor for o in result.outcomes if o.factor is not None})
+        if at is not None:
+            extra.append((at, 1.0))
+    for category, positions in rank_at.items():  # rank_slots, rank_true of each labeled (cause, position)
+        ranks = ranks_of.get(category, set())
+        if ranks is None:
+            continue  # a label of the cause names no ranks: its ranks are not judged on this case
+        for r, at in positions.items():
+            if r < result.world_size or r in ranks:
+                extra.append((at, 1.0))
+                if r in ranks:
+                    extra.append((at + 1, 1.0))
+    labeled_values = {o.factor for o in result.outcomes if o.factor is not None}
+    for key in set(result.blamable) | labeled_values:  # factor_slots, factor_true of the value's factor name
+        at = factor_at.get(key.split("=", 1)[0])
+        if at is not None:
+            extra.append((at, 1.0))
+            if key in labeled_values:
+                extra.append((at + 1, 1.0))
     magnitude_n = magnitude_err = 0.0
     if result.claimed_magnitude is not None and result.measured_magnitude is not None and result.measured_magnitude > 0:
         magnitude_n, magnitude_err = 1.0, abs(math.log(result.claimed_magnitude / result.measured_magnitude))
@@ -325,7 +373,7 @@ def _row(result: CaseResult, categories: dict[str, int], labels: dict[str, int],
         healthy, healthy and claims > 0, abstain, result.abstained, abstain and result.abstained,
         positive, positive and result.top_claim in result.categories,
         impact_n, impact_err, result.seconds is not None, result.seconds or 0.0,
-        len(result.aliased), result.fleet_factors, factor_true, factor_stated, factor_hit, factor_labeled,
+        len(result.aliased), factor_stated, factor_hit, factor_labeled,
         magnitude_n, magnitude_err,
         *cal,
     ]
@@ -339,20 +387,31 @@ def tally_table(results: Iterable[CaseResult], categories: Iterable[str] = ()) -
     labeled = sorted({c for r in scored for c in r.categories})
     families = sorted({cause_family(c) for c in labeled}
                       | {cause_family(f.event) for r in scored for f in r.forecasts if f.kind == "cause"})
+    positions = sorted({(o.category, rank) for r in scored for o in r.outcomes for rank in o.ranks or ()})
+    names = sorted({key.split("=", 1)[0] for r in scored for key in r.blamable}
+                   | {o.factor.split("=", 1)[0] for r in scored for o in r.outcomes if o.factor is not None})
     columns = (BASE_COLUMNS + CALIBRATION_COLUMNS + [category_column(f, c) for c in categories for f in CATEGORY_FIELDS]
                + [category_column(f, c) for c in labeled for f in LABEL_FIELDS]
-               + [category_column(FAMILY_LOSS, fam) for fam in families])
+               + [category_column(FAMILY_LOSS, fam) for fam in families]
+               + [rank_column(f, k, rank) for k, rank in positions for f in RANK_FIELDS]
+               + [category_column(f, name) for name in names for f in FACTOR_FIELDS])
     first = {c: _WIDTH + k * len(CATEGORY_FIELDS) for k, c in enumerate(categories)}
     at = _WIDTH + len(categories) * len(CATEGORY_FIELDS)
     label_first = {c: at + k * len(LABEL_FIELDS) for k, c in enumerate(labeled)}
     at += len(labeled) * len(LABEL_FIELDS)
     family_at = {fam: at + k for k, fam in enumerate(families)}
+    at += len(families)
+    rank_at: dict[str, dict[int, int]] = {}
+    for k, (category, rank) in enumerate(positions):
+        rank_at.setdefault(category, {})[rank] = at + k * len(RANK_FIELDS)
+    at += len(positions) * len(RANK_FIELDS)
+    factor_at = {name: at + k * len(FACTOR_FIELDS) for k, name in enumerate(names)}
     values = np.zeros((len(scored), len(columns)))
     extra_rows, extra_cols, extra_vals = [], [], []
     base = []
     for i, r in enumerate(scored):
         extra: list[tuple[int, float]] = []
-        base.append(_row(r, first, label_first, family_at, extra))
+        base.append(_row(r, first, label_first, family_at, rank_at, factor_at, extra))
         for col, v in extra:
             extra_rows.append(i)
             extra_cols.append(col)

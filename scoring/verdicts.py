@@ -41,7 +41,7 @@ The rules are design.md's "Scoring"; what it leaves open is decided here:
   :func:`forecasts_of`; a failed diagnosis said nothing, so its forecasts are those of ``null``
   (every probability 0, no abstention).
 * Factors (issue 24; regression and fleet cases). A claim's verdict is about its cause, as on one job: the
-  factor value a finding names is judged apart, by the ``factor`` events of the rank-credited score (one
+  factor value a finding names is judged apart, by the ``factor`` events of both scores (issue 39; one
   per factor value of the fleet a finding names or a label names: "the slowdown sits behind this value",
   whatever the cause) and by factor precision and recall (:mod:`diageval.scoring.tallies`). So a claim
   naming the right cause behind the wrong host is ``correct`` for its cause and a false factor statement;
@@ -108,8 +108,10 @@ def score_case(
         tags=list(case.tags),
         split=case.split,
         device_family=case.device_family,
+        case_kind=case.kind,
         world_size=case.world_size,
         fleet_factors=len(fleet_values(case)),
+        blamable=_slots(case),
         aliased=[factor_key(ref) for ref in case.labels.aliased],
         measured_magnitude=measured_magnitude,
         categories=[label.category for label in case.labels.causes],
@@ -253,6 +255,26 @@ def fleet_values(case: Case) -> list[FactorRef]:
                   key=lambda ref: (ref.name, ref.value))
 
 
+def blamable_values(case: Case) -> list[FactorRef]:
+    """The factor values the case could blame, read from its runs alone (no label): the possible answers to
+    "where", which the factor climatology ranges over (docs/scoring.md). A value held by every run cannot set
+    slow runs apart from fast ones, and on a regression only the candidate can be slow, so a value is
+    blamable when some run lacks it and (regression) the candidate holds it. None for one job's evidence."""
+    if case.fleet is None:
+        return []
+    runs = case.fleet.runs
+    slow = [r for r in runs if r.role == "candidate"] or runs
+    return sorted({FactorRef(name=k, value=v) for r in slow for k, v in r.metadata.items()
+                   if any(other.metadata.get(k) != v for other in runs)}, key=lambda ref: (ref.name, ref.value))
+
+
+def _slots(case: Case) -> list[str]:
+    """The factor climatology's slots of the case: its blamable values and every value a label blames (a label
+    is a possible answer by definition; the built-in corpus' labels are all blamable already)."""
+    labeled = {label.factor for label in case.labels.causes if label.factor is not None}
+    return sorted({factor_key(ref) for ref in blamable_values(case)} | {factor_key(ref) for ref in labeled})
+
+
 def _outcomes(
     case: Case,
     diagnosis: Diagnosis,
@@ -308,11 +330,11 @@ def forecasts_of(case: Case, claims: list[Finding], abstention: Abstention | Non
       claim naming no ranks states nothing about ranks), outcome = a label of the cause names the rank.
       So naming every rank of an 8-rank job at 0.5 is eight statements, seven of them false.
     * One ``factor`` event per factor value that a finding (cause or symptom: ``factor_findings``) names or a
-      label names, in the rank-credited score only: probability = the highest confidence of the findings
+      label names, in both scores: probability = the highest confidence of the findings
       naming it, outcome = a label of the case sits behind it (any cause: the cause is judged by its own
       events). So naming every host of a fleet is as many statements as hosts, all but one false.
-    * One ``aliased`` event per factor value the abstention names or the case labels aliased, in the
-      rank-credited score only: probability 1 when the diagnosis abstained naming it, else 0; outcome =
+    * One ``aliased`` event per factor value the abstention names or the case labels aliased, in both
+      scores: probability 1 when the diagnosis abstained naming it, else 0; outcome =
       labeled aliased.
     * One ``abstain`` event: probability 1 when the diagnoser abstained, else 0; outcome = the case
       expects abstention.
@@ -339,7 +361,7 @@ def forecasts_of(case: Case, claims: list[Finding], abstention: Abstention | Non
     out += _factor_events(case, factor_findings)
     named = {factor_key(ref) for ref in abstention.factors} if abstention is not None else set()
     aliased = {factor_key(ref) for ref in case.labels.aliased}
-    out += [Forecast(kind="aliased", event=f"aliased@{key}", probability=0.0,
+    out += [Forecast(kind="aliased", event=f"aliased@{key}", probability=1.0 if key in named else 0.0,
                      ranked_probability=1.0 if key in named else 0.0, outcome=key in aliased)
             for key in sorted(named | aliased)]
     a = 1.0 if abstention is not None else 0.0
@@ -369,6 +391,6 @@ def _factor_events(case: Case, findings: list[Finding]) -> list[Forecast]:
         if f.factor is not None:
             key = factor_key(f.factor)
             stated[key] = max(stated.get(key, 0.0), f.confidence)
-    return [Forecast(kind="factor", event=f"factor@{key}", probability=0.0, ranked_probability=stated.get(key, 0.0),
-                     outcome=key in labeled)
+    return [Forecast(kind="factor", event=f"factor@{key}", probability=stated.get(key, 0.0),
+                     ranked_probability=stated.get(key, 0.0), outcome=key in labeled)
             for key in sorted(labeled | set(stated))]

@@ -26,7 +26,7 @@ from diageval.cases.taxonomy import Taxonomy
 from diageval.diagnosis import Abstention, Diagnosis, FactorRef, Finding
 from diageval.reports.leaderboard import rank_key
 from diageval.scoring.summary import DiagnoserInfo, Summary, summarize
-from diageval.scoring.verdicts import score_case
+from diageval.scoring.verdicts import blamable_values, score_case
 
 Strategy = Callable[[Case], Diagnosis]
 
@@ -34,7 +34,8 @@ Strategy = Callable[[Case], Diagnosis]
 @dataclass(frozen=True)
 class Entry:
     name: str
-    kind: str  # "honest", "label-blind", "in-sample", "knows the answer" (games how it is stated), "misleading", "null"
+    kind: str  # "honest", "label-blind", "in-sample", "knows the answer" (games how it is stated), "misleading", "null",
+    # "open: corpus" (label-blind, reads what the corpus gives away: printed, not held to 0)
     strategy: Strategy
 
 
@@ -86,29 +87,39 @@ def _spray(taxonomy: Taxonomy, confidence: float) -> Strategy:
 
 
 def _split_over_ranks(strategy: Strategy) -> Strategy:
-    """The same claims, each made once per rank of the job (one claim naming rank r, for every r)."""
+    """The same claims, each made once per rank of the job (one claim naming rank r, for every r); findings
+    that are not cause claims (a symptom naming a factor value) are kept as they are."""
     def diagnose(case: Case) -> Diagnosis:
         d = strategy(case)
         if d.abstain is not None:
             return d
         return Diagnosis(findings=[_claim(f.category, f.confidence, [r]) for f in d.findings if f.kind == "cause"
-                                   for r in range(case.world_size)])
+                                   for r in range(case.world_size)] + [f for f in d.findings if f.kind != "cause"])
     return diagnose
 
 
-def rank_base_rates(cases: list[Case]) -> dict[str, float]:
-    """Per cause k: the labeled ranks of k over the (case, rank) events of k a rank-credited score judges
-    (the ranks of every case that does not label k without ranks): the ranks' climatology."""
+def rank_counts(cases: list[Case]) -> tuple[Counter, Counter]:
+    """Per (cause k, rank position r): the cases whose labels of k name r (P_kr), and the cases where k's ranks
+    are judged (no label of k names no ranks) and the job has a rank r (M_kr)."""
     true: Counter = Counter()
     slots: Counter = Counter()
+    labeled = {c.category for cs in cases for c in cs.labels.causes}
     for case in cases:
-        for k in {c.category for c in case.labels.causes} | {c.category for cs in cases for c in cs.labels.causes}:
+        for k in labeled:
             mine = [c for c in case.labels.causes if c.category == k]
             if any(c.ranks is None for c in mine):
                 continue
-            true[k] += len({r for c in mine for r in c.ranks})
-            slots[k] += case.world_size
-    return {k: true[k] / slots[k] for k in slots if slots[k]}
+            truth = {r for c in mine for r in c.ranks}
+            for r in set(range(case.world_size)) | truth:
+                slots[k, r] += 1
+                true[k, r] += r in truth
+    return true, slots
+
+
+def rank_base_rates(cases: list[Case]) -> dict[tuple[str, int], float]:
+    """P_kr / M_kr for every (cause, rank position) some label names: the ranks' climatology."""
+    true, slots = rank_counts(cases)
+    return {kr: true[kr] / slots[kr] for kr in slots if true[kr]}
 
 
 def fleet_values(case: Case) -> list[FactorRef]:
@@ -119,25 +130,42 @@ def fleet_values(case: Case) -> list[FactorRef]:
                   key=lambda ref: (ref.name, ref.value))
 
 
-def factor_base_rate(cases: list[Case]) -> float:
-    """The values a label puts a cause behind over every fleet value of the corpus: the factor's climatology."""
-    true = sum(len({(c.factor.name, c.factor.value) for c in case.labels.causes if c.factor}) for case in cases)
-    slots = sum(len(fleet_values(case)) for case in cases)
-    return true / slots if slots else 0.0
+def factor_counts(cases: list[Case]) -> tuple[Counter, Counter]:
+    """Per factor name f: the values a label puts a cause behind (F_f), and the values the cases could blame
+    (:func:`~diageval.scoring.verdicts.blamable_values`) with the labeled ones (M_f)."""
+    true: Counter = Counter()
+    slots: Counter = Counter()
+    for case in cases:
+        behind = {c.factor for c in case.labels.causes if c.factor is not None}
+        for ref in set(blamable_values(case)) | behind:
+            slots[ref.name] += 1
+            true[ref.name] += ref in behind
+    return true, slots
+
+
+def factor_base_rates(cases: list[Case]) -> dict[str, float]:
+    """F_f / M_f per factor name: the factor's climatology."""
+    true, slots = factor_counts(cases)
+    return {name: true[name] / slots[name] for name in sorted(slots)}
+
+
+def _factor_statements(rates: dict[str, float]) -> Callable[[Case], list[Finding]]:
+    """Every blamable value of a fleet at its factor name's rate, as a symptom naming it (a statement about the
+    value alone)."""
+    return lambda case: [Finding(category="symptom.slow_step", kind="symptom", confidence=rates[ref.name], factor=ref)
+                         for ref in blamable_values(case) if rates.get(ref.name, 0) > 0]
 
 
 def _prior_spray_with_rank_rates(cases: list[Case], taxonomy: Taxonomy) -> Strategy:
-    """Every cause at its base rate, on every rank of the job at its ranks' base rate, and every factor value of
-    a fleet at the factor's base rate (a symptom naming it: a statement about the value alone): climatology for
-    both scores (skill and skill (ranks) exactly 0, when the ranks' rates are below the causes')."""
-    rates, ranks, factor = base_rates(cases), rank_base_rates(cases), factor_base_rate(cases)
+    """The base-rate spray (every cause and factor value at its base rate), plus every labeled rank position r
+    of k on every job with a rank r, at its ranks' base rate capped at k's (a claim on k's rank r states k too,
+    at the same confidence): climatology in the headline (skill exactly 0), and in the rank-credited score
+    wherever no cap binds (docs/scoring.md has the closed form)."""
+    spray, ranks, rates = _prior_spray(cases, taxonomy), rank_base_rates(cases), base_rates(cases)
 
     def diagnose(case: Case) -> Diagnosis:
-        findings = [_claim(c, rates[c]) for c in taxonomy.causes if c in rates]
-        findings += [_claim(c, q, [r]) for c, q in ranks.items() if q > 0 for r in range(case.world_size)]
-        findings += [Finding(category="symptom.slow_step", kind="symptom", confidence=factor, factor=ref)
-                     for ref in fleet_values(case)] if factor > 0 else []
-        return Diagnosis(findings=findings)
+        findings = [_claim(k, min(q, rates[k]), [r]) for (k, r), q in ranks.items() if r < case.world_size]
+        return Diagnosis(findings=spray(case).findings + findings)
     return diagnose
 
 
@@ -204,20 +232,149 @@ def base_rates(cases: list[Case]) -> dict[str, float]:
 
 
 def _prior_spray(cases: list[Case], taxonomy: Taxonomy) -> Strategy:
-    """Every taxonomy cause at the share of cases it is labeled on (the corpus' base rates)."""
+    """Every taxonomy cause at the share of cases it is labeled on, and every blamable factor value of a fleet at
+    its factor name's base rate: the corpus' climatology, skill exactly 0."""
+    rates = base_rates(cases)
+    claims = [_claim(c, rates[c]) for c in taxonomy.causes if c in rates]
+    factors = _factor_statements(factor_base_rates(cases))
+    return lambda case: Diagnosis(findings=claims + factors(case))
+
+
+def _causes_only_spray(cases: list[Case], taxonomy: Taxonomy) -> Strategy:
+    """Every taxonomy cause at its base rate and no factor value: below 0 by the factors' climatology."""
     rates = base_rates(cases)
     claims = [_claim(c, rates[c]) for c in taxonomy.causes if c in rates]
     return lambda case: Diagnosis(findings=claims)
 
 
-def null_skill(cases: list[Case]) -> float:
-    """Null's skill from the corpus' labels alone (docs/scoring.md): 1 − (Σ_k n_k + A) / R, with
-    R = Σ_k n_k (1 − n_k / N) + A the climatological forecast's loss."""
+def _per_value_word_spray(cases: list[Case], taxonomy: Taxonomy) -> Strategy:
+    """The base-rate spray with one rate per factor value word (``version=v2.5.0``) instead of per factor name,
+    counted leave-one-out (the case's own labels never counted): a label-blind strategy that reads value words
+    reused across cases (issue 39 item 2, a corpus property, measured, not held to 0)."""
+    rates = base_rates(cases)
+    claims = [_claim(c, rates[c]) for c in taxonomy.causes if c in rates]
+    true: Counter = Counter()
+    slots: Counter = Counter()
+    for case in cases:
+        for ref in blamable_values(case):
+            slots[ref] += 1
+            true[ref] += any(c.factor == ref for c in case.labels.causes)
+
+    def diagnose(case: Case) -> Diagnosis:
+        findings = list(claims)
+        for ref in blamable_values(case):
+            own = any(c.factor == ref for c in case.labels.causes)
+            n, k = slots[ref] - 1, true[ref] - own
+            if n > 0 and k > 0:
+                findings.append(Finding(category="symptom.slow_step", kind="symptom", confidence=k / n, factor=ref))
+        return Diagnosis(findings=findings)
+    return diagnose
+
+
+def _per_kind_factor_spray(cases: list[Case], taxonomy: Taxonomy) -> Strategy:
+    """The base-rate spray with its factor rates per (case kind, factor name), counted on the other cases of the
+    kind (leave-one-out): a label-blind strategy that reads the case kind. A regression's candidate differs from
+    its baseline in one factor, so its one blamable value is nearly always the answer (issue 39 item 2, a corpus
+    property: measured, not held to 0)."""
+    rates = base_rates(cases)
+    claims = [_claim(c, rates[c]) for c in taxonomy.causes if c in rates]
+
+    def diagnose(case: Case) -> Diagnosis:
+        others = [c for c in cases if c.kind == case.kind and c.id != case.id]
+        return Diagnosis(findings=claims + _factor_statements(factor_base_rates(others))(case))
+    return diagnose
+
+
+def _where_wrong(case: Case) -> list[FactorRef]:
+    """For each labeled value, another blamable value of the same factor, else any other blamable value, else any
+    other value of the runs (a regression's one blamable value leaves only the shared or the baseline's)."""
+    labeled = {c.factor for c in case.labels.causes}
+    out = []
+    for label in case.labels.causes:
+        if label.factor is None:
+            continue
+        blamable = [v for v in blamable_values(case) if v not in labeled]
+        same = [v for v in blamable if v.name == label.factor.name]
+        rest = [v for v in fleet_values(case) if v not in labeled]
+        if same or blamable or rest:
+            out.append((same or blamable or rest)[0])
+    return out
+
+
+def _no_factor(confidence: float) -> Strategy:
+    """Knows the cause and says nothing about where: each labeled cause at ``confidence``, no factor value;
+    abstains where the case expects it, naming no value."""
+    def diagnose(case: Case) -> Diagnosis:
+        if case.labels.expect == "abstain":
+            return Diagnosis(abstain=Abstention(reason="evidence insufficient"))
+        return Diagnosis(findings=[_claim(c.category, confidence, c.ranks) for c in case.labels.causes])
+    return diagnose
+
+
+def _wrong_location(confidence: float) -> Strategy:
+    """Knows the cause and blames the wrong value everywhere: each labeled cause at ``confidence`` behind another
+    blamable value of its factor; abstains where the case expects it, naming values that are not aliased."""
+    def diagnose(case: Case) -> Diagnosis:
+        if case.labels.expect == "abstain":
+            aliased = set(case.labels.aliased)
+            return Diagnosis(abstain=Abstention(reason="evidence insufficient",
+                                                factors=[v for v in blamable_values(case) if v not in aliased][:2]))
+        wrong = iter(_where_wrong(case))
+        return Diagnosis(findings=[Finding(category=c.category, kind="cause", confidence=confidence, ranks=c.ranks,
+                                           factor=next(wrong, None) if c.factor is not None else None)
+                                   for c in case.labels.causes])
+    return diagnose
+
+
+@dataclass(frozen=True)
+class ClosedForms:
+    """The references and null's losses from the corpus' labels alone (docs/scoring.md)."""
+    reference: float         # R = Σ_k n_k (1 − n_k / N) + A + Σ_f F_f (1 − F_f / M_f) + L
+    reference_ranked: float  # R + Σ_{k,r} P_kr (1 − P_kr / M_kr)
+    null_loss: float         # Σ_k n_k + A + Σ_f F_f + L
+    null_loss_ranked: float  # ... + Σ_{k,r} P_kr
+
+    @property
+    def null_skill(self) -> float:
+        return 1 - self.null_loss / self.reference
+
+    @property
+    def null_skill_ranked(self) -> float:
+        return 1 - self.null_loss_ranked / self.reference_ranked
+
+
+def closed_forms(cases: list[Case]) -> ClosedForms:
     n = len(cases)
     counts = [rate * n for rate in base_rates(cases).values()]
     abstain = sum(c.labels.expect == "abstain" for c in cases)
-    reference = sum(k * (1 - k / n) for k in counts) + abstain
-    return 1 - (sum(counts) + abstain) / reference
+    aliased = sum(len(set(c.labels.aliased)) for c in cases)
+    factor_true, factor_slots = factor_counts(cases)
+    rank_true, rank_slots = rank_counts(cases)
+    reference = (sum(k * (1 - k / n) for k in counts) + abstain + aliased
+                 + sum(f * (1 - f / factor_slots[name]) for name, f in factor_true.items()))
+    null_loss = sum(counts) + abstain + aliased + sum(factor_true.values())
+    return ClosedForms(reference=reference,
+                       reference_ranked=reference + sum(p * (1 - p / rank_slots[kr]) for kr, p in rank_true.items()),
+                       null_loss=null_loss, null_loss_ranked=null_loss + sum(rank_true.values()))
+
+
+def null_skill(cases: list[Case]) -> float:
+    """Null's skill from the corpus' labels alone (docs/scoring.md): 1 − (Σ_k n_k + A + Σ_f F_f + L) / R."""
+    return closed_forms(cases).null_skill
+
+
+def rank_spray_skill_ranked(cases: list[Case]) -> float:
+    """The closed form of "prior spray with the ranks' base rates" in the rank-credited score: its headline
+    loss is R, and on each labeled (cause k, position r) it states q = min(P_kr / M_kr, π_k) on M_kr events
+    of which P_kr are true, losing M q² − 2 q P + P (P (1 − P / M) where the cap does not bind)."""
+    forms, rates = closed_forms(cases), base_rates(cases)
+    true, slots = rank_counts(cases)
+    loss = forms.reference
+    for (k, r), p in true.items():
+        if p:
+            q = min(p / slots[k, r], rates[k])
+            loss += slots[k, r] * q * q - 2 * q * p + p
+    return 1 - loss / forms.reference_ranked
 
 
 def _symptoms_as_causes(confidence: float) -> Strategy:
@@ -250,7 +407,8 @@ def strategies(cases: list[Case], taxonomy: Taxonomy) -> list[Entry]:
         Entry("always abstain", "label-blind", lambda case: Diagnosis(abstain=Abstention(reason="always"))),
         Entry("always abstain, naming every factor value", "label-blind", _abstain_naming_every_value),
         Entry("prior (most frequent cause)", "label-blind", _prior(cases)),
-        Entry("prior spray (every cause at its base rate)", "label-blind", _prior_spray(cases, taxonomy)),
+        Entry("prior spray (every cause and factor value at its base rate)", "label-blind", _prior_spray(cases, taxonomy)),
+        Entry("prior spray, causes only (no factor value)", "label-blind", _causes_only_spray(cases, taxonomy)),
         Entry("spray every cause at 0.05, split over ranks", "label-blind", _split_over_ranks(_spray(taxonomy, 0.05))),
         Entry("prior spray, split over ranks", "label-blind", _split_over_ranks(_prior_spray(cases, taxonomy))),
         Entry("prior spray with the ranks' base rates", "label-blind", _prior_spray_with_rank_rates(cases, taxonomy)),
@@ -266,6 +424,10 @@ def strategies(cases: list[Case], taxonomy: Taxonomy) -> list[Entry]:
         Entry("perfect at 0.01", "knows the answer", _perfect(0.01)),
         Entry("perfect, every rank named", "knows the answer", _perfect(0.9, every_rank=True)),
         Entry("perfect, every factor value named", "knows the answer", _perfect_every_value(0.9)),
+        Entry("right causes at 0.9, no factor value", "knows the answer", _no_factor(0.9)),
+        Entry("right causes at 0.9, the wrong factor value everywhere", "knows the answer", _wrong_location(0.9)),
+        Entry("base rates per factor value word (leave-one-out)", "open: corpus", _per_value_word_spray(cases, taxonomy)),
+        Entry("factor base rates per case kind (leave-one-out)", "open: corpus", _per_kind_factor_spray(cases, taxonomy)),
         Entry("symptoms as causes at 0.9", "misleading", _symptoms_as_causes(0.9)),
         Entry("symptoms as causes at 0.3", "misleading", _symptoms_as_causes(0.3)),
         Entry("2 of 3 claims wrong, at 0.9", "misleading", _mostly_misleading(taxonomy, 0.9)),
@@ -279,12 +441,13 @@ def builtin_corpus() -> tuple[list[Case], Taxonomy]:
     return [lc.case for lc in case_set.cases], case_set.taxonomy
 
 
-def summaries(n_boot: int = 0) -> list[tuple[Entry, Summary]]:
-    """Every strategy's summary on the built-in corpus, in leaderboard order."""
+def summaries(n_boot: int = 0, on: list[Case] | None = None) -> list[tuple[Entry, Summary]]:
+    """Every strategy's summary on the built-in corpus (or on the cases ``on``, a part of it: the strategies'
+    rates still come from the whole corpus), in leaderboard order."""
     cases, taxonomy = builtin_corpus()
     out = []
     for entry in strategies(cases, taxonomy):
-        results = [score_case(case, entry.strategy(case), taxonomy=taxonomy) for case in cases]
+        results = [score_case(case, entry.strategy(case), taxonomy=taxonomy) for case in (cases if on is None else on)]
         info = DiagnoserInfo(spec=entry.name, name=entry.name)
         out.append((entry, summarize(results, diagnoser=info, case_set_hash="builtin", taxonomy_version=taxonomy.version,
                                      n_boot=n_boot)))
@@ -298,7 +461,7 @@ def table(n_boot: int = 1000) -> str:
     strata = Counter(metadata_stratum(c) for c in cases)
     lines = [f"gaming table: {len(cases)} built-in cases, {len(taxonomy.causes)} taxonomy causes, ranked by the "
              "leaderboard's key (skill, then skill with rank credit); skill 0 = every cause at its base rate",
-             f"null's skill from the labels alone: 1 - (Σ n_k + A) / R = {null_skill(cases):.4f} "
+             f"null's skill from the labels alone: 1 - (Σ n_k + A + Σ F_f + L) / R = {null_skill(cases):.4f} "
              f"(λ = {sum(rates.values()):.3f} labeled causes per case, max π = {max(rates.values(), default=0):.3f}, "
              f"{sum(c.labels.expect == 'abstain' for c in cases)} abstain cases); {len(strata)} metadata strata "
              f"(evidence kind, device, world-size bucket)",

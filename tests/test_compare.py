@@ -311,8 +311,8 @@ def test_cli_prints_table_and_verdicts(runs):
     assert "| -0.17 | 0.70 | +0.87 [" in rows["skill ↑"]  # against climatology: 3.5 (see test_differences_by_hand)
     verdicts = [line for line in out.splitlines() if line.startswith("- ")]
     assert len(verdicts) == 2 and verdicts[0].startswith("- skill (higher is better): B − A = +0.87")
-    # rank events: p1's labeled rank 1, named at .9 by both; the reference adds 1 (1 - 1/12)
-    assert verdicts[1].startswith("- skill (ranks) (higher is better): B − A = +0.69")
+    # rank events: p1's labeled rank 1, named at .9 by both; the reference adds rank position 1's climatology, 1 (1 - 1/6)
+    assert verdicts[1].startswith("- skill (ranks) (higher is better): B − A = +0.71")
 
 
 def test_cli_json_is_the_comparison_model(runs):

@@ -72,8 +72,9 @@ def test_every_metric_by_hand(summary):
         "skill": (1 - 3.7225 / 5.25, 8),
         # rank events (straggler only: the others are labeled without ranks): p1 rank 1 at .9: .01; p3 rank 0 at
         # .7 (false): .49 and rank 1 unstated: 1 -> 3.7225 + .01 + 1.49 = 5.2225. Its reference adds the ranks'
-        # climatology: 2 labeled ranks among 8 cases x 2 ranks: 2 (1 - 2/16) = 1.75 -> 7.0.
-        "skill_ranked": (1 - 5.2225 / 7.0, 8),
+        # climatology per rank position: rank 0 labeled on none of the 8 cases (0), rank 1 on 2 of 8:
+        # 2 (1 - 2/8) = 1.5 -> 6.75 (one rate per cause, 2 (1 - 2/16) = 1.75, is beaten by one per position).
+        "skill_ranked": (1 - 5.2225 / 6.75, 8),
         "f1": (6 / 10, 8),                         # 2*3 / (2*3 + 3 misleading + 1 missed)
         "precision": (3 / 6, 6),                   # credited p1 0.9, p2 0.6, p3 0.7 of 6 asserted claims
         "recall": (3 / 4, 4),                      # p1, p2, p3 found; p4 timed out

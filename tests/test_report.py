@@ -204,7 +204,8 @@ SOUND = {"oracle": ORACLE, "null": NOTHING, "leak": NOTHING, "symptoms": SYMPTOM
 
 def test_the_gate_passes_a_sound_board_on_its_closed_forms(tmp_path):
     checks = check_board(write_board(tmp_path, SOUND))
-    assert [c.split(":")[0] for c, _, _ in checks] == ["oracle", "null", "base-rate spray", "leak", "symptoms"]
+    assert [c.split(":")[0] for c, _, _ in checks] == ["oracle", "null", "base-rate spray", "base-rate spray with ranks",
+                                                       "leak", "symptoms"]
     assert all(ok for _, ok, _ in checks), checks
     measured = dict((c.split(":")[0], m) for c, _, m in checks)
     assert "skill -0.49999" in measured["null"] and "closed form -0.49999" in measured["null"]  # 1 - 2 / (4/3)
@@ -217,7 +218,8 @@ def test_the_gate_fails_a_wrong_board(tmp_path):
              "leak": HALF,          # a leak that found something
              "symptoms": NOTHING}   # symptoms that score like null
     checks = dict((c.split(":")[0], ok) for c, ok, _ in check_board(write_board(tmp_path, wrong)))
-    assert checks == {"oracle": False, "null": True, "base-rate spray": True, "leak": False, "symptoms": False}
+    assert checks == {"oracle": False, "null": True, "base-rate spray": True, "base-rate spray with ranks": True,
+                      "leak": False, "symptoms": False}
     missing = dict((c.split(":")[0], (ok, m)) for c, ok, m in check_board(write_board(tmp_path / "x", {"leak": NOTHING})))
     assert not any(ok for ok, _ in missing.values())
     assert "no null run" in missing["base-rate spray"][1] and "no oracle run" in missing["oracle"][1]
@@ -240,6 +242,77 @@ def test_the_gate_recomputes_null_from_the_labels(tmp_path):
     assert spray[0] is False and "changed since the run" in spray[1]
 
 
+def _where_board():
+    """Cases with every event family: a ranked cause on rank 1 (twice) and on rank 0 (once), a fleet with its
+    cause behind a host, an aliased fleet, a regression; and the reference runs on them."""
+    from scoring_helpers import CONTENTION, fleet_case, regression_case
+
+    from diageval.diagnosis import Abstention, Diagnosis, FactorRef
+
+    node2, node4, rack2 = (FactorRef(name="host", value="node-02"), FactorRef(name="host", value="node-04"),
+                           FactorRef(name="rack", value="r2"))
+    cases = CASES + [make_case("p3", [{"category": STRAGGLER, "ranks": [1]}]),
+                     make_case("p4", [{"category": STRAGGLER, "ranks": [0]}]), fleet_case("fa", behind=node2),
+                     fleet_case("fc", expect="abstain", aliased=[node4, rack2]), regression_case("ra")]
+
+    def oracle(case):
+        if case.labels.expect == "abstain":
+            return Diagnosis(abstain=Abstention(reason="aliased", factors=list(case.labels.aliased)))
+        return diag(*(cause(c.category, 1.0, ranks=c.ranks).model_copy(update={"factor": c.factor})
+                      for c in case.labels.causes))
+
+    nothing = [diag() for _ in cases]
+    symptoms = [diag(cause("symptom.slow_step", 0.9)) for _ in cases]
+    return cases, {"oracle": [oracle(c) for c in cases], "null": nothing, "leak": nothing, "symptoms": symptoms}
+
+
+def _seeded_bugs():
+    """Bugs confined to rank or factor statements below confidence 1, or to the ranks' reference: the oracle
+    (every statement at 1) and null (none) score as on a sound board, so the old gate (oracle, null's skill,
+    a spray of causes alone) passed each."""
+    from diageval.scoring import tallies, verdicts
+
+    def rank_events_read_the_cause(category, labels, claims):  # each rank at the cause's highest confidence
+        top = max((c.confidence for c in claims), default=0.0)
+        return [f.model_copy(update={"ranked_probability": top}) if f.ranked_probability > 0 else f
+                for f in real_rank_events(category, labels, claims)]
+
+    def symptoms_name_no_value(case, findings):  # only cause findings' factor values read (docs: any finding)
+        return real_factor_events(case, [f for f in findings if f.kind == "cause"])
+
+    def per_cause_rank_climatology(t, labeled, families, rank_positions=(), factor_names=()):  # pooled over positions
+        out = real_reference(t, labeled, families, (), factor_names)
+        for k in {k for k, _ in rank_positions}:
+            true = sum(t[tallies.rank_column("rank_true", k, r)] for kk, r in rank_positions if kk == k)
+            slots = sum(t[tallies.rank_column("rank_slots", k, r)] for kk, r in rank_positions if kk == k)
+            out[tallies.REFERENCE_RANKED] = out[tallies.REFERENCE_RANKED] + true - true * true / slots
+        return out
+
+    real_rank_events, real_factor_events = verdicts._rank_events, verdicts._factor_events
+    real_reference = tallies.reference_totals
+    return {"rank events": (verdicts, "_rank_events", rank_events_read_the_cause),
+            "factor events": (verdicts, "_factor_events", symptoms_name_no_value),
+            "rank reference": (tallies, "reference_totals", per_cause_rank_climatology)}
+
+
+def test_the_gate_checks_every_event_family_and_catches_a_bug_confined_to_one(tmp_path, monkeypatch):
+    """Issue 39 item 6: the gate checks the closed forms of rank and factor events too. On cases with ranks,
+    fleets, an aliased fleet and a regression the sound board passes; a bug seeded in rank events, in factor
+    events or in the ranks' reference (the board written and checked with it) fails a check."""
+    cases, runs = _where_board()
+    checks = check_board(write_board(tmp_path / "sound", runs, cases=cases))
+    assert all(ok for _, ok, _ in checks), checks
+    failing = {}
+    for bug, (module, name, seeded) in _seeded_bugs().items():
+        with monkeypatch.context() as m:
+            m.setattr(module, name, seeded)
+            checks = check_board(write_board(tmp_path / bug.replace(" ", "-"), runs, cases=cases))
+        failing[bug] = {c.split(":")[0] for c, ok, _ in checks if not ok}
+    assert failing == {"rank events": {"base-rate spray with ranks"},
+                       "factor events": {"base-rate spray", "base-rate spray with ranks"},
+                       "rank reference": {"null", "base-rate spray with ranks"}}, failing
+
+
 def test_check_board_script_reads_run_folders(tmp_path):
     import subprocess
     import sys
@@ -251,7 +324,7 @@ def test_check_board_script_reads_run_folders(tmp_path):
     ok = subprocess.run([sys.executable, str(root / ".ci" / "check_board"), *map(str, runs), str(tmp_path / "leaderboard.md")],
                         capture_output=True, text=True)
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert ok.stdout.count("\nok  ") + ok.stdout.startswith("ok  ") == 5
+    assert ok.stdout.count("\nok  ") + ok.stdout.startswith("ok  ") == 6
     from diageval.run.store import RunStore
 
     RunStore(runs[3]).summary_path.write_text(RunStore(runs[1]).read_summary().model_copy(update={
@@ -267,7 +340,9 @@ def test_injected_and_recorded_cases_are_shown_apart_as_well_as_together():
                   case_set_hash="feedc0de" * 8, taxonomy_version="1.0", n_boot=200)
     assert {k: v.cases for k, v in s.by_evidence.items()} == {"injected": 2, "recorded": 1}
     board = render_leaderboard([s])
-    assert "### Skill by part" in board and "| recorded (1 cases) |" in board
+    assert "### Skill by part" in board and "| recorded (1 cases †) |" in board
+    # 3 cases: the board says its scale is not a full corpus' (issue 39 item 7)
+    assert "**3 scored cases, under 8:**" in board and "shrinks as (n − 1)/n" in board
     only_injected = run_summary("plain", GOOD)
     assert "injected (" not in render_leaderboard([only_injected])
 
@@ -337,7 +412,10 @@ def test_skill_by_device_family_of_the_evidence():
                   taxonomy_version="1.0", n_boot=200)
     assert {k: v.cases for k, v in s.by_device.items()} == {"cpu": 8, "nvidia": 4}
     part = render_leaderboard([s]).split("### Skill by part")[1].split("\n### ")[0]
-    assert "on cpu (8 cases)" in part and "on nvidia (4 cases)" in part
+    # a part under 8 cases is marked, and the board says why its skill is on another scale (issue 39 item 7)
+    assert "on cpu (8 cases)" in part and "on nvidia (4 cases †)" in part
+    assert "† under 8 cases (on nvidia)" in part and "shrinks as (n − 1)/n" in part
+    assert "scored cases, under 8" not in render_leaderboard([s])
 
 
 def test_a_recorded_case_s_device_family_is_its_hardware_s_maker():

@@ -158,6 +158,6 @@ def test_runs_scored_by_older_rules_are_refused_until_rescored(tmp_path):
     (run / "summary.json").write_text(json.dumps(before | {"schema_version": 2}))
     with pytest.raises(ReportError, match=r"schema version 2, this diageval reads 4.*diageval score RUN_DIR"):
         report_runs([run])
-    with pytest.raises(RunReadError, match=r"result 1: .*scoring_version 2, this diageval reads 3 and 4.*diageval score RUN_DIR"):
+    with pytest.raises(RunReadError, match=r"result 1: .*scoring_version 2, this diageval reads 3 and 5.*diageval score RUN_DIR"):
         RunStore(run).load()
     assert rescore_run(run, case_set=case_set).schema_version == 4

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from scoring_helpers import cause, diag, make_case
+from scoring_helpers import CONTENTION, PROFILER, cause, diag, fleet_case, fleet_metadata, make_case, regression_case
 
 from diageval.cases.model import Case
 from diageval.cases.taxonomy import load_taxonomy
@@ -20,45 +20,6 @@ from diageval.scoring.tallies import REFERENCE, REFERENCE_RANKED, tally_table
 from diageval.scoring.verdicts import score_case
 
 TAX = load_taxonomy()
-CONTENTION = "host.cpu_contention"
-PROFILER = "measurement.profiler_overhead"
-
-
-def _metadata(i: int) -> dict[str, str]:
-    host = f"node-0{i // 2 + 1}"  # node-01 .. node-04, two runs each
-    return {"host": host, "version": f"v{i % 2 + 1}", "rack": "r2" if host == "node-04" else "r1"}
-
-
-def fleet_case(case_id: str, *, behind: FactorRef | None = None, expect: str = "diagnose",
-               aliased: list[FactorRef] = (), category: str = CONTENTION) -> Case:
-    """8 runs: host node-01..04 (two runs each), version v1/v2, rack r2 only on node-04 (aliased with it):
-    8 factor values."""
-    runs = [{"name": f"job-{i:02d}", "metadata": _metadata(i), "start": i} for i in range(8)]
-    where = behind or (aliased[0] if aliased else None)
-    data = {
-        "id": case_id, "title": f"hand-built fleet {case_id}", "kind": "fleet",
-        "workload": {"name": "mlp_ddp", "world_size": 2, "steps": 20},
-        "fleet": {"runs": runs, "faults": [{"where": where.model_dump(), "faults": [{"name": "slow_rank"}]}]
-                  if where is not None else []},
-        "labels": {"causes": [{"category": category, "factor": behind.model_dump()}] if expect == "diagnose" else [],
-                   "expect": expect, "aliased": [a.model_dump() for a in aliased]},
-    }
-    if expect == "diagnose":
-        data["manifest"] = {"metric": "step_time_median", "min_ratio": 1.3}
-    return Case.model_validate(data)
-
-
-def regression_case(case_id: str) -> Case:
-    runs = [{"name": "job-a", "metadata": {"host": "node-01", "version": "v1"}, "start": 0, "role": "baseline"},
-            {"name": "job-b", "metadata": {"host": "node-01", "version": "v2"}, "start": 1, "role": "candidate"}]
-    v2 = FactorRef(name="version", value="v2")
-    return Case.model_validate({
-        "id": case_id, "title": "hand-built regression", "kind": "regression",
-        "workload": {"name": "mlp_ddp", "world_size": 1, "steps": 20},
-        "fleet": {"runs": runs, "faults": [{"where": v2.model_dump(), "faults": [{"name": "slow_rank"}]}]},
-        "labels": {"causes": [{"category": PROFILER, "factor": v2.model_dump()}], "expect": "diagnose"},
-        "manifest": {"metric": "step_time_median", "min_ratio": 1.3},
-    })
 
 
 NODE2 = FactorRef(name="host", value="node-02")
@@ -99,12 +60,12 @@ def test_factor_events_are_one_per_factor_value_judged_apart_from_the_cause():
     # naming every value of the fleet at 0.5 is eight statements, seven false; the factor events stay out of the
     # headline (probability 0 there), as rank events do
     every = Diagnosis(findings=[claim(CONTENTION, 0.5, FactorRef(name=k, value=v))
-                                for i in range(8) for k, v in _metadata(i).items()])
+                                for i in range(8) for k, v in fleet_metadata(i).items()])
     spray = score_case(case, every, taxonomy=TAX)
     assert len(events(spray, "factor")) == 8
     assert ranked_loss(spray) == pytest.approx(0.25 + 0.25 + 7 * 0.25)
     assert ranked_loss(r) == pytest.approx(0.04 + 0.04)
-    assert all(f.probability == 0.0 for f in spray.forecasts if f.kind == "factor")
+    assert all(f.probability == f.ranked_probability for f in spray.forecasts if f.kind == "factor")
     # a factor named on one job's evidence: a false statement (no label puts a cause behind a factor there)
     job = score_case(make_case("j1", [{"category": CONTENTION}]), Diagnosis(findings=[claim(CONTENTION, 0.7, NODE2)]),
                      taxonomy=TAX)
@@ -150,12 +111,18 @@ def test_references_add_the_factor_climatology_and_the_oracle_scores_one():
     results = [score_case(c, _honest(c), taxonomy=TAX) for c in cases]
     table = tally_table(results)
     t = table.totals(np.ones((1, len(table))))
-    # factor climatology: slots: 4 fleets x 8 values + the regression's 3 (host=node-01, version=v1, version=v2)
-    # = 35; true: fa's node-02, fb's v2, ra's v2 = 3 -> 3 (1 - 3/35); aliased values: 2
-    expected = 3 * (1 - 3 / 35) + 2
+    # the factor climatology, per factor name, over the values a case could blame (issue 39): each fleet's host
+    # node-01..04, version v1/v2 and rack r1/r2 (each lacked by some run); the regression's candidate version=v2
+    # (its host node-01 is the baseline's too: no answer). host: 16 slots, fa's node-02 true -> 1 (1 - 1/16);
+    # version: 9 slots, fb's and ra's v2 -> 2 (1 - 2/9); rack: 8 slots, none true -> 0; aliased values: 2
+    factors = 1 * (1 - 1 / 16) + 2 * (1 - 2 / 9) + 2
+    # causes: contention on fa and ja, profiler on fb and ra, of 7 cases; fc expects abstention
+    causes = 2 * 2 * (1 - 2 / 7) + 1
+    assert float(t[REFERENCE][0]) == pytest.approx(causes + factors)
     # ranks: contention's label on ja names no ranks; profiler and contention on the fleet labels neither: every
     # label without ranks leaves ranks unjudged, so the rank part is 0 (no labeled ranks)
-    assert float(t[REFERENCE_RANKED][0] - t[REFERENCE][0]) == pytest.approx(expected)
+    assert float(t[REFERENCE_RANKED][0]) == pytest.approx(float(t[REFERENCE][0]))
+    assert [r.blamable for r in results if r.case_id == "ra"] == [["version=v2"]]
     m = _summary(results).metrics
     assert m.skill.value == 1.0 and m.skill_ranked.value == 1.0
     assert (m.factor_precision.value, m.factor_precision.n) == (1.0, 5)  # 3 labeled factor values + 2 aliased

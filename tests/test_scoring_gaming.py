@@ -6,11 +6,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gaming_strategies import builtin_corpus, null_skill, summaries
+from gaming_strategies import (
+    base_rates,
+    builtin_corpus,
+    closed_forms,
+    factor_base_rates,
+    rank_base_rates,
+    rank_counts,
+    rank_spray_skill_ranked,
+    summaries,
+)
 
 from diageval.diagnosis import Diagnosis, Finding
 from diageval.scoring.summary import DiagnoserInfo, summarize
-from diageval.scoring.verdicts import score_case
+from diageval.scoring.verdicts import blamable_values, score_case
 
 STRATUM_CEILING = 0.02
 """What base rates per bundle-metadata stratum, counted on the stratum's other cases, may earn (issue 21): a
@@ -43,7 +52,8 @@ def test_stating_the_answer_badly_ranks_below_stating_it_honestly(board):
     honest_rank = board["honest: perfect at 0.9"][0]
     gamed = _of(board, "knows the answer")
     assert {name for name, _, _ in gamed} == {"perfect plus junk at 0.01", "perfect at 0.01", "perfect, every rank named",
-                                              "perfect, every factor value named"}
+                                              "perfect, every factor value named", "right causes at 0.9, no factor value",
+                                              "right causes at 0.9, the wrong factor value everywhere"}
     assert all(rank > honest_rank for _, rank, _ in gamed)
     padded, honest = board["perfect plus junk at 0.01"][2].metrics, board["honest: perfect at 0.9"][2].metrics
     assert padded.brier.value > honest.brier.value and padded.skill.value < honest.skill.value
@@ -51,13 +61,29 @@ def test_stating_the_answer_badly_ranks_below_stating_it_honestly(board):
     assert every.skill.value == honest.skill.value and every.skill_ranked.value < honest.skill_ranked.value
     # naming every rank localises only where the job has one rank (recorded single-GPU cases)
     assert every.localization_accuracy.value < honest.localization_accuracy.value
-    # naming every factor value of a fleet behind a cause: the same headline, a lower rank-credited score and
-    # factor precision (when the corpus holds fleets)
+    # naming every factor value of a fleet behind a cause: a lower score in both (the factor is in the headline
+    # since issue 39) and a lower factor precision
     values = board["perfect, every factor value named"][2].metrics
-    assert values.skill.value <= honest.skill.value
-    if honest.factor_recall.value is not None:
-        assert values.skill_ranked.value < honest.skill_ranked.value
-        assert values.factor_precision.value < honest.factor_precision.value == 1.0
+    assert values.skill.value < honest.skill.value and values.skill_ranked.value < honest.skill_ranked.value
+    assert values.factor_precision.value < honest.factor_precision.value == 1.0
+
+
+def test_where_in_a_fleet_counts_in_the_headline(board):
+    """Issue 39 item 1: the right cause with no factor value, and the right cause behind the wrong value
+    everywhere, score below the honest diagnoser in skill, on the whole board and in its regression and fleet
+    parts (before, all three were equal in skill and in every board part); the wrong value is below saying
+    nothing about it (a false statement costs, silence does not)."""
+    honest = board["honest: perfect at 0.9"][2].metrics
+    silent = board["right causes at 0.9, no factor value"][2].metrics
+    wrong = board["right causes at 0.9, the wrong factor value everywhere"][2].metrics
+    assert honest.skill.value > silent.skill.value > wrong.skill.value
+    assert honest.skill_ranked.value > silent.skill_ranked.value > wrong.skill_ranked.value
+    assert wrong.factor_precision.value == 0.0 and silent.factor_recall.value == 0.0
+    for kind in ("regression", "fleet"):  # the board's case-kind parts (Summary.by_kind)
+        part = [board[name][2].by_kind[kind].metrics.skill.value for name in (
+            "honest: perfect at 0.9", "right causes at 0.9, no factor value",
+            "right causes at 0.9, the wrong factor value everywhere")]
+        assert part[0] > part[1] > part[2], (kind, part)
 
 
 def test_null_ranks_above_every_confidently_misleading_diagnoser(board):
@@ -92,24 +118,31 @@ def test_no_label_blind_strategy_beats_the_base_rates(board):
 
 
 def test_the_closed_forms_hold(board):
-    """From the live corpus' labels alone (docs/scoring.md): the base-rate spray scores exactly 0; null scores
-    1 − (Σ n_k + A) / R < 0; the spray that also states every rank at its ranks' base rate scores 0 in the
-    rank-credited score too."""
+    """From the live corpus' labels alone (docs/scoring.md): the base-rate spray (every cause and every blamable
+    factor value at its base rate) scores exactly 0; null scores 1 − (Σ n_k + A + Σ F_f + L) / R < 0 and its
+    rank-credited closed form; the spray that also states every labeled rank position at its base rate (capped at
+    its cause's) scores 0 in the headline and its closed form in the rank-credited score."""
     cases, _ = builtin_corpus()
-    spray = board["prior spray (every cause at its base rate)"][2].metrics
+    forms = closed_forms(cases)
+    spray = board["prior spray (every cause and factor value at its base rate)"][2].metrics
     assert spray.skill.value == pytest.approx(0.0, abs=EXACT)
     null = board["null: says nothing"][2].metrics
-    assert null.skill.value == pytest.approx(null_skill(cases), abs=EXACT) and null.skill.value < 0
+    assert null.skill.value == pytest.approx(forms.null_skill, abs=EXACT) and null.skill.value < 0
+    assert null.skill_ranked.value == pytest.approx(forms.null_skill_ranked, abs=EXACT)
     ranked = board["prior spray with the ranks' base rates"][2].metrics
     assert ranked.skill.value == pytest.approx(0.0, abs=EXACT)
-    assert ranked.skill_ranked.value == pytest.approx(0.0, abs=EXACT)
+    assert ranked.skill_ranked.value == pytest.approx(rank_spray_skill_ranked(cases), abs=EXACT)
+    assert -0.05 < ranked.skill_ranked.value <= EXACT
+    # without the factor statements the spray is below 0 by the factors' climatology
+    causes_only = board["prior spray, causes only (no factor value)"][2].metrics
+    assert causes_only.skill.value < -EXACT
 
 
 def test_splitting_claims_over_ranks_raises_no_label_blind_strategy(board):
     """Naming a cause on every rank, one claim per rank, is as many statements as ranks: the unranked score
     does not change (it reads each cause's highest confidence) and the rank-credited one can only fall."""
     pairs = [("spray every cause at 0.05", "spray every cause at 0.05, split over ranks"),
-             ("prior spray (every cause at its base rate)", "prior spray, split over ranks"),
+             ("prior spray (every cause and factor value at its base rate)", "prior spray, split over ranks"),
              ("metadata-stratum base rates (leave-one-out)",
               "metadata-stratum base rates, split over ranks (leave-one-out)")]
     for whole, split in pairs:
@@ -119,18 +152,61 @@ def test_splitting_claims_over_ranks_raises_no_label_blind_strategy(board):
         assert b.skill_ranked.value <= b.skill.value + EXACT, split
 
 
-def test_no_constant_spray_beats_the_base_rates_at_any_confidence():
-    """A constant q on every cause loses Σ_k (N q² − 2 q n_k + n_k) + A >= R: skill <= 0 at every q."""
+def _skills(cases, taxonomy, diagnose) -> tuple[float, float]:
+    results = [score_case(case, diagnose(case), taxonomy=taxonomy) for case in cases]
+    m = summarize(results, diagnoser=DiagnoserInfo(spec="constant", name="constant"), case_set_hash="x",
+                  taxonomy_version=taxonomy.version, n_boot=0).metrics
+    return m.skill.value, m.skill_ranked.value
+
+
+def _constant(cases, causes: dict[str, float], factors: dict[str, float], ranks: dict[tuple[str, int], float] = {}):
+    """Every cause k at causes[k], every blamable value of factor f at factors[f] (a symptom naming it), and
+    each rank position r of cause k on every job with a rank r at ranks[k, r]: a constant forecast."""
+    def diagnose(case):
+        findings = [Finding(category=k, kind="cause", confidence=q) for k, q in causes.items() if q > 0]
+        findings += [Finding(category="symptom.slow_step", kind="symptom", confidence=factors[ref.name], factor=ref)
+                     for ref in blamable_values(case) if factors.get(ref.name, 0) > 0]
+        findings += [Finding(category=k, kind="cause", confidence=q, ranks=[r]) for (k, r), q in ranks.items()
+                     if q > 0 and r < case.world_size]
+        return Diagnosis(findings=findings)
+    return diagnose
+
+
+def test_no_constant_forecast_beats_the_base_rates_in_any_event_family():
+    """Issue 39 items 1 and 6: a constant forecast loses, per family of events, at least that family's
+    climatology, so it scores <= 0 in both scores: causes at one q (the others at their base rates); every
+    factor value at one q, or one q per factor name; every labeled rank position at one q, one q per position
+    (pooled over causes: beat the per-cause climatology by +0.006 before) or one per cause (the old climatology)."""
     cases, taxonomy = builtin_corpus()
-    best = -np.inf
-    for step in range(1, 41):
-        p = step / 200  # 0.005 .. 0.2
-        d = Diagnosis(findings=[Finding(category=c, kind="cause", confidence=p) for c in taxonomy.causes])
-        results = [score_case(case, d, taxonomy=taxonomy) for case in cases]
-        s = summarize(results, diagnoser=DiagnoserInfo(spec="spray", name="spray"), case_set_hash="x",
-                      taxonomy_version=taxonomy.version, n_boot=0)
-        best = max(best, s.metrics.skill.value)
-    assert -0.05 < best <= EXACT
+    rates, factors = base_rates(cases), factor_base_rates(cases)
+    best = {}
+    for q in (0.005, 0.02, 0.05, 0.1, 0.2):  # causes: one q for every cause (the headline's family)
+        best["causes"] = max(best.get("causes", -np.inf), _skills(cases, taxonomy, _constant(cases, {
+            k: q for k in taxonomy.causes}, factors))[0])
+    for q in (0.05, 0.1, 0.2, 0.4):  # factor values: one q for every name
+        best["factor, one q"] = max(best.get("factor, one q", -np.inf), _skills(cases, taxonomy, _constant(
+            cases, rates, {name: q for name in factors}))[0])
+    for scale in (0.7, 1.0, 1.3):  # one q per factor name, around its base rate
+        best["factor, one q per name"] = max(best.get("factor, one q per name", -np.inf), _skills(
+            cases, taxonomy, _constant(cases, rates, {f: min(1.0, q * scale) for f, q in factors.items()}))[0])
+    true, slots = rank_counts(cases)
+    positions = [kr for kr in slots if true[kr]]
+    per_position = {}  # one rate per rank position r, pooled over causes, capped at each cause's base rate
+    for r in {r for _, r in positions}:
+        at = [kr for kr in slots if kr[1] == r]
+        per_position[r] = sum(true[kr] for kr in at) / sum(slots[kr] for kr in at)
+    per_cause = {k: sum(true[kr] for kr in slots if kr[0] == k) / sum(slots[kr] for kr in slots if kr[0] == k)
+                 for k in {k for k, _ in positions}}
+    rank_rates = rank_base_rates(cases)
+    for name, ranks in [("ranks, one q per position", {(k, r): per_position[r] for k, r in positions}),
+                        ("ranks, one q per cause", {(k, r): per_cause[k] for k, r in positions}),
+                        ("ranks, one q per (cause, position)", rank_rates),
+                        ("ranks, 0.5 x per (cause, position)", {kr: q / 2 for kr, q in rank_rates.items()})]:
+        capped = {(k, r): min(q, rates[k]) for (k, r), q in ranks.items()}
+        best[name] = _skills(cases, taxonomy, _constant(cases, rates, factors, capped))[1]
+    print(best)
+    assert all(v <= EXACT for v in best.values()), best
+    assert best["causes"] > -0.05 and best["factor, one q per name"] == pytest.approx(0.0, abs=EXACT)
 
 
 def test_always_abstaining_is_judged_both_ways(board):
