@@ -3,7 +3,9 @@
 A Kineto trace is one JSON object: a few header keys (``schemaVersion``, ``distributedInfo``,
 ``baseTimeNanoseconds``, ...) and a ``traceEvents`` array that holds almost all of the bytes. Header
 keys may come before or after the array (torch 2.13 writes ``baseTimeNanoseconds`` before it, older
-Kineto after it), so the header is complete only once the stream ends.
+Kineto after it), so the header is complete only once the stream ends. The Trace Event Format's other form, a
+bare array of events (the "JSON Array Format", which Kineto wrote in 2020: the tb_plugin's test traces), is
+read as the same events with an empty header.
 
 How it reads (decided here, measured in ``benchmarks/trace_reader.py`` and ``benchmarks/big_trace.py``):
 
@@ -479,8 +481,15 @@ def _read_document(b: _Buffer, state: StreamState) -> Iterator[list[TraceEvent]]
     if c is None:
         state.truncated = state.truncated or "empty file"
         return
+    if c == ord("["):  # the Trace Event Format's "JSON Array Format": the events alone, no header (early Kineto)
+        b.pos += 1
+        state.has_trace_events = True
+        if not (yield from _read_events(b, state)):
+            state.truncated = state.truncated or "file ends inside the event array"
+        return
     if c != ord("{"):
-        raise b.error(f"not a Chrome trace: expected a JSON object with a 'traceEvents' array, found {chr(c)!r}")
+        raise b.error("not a Chrome trace: expected a JSON object with a 'traceEvents' array, or an array of "
+                      f"events, found {chr(c)!r}")
     b.pos += 1
     if b.skip_ws() == ord("}"):
         return
