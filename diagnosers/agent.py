@@ -241,9 +241,13 @@ class AgentDiagnoser:
         except ValueError as exc:
             text, is_error = f"the arguments are not a JSON object: {exc}", True
         else:
-            result = await session.call_tool(call.function.name, arguments)
-            text = "\n".join(getattr(c, "text", "") or "" for c in result.content)
-            is_error = bool(result.is_error)
+            try:
+                result = await session.call_tool(call.function.name, arguments)
+            except Exception as exc:  # a protocol error (an unknown tool...): the model reads it, the case goes on
+                text, is_error = f"tool error: {type(exc).__name__}: {str(exc)[:500]}", True
+            else:
+                text = "\n".join(getattr(c, "text", "") or "" for c in result.content)
+                is_error = bool(result.is_error)
         turn.tool_calls.append(ToolCall(name=short(call.function.name, 200), arguments=short(raw), result=short(text),
                                         is_error=is_error, seconds=round(time.monotonic() - start, 3)))
         return text

@@ -74,7 +74,8 @@ def escaper(body: dict):
     done = _tool_results(body)
     if not done:
         return ToolCalls([("read_file", {"path": "../../../../../etc/passwd"}), ("read_file", {"path": "/etc/hostname"}),
-                          ("read_file", {"path": "rank0/../../.."}), ("step_table", {"run": "../.."})])
+                          ("read_file", {"path": "rank0/../../.."}), ("step_table", {"run": "../.."}),
+                          ("cat", {"path": "/etc/passwd"})])
     return json.dumps({"findings": [{"category": "symptom.slow_step", "kind": "symptom", "confidence": 0.5,
                                      "summary": " | ".join(done)[:1500]}]})
 
@@ -138,8 +139,9 @@ def test_a_tool_refuses_a_path_outside_the_bundle(monkeypatch, tmp_path, straggl
     attempt, server = _diagnose(monkeypatch, tmp_path, straggler_bundle, escaper)
     assert attempt.status == "ok", attempt.error
     results = _tool_results(server.requests[1]["body"])
-    assert len(results) == 4
-    assert all("refused" in r or "no fleet.json" in r for r in results), results
+    assert len(results) == 5
+    assert all("refused" in r or "no fleet.json" in r for r in results[:4]), results
+    assert results[4] == "Unknown tool: cat"  # the SDK's own refusal of a tool it does not serve
     assert not any("root:" in r for r in results)
 
 
