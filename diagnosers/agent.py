@@ -147,6 +147,7 @@ class AgentDiagnoser:
         record = AgentRecord(model=self.model, caps=self.caps, prices=self.prices)
         out = Path.cwd() / TRAJECTORY_NAME
         started = time.monotonic()
+        _write(out, record)  # "running": what a case the harness kills (its --timeout) keeps at least
         try:
             try:
                 return anyio.run(self._investigate, bundle, record, out, started)

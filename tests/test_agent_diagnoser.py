@@ -170,7 +170,7 @@ def test_the_token_cap_ends_a_case_and_bounds_each_completion(monkeypatch, tmp_p
 # --- a run: statuses, scoring, the trajectory in the run folder --------------------------------------------
 
 
-def _run(tmp_path, monkeypatch, model, case_set, usage=None, **caps):
+def _run(tmp_path, monkeypatch, model, case_set, usage=None, timeout=90.0, **caps):
     from diageval.paths import default_taxonomy_path
 
     (tmp_path / "cases").mkdir(exist_ok=True)  # the run's taxonomy, shown in the box as a real run's is
@@ -181,7 +181,7 @@ def _run(tmp_path, monkeypatch, model, case_set, usage=None, **caps):
     with FakeChatServer(model=model, usage=usage) as server:
         _configure(monkeypatch, server, **caps)
         out = run_with("agent", case_set, cases_dir=tmp_path / "cases", out_dir=tmp_path / f"runs-{model.__name__}",
-                       evidence_fn=evidence, progress=None, cuda_device_count=lambda: 0, timeout=90.0,
+                       evidence_fn=evidence, progress=None, cuda_device_count=lambda: 0, timeout=timeout,
                        allow_network=True)
     return out, RunStore(out.run_dir)
 
@@ -223,6 +223,26 @@ def test_a_cap_hit_is_its_own_status_scored_as_an_abstention(monkeypatch, tmp_pa
     assert record.usage.tool_calls == 2 and record.usage.estimated is False
     rescored = rescore_run(out.run_dir, case_set=case_set)  # grading reads the status back: the same abstention
     assert rescored.counts.statuses == summary.counts.statuses
+
+
+def test_a_case_the_harness_kills_keeps_the_trajectory_it_had(monkeypatch, tmp_path):
+    """A time cap above the run's --timeout: the harness kills the worker first (status timeout), and the run folder
+    still says what the agent had done: the record written before and after each turn."""
+    monkeypatch.setenv("DIAGEVAL_HOME", str(tmp_path / "home"))
+    calls = []
+
+    def slow_second_turn(body: dict):
+        calls.append(1)
+        return ToolCalls([("step_table", {})]) if len(calls) == 1 else Stall(60.0)
+
+    slow_second_turn.__name__ = "slow"
+    _, store = _run(tmp_path, monkeypatch, slow_second_turn, make_case_set([make_case("s1", ranks=[SLOW_RANK])]),
+                    timeout=20.0, max_seconds=120)  # 20 s: the tool server starts in ~4 s under load here
+    (result,) = store.read_results()
+    assert result.status == "timeout"
+    record, problem = store.read_trajectory("s1")
+    assert problem is None and record.ended == "running" and record.usage.turns == 1
+    assert [c.name for c in record.turns[0].tool_calls] == ["step_table"]
 
 
 # --- the tools and the record, without a model --------------------------------------------------------------
