@@ -303,3 +303,20 @@ def test_the_agent_settings_reach_the_box_only_with_the_network():
     on, off = HostPolicy(allow_network=True), HostPolicy()
     assert on.passes("AGENT_DIAGNOSER_API_KEY") and on.passes("AGENT_DIAGNOSER_MAX_TURNS")
     assert not off.passes("AGENT_DIAGNOSER_API_KEY") and not on.passes("OPENAI_API_KEY")  # named with --pass-env only
+
+
+def test_scoring_reads_a_cap_hit_as_an_abstention_naming_the_cap():
+    from diageval.diagnosis import Diagnosis
+    from diageval.scoring.verdicts import score_case
+
+    case_set = make_case_set([make_case("s1", ranks=[SLOW_RANK])])
+    case = case_set.cases[0].case
+    capped = score_case(case, None, taxonomy=case_set.taxonomy, status="cap_hit", error="turns cap: 20 model turns of 20")
+    failed = score_case(case, None, taxonomy=case_set.taxonomy, status="timeout", error="no result after 300 s")
+    assert capped.status == "cap_hit" and capped.scored and capped.abstained
+    assert capped.abstain_reason == "cap_hit: turns cap: 20 model turns of 20"
+    assert [o.outcome for o in capped.outcomes] == ["missed"] and not failed.abstained
+    abstain = [f for f in capped.forecasts if f.kind == "abstain"]
+    assert abstain and abstain[0].probability == 1.0
+    with pytest.raises(ValueError, match="no diagnosis"):
+        score_case(case, Diagnosis(), taxonomy=case_set.taxonomy, status="cap_hit")
