@@ -57,6 +57,10 @@ class DiagnoserExtras(Protocol):
         ...
 
 
+TRAJECTORY_NAME = "trajectory.json"
+"""A diagnoser's own account of its work on a case (an agent's turns, tokens, dollars and tool calls), written in its
+working folder; the harness keeps it beside the case's diagnosis. Its format: ``diageval.diagnosers.agent_record``."""
+
 OPTIONAL_MEMBERS: dict[str, object] = {"claims": None, "needs_network": False}  # the defaults the harness reads
 
 
@@ -67,7 +71,9 @@ class DiagnoserUnavailable(Exception):
 class DiagnoserFailed(Exception):
     """Raised by an adapter when the analyser it wraps failed on this bundle.
 
-    The case ends ``diagnoser_error`` (the set of statuses is closed), with ``"<status>: <message>"`` (e.g.
+    The case ends ``diagnoser_error`` (the set of statuses is closed: ``invalid_output`` for an answer that is
+    no diagnosis, ``cap_hit`` for an agent stopped by a cap on its turns, tokens, dollars or time, and
+    ``diagnoser_error`` for anything else), with ``"<status>: <message>"`` (e.g.
     ``hta_error: ...``) as its error text; it is the diagnoser's failure, counted as misses, never a crash
     of the run.
     """

@@ -39,19 +39,23 @@ the proper score (skill, Brier, calibration) alone and by no count (recall, prec
 localisation, misleading and false-alarm rates, detection limits)."""
 
 Status = Literal[
-    "ok", "abstained", "diagnoser_error", "timeout", "invalid_output", "harness_error", "invalid", "unavailable"
+    "ok", "abstained", "diagnoser_error", "timeout", "invalid_output", "cap_hit", "harness_error", "invalid", "unavailable"
 ]
 """How a case ended.
 
 ``ok`` / ``abstained``: the diagnoser answered (the diagnosis decides which). ``diagnoser_error``,
 ``timeout``, ``invalid_output``: the diagnoser's failure; the case is scored and all its causes are missed.
+``cap_hit``: an agent stopped by a cap on its turns, tokens, dollars or wall time (issue 41); scored as an
+abstention whose reason names the cap (:data:`ABSTAINING_STATUSES`), its count apart in the summary's statuses.
 ``harness_error`` (our fault) and ``invalid`` (the injection did not manifest) are never scored, nor is
 ``unavailable`` (a recorded case whose trace files are not in the data folder on this machine).
 """
 
-SCORED_STATUSES: frozenset[str] = frozenset({"ok", "abstained", "diagnoser_error", "timeout", "invalid_output"})
+SCORED_STATUSES: frozenset[str] = frozenset({"ok", "abstained", "diagnoser_error", "timeout", "invalid_output", "cap_hit"})
 ANSWERED_STATUSES: frozenset[str] = frozenset({"ok", "abstained"})
 FAILED_STATUSES: frozenset[str] = frozenset({"diagnoser_error", "timeout", "invalid_output"})
+ABSTAINING_STATUSES: frozenset[str] = frozenset({"cap_hit"})
+"""Ended without a diagnosis, scored as the abstention ``{"abstain": {"reason": "<status>: <error>"}}``."""
 UNSCORED_STATUSES: frozenset[str] = frozenset({"harness_error", "invalid", "unavailable"})
 
 Verdict = Literal["correct", "mislocated", "symptom_as_cause", "wrong_cause", "false_alarm", "duplicate", "hedge"]

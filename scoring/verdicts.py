@@ -31,7 +31,8 @@ The rules are design.md's "Scoring"; what it leaves open is decided here:
 * Step ranges are recorded but not scored: the design credits categories and ranks only.
 * ``ok`` versus ``abstained`` is read from the diagnosis (``abstain`` set or not), whatever status the
   caller passed. A diagnoser failure (``diagnoser_error``, ``timeout``, ``invalid_output``) has no
-  diagnosis: no verdicts, and every labeled cause is missed. ``harness_error`` and ``invalid`` cases are
+  diagnosis: no verdicts, and every labeled cause is missed. ``cap_hit`` (an agent stopped by a cap) is scored as
+  an abstention whose reason names the cap, and keeps its status. ``harness_error`` and ``invalid`` cases are
   never scored: no verdicts and no outcomes.
 * ``claimed_impact`` is the sum of the credited claims' ``impact`` (capped at 1; ``None`` if none of
   them states one): the measured impact is the whole injection's effect. Every claim keeps the impact it
@@ -62,6 +63,7 @@ from diageval.cases.model import Case, CauseLabel
 from diageval.cases.taxonomy import Taxonomy, is_symptom_id
 from diageval.diagnosis import Abstention, Diagnosis, FactorRef, Finding
 from diageval.scoring.results import (
+    ABSTAINING_STATUSES,
     ANSWERED_STATUSES,
     FAILED_STATUSES,
     FOUND_CONFIDENCE,
@@ -91,7 +93,11 @@ def score_case(
     manifestation: ManifestationMeasure | None = None,
 ) -> CaseResult:
     """Judge ``diagnosis`` against ``case``'s labels (see the module docstring for the rules)."""
-    if status in ANSWERED_STATUSES:
+    if status in ABSTAINING_STATUSES:  # cap_hit: scored as an abstention naming the cap; the status stays
+        if diagnosis is not None:
+            raise ValueError(f"case {case.id}: status {status!r} means there is no diagnosis to score, yet one was given")
+        diagnosis = Diagnosis(abstain=Abstention(reason=f"{status}: {error or 'no reason given'}"[:2000]))
+    elif status in ANSWERED_STATUSES:
         if diagnosis is None:
             raise ValueError(f"case {case.id}: status {status!r} needs a diagnosis (got None)")
         status = "abstained" if diagnosis.abstain is not None else "ok"

@@ -2,7 +2,8 @@
 
 An executor (the worker hosting an in-process diagnoser, or a ``cmd:`` program) turns a bundle into an
 :class:`Attempt`; the pipeline saves its diagnosis and hands it to scoring. The statuses are the subset
-of the scoring statuses a diagnoser can cause; ``abstained`` is read from the diagnosis by scoring.
+of the scoring statuses a diagnoser can cause; ``abstained`` is read from the diagnosis by scoring. ``cap_hit``:
+an agent stopped by a cap on its turns, tokens, dollars or time (it says so: ``DiagnoserFailed("cap_hit", ...)``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pydantic import BaseModel, model_validator
 
 from diageval.diagnosis import Diagnosis
 
-AttemptStatus = Literal["ok", "diagnoser_error", "timeout", "invalid_output"]
+AttemptStatus = Literal["ok", "diagnoser_error", "timeout", "invalid_output", "cap_hit"]
 
 
 class Attempt(BaseModel):

@@ -16,6 +16,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from diageval.diagnosers.base import TRAJECTORY_NAME
 from diageval.diagnosis import DEFAULT_LIMITS, Diagnosis, DiagnosisLimits, DiagnosisParseError, parse_diagnosis_json
 from diageval.hosting.private_bundle import private_copy, remove_copy
 from diageval.hosting.sandbox import Box
@@ -72,9 +73,10 @@ def read_output(folders: CaseFolders, source: str, limits: DiagnosisLimits = DEF
         return None, str(exc)
 
 
-def close_case(folders: CaseFolders, case_dir: Path | None, keep: tuple[str, ...] = (STDOUT_NAME, STDERR_NAME),
+def close_case(folders: CaseFolders, case_dir: Path | None, keep: tuple[str, ...] = (STDOUT_NAME, STDERR_NAME, TRAJECTORY_NAME),
                output_cap: int = DEFAULT_LIMITS.max_bytes) -> None:
-    """Copy ``keep`` (non-empty regular files only) into ``case_dir``, then remove both folders. stdout and
+    """Copy ``keep`` (non-empty regular files only) into ``case_dir``, then remove both folders (an agent's
+    ``trajectory.json`` is kept like its stdout; the run store reads it through its format). stdout and
     stderr are cut at :data:`KEEP_CAP`; ``output.json`` is kept only within ``output_cap`` (beyond it the
     case is ``invalid_output`` and its error says why)."""
     try:

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from diageval.hosting.attempt import Attempt
+from diageval.diagnosers.base import TRAJECTORY_NAME
 from diageval.hosting.case_box import OUTPUT_NAME, STDERR_NAME, STDOUT_NAME, CaseFolders, close_case, open_case, read_output
 from diageval.hosting.limits import BoxGuard
 from diageval.hosting.policy import HostPolicy
@@ -74,7 +75,7 @@ class CommandExecutor:
             try:
                 return self._run(folders)
             finally:
-                close_case(folders, case_dir, keep=(STDOUT_NAME, STDERR_NAME, OUTPUT_NAME),
+                close_case(folders, case_dir, keep=(STDOUT_NAME, STDERR_NAME, OUTPUT_NAME, TRAJECTORY_NAME),
                            output_cap=self.policy.output.max_bytes)
         finally:
             box.remove()

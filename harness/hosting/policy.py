@@ -13,7 +13,7 @@ Decided here:
 * the environment is an allowlist (:data:`PASSED_ENV`, :data:`PASSED_ENV_PREFIXES`), not the harness's
   environment minus a denylist: tokens and keys (``GITHUB_TOKEN``, ``AWS_SECRET_ACCESS_KEY``,
   ``OPENAI_API_KEY``) never reach a diagnoser unless the user names them (``--pass-env NAME``). With the
-  network on, the variables of the built-in model adapter (``LLM_DIAGNOSER_*``) and the proxy settings
+  network on, the variables of the built-in model adapters (``LLM_DIAGNOSER_*``, ``AGENT_DIAGNOSER_*``) and the proxy settings
   pass too, since they are what a networked diagnoser needs;
 * box limits default to what the corpus' heaviest diagnoser needs with room to spare (hta on the real
   traces peaks below 2 GiB, see ``benchmarks/big_trace.py``): 8 GiB of memory, 512 processes, 256 MiB
@@ -40,7 +40,7 @@ PASSED_ENV_PREFIXES = ("LC_",)
 # Passed only when the network is allowed: a networked diagnoser's endpoint settings and proxies.
 NETWORK_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
                "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE")
-NETWORK_ENV_PREFIXES = ("LLM_DIAGNOSER_",)
+NETWORK_ENV_PREFIXES = ("LLM_DIAGNOSER_", "AGENT_DIAGNOSER_")
 
 
 class BoxLimits(BaseModel):

@@ -163,7 +163,7 @@ class WorkerExecutor:
         seconds = reply.get("seconds") if isinstance(reply.get("seconds"), (int, float)) else elapsed
         seconds = min(float(seconds), elapsed)  # the worker's own clock, never more than the harness saw
         error = str(reply.get("error"))[:2000] if reply.get("error") is not None else None
-        if status in ("diagnoser_error", "invalid_output"):
+        if status in ("diagnoser_error", "invalid_output", "cap_hit"):
             return Attempt(status=status, error=error or status, seconds=seconds)
         if status != "ok":
             return Attempt(status="diagnoser_error", error=f"the worker answered an unknown status {status!r}", seconds=seconds)

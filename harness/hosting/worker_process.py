@@ -86,8 +86,8 @@ def _diagnose(diagnoser: Any, request: dict[str, Any]) -> dict[str, Any]:
             except BaseException:
                 traceback.print_exc()  # into the case's stderr.txt
                 raise
-    except DiagnoserFailed as exc:  # an adapter whose tool answered with something unreadable says invalid_output
-        status = "invalid_output" if exc.status == "invalid_output" else "diagnoser_error"
+    except DiagnoserFailed as exc:  # an adapter whose tool answered with something unreadable says invalid_output,
+        status = exc.status if exc.status in ("invalid_output", "cap_hit") else "diagnoser_error"  # an agent's cap cap_hit
         return _reply(status, start, error=f"{exc.status}: {exc}")
     except Exception as exc:
         return _reply("diagnoser_error", start, error=f"{type(exc).__name__}: {exc}")

@@ -6,6 +6,7 @@ Layout::
     results.jsonl            one CaseResult a line, appended (and fsynced) as each case ends
     cases/<id>/diagnosis.json  the diagnosis as returned (validated), when there is one
     cases/<id>/stdout.txt, stderr.txt, output.json   what the diagnoser printed / wrote, when anything
+    cases/<id>/trajectory.json  an agent's turns, tokens, dollars and tool calls (diageval.diagnosers.agent_record)
     diagnoser.log            what in-process diagnosers printed outside any case
     summary.json             the metrics, written when the run completes (and by ``diageval score``)
 
@@ -52,6 +53,8 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from diageval import __version__
+from diageval.diagnosers.agent_record import AgentRecord
+from diageval.diagnosers.base import TRAJECTORY_NAME
 from diageval.diagnosis import DEFAULT_LIMITS
 from diageval.errors import DiagevalError
 from diageval.fileio import append_jsonl, atomic_write_text, read_jsonl, write_jsonl
@@ -199,6 +202,14 @@ class RunStore:
 
     def diagnosis_path(self, case_id: str) -> Path:
         return self.case_dir(case_id) / "diagnosis.json"
+
+    def read_trajectory(self, case_id: str) -> tuple[AgentRecord | None, str | None]:
+        """``cases/<id>/trajectory.json``: (record, None), (None, None) if absent, (None, why): reported, never raised."""
+        path = self.case_dir(case_id) / TRAJECTORY_NAME
+        try:
+            return (AgentRecord.model_validate_json(path.read_bytes()), None) if path.is_file() else (None, None)
+        except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError: its first problem
+            return None, f"{path}: not a diageval trajectory: {' '.join(str(exc).split(chr(10))[1:3]) or exc}"
 
     @property
     def lock_path(self) -> Path:
