@@ -25,8 +25,9 @@ of how much else moves between the runs:
 * ``redrawn``: every answer of B is drawn afresh from its diagnoser (a release that changes its answers
   on many cases, in both directions, beside the drop). Pairing removes nothing here; the column
   "z bound" is the share of pairs a one-sided z-test at 2.5% would call worse if it knew the null's spread
-  of B − A (measured on the drop-0 pairs of the same size, not estimated from the pair): a test that must
-  estimate that spread from the pair's own cases, as the gate does, does not do much better.
+  of B − A (measured on the drop-0 pairs of the same size) instead of estimating it from the pair: an
+  oracle. A real test estimates the spread from the pair's own differences, which the cases carrying the
+  drop widen too; in the redrawn model the gate is within a few points of it.
 
 The test (``tests/test_compare.py``) runs a few dozen pairs on a synthetic corpus of the coverage
 simulation's mix (no case files to parse), to stay within seconds.

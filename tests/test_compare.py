@@ -433,7 +433,7 @@ def test_the_swap_test_is_exact_under_exchangeable_runs_and_decisive_otherwise()
 
 def test_the_gate_keeps_its_error_rate_on_the_same_diagnoser_re_recorded():
     """Same-diagnoser pairs, 3-10 cases flipped and confidences jittered by ±0.02-0.05, on a 50-case corpus of
-    the coverage simulation's mix (tests/compare_gate_simulation.py; its 1000-pair runs on the built-in
+    the coverage simulation's mix (tests/compare_gate_simulation.py; its 300-pair runs on the built-in
     corpus are in docs/scoring.md): the gate may call B worse in at most 6 of 150 pairs (4%). A gate at its
     nominal 2.5% stays within that in 92% of 150-pair samples; the BCa interval alone, which fired in 13-16%
     of such pairs, would in 0.02%. (Measured here: 3 of 150.)"""

@@ -84,7 +84,7 @@ def _simulated_cause(rng: random.Random, size: int, slope: float) -> tuple[float
 def test_the_interval_covers_a_known_limit_on_a_ladder_of_severities(slope):
     """10 cases at three severities (each measured within ±15%), found by a step or a logistic curve through a
     known limit: the interval holds the limit in >= 90% of 150 simulated causes (the percentile bootstrap,
-    whose resampled limits sit on the sample's own impacts, held it in 34-72% on such ladders; the 1000-cause
+    whose resampled limits sit on the sample's own impacts, held it in 61% and 81% on such ladders; the
     tables are in docs/scoring.md). A coverage of 90% or more shows at least 128 of 150 in 95% of samples."""
     rng = random.Random(11)
     covered = 0
