@@ -155,6 +155,7 @@ def test_the_board_and_the_page_show_each_limit_with_its_interval():
     assert cell.startswith("0.35 [") and cell.endswith("n=6")
     table = render_leaderboard([summary]).split("### Detection limit by cause")[1]
     assert cell in table and f"undefined (2 of {DETECTION_MIN_CASES} cases)" in table
+    assert "profile-likelihood interval" in table and "bootstrap" not in table.split("###")[0]
     [straggler, loader] = detection_limits_table(SimpleNamespace(runs=[SimpleNamespace(summary=summary)]))
     assert (loader["cause"], straggler["cause"], straggler["cells"]) == (LOADER, STRAGGLER, [cell])
 
