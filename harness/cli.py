@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from diageval import __version__
-from diageval.errors import EXIT_INTERRUPTED, DiagevalError
+from diageval.errors import EXIT_INTERRUPTED, EXIT_USAGE, DiagevalError
 from diageval.hosting import DEFAULT_TIMEOUT_S
 from diageval.inert import inert
 
@@ -722,13 +722,15 @@ def run_cmd(spec: str, cases_dir: Path | None, case_ids: tuple[str, ...], tags: 
               help="When the runs hold results for different cases, compare on those both hold (dropped ones are listed).")
 @click.option("--fail-if-worse", "gate", multiple=True, metavar="METRIC",
               help="Exit 1 when B is worse than A on METRIC beyond the noise (the whole interval of B − A on the "
-                   "worse side); repeatable; a metric name of summary.json. For CI: A = the last release, B = this one.")
+                   "worse side and the paired randomisation test at 2.5%); exit 2, saying why, when the gate cannot "
+                   "fire (METRIC undefined, too few cases); repeatable; a metric name of summary.json. For CI: A = the "
+                   "last release, B = this one.")
 def compare_cmd(run_a: Path, run_b: Path, as_json: bool, n_boot: int, seed: int, common_cases: bool,
                 gate: tuple[str, ...]) -> None:
     """Paired bootstrap comparison of two runs on the same case set: every metric, B − A with its 95% interval."""
     from diageval.reports.compare_report import render_comparison
     from diageval.run.store import RunReadError, RunStore
-    from diageval.scoring.compare import CompareError, compare_runs, regressions
+    from diageval.scoring.compare import CompareError, compare_runs, gate_blockers, regressions
     from diageval.scoring.metrics import BETTER
 
     unknown = [m for m in gate if m not in BETTER]
@@ -746,6 +748,11 @@ def compare_cmd(run_a: Path, run_b: Path, as_json: bool, n_boot: int, seed: int,
         click.echo(f"B is worse than A on {metric}: B − A = {m.difference:+.3g} [{m.ci[0]:+.3g}, {m.ci[1]:+.3g}]", err=True)
     if worse:
         sys.exit(1)
+    blind = gate_blockers(comparison, gate)
+    for metric, why in blind.items():
+        click.echo(f"the gate on {metric} cannot fire: {why}", err=True)
+    if blind:
+        sys.exit(EXIT_USAGE)
 
 
 if __name__ == "__main__":

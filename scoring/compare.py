@@ -7,6 +7,9 @@ totals (micro-averages from pooled sums, as :func:`~diageval.scoring.summary.sum
 difference B − A is taken per resample. Pairing removes the case-to-case variation both runs share, so
 the interval of the difference is much narrower than comparing two independent intervals.
 
+Size: the comparison's models, the paired bootstrap, the randomisation test and the gate's refusals; they
+share the tally tables and change together.
+
 Decided here (the design is silent):
 
 * Refused: runs whose case-set hash or taxonomy version differ (the error names both values), and runs
@@ -33,13 +36,20 @@ Decided here (the design is silent):
 * B is *clearly* worse (the gate of ``--fail-if-worse``, and the verdict "B is worse") only when the
   interval lies on the worse side of 0 and the paired randomisation test agrees: under "the runs are the
   same diagnoser", A's and B's results of a case are exchangeable, so swapping them case by case at
-  random (:data:`SWAPS` per comparison, one draw shared by every metric) gives the difference's
+  random (``n_boot`` swaps per comparison, one draw shared by every metric) gives the difference's
   distribution under that null, and ``p_swap_worse`` = (1 + swaps at least as far on the worse side) /
   (1 + swaps) is an exact one-sided p-value; it must be below 2.5%. For skill, a ratio of per-case loss
   sums over a reference both runs share, swapping a case flips the sign of its loss difference: the
-  sign-flip test. The interval alone measured 1.3-3.3% false "worse" on simulated same-diagnoser pairs; with
-  the test the rate is held by construction (``python tests/compare_gate_simulation.py`` prints it).
-  "Clearly better" is the mirror image.
+  sign-flip test over the per-case score differences. Only the k cases whose results differ on the
+  metric's inputs can move it; with k <= :data:`EXACT_SWAP_CASES` every one of the 2^k swap patterns is
+  taken (p = patterns at least as far on the worse side / 2^k: exact, no draw), else the drawn ones.
+  The interval alone measured 1.3-3.3% false "worse" on simulated same-diagnoser pairs; with the test the
+  rate is held by construction (``python tests/compare_gate_simulation.py`` prints it, and the gate's power
+  against true drops). "Clearly better" is the mirror image.
+* A gate that cannot fire says so (:func:`gate_blockers`; ``diageval compare --fail-if-worse`` exits 2):
+  the metric is undefined for either run, or fewer than :data:`GATE_MIN_CASES` cases are compared (all of
+  them worse is still p >= 1/2^n >= 2.5%), or B reads worse but fewer than :data:`GATE_MIN_CASES` cases
+  differ between the runs (the smallest p those swaps can give is 1/2^k). Before, such a gate passed.
 * "B better" is direction-aware (each metric's ``better`` in :data:`~diageval.scoring.metrics.METRICS`).
   ``p_b_better`` / ``p_b_worse`` are the shares of those resamples where B is strictly better / worse;
   the rest are ties (differences within :data:`TIE_TOLERANCE`, floating-point noise), so identical runs
@@ -67,10 +77,15 @@ from diageval.scoring.tallies import TallyTable, is_derived, tally_table
 SCHEMA_VERSION = 1
 MIN_COMMON_CASES = 5
 """The fewest cases scored in both runs that ``compare`` judges (see the module docstring)."""
+EXACT_SWAP_CASES = 12
+"""Up to this many differing cases every swap pattern (2^k, at most 4096) is enumerated: an exact p-value."""
 SWAP_STREAM = 104729
 """Seeds the randomisation test's swaps apart from the bootstrap's draws (same seed, same verdicts)."""
 GATE_LEVEL = 0.025
 """One-sided level of "clearly worse" (and "clearly better"): the interval's tail and the swap test's."""
+GATE_MIN_CASES = int(np.ceil(np.log2(1 / GATE_LEVEL) + 1e-9))
+"""The fewest compared (or differing) cases on which the gate can fire: all of n cases worse has p = 1/2^n, below
+:data:`GATE_LEVEL` from 6 cases (1/64); at 5 it is 1/32."""
 TIE_TOLERANCE = RELATIVE_TIE
 """Differences this small (relative to the values, at least 1) are ties: resampled totals are float32, so
 the same counts can reach the metric formulas by different rounding."""
@@ -120,6 +135,8 @@ class MetricComparison(_Model):
     p_swap_worse: float | None = Field(None, description="Paired randomisation test (A's and B's results of each case "
                                        "swapped at random): one-sided p-value that B is worse; null without resamples")
     p_swap_better: float | None = Field(None, description="The same, that B is better")
+    differing_cases: int | None = Field(None, description="Cases whose results differ between the runs on this "
+                                        "metric's inputs: the only ones a swap moves (the test is exact up to 12)")
 
     def _side(self, worse: bool) -> bool:
         if self.ci is None:
@@ -251,8 +268,32 @@ def compare_results(
         m = _difference(d.better, marginal["a"][name], marginal["b"][name], diffs, jack, scale, contributing,
                         bounds, n_boot)
         if n_boot and m.difference is not None:
-            m = m.model_copy(update=swap_test(m.difference, swapped_differences(table_a, table_b, d, swaps), d.better))
+            differing = differing_cases(table_a, table_b, d)
+            exact = len(differing) <= EXACT_SWAP_CASES
+            patterns = all_swaps(len(ids_a), differing) if exact else swaps
+            m = m.model_copy(update={**swap_test(m.difference, swapped_differences(table_a, table_b, d, patterns),
+                                                 d.better, exact=exact),
+                                     "differing_cases": len(differing)})
         out[name] = m
+    return out
+
+
+def differing_cases(table_a: TallyTable, table_b: TallyTable, spec: MetricSpec) -> np.ndarray:
+    """Indices of the cases whose tally rows differ between the runs on ``spec``'s inputs: the only cases a
+    swap can move."""
+    cols = table_a.inputs_for(resampled_columns({spec.name: spec}, proportions=True))
+    va = table_a.values[:, [table_a.columns.index(c) for c in cols]]
+    vb = table_b.values[:, [table_b.columns.index(c) for c in cols]]
+    return np.flatnonzero(np.any(va != vb, axis=1))
+
+
+def all_swaps(n_cases: int, cases: np.ndarray) -> np.ndarray:
+    """Every one of the 2^k swap patterns of the k ``cases`` (one row each, the identity first), as 0/1 over
+    all ``n_cases`` columns."""
+    k = len(cases)
+    bits = ((np.arange(2 ** k)[:, None] >> np.arange(k)[None, :]) & 1).astype(np.float32)
+    out = np.zeros((2 ** k, n_cases), dtype=np.float32)
+    out[:, cases] = bits
     return out
 
 
@@ -271,15 +312,39 @@ def swapped_differences(table_a: TallyTable, table_b: TallyTable, spec: MetricSp
     return spec.values(tb) - spec.values(ta)
 
 
-def swap_test(observed: float, swapped: np.ndarray, better: Direction) -> dict[str, float]:
-    """One-sided randomisation p-values of "B worse" and "B better" (module docstring)."""
+def swap_test(observed: float, swapped: np.ndarray, better: Direction, *, exact: bool = False) -> dict[str, float]:
+    """One-sided randomisation p-values of "B worse" and "B better" (module docstring). ``exact``: ``swapped``
+    holds every swap pattern, the identity included, so p is the share of them at least as far out;
+    otherwise they are drawn and the observed arrangement counts once more, (1 + k) / (1 + m)."""
     defined = swapped[~np.isnan(swapped)]
     sign = 1.0 if better == "higher" else -1.0
     gain, gains = sign * observed, sign * defined
     tolerance = TIE_TOLERANCE * max(1.0, abs(observed))
-    m = defined.size
-    return {"p_swap_worse": (1 + int(np.count_nonzero(gains <= gain + tolerance))) / (1 + m),
-            "p_swap_better": (1 + int(np.count_nonzero(gains >= gain - tolerance))) / (1 + m)}
+    m, extra = (defined.size, 0) if exact else (defined.size + 1, 1)
+    return {"p_swap_worse": (extra + int(np.count_nonzero(gains <= gain + tolerance))) / m,
+            "p_swap_better": (extra + int(np.count_nonzero(gains >= gain - tolerance))) / m}
+
+
+def gate_blockers(comparison: "Comparison", metrics: Iterable[str]) -> dict[str, str]:
+    """Metric -> why ``--fail-if-worse`` on it cannot fire on this comparison (module docstring); the metrics
+    absent from the result can fire (whether they do is :func:`regressions`)."""
+    out: dict[str, str] = {}
+    for name in metrics:
+        m = comparison.metrics.get(name)
+        if m is None or m.difference is None:
+            sides = [] if m is None else [s for s, v in (("A", m.a), ("B", m.b)) if v.value is None]
+            out[name] = f"{name} is undefined for {' and '.join(sides) or 'these runs'}: there is no difference to test"
+        elif comparison.cases < GATE_MIN_CASES:
+            out[name] = (f"only {comparison.cases} cases are compared: even B worse on every one gives p = "
+                         f"1/{2 ** comparison.cases} >= {GATE_LEVEL:.1%}; the gate needs {GATE_MIN_CASES}")
+        elif m.p_swap_worse is None:
+            out[name] = "no resamples (--n-boot 0): the randomisation test was not run"
+        elif (m.differing_cases is not None and m.differing_cases < GATE_MIN_CASES and not m.clearly_worse
+              and (m.difference < 0) == (m.better == "higher") and m.difference != 0):
+            out[name] = (f"B reads worse ({m.difference:+.3g}) but only {m.differing_cases} case(s) differ between "
+                         f"the runs: no arrangement of them gives p < {GATE_LEVEL:.1%} (the gate needs "
+                         f"{GATE_MIN_CASES} differing cases)")
+    return out
 
 
 def _difference(better: Direction, a: MetricValue, b: MetricValue, diffs: np.ndarray, jack: np.ndarray,

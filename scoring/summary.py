@@ -40,12 +40,10 @@ Decided here (the design is silent):
   probability 0 (unclaimed) in a bin of their own, then ten equal-width bins over (0, 1]; per bin the
   pairs, their mean stated probability and the share of them that are labeled causes.
 * ``detection`` is, per labeled cause, recall as a function of the measured impact (every case of that
-  cause with a measured impact: its impact and whether it was found) and the detection limit: the
-  smallest measured impact m such that the diagnoser found at least :data:`DETECTION_RECALL` of the
-  cause's cases with impact ≥ m, over at least :data:`DETECTION_MIN_CASES` cases. Fewer cases than that
-  and the limit is undefined (null) and says why: with four cases one miss moves recall by 25 points,
-  so 80% cannot be told from 75% or 100%. It is defined once the corpus holds each cause at several
-  severities.
+  cause with a measured impact: its impact and whether it was found) and the detection limit with its
+  interval, as :mod:`diageval.scoring.detection` defines it (the one definition the board and the HTML
+  page show too): the impact where the isotonic found-rate curve crosses 50%. Fewer than
+  :data:`DETECTION_MIN_CASES` cases and the limit is undefined (null) and says why.
 * The confusion matrix has one entry per scored case: true = the labeled cause the top claim names if
   it names one, else the case's first labeled cause, or ``none`` for healthy and abstain cases;
   predicted = the top (highest-confidence) cause claim, or ``none`` when the diagnoser claimed no cause
@@ -65,6 +63,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from diageval.scoring.detection import DETECTION_MIN_CASES, detection_limit
 from diageval.scoring.intervals import CONFIDENCE_LEVEL, clip_interval, jeffreys, ratio_interval
 from diageval.scoring.metrics import (
     METRICS,
@@ -87,8 +86,6 @@ from diageval.scoring.tallies import (
 )
 
 SCHEMA_VERSION = 4
-DETECTION_RECALL = 0.8
-DETECTION_MIN_CASES = 5
 DIFFICULTIES = ("easy", "medium", "hard")
 NONE_LABEL = "none"
 NO_SPLIT = "(no split)"
@@ -182,9 +179,16 @@ class ImpactPoint(_Model):
 
 class Detection(_Model):
     cases: int = Field(description="Cases of this cause with a measured impact")
-    limit: float | None = Field(description="Smallest measured impact m with recall >= 0.8 over the >= 5 cases "
-                                            "at impact >= m; null when undefined")
-    recall_above: float | None = Field(description="Recall over the cases at impact >= limit")
+    limit: float | None = Field(description="The measured impact where the isotonic found-rate curve crosses 50% "
+                                            "(state measured); the smallest case's impact (below), the largest's "
+                                            "(not_reached); null when undefined")
+    state: Literal["measured", "below", "not_reached", "undefined"] | None = Field(
+        None, description="measured; below (the curve is at 50% from the smallest case); not_reached (never 50%); "
+                          "undefined (too few cases). Null in a summary written before the limit had a state")
+    ci: tuple[float, float | None] | None = Field(
+        None, description="95% interval of the limit (inverted binomial tests, diageval.scoring.detection); an "
+                          "upper end of null: not reached")
+    recall_above: float | None = Field(description="Recall over the cases at impact >= limit (measured limits)")
     note: str = Field(description="How the limit was found, or why it is undefined")
     points: list[ImpactPoint] = Field(description="Recall as a function of impact: every case, by impact")
 
@@ -420,26 +424,20 @@ def detection_by_cause(scored: list[CaseResult]) -> dict[str, Detection]:
 
 
 def detection_of(category: str, measured: list[tuple[float, str, bool]]) -> Detection:
-    """One cause's detection limit from its (impact, case id, found) points, sorted by impact."""
+    """One cause's detection limit (:func:`~diageval.scoring.detection.detection_limit`) from its (impact, case
+    id, found) points, sorted by impact."""
     points = [ImpactPoint(case_id=c, impact=i, found=f) for i, c, f in measured]
-    if len(points) < DETECTION_MIN_CASES:
-        return Detection(cases=len(points), limit=None, recall_above=None, points=points,
-                         note=f"undefined: {len(points)} case(s) of {category} with a measured impact, "
+    d = detection_limit(category, [p.impact for p in points], [p.found for p in points])
+    if d.state == "undefined":
+        return Detection(cases=d.cases, limit=None, state=d.state, ci=None, recall_above=None, points=points,
+                         note=f"undefined: {d.cases} case(s) of {category} with a measured impact, "
                               f"{DETECTION_MIN_CASES} needed; the corpus needs this cause at several severities")
-    found_above = np.cumsum([p.found for p in reversed(points)])[::-1]  # found among points[i:]
-    for i, p in enumerate(points):
-        size = len(points) - i
-        if size < DETECTION_MIN_CASES:
-            break
-        if i > 0 and points[i - 1].impact == p.impact:
-            continue  # a threshold is a distinct impact: equal impacts are all above it or none
-        if found_above[i] / size >= DETECTION_RECALL:
-            return Detection(cases=len(points), limit=p.impact, recall_above=float(found_above[i] / size),
-                             points=points, note=f"found {int(found_above[i])} of the {size} cases at impact "
-                                                 f">= {p.impact:.3g}")
-    return Detection(cases=len(points), limit=None, recall_above=None, points=points,
-                     note=f"no impact above which it finds >= {DETECTION_RECALL:.0%} of at least "
-                          f"{DETECTION_MIN_CASES} cases")
+    above = [p.found for p in points if d.state == "measured" and d.limit is not None and p.impact >= d.limit]
+    note = {"measured": f"the found-rate curve crosses 50% at impact {d.limit:.3g}",
+            "below": f"found half the time or more already at the smallest case ({d.limit:.3g}): the limit is below it",
+            "not_reached": f"the found-rate curve stays under 50% up to the largest case ({d.limit:.3g})"}[d.state]
+    return Detection(cases=d.cases, limit=d.limit, state=d.state, ci=d.ci, points=points, note=note,
+                     recall_above=float(np.mean(above)) if above else None)
 
 
 def confusion_of(scored: list[CaseResult]) -> Confusion:

@@ -53,6 +53,9 @@ The rules are design.md's "Scoring"; what it leaves open is decided here:
 * ``claimed_magnitude`` is the magnitude stated by the most confident asserted claim that states one
   (any verdict: a regression claimed on a noise-only pair is judged against the ratio measured there);
   the magnitude error compares it with the verification's measured ratio.
+
+Size: ~400 lines: one case's verdicts, outcomes, forecasts and factor events read together (each rule above
+is a few lines of the one pass over a diagnosis's claims); split, they would pass the same judged claims around.
 """
 
 from __future__ import annotations

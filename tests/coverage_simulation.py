@@ -24,11 +24,19 @@ cell is printed with its Jeffreys 95% interval, and the cells near the line are 
     python tests/coverage_simulation.py [--runs 200] [--sizes 16,60,80] [--causes 8,10,12]
                                         [--diagnoser mid,err2,err4,err10] [--truth-cases 40000]
                                         [--timeout-seconds 3] [--seed 0]
+    python tests/coverage_simulation.py --detection [--runs 1000] [--sizes 8,10,12] [--bootstrap 200]
+
+``--detection`` measures the detection limit's interval instead (:mod:`diageval.scoring.detection`): per
+simulated cause, a known limit L, 8-12 cases at measured impacts log-uniform over 2%-60%, each found with a
+probability that rises through 50% at L (a step, or a logistic in ln(impact) of slope 6, 3 or 1.5), and the
+share of causes whose interval holds L; the impacts spread over the span, or on a ladder of three
+severities (the corpus' usual shape, where the percentile bootstrap collapsed onto one severity).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import random
 from dataclasses import dataclass
 
@@ -222,8 +230,109 @@ def table(result, truth, runs: int, causes: int | None = None, diagnoser: str = 
     return "\n".join(lines)
 
 
+DETECTION_SHAPES = {"step": math.inf, "sharp": 6.0, "moderate": 3.0, "shallow": 1.5}
+"""Found-rate curves of the detection simulation: the logistic slope in ln(impact) (step: found exactly above
+the limit; shallow: from 18% found at a third of the limit to 82% at three times it)."""
+DETECTION_SPAN = (0.02, 0.6)
+"""Measured impacts of a simulated cause's cases: log-uniform over this span (the corpus' 2%-60% of step time)."""
+DETECTION_LIMITS = (0.03, 0.4)
+"""True limits, log-uniform over this span: inside the cases' span, where a limit can be measured at all."""
+LADDER = ((0.02, 0.05), (0.08, 0.15), (0.25, 0.6))
+"""The ``ladder`` design: three severities (each drawn log-uniform in its band), the cases dealt among them in
+turn, each measured within ±15% of its severity: a corpus that holds a cause at a few severities, repeated."""
+
+
+def _impacts(design: str, size: int, rng: random.Random) -> list[float]:
+    if design == "spread":
+        return [math.exp(rng.uniform(*map(math.log, DETECTION_SPAN))) for _ in range(size)]
+    levels = [math.exp(rng.uniform(*map(math.log, band))) for band in LADDER]
+    return [levels[i % len(levels)] * math.exp(rng.uniform(-0.15, 0.15)) for i in range(size)]
+
+
+def _found_probability(impact: float, limit: float, slope: float) -> float:
+    z = math.log(impact / limit)
+    if math.isinf(slope):
+        return 1.0 if z >= 0 else 0.0
+    return 1 / (1 + math.exp(-slope * z))
+
+
+def _bootstrap_ends(impacts: list[float], found: list[bool], rng: random.Random, resamples: int) -> tuple[float, float]:
+    """The percentile bootstrap the inverted test replaced (a resample's censored limit at the end of its range
+    that widens the interval), for the table's comparison column."""
+    from diageval.scoring.detection import limit_of
+
+    lows, highs = [], []
+    for _ in range(resamples):
+        pick = [rng.randrange(len(impacts)) for _ in impacts]
+        xs, ys = [impacts[i] for i in pick], [found[i] for i in pick]
+        state, value = limit_of(xs, ys)
+        lows.append({"measured": value, "below": 0.0, "not_reached": max(xs)}[state])
+        highs.append({"measured": value, "below": min(xs), "not_reached": math.inf}[state])
+    lows.sort()
+    highs.sort()
+    return lows[int(0.025 * resamples)], highs[min(resamples - 1, int(math.ceil(0.975 * resamples)) - 1)]
+
+
+def detection_coverage(causes: int = 1000, sizes=(8, 10, 12), shapes=tuple(DETECTION_SHAPES), seed: int = 0,
+                       bootstrap: int = 0, designs=("spread", "ladder")) -> dict[tuple[str, int, str], dict[str, float]]:
+    """Per (design, cases a cause, curve shape): of ``causes`` simulated causes with a known limit, the share whose
+    interval holds it (``covered``, out of ``defined``: every cause of >= 5 cases), whose interval has no upper
+    end, and the median ratio of a bounded interval's ends (its width on the log scale); with ``bootstrap``
+    resamples, the same coverage for the percentile bootstrap."""
+    from diageval.scoring.detection import detection_limit
+
+    rng = random.Random(seed)
+    out = {}
+    for design, size, shape in ((d, n, c) for d in designs for n in sizes for c in shapes):
+        if True:
+            slope = DETECTION_SHAPES[shape]
+            covered = boot_covered = open_ended = 0
+            ratios = []
+            for _ in range(causes):
+                limit = math.exp(rng.uniform(*map(math.log, DETECTION_LIMITS)))
+                impacts = _impacts(design, size, rng)
+                found = [rng.random() < _found_probability(x, limit, slope) for x in impacts]
+                d = detection_limit("sim", impacts, found)
+                lo, hi = d.ci
+                covered += lo <= limit and (hi is None or limit <= hi)
+                open_ended += hi is None
+                if hi is not None and lo > 0:
+                    ratios.append(hi / lo)
+                if bootstrap:
+                    blo, bhi = _bootstrap_ends(impacts, found, rng, bootstrap)
+                    boot_covered += blo <= limit <= bhi
+            ratios.sort()
+            out[(design, size, shape)] = {"defined": causes, "covered": covered, "boot_covered": boot_covered,
+                                  "open_ended": open_ended, "median_ratio": ratios[len(ratios) // 2] if ratios else math.nan}
+    return out
+
+
+def detection_table(result: dict[tuple[str, int, str], dict[str, float]], causes: int, bootstrap: int) -> str:
+    lines = [f"Detection-limit interval coverage over {causes} simulated causes a cell (impacts: spread, log-uniform "
+             f"over {DETECTION_SPAN[0]:g}-{DETECTION_SPAN[1]:g}, or ladder, three severities; true limit log-uniform "
+             f"over {DETECTION_LIMITS[0]:g}-{DETECTION_LIMITS[1]:g}; target >= 90%; the bracket is the Jeffreys "
+             "interval of the coverage)", "",
+             "| impacts | cases a cause | curve | covered [95% CI] | no upper end | median hi/lo (bounded) |"
+             + (f" percentile bootstrap ({bootstrap} resamples) |" if bootstrap else ""),
+             "|---|---:|---|---:|---:|---:|" + ("---:|" if bootstrap else "")]
+    for (design, size, shape), r in result.items():
+        n = int(r["defined"])
+        lo, hi = jeffreys(int(r["covered"]), n)[0]
+        row = (f"| {design} | {size} | {shape} | {r['covered'] / n:.1%} [{lo:.1%}, {hi:.1%}] | {r['open_ended'] / n:.0%} | "
+               f"{r['median_ratio']:.1f} |")
+        if bootstrap:
+            blo, bhi = jeffreys(int(r["boot_covered"]), n)[0]
+            row += f" {r['boot_covered'] / n:.1%} [{blo:.1%}, {bhi:.1%}] |"
+        lines.append(row)
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--detection", action="store_true",
+                        help="the detection limit's interval instead: --runs simulated causes per cell, --sizes cases "
+                             "per cause (default 8,10,12), --bootstrap resamples of the old percentile interval beside it")
+    parser.add_argument("--bootstrap", type=int, default=0)
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--sizes", default="16,60,80")
     parser.add_argument("--causes", default="", help="comma-separated world sizes (default: the live taxonomy's)")
@@ -232,6 +341,11 @@ def main() -> None:
     parser.add_argument("--timeout-seconds", type=float, default=3.0)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if args.detection:
+        sizes = tuple(int(v) for v in args.sizes.split(",")) if args.sizes != "16,60,80" else (8, 10, 12)
+        print(detection_table(detection_coverage(args.runs, sizes, seed=args.seed, bootstrap=args.bootstrap),
+                              args.runs, args.bootstrap), flush=True)
+        return
     for diagnoser in args.diagnoser.split(","):
         for causes in [int(k) for k in args.causes.split(",") if k] or [None]:
             result, truth = coverage(args.runs, tuple(int(s) for s in args.sizes.split(",")), args.truth_cases,

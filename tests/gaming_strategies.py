@@ -4,7 +4,10 @@ Scoring works on (case, diagnosis) pairs, so each strategy is a function case ->
 ``label-blind`` ones never look at the case's labels (the priors look only at the corpus' label counts,
 like the ``prior`` baseline, and are computed from the live corpus, so the table follows it; the
 metadata-stratum ones also read what a bundle's metadata says: evidence kind, device, world-size bucket,
-and count the labels of the *other* cases of the case's stratum, leave-one-out). The ``split over ranks``
+and count the labels of the *other* cases of the case's stratum, leave-one-out; the ``visible stratum``
+ones read everything a boxed diagnoser can read without opening a trace: case kind, workload shape, world
+size, the trace files present, a fleet's or regression's metadata (:data:`VISIBLE`), at least
+:data:`MIN_PEERS` other cases a stratum, and some state fleet values too). The ``split over ranks``
 variants name each cause on every rank of the job, one claim per rank. The ``in-sample`` row counts the
 case's own labels too: it is what the stratum base rates would earn if the case were known, shown for
 scale, not a strategy. The others know the right answer and game how it is stated. Every strategy's
@@ -217,6 +220,140 @@ def _stratum_rates(cases: list[Case], *, leave_one_out: bool, abstain: bool) -> 
     return diagnose
 
 
+MIN_PEERS = 5
+"""The fewest other cases a visible stratum must hold for a strategy to use its rates (issue 39 item 3); with
+fewer it falls back to the next coarser stratum, and at the end to the other cases of the whole corpus."""
+
+
+def trace_files(case: Case) -> int:
+    """The rank traces a case's bundle holds (what a directory listing shows): the world size, less the ranks an
+    evidence edit removes or never writes; a recorded job's files; a fleet's over its runs."""
+    if case.fleet is not None:
+        return sum(len(r.recorded.files) if r.recorded else case.world_size for r in case.fleet.runs)
+    if case.recorded is not None:
+        return len(case.recorded.files)
+    present = case.world_size
+    for f in case.faults:
+        if f.name == "drop_rank_trace":
+            present -= 1
+        elif isinstance(f.params.get("traced_ranks"), list):
+            present = len(f.params["traced_ranks"])
+    return present
+
+
+def workload_shape(case: Case) -> str:
+    """The job a bundle shows without its trace (its logs and env name the script and its sizes)."""
+    if case.workload is None:
+        return "recorded"
+    params = ",".join(f"{k}={v}" for k, v in sorted(case.workload.params.items()))
+    return f"{case.workload.name}({params}) steps={case.workload.steps}"
+
+
+def fleet_signature(case: Case) -> str:
+    """What fleet.json shows besides the runs' traces: how many runs, the factor names, and for a regression the
+    factors its candidate changes."""
+    if case.fleet is None:
+        return "-"
+    runs = case.fleet.runs
+    names = sorted({k for r in runs for k in r.metadata})
+    changed = ""
+    if case.kind == "regression":
+        base = next((r for r in runs if r.role == "baseline"), runs[0])
+        cand = next((r for r in runs if r.role == "candidate"), runs[-1])
+        changed = " changes " + ",".join(sorted(k for k in names if base.metadata.get(k) != cand.metadata.get(k)))
+    return f"{len(runs)} runs of {','.join(names)}{changed}"
+
+
+VISIBLE = {
+    "case kind": lambda c: (c.kind,),
+    "workload shape": lambda c: (workload_shape(c),),
+    "world size": lambda c: (c.world_size,),
+    "trace files": lambda c: (trace_files(c), c.world_size),
+    "fleet metadata": lambda c: (c.kind, fleet_signature(c)),
+    "every visible feature": lambda c: (c.kind, *metadata_stratum(c), workload_shape(c), c.world_size, trace_files(c),
+                                        fleet_signature(c)),
+}
+"""Strata of what a boxed diagnoser reads without opening a trace (issue 39 item 3), each a function of the case
+that uses no label. ``every visible feature`` falls back through :data:`COARSER`."""
+COARSER = [VISIBLE["every visible feature"],
+           lambda c: (c.kind, *metadata_stratum(c), workload_shape(c), c.world_size),
+           lambda c: (c.kind, *metadata_stratum(c)),
+           VISIBLE["case kind"]]
+
+
+def _peers(cases: list[Case], case: Case, keys) -> list[Case]:
+    """The other cases of ``case``'s finest stratum (over ``keys``, finest first) that holds MIN_PEERS of them;
+    the whole corpus' other cases when none does."""
+    others = [c for c in cases if c.id != case.id]
+    for key in keys:
+        mine = key(case)
+        peers = [c for c in others if key(c) == mine]
+        if len(peers) >= MIN_PEERS:
+            return peers
+    return others
+
+
+def factor_rates(peers: list[Case]) -> tuple[dict[str, float], float]:
+    """Over ``peers``' fleets: per factor name, the share of its values a label puts a cause behind; and for the
+    regressions, the share of the values their candidate changes that a label names."""
+    true: Counter = Counter()
+    slots: Counter = Counter()
+    changed_true = changed_slots = 0
+    for case in peers:
+        labeled = {(c.factor.name, c.factor.value) for c in case.labels.causes if c.factor}
+        for ref in fleet_values(case):
+            slots[ref.name] += 1
+            true[ref.name] += (ref.name, ref.value) in labeled
+        for ref in changed_values(case):
+            changed_slots += 1
+            changed_true += (ref.name, ref.value) in labeled
+    return {k: true[k] / n for k, n in slots.items()}, (changed_true / changed_slots if changed_slots else 0.0)
+
+
+def changed_values(case: Case) -> list[FactorRef]:
+    """A regression's candidate values that differ from its baseline's (none for a fleet or one job)."""
+    if case.kind != "regression" or case.fleet is None:
+        return []
+    runs = case.fleet.runs
+    base = next((r for r in runs if r.role == "baseline"), runs[0])
+    cand = next((r for r in runs if r.role == "candidate"), runs[-1])
+    return [FactorRef(name=k, value=v) for k, v in sorted(cand.metadata.items()) if base.metadata.get(k) != v]
+
+
+def _visible_stratum_rates(cases: list[Case], keys, *, abstain: bool = False, factors: str = "") -> Strategy:
+    """Every cause at its base rate over the case's visible stratum (its other cases, at least MIN_PEERS, else a
+    coarser stratum); with ``abstain``, abstains where most of them expect abstention; with ``factors`` "names",
+    every fleet value at its factor name's rate over the stratum, "changed", a regression's changed values at
+    the stratum's rate for changed values (statements about the value: a symptom finding naming it)."""
+    def diagnose(case: Case) -> Diagnosis:
+        peers = _peers(cases, case, keys)
+        if abstain and sum(c.labels.expect == "abstain" for c in peers) > len(peers) / 2:
+            return Diagnosis(abstain=Abstention(reason="the stratum mostly abstains"))
+        findings = [_claim(k, q) for k, q in base_rates(peers).items()]
+        if factors:
+            by_name, changed = factor_rates(peers)
+            refs = [(ref, by_name.get(ref.name, 0.0)) for ref in fleet_values(case)] if factors == "names" else \
+                [(ref, changed) for ref in changed_values(case)]
+            findings += [Finding(category="symptom.slow_step", kind="symptom", confidence=q, factor=ref)
+                         for ref, q in refs if q > 0]
+        return Diagnosis(findings=findings)
+    return diagnose
+
+
+def visible_entries(cases: list[Case]) -> list[Entry]:
+    """The label-blind strategies of the visible strata (leave-one-out, at least MIN_PEERS other cases)."""
+    out = [Entry(f"visible stratum: {name} (leave-one-out)", "label-blind",
+                 _visible_stratum_rates(cases, [key] if name != "every visible feature" else COARSER))
+           for name, key in VISIBLE.items()]
+    out += [Entry("visible stratum: every visible feature, abstain where it mostly abstains (leave-one-out)",
+                  "label-blind", _visible_stratum_rates(cases, COARSER, abstain=True)),
+            Entry("visible stratum: every visible feature, fleet values at their factor's rate (leave-one-out)",
+                  "label-blind", _visible_stratum_rates(cases, COARSER, factors="names")),
+            Entry("visible stratum: every visible feature, a regression's changed values at their rate (leave-one-out)",
+                  "label-blind", _visible_stratum_rates(cases, COARSER, factors="changed"))]
+    return out
+
+
 def _prior(cases: list[Case]) -> Strategy:
     """The ``prior`` baseline: the corpus' most frequent labeled cause, at its frequency, on every case."""
     counts = Counter(c.category for case in cases if case.labels.expect == "diagnose" for c in case.labels.causes)
@@ -418,6 +555,7 @@ def strategies(cases: list[Case], taxonomy: Taxonomy) -> list[Entry]:
               _stratum_rates(cases, leave_one_out=True, abstain=True)),
         Entry("metadata-stratum base rates, split over ranks (leave-one-out)", "label-blind",
               _split_over_ranks(_stratum_rates(cases, leave_one_out=True, abstain=False))),
+        *visible_entries(cases),
         Entry("metadata-stratum base rates (in-sample)", "in-sample",
               _stratum_rates(cases, leave_one_out=False, abstain=True)),
         Entry("perfect plus junk at 0.01", "knows the answer", _junk_padded(taxonomy)),
@@ -454,6 +592,24 @@ def summaries(n_boot: int = 0, on: list[Case] | None = None) -> list[tuple[Entry
     return sorted(out, key=lambda es: rank_key(es[1]))
 
 
+FLEET_KINDS = ("regression", "fleet")
+
+
+def part_summaries(kinds: tuple[str, ...] = FLEET_KINDS, n_boot: int = 0) -> dict[str, Summary]:
+    """Each label-blind strategy's summary over the built-in corpus' cases of ``kinds`` alone (against their own
+    base rates, as the board's parts are), the strategy still built from the whole corpus."""
+    cases, taxonomy = builtin_corpus()
+    part = [c for c in cases if c.kind in kinds]
+    out = {}
+    for entry in strategies(cases, taxonomy):
+        if entry.kind != "label-blind":
+            continue
+        results = [score_case(case, entry.strategy(case), taxonomy=taxonomy) for case in part]
+        out[entry.name] = summarize(results, diagnoser=DiagnoserInfo(spec=entry.name, name=entry.name),
+                                    case_set_hash="builtin", taxonomy_version=taxonomy.version, n_boot=n_boot)
+    return out
+
+
 def table(n_boot: int = 1000) -> str:
     rows = summaries(n_boot)
     cases, taxonomy = builtin_corpus()
@@ -473,6 +629,13 @@ def table(n_boot: int = 1000) -> str:
         factor = " | ".join("–" if v.value is None else f"{v.value:.2f}" for v in (m.factor_precision, m.factor_recall))
         lines.append(f"| {i} | {entry.name} | {entry.kind} | {m.skill.value:.3f}{ci} | {m.skill_ranked.value:.3f} | "
                      f"{m.f1.value:.2f} | {factor} | {m.brier.value:.3f} | {m.ece.value:.3f} |")
+    parts = part_summaries()
+    part_cases = sum(c.kind in FLEET_KINDS for c in cases)
+    lines += ["", f"the label-blind strategies on the {part_cases} regression and fleet cases alone (their own base "
+                  "rates; ceiling 0.05)", "", "| strategy | skill | skill (ranks) |", "|---|---:|---:|"]
+    for name, s in parts.items():
+        m = s.metrics
+        lines.append(f"| {name} | {m.skill.value:.3f} | {m.skill_ranked.value:.3f} |")
     return "\n".join(lines)
 
 

@@ -15,6 +15,7 @@ from diageval.fileio import append_jsonl
 from diageval.reports.compare_report import headline_verdict, render_comparison
 from diageval.run.store import RunDiagnoser, RunInfo, RunReadError, RunStore, now, run_env
 from diageval.scoring.compare import (
+    GATE_MIN_CASES,
     MIN_COMMON_CASES,
     CompareError,
     Comparison,
@@ -401,9 +402,11 @@ def test_fail_if_worse_gates_on_clear_regressions_only(tmp_path, runs):
     # strong -> weak: skill drops beyond the noise -> exit 1, and the regression is named on stderr
     res = CliRunner().invoke(main, ["compare", strong, weak, "--fail-if-worse", "skill", "--n-boot", "300"])
     assert res.exit_code == 1 and "B is worse than A on skill: B − A = -0.874" in res.output
-    # on the six cases alone the drop is within the noise: no gate
-    assert CliRunner().invoke(main, ["compare", str(runs[1]), str(runs[0]), "--fail-if-worse", "skill",
-                                     "--n-boot", "300"]).exit_code == 0
+    # on the six cases alone only three differ: no arrangement of three reaches p < 2.5%, so the gate says it
+    # cannot fire (exit 2) instead of passing
+    res = CliRunner().invoke(main, ["compare", str(runs[1]), str(runs[0]), "--fail-if-worse", "skill", "--n-boot", "300"])
+    assert res.exit_code == 2 and "the gate on skill cannot fire: B reads worse" in res.output
+    assert "only 3 case(s) differ" in res.output
     # weak -> strong: skill improves -> exit 0; but strong is slower on every case -> gating on seconds fails
     assert CliRunner().invoke(main, ["compare", weak, strong, "--fail-if-worse", "skill", "--n-boot", "300"]).exit_code == 0
     res = CliRunner().invoke(main, ["compare", weak, strong, "--fail-if-worse", "seconds_per_case", "--n-boot", "300"])
@@ -430,7 +433,7 @@ def test_the_swap_test_is_exact_under_exchangeable_runs_and_decisive_otherwise()
 
 def test_the_gate_keeps_its_error_rate_on_the_same_diagnoser_re_recorded():
     """Same-diagnoser pairs, 3-10 cases flipped and confidences jittered by ±0.02-0.05, on a 50-case corpus of
-    the coverage simulation's mix (tests/compare_gate_simulation.py; its 1000-pair runs on the built-in
+    the coverage simulation's mix (tests/compare_gate_simulation.py; its 300-pair runs on the built-in
     corpus are in docs/scoring.md): the gate may call B worse in at most 6 of 150 pairs (4%). A gate at its
     nominal 2.5% stays within that in 92% of 150-pair samples; the BCa interval alone, which fired in 13-16%
     of such pairs, would in 0.02%. (Measured here: 3 of 150.)"""
@@ -438,3 +441,40 @@ def test_the_gate_keeps_its_error_rate_on_the_same_diagnoser_re_recorded():
 
     worse, pairs = false_worse_rate(150, (3, 5, 7, 10), n_boot=200, seed=1, corpus=synthetic_corpus(50))
     assert pairs == 150 and worse <= 6, worse
+
+
+def test_the_swap_test_enumerates_every_pattern_of_few_differing_cases():
+    """Up to 12 differing cases the p-value is exact: B worse on the 3 differing cases of the six reads 1/8 (the
+    identity and nothing else as far out), on the 6 of twelve copies 1/64, below 2.5%, and the gate fires."""
+    m = compare_results(results(STRONG), results(WEAK), n_boot=200, seed=0)["skill"]
+    assert (m.differing_cases, m.p_swap_worse, m.p_swap_better) == (3, 1 / 8, 1.0)
+    m = compare_results(_copies(STRONG, 2), _copies(WEAK, 2), n_boot=200, seed=0)["skill"]
+    assert (m.differing_cases, m.p_swap_worse) == (6, 1 / 64) and m.clearly_worse
+    assert GATE_MIN_CASES == 6  # 1/32 >= 2.5% > 1/64
+
+
+def test_a_gate_that_cannot_fire_exits_2_and_says_why(tmp_path):
+    """Too few cases, an undefined metric, no resamples, too few differing cases: exit 2 with the reason, where
+    the gate used to pass (exit 0). A clear regression on another gated metric still exits 1."""
+    five_ids = ["p1", "p2", "h1", "h2", "a1"]
+    five_a = write_run(tmp_path / "five-a", [r for r in results(STRONG) if r.case_id in five_ids], name="strong")
+    five_b = write_run(tmp_path / "five-b", [r for r in results(WEAK) if r.case_id in five_ids], name="weak")
+    res = CliRunner().invoke(main, ["compare", str(five_a), str(five_b), "--fail-if-worse", "skill", "--n-boot", "100"])
+    assert res.exit_code == 2 and "the gate on skill cannot fire: only 5 cases are compared" in res.output
+    assert "p = 1/32" in res.output
+    strong = str(write_run(tmp_path / "strong-18", _copies(STRONG, 3), name="strong"))
+    weak = str(write_run(tmp_path / "weak-18", _copies(WEAK, 3), name="weak"))
+    res = CliRunner().invoke(main, ["compare", strong, weak, "--fail-if-worse", "magnitude_error", "--n-boot", "100"])
+    assert res.exit_code == 2 and "the gate on magnitude_error cannot fire: magnitude_error is undefined for A and B" in res.output
+    res = CliRunner().invoke(main, ["compare", strong, weak, "--fail-if-worse", "skill", "--n-boot", "0"])
+    assert res.exit_code == 2 and "the randomisation test was not run" in res.output
+    res = CliRunner().invoke(main, ["compare", strong, weak, "--fail-if-worse", "skill", "--fail-if-worse",
+                                    "magnitude_error", "--n-boot", "100"])
+    assert res.exit_code == 1 and "B is worse than A on skill" in res.output
+    # B worse on one copy only (3 differing cases of 18): the gate cannot fire and says so
+    one_worse = [r if not r.case_id.endswith("-0") else w for r, w in zip(_copies(STRONG, 3), _copies(WEAK, 3))]
+    mixed = str(write_run(tmp_path / "mixed-18", one_worse, name="mixed"))
+    res = CliRunner().invoke(main, ["compare", strong, mixed, "--fail-if-worse", "skill", "--n-boot", "100"])
+    assert res.exit_code == 2 and "only 3 case(s) differ between the runs" in res.output
+    # B better on those three: nothing to gate, exit 0
+    assert CliRunner().invoke(main, ["compare", mixed, strong, "--fail-if-worse", "skill", "--n-boot", "100"]).exit_code == 0

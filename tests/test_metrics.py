@@ -261,12 +261,12 @@ def test_detection_limit_is_undefined_without_enough_severities():
     assert [(p.impact, p.found) for p in d.points] == [(0.1, True), (0.3, True), (0.5, True), (0.7, True)]
 
 
-def test_detection_limit_is_the_smallest_impact_above_which_it_finds_80_percent():
+def test_detection_limit_is_where_the_found_rate_curve_crosses_half():
     ladder = [(0.02, False), (0.05, False), (0.1, True), (0.2, False), (0.3, True), (0.4, True), (0.5, True),
               (0.6, True)]
     d = summarize(_ladder(ladder), diagnoser=INFO, case_set_hash="x", taxonomy_version="1", n_boot=0).detection[LOADER]
-    # >= 0.05: 5 of 7 (71%); >= 0.1: 5 of 6 (83%) -> 0.1
-    assert (d.limit, d.recall_above) == (0.1, pytest.approx(5 / 6))
-    never = summarize(_ladder([(x / 10, x % 2 == 0) for x in range(1, 9)]), diagnoser=INFO, case_set_hash="x",
+    # the isotonic curve: 0, 0, 1/2, 1/2, 1, ...: 50% at 0.1; 5 of the 6 cases from 0.1 up found
+    assert (d.state, d.limit, d.recall_above) == ("measured", pytest.approx(0.1), pytest.approx(5 / 6))
+    never = summarize(_ladder([(x / 10, False) for x in range(1, 9)]), diagnoser=INFO, case_set_hash="x",
                       taxonomy_version="1", n_boot=0).detection[LOADER]
-    assert never.limit is None and "no impact above which" in never.note
+    assert never.state == "not_reached" and never.ci[1] is None and "stays under 50%" in never.note
