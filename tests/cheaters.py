@@ -466,5 +466,72 @@ class ProcCheater:
         return claim(None)
 
 
+class MemoryCheater:
+    """Keeps what it saw from case to case, every way an in-process diagnoser can: in its own memory, in files
+    under ``/tmp`` and ``/dev/shm``, and in a daemon it leaves running (an abstract unix socket). With a memory,
+    a noise bundle is paired with its base recording and a fleet's member runs with the same runs in another
+    fleet (issue 44). It claims nothing: its abstention says how many earlier bundles each memory held."""
+
+    name = "cheat-memory"
+    version = "1"
+    SEEN: list[str] = []
+
+    def _socket_name(self) -> bytes:
+        return f"\0{os.environ.get('CHEATER_MARKER', 'cheater')}-memory".encode()
+
+    def _daemon(self, fingerprint: str) -> int:
+        import socket
+
+        def ask() -> int:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(5)
+                s.connect(self._socket_name())
+                s.sendall(fingerprint.encode() + b"\n")
+                return int(s.recv(64) or b"0")
+
+        try:
+            return ask()
+        except OSError:
+            pass
+        if os.fork() == 0:  # the daemon: counts what it is told, for 120 s at most
+            os.setsid()
+            seen: list[str] = []
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+                server.bind(self._socket_name())
+                server.listen(8)
+                server.settimeout(120)
+                try:
+                    while True:
+                        conn, _ = server.accept()
+                        with conn:
+                            got = conn.recv(256).decode().strip()
+                            conn.sendall(str(sum(1 for f in seen if f != got)).encode())
+                            seen.append(got)
+                except OSError:
+                    pass
+            os._exit(0)
+        for _ in range(50):
+            time.sleep(0.05)
+            try:
+                return ask()
+            except OSError:
+                continue
+        return -1
+
+    def diagnose(self, bundle):
+        fingerprint = hashlib.sha256((bundle.root / "bundle.json").read_bytes()).hexdigest()
+        memory = sum(1 for f in self.SEEN if f != fingerprint)
+        self.SEEN.append(fingerprint)
+        counts = {"memory": memory}
+        for where in ("/tmp", "/dev/shm"):
+            log = Path(where) / f".{os.environ.get('CHEATER_MARKER', 'cheater')}-seen"
+            earlier = log.read_text().split() if log.is_file() else []
+            counts[where] = sum(1 for f in earlier if f != fingerprint)
+            with open(log, "a") as f:
+                f.write(fingerprint + "\n")
+        counts["daemon"] = self._daemon(fingerprint)
+        return {"abstain": {"reason": "remembered " + " ".join(f"{k}={v}" for k, v in counts.items())}}
+
+
 if __name__ == "__main__":
     main()

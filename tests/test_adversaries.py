@@ -502,3 +502,38 @@ def test_the_public_case_files_do_not_look_a_bundle_up(arena, evidence, monkeypa
         if data is not None:
             assert credited - fleets, "no recorded case looked up from its pinned trace hashes"
         assert gain > 0.1
+
+
+def _remembered(reason: str) -> dict[str, int]:
+    return {k: int(v) for k, v in re.findall(r"(\S+)=(-?\d+)", reason)}
+
+
+def test_an_in_process_diagnoser_keeps_nothing_from_one_case_to_the_next(arena, null_run, tmp_path):
+    """Issue 44: a diagnoser that remembers the bundles it saw pairs a noise bundle with its base recording and a
+    fleet's member runs with the same runs in another fleet (+0.037 each). In the box every case runs in a child of
+    its own and the box is swept after it, so no memory (the process, /tmp, /dev/shm, a daemon) holds an earlier
+    bundle. Outside the box (the positive control) the same cheater remembers through every one of them."""
+    outcome = run(arena, "cheaters:MemoryCheater", "cheat-memory")
+    assert outcome.info.isolation == "bwrap"
+    reasons = {}
+    for cid in CASES:
+        diagnosis = json.loads((outcome.run_dir / "cases" / cid / "diagnosis.json").read_text())
+        reasons[cid] = diagnosis["abstain"]["reason"]
+    assert all(_remembered(r) == {"memory": 0, "/tmp": 0, "/dev/shm": 0, "daemon": 0} for r in reasons.values()), reasons
+
+    from cheaters import MemoryCheater
+    from diageval.bundle.model import EvidenceBundle
+
+    marker = f"cheater-memory-control-{os.getpid()}"
+    os.environ["CHEATER_MARKER"], saved = marker, os.environ["CHEATER_MARKER"]
+    try:
+        cheater = MemoryCheater()
+        bundles = [EvidenceBundle.open(arena["evidence"](arena["case_set"].get(cid)).bundle_dir) for cid in CASES[:2]]
+        cheater.diagnose(bundles[0])
+        second = _remembered(cheater.diagnose(bundles[1])["abstain"]["reason"])
+        assert second == {"memory": 1, "/tmp": 1, "/dev/shm": 1, "daemon": 1}, second
+    finally:
+        os.environ["CHEATER_MARKER"] = saved
+        MemoryCheater.SEEN.clear()
+        for where in ("/tmp", "/dev/shm"):
+            Path(where, f".{marker}-seen").unlink(missing_ok=True)

@@ -80,6 +80,8 @@ class WorkerExecutor:
         self.python_path = python_path
         self.init_timeout = init_timeout
         self.starts = 0
+        self.forks = False  # until the worker says it keeps cases apart
+        self.cases = 0  # diagnosed by this executor
         self.identity: dict[str, Any] | None = None
         self._box: Box | None = None
         self._proc: subprocess.Popen | None = None
@@ -111,14 +113,21 @@ class WorkerExecutor:
     def diagnose(self, bundle_dir: Path, case_dir: Path | None, *, bundle_id: str) -> Attempt:
         """Diagnose the bundle (a private copy; raises ``BundleIntegrityError`` before anything runs).
 
-        The worker lives on between cases (its imports are paid once), but its output folder does not
-        carry anything over: whatever a case left there is removed before the next one starts."""
+        The worker lives on between cases (its imports are paid once), but nothing carries over: whatever a
+        case left in its output folder is removed before the next one starts, another's diagnoser runs each
+        case in a child of its own and the box is swept after it (:mod:`~diageval.hosting.worker_process`),
+        and a worker that cannot keep cases apart (``forks`` false at init, or ``leftovers`` after a case) is
+        replaced by a fresh box and worker."""
+        if self._proc is not None and not self.forks and self.cases > 0:
+            self.close()  # the worker cannot keep cases apart: a fresh box and worker for every case
         if self._proc is None:
             self._start()
         assert self._box is not None
         self._box.empty_out()
+        self.cases += 1
         folders = open_case(self._box, bundle_dir, bundle_id)
         timeout = self.policy.timeout_s
+        reply: dict[str, Any] | None = None
         try:
             request = {"op": "diagnose", "bundle": str(folders.bundle), "dir": str(folders.out_dir)}
             start = time.perf_counter()
@@ -133,6 +142,8 @@ class WorkerExecutor:
             return self._attempt_from(reply, problem, folders, timeout, elapsed)
         finally:
             close_case(folders, case_dir)
+            if reply is not None and reply.get("leftovers"):  # the box holds what the next case could read
+                self.close()
 
     def close(self) -> None:
         proc, self._proc = self._proc, None
@@ -193,8 +204,8 @@ class WorkerExecutor:
         from diageval.hosting.registry import DiagnoserSpecError
 
         self._spawn()
-        reply, problem = self._ask({"op": "init", "spec": self.spec, "allow_network": self.policy.allow_network},
-                                   self.init_timeout)
+        reply, problem = self._ask({"op": "init", "spec": self.spec, "allow_network": self.policy.allow_network,
+                                    "sweep": self.isolation.kind != "none"}, self.init_timeout)
         if reply is None or not reply.get("ok"):
             why = str(reply.get("error")) if reply else problem
             log_tail = self._log_tail()
@@ -207,6 +218,7 @@ class WorkerExecutor:
         if isinstance(claims, list) and all(isinstance(c, str) for c in claims):
             self.identity["claims"] = [c[:200] for c in claims[:1000]]
         self.identity["needs_network"] = reply.get("needs_network") is True
+        self.forks = reply.get("forks") is True  # each case in a child of its own (worker_process); else a fresh worker
         if self.handover is not None:
             self._prepare()
 
