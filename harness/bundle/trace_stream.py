@@ -1,6 +1,7 @@
 """Stream the events of a Chrome/Kineto trace, without loading the whole document.
 
-A Kineto trace is one JSON object: a few header keys (``schemaVersion``, ``distributedInfo``,
+A Kineto trace is one JSON object (or, in the format's other form, which torch 1.8's Kineto wrote, a bare array of
+events with no header): a few header keys (``schemaVersion``, ``distributedInfo``,
 ``baseTimeNanoseconds``, ...) and a ``traceEvents`` array that holds almost all of the bytes. Header
 keys may come before or after the array (torch 2.13 writes ``baseTimeNanoseconds`` before it, older
 Kineto after it), so the header is complete only once the stream ends.
@@ -478,6 +479,17 @@ def _read_document(b: _Buffer, state: StreamState) -> Iterator[list[TraceEvent]]
     c = b.skip_ws()
     if c is None:
         state.truncated = state.truncated or "empty file"
+        return
+    if c == ord("["):  # the Chrome trace format's other form, a bare array of events (torch 1.8's Kineto wrote it)
+        start = b.offset()
+        b.pos += 1
+        if b.skip_ws() not in (ord("{"), ord("]"), None):  # [1, 2] is some other JSON, not a trace
+            raise TraceFormatError(f"{b.path}: not a Chrome trace: expected a JSON object with a 'traceEvents' array, "
+                                   f"or an array of event objects, at byte {start}")
+        state.has_trace_events = True
+        complete = yield from _read_events(b, state)
+        if not complete:
+            state.truncated = state.truncated or "file ends inside the array of events"
         return
     if c != ord("{"):
         raise b.error(f"not a Chrome trace: expected a JSON object with a 'traceEvents' array, found {chr(c)!r}")
