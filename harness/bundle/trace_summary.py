@@ -345,9 +345,11 @@ def _by_start(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return s, s + dur[order]
 
 
-def _sorted_index(values: Sequence[float]) -> tuple[list[float], list[int]]:
-    order = sorted(range(len(values)), key=values.__getitem__)
-    return [values[i] for i in order], order
+def _sorted_index(values: Sequence[float]) -> tuple[array, array]:
+    """``values`` sorted (stable) and the index of each in ``values``, as arrays (8 bytes an entry, not 32-36: the
+    main thread's ops are most of a read's columns, and these are held while its steps are built)."""
+    order = array("q", sorted(range(len(values)), key=values.__getitem__))
+    return array("d", [values[i] for i in order]), order
 
 
 def _top_level(ts: Sequence[float], dur: Sequence[float], idx: list[int]) -> list[int]:
@@ -396,7 +398,7 @@ def _build_steps(cols: _Columns, base_us: float, main_tid: str | None,
     host_ts, host_dur, host_is_op = cols.host.get(main_tid, (array("d"), array("d"), array("b")))
     h_starts, h_order = _sorted_index(host_ts)
     c_starts, c_order = _sorted_index([c[1] for c in cols.collectives])
-    l_sorted = sorted(cols.launches)
+    l_sorted = array("d", sorted(cols.launches))
     s_starts, s_order = _sorted_index([s[0] for s in cols.syncs])
     # device activity and every host thread's recorded activity (the autograd thread's backward is work), by start
     dev_s, dev_e = _by_start(np.frombuffer(cols.device[0]), np.frombuffer(cols.device[1]))
