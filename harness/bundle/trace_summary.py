@@ -76,11 +76,14 @@ from diageval.bundle.trace_stats import (IdTable, Names, StatsCollector, StepSta
 from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, iter_trace_windows
 
 SHORT_OP_US = 50.0
-MAX_COLUMN_ENTRIES = 1_000_000
+MAX_COLUMN_ENTRIES = 3_000_000
 """Column entries one pass may hold: a trace that needs more is summarised in slices of steps, so memory
-stays bounded whatever the trace's size. Measured on the A100 trace of ``benchmarks/big_trace.py``: about
-73 bytes per entry at the peak (the columns, then the sorted copies the per-step measurement makes), so
-1 M entries keep ``rules`` near 125 MB with the interpreter's ~50 MB, under the 200 MB of issue 14."""
+stays bounded whatever the trace's size. From the 200 MB of issue 14 and a measurement: the A100 trace of
+``benchmarks/big_trace.py`` repeated to 452 MB holds 2.40 M entries and, read once, peaked at 155 MB RSS with the
+interpreter's 46 MB (its imports): 45 bytes per entry at the peak (the columns, then the sorted copies the per-step
+measurement makes, held as arrays of doubles). (200 - 46) / 45 = 3.4 M; 3 M keeps a tenth of room for traces whose
+entries cost more (~180 MB). Issue 43: a trace up to ~550 MB of that shape is read once, not twice; the same
+trace repeated to 1 GB, read in slices at this budget, peaked at 126 MB."""
 
 
 class EventObserver(Protocol):
