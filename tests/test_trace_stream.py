@@ -19,7 +19,7 @@ from diageval.bundle.trace_stream import (
     iter_trace_events,
 )
 
-FIELDS = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id")
+FIELDS = ("ph", "cat", "name", "tid", "ts", "dur")  # what the reader keeps; the rest is skipped while decoding
 ODD_STRINGS = ['}, {"x": 1}', '}]', 'quote \\" and }', "back\\\\slash", "naïve µs ✓", "", "{[", "\\u00e9"]
 
 
