@@ -20,6 +20,13 @@ wall and CPU seconds, the largest peak RSS (``wait4``), how many times the trace
 each to ``json.loads``' in the same rounds. ``benchmarks/big_trace.py --build-one SOURCE 452 OUT`` makes the
 452 MB trace of issue 26.
 
+``--real-shapes [--sizes 450 1000] [--repeat 3]`` is issue 43's measurement: the A100 rank-0 trace of the real-traces
+folder repeated to each size (written in ``--workdir``, default under the temp folder, and deleted after), the rows
+above less the unlimited one plus ``typed decode`` (msgspec decoding the whole file at once into the reader's
+``TraceEvent`` structs: what a compiled parser does with no window, no bound on memory and no Python per event),
+each row in its own process, in rounds; ratios of CPU seconds to ``json.loads`` and to the typed decode within each
+round, the load average after each round.
+
 ``--stages`` times the reader's stages alone on one file, in wall seconds and CPU seconds (on a loaded
 machine a process gets a fraction of a core; CPU time is what the code costs): the decompressed source
 alone, msgspec decoding the very windows the reader cuts (typed and generic), the reader yielding
@@ -165,13 +172,22 @@ _CHILD = """
 import json, sys, time
 from pathlib import Path
 path, what = Path(sys.argv[1]), sys.argv[2]
-if what == "json.loads":
+if what in ("json.loads", "typed decode"):
     data = path.read_bytes()
     if data[:2] == b"\\x1f\\x8b":  # a .gz: inflated before the clock starts, like the file read
         import gzip
         data = gzip.decompress(data)
-    t, c = time.perf_counter(), time.process_time()
-    n = len(json.loads(data)["traceEvents"])
+    if what == "typed decode":  # the whole document at once into the reader's own typed events (msgspec)
+        import msgspec
+        from diageval.bundle.trace_stream import TraceEvent
+        class Doc(msgspec.Struct):
+            traceEvents: list[TraceEvent] = []
+        decode = msgspec.json.Decoder(Doc).decode
+        t, c = time.perf_counter(), time.process_time()
+        n = len(decode(data).traceEvents)
+    else:
+        t, c = time.perf_counter(), time.process_time()
+        n = len(json.loads(data)["traceEvents"])
     reads = 1
 else:
     import diageval.bundle.trace_summary as ts
@@ -200,6 +216,7 @@ print(json.dumps({"seconds": seconds, "cpu": cpu, "events": n, "reads": reads, "
 """
 SIDE_ROWS = {
     "json.loads": "json.loads of the bytes (read first, untimed)",
+    "typed decode": "msgspec: the whole file at once into TraceEvent structs (read first, untimed)",
     "reader": "the shared reader alone (iter_trace_windows)",
     "summary": "summarize_trace + WorkCollector (rules' read)",
     "summary, one read": "the same, unlimited column budget",
@@ -218,27 +235,34 @@ def _child(path: Path, what: str) -> dict:
     return row | {"rss_mb": usage.ru_maxrss / 1024}
 
 
-def side_by_side(path: Path, repeat: int) -> int:
+def side_by_side(path: Path, repeat: int, rows_wanted: list[str] | None = None) -> int:
     n_bytes = path.stat().st_size if not path.name.endswith(".gz") else _read_all(path)
+    wanted = [w for w in SIDE_ROWS if rows_wanted is None or w in rows_wanted]
     print(f"{path}: {n_bytes / 1e6:.1f} MB of JSON; {repeat} rounds, one process per row and round; "
           f"load average before {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs", flush=True)
-    runs: dict[str, list[dict]] = {k: [] for k in SIDE_ROWS}
+    runs: dict[str, list[dict]] = {k: [] for k in wanted}
+    loads = []
     for _ in range(repeat):
-        for what in SIDE_ROWS:
+        for what in wanted:
             runs[what].append(_child(path, what))
+        loads.append(os.getloadavg()[0])
     base = runs["json.loads"]
-    for what, label in SIDE_ROWS.items():
-        print(f"  {what}: {label}")
-    print(f"{'row':18s} {'wall s':>7s} {'cpu s':>7s} {'peak MB':>8s} {'reads':>5s} {'wall/json':>9s} {'cpu/json':>8s}")
-    for what in SIDE_ROWS:
+    typed = runs.get("typed decode")
+    for what in wanted:
+        print(f"  {what}: {SIDE_ROWS[what]}")
+    print(f"{'row':18s} {'wall s':>7s} {'cpu s':>7s} {'MB/cpu-s':>8s} {'peak MB':>8s} {'reads':>5s} {'wall/json':>9s}"
+          f" {'cpu/json':>8s} {'json/cpu':>8s} {'cpu/typed':>9s}")
+    for what in wanted:
         rows = runs[what]
         wall = statistics.median(r["seconds"] for r in rows)
         cpu = statistics.median(r["cpu"] for r in rows)
         # ratios per round (the same minutes), then their median
         r_wall = statistics.median(r["seconds"] / b["seconds"] for r, b in zip(rows, base))
         r_cpu = statistics.median(r["cpu"] / b["cpu"] for r, b in zip(rows, base))
-        print(f"{what:18s} {wall:7.2f} {cpu:7.2f} {max(r['rss_mb'] for r in rows):8.0f}"
-              f" {rows[0]['reads']:5d} {r_wall:9.2f} {r_cpu:8.2f}")
+        r_typed = f"{statistics.median(r['cpu'] / b['cpu'] for r, b in zip(rows, typed)):9.2f}" if typed else "        -"
+        print(f"{what:18s} {wall:7.2f} {cpu:7.2f} {n_bytes / 1e6 / cpu:8.0f} {max(r['rss_mb'] for r in rows):8.0f}"
+              f" {rows[0]['reads']:5d} {r_wall:9.2f} {r_cpu:8.2f} {1 / r_cpu:8.1f} {r_typed}")
+    print(f"load average (1 min) after each round: {', '.join(f'{x:.1f}' for x in loads)}")
     digests = {what: sorted({r["digest"] for r in rs}) for what, rs in runs.items() if what.startswith("summary")}
     print(f"summary digests (sha256 of the summary less its parse_seconds): {digests}")
     events = {r["events"] for rs in runs.values() for r in rs}
@@ -248,7 +272,44 @@ def side_by_side(path: Path, repeat: int) -> int:
     return 0
 
 
+REAL_SHAPE = Path("gpu-jobs/hta-negative-queue/rank0.json.gz")  # the A100 rank-0 trace of issue 26 and 43
+REAL_SIZES_MB = (450.0, 1000.0)
+
+
+def real_shapes(sizes: list[float], repeat: int, workdir: Path) -> int:
+    """Issue 43's rows on real traces' shape: the A100 rank-0 trace repeated (``benchmarks/big_trace.py``'s builder,
+    timestamps, steps and ids shifted) to each size, written under ``workdir`` and deleted afterwards; per size, the
+    side-by-side rows, each in its own process, with ratios to ``json.loads`` and to the typed decode of the whole file
+    in the same rounds."""
+    source = REAL / REAL_SHAPE
+    if not source.is_file():
+        print(f"source trace not found: {source} (set DIAGEVAL_DATA)", file=sys.stderr)
+        return 1
+    workdir.mkdir(parents=True, exist_ok=True)
+    builder = Path(__file__).with_name("big_trace.py")
+    for size in sizes:
+        trace = workdir / f"a100-rank0-{size:g}MB.json"
+        try:
+            if not trace.exists():
+                subprocess.run([sys.executable, str(builder), "--build-one", str(source), f"{size:g}", str(trace)],
+                               check=True, stdout=subprocess.DEVNULL)
+            side_by_side(trace, repeat, ["json.loads", "typed decode", "reader", "summary"])
+        finally:
+            trace.unlink(missing_ok=True)
+        print(flush=True)
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--real-shapes"]:
+        import argparse
+
+        ap = argparse.ArgumentParser(prog="trace_reader.py --real-shapes")
+        ap.add_argument("--sizes", type=float, nargs="+", default=list(REAL_SIZES_MB), help="MB of trace JSON")
+        ap.add_argument("--repeat", type=int, default=REPEAT)
+        ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "diageval-trace-reader")
+        args = ap.parse_args(argv[1:])
+        return real_shapes(args.sizes, args.repeat, args.workdir)
     if argv[:1] == ["--stages"] and len(argv) == 2:
         return stages(Path(argv[1]))
     if argv[:1] == ["--side-by-side"] and len(argv) in (2, 4) and (len(argv) == 2 or argv[2] == "--repeat"):

@@ -102,3 +102,30 @@ def test_names_past_their_limit_start_afresh_and_measure_the_same(tmp_path, monk
     monkeypatch.setattr(trace_stream, "CHUNK_BYTES", 2048)  # many windows, so the fresh Names come often
     assert trace_stats(path).steps == want_stats
     assert summarize_trace(path).steps == want_summary
+
+
+def test_the_table_is_the_same_under_any_hash_seed(tmp_path):
+    """Issue 42 item 7: host threads that tie (here five, each inside an op for the whole step) are ordered by their
+    id, not by the hash order of a set of strings, so ``trace stats`` prints the same table on every run."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    events = []
+    for s in range(3):
+        t0 = 1000.0 + s * 10_000.0
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 1, "tid": "main",
+                       "ts": t0, "dur": 10_000.0})
+        for tid in ("worker-a", "worker-b", "worker-c", "worker-d", "worker-e"):
+            events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": tid, "ts": t0, "dur": 10_000.0})
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    tables = set()
+    for seed in range(6):
+        out = subprocess.run([sys.executable, "-m", "diageval", "trace", "stats", str(trace)], capture_output=True,
+                             text=True, check=True, env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout
+        tables.add("\n".join(line for line in out.splitlines() if line.startswith("host thread")))
+    assert len(tables) == 1
+    assert [line.split("tid ")[1].split(":")[0] for line in tables.pop().splitlines()] == [
+        "worker-a", "worker-b", "worker-c", "worker-d"]

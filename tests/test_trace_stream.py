@@ -19,7 +19,7 @@ from diageval.bundle.trace_stream import (
     iter_trace_events,
 )
 
-FIELDS = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id")
+FIELDS = ("ph", "cat", "name", "tid", "ts", "dur")  # what the reader keeps; the rest is skipped while decoding
 ODD_STRINGS = ['}, {"x": 1}', '}]', 'quote \\" and }', "back\\\\slash", "naïve µs ✓", "", "{[", "\\u00e9"]
 
 
@@ -81,6 +81,21 @@ def test_reads_exactly_what_json_load_reads(tmp_path, monkeypatch, chunk, min_wi
         assert state.n_events == len(got) and state.truncated is None and state.has_trace_events
         assert state.json_bytes == len(data)
         assert state.header == {k: v for k, v in json.loads(data).items() if k != "traceEvents"}
+
+
+def test_a_bare_array_of_events_is_read_like_the_object_form(tmp_path, monkeypatch):
+    """The Chrome trace format's other form, which torch 1.8's Kineto wrote (three real traces in the shared folder):
+    ``[{event}, ...]`` with no header. The same events as the object form; cut short, the events before the cut and
+    ``truncated`` set, never an error."""
+    monkeypatch.setattr(ts, "CHUNK_BYTES", 256)
+    monkeypatch.setattr(ts, "_MIN_WINDOW", 16)
+    _, events = _document(7, n=400)
+    data = json.dumps(events, indent=1).encode()
+    got, state = _read_file(tmp_path / "array.json", data)
+    assert _as_dicts(got) == _expected(events)
+    assert state.truncated is None and state.has_trace_events and state.header == {} and state.json_bytes == len(data)
+    cut, state = _read_file(tmp_path / "cut.json", data[: len(data) // 2])
+    assert state.truncated and 0 < len(cut) < len(got) and _as_dicts(cut) == _as_dicts(got)[: len(cut)]
 
 
 def test_a_cut_inside_a_string_is_never_an_error(tmp_path):

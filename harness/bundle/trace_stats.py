@@ -74,8 +74,18 @@ def merge_sorted(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.n
     return starts[at], np.maximum.reduceat(ends, at)
 
 
+def _doubles(values: np.ndarray) -> array:
+    """``values`` (float64) as an ``array("d")``: indexing it gives the same Python floats as ``values.tolist()``."""
+    out = array("d")
+    out.frombytes(np.ascontiguousarray(values, dtype=np.float64).tobytes())
+    return out
+
+
 class Coverage:
-    """Disjoint, sorted intervals (the union of the input) with prefix sums: covered length in a window."""
+    """Disjoint, sorted intervals (the union of the input) with prefix sums: covered length in a window.
+
+    Held as ``array("d")`` (8 bytes a value, where a list of floats takes 32): a trace's device activity is held
+    by three of these at once while its steps are measured, the peak of a read's memory."""
 
     def __init__(self, starts: list[float] | array | np.ndarray, durs: list[float] | array | np.ndarray):
         st = np.asarray(starts, dtype=np.float64)
@@ -83,13 +93,14 @@ class Coverage:
         order = np.argsort(st, kind="stable")
         s = st[order]
         s, e = merge_sorted(s, s + np.where(du[order] > 0.0, du[order], 0.0))
-        self.starts: list[float] = s.tolist()
-        self.ends: list[float] = e.tolist()
-        self.prefix = prefix = [0.0]
-        total = 0.0
-        for a, b in zip(self.starts, self.ends):  # in this order of operations: the sums stay as they were
-            total = total + b - a
-            prefix.append(total)
+        self.starts = _doubles(s)
+        self.ends = _doubles(e)
+        # prefix[k + 1] = (prefix[k] + ends[k]) - starts[k], summed left to right (an accumulate is sequential, and
+        # adding -a is subtracting a): the same sums as a running total in Python
+        steps = np.empty(2 * len(s), dtype=np.float64)
+        steps[0::2] = e
+        np.negative(s, out=steps[1::2])
+        self.prefix = _doubles(np.concatenate([np.zeros(1), np.add.accumulate(steps)[1::2]]))
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -719,28 +730,31 @@ def _measure(c: _Cols, only: tuple[str, list[tuple[int, float, float]]] | None =
         windows = [(None, lo, hi - lo)] if hi > lo else []
         whole = True
 
-    device = Coverage(c.dev_ts, c.dev_dur)
-    by_class: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
-    if only is not None:  # every class and thread of the whole trace shows, as in a full measurement
-        for cls in c.class_of.values():
-            by_class[cls]
-        for tid in c.host_tids:
-            c.host[tid]
-    for ts, dur, cls in zip(c.dev_ts, c.dev_dur, c.dev_class):
-        by_class[cls][0].append(ts)
-        by_class[cls][1].append(dur)
-    class_cov = {cls: Coverage(*v) for cls, v in by_class.items()}
-    comm = class_cov.get("communication")
-    non_comm_idx = [i for i, cls in enumerate(c.dev_class) if cls != "communication"]
-    non_comm = Coverage([c.dev_ts[i] for i in non_comm_idx], [c.dev_dur[i] for i in non_comm_idx])
-    kernel_starts = sorted(c.dev_ts)
-    launches = sorted(c.launch_starts)
-    allocs = sorted(c.alloc_starts)
+    # Memory: this is a read's peak (its columns, and these measures of them), so what is held through the steps'
+    # loop is held as arrays of doubles, and the lists that sorting needs are made and dropped one at a time, the
+    # largest first
     # launch-to-start delay per device event that a launch call queued, keyed by the event's start
     delays = sorted(
         (ts, ts - c.launch_ts[corr]) for ts, corr in zip(c.dev_ts, c.dev_corr) if corr is not None and corr in c.launch_ts
     )
-    delay_starts = [d[0] for d in delays]
+    delay_starts, delay_values = array("d", [d[0] for d in delays]), array("d", [d[1] for d in delays])
+    del delays
+    kernel_starts = array("d", sorted(c.dev_ts))
+    launches = array("d", sorted(c.launch_starts))
+    allocs = array("d", sorted(c.alloc_starts))
+    device = Coverage(c.dev_ts, c.dev_dur)
+    # each class's device activity, in file order; a slice shows every class of the whole trace, as a full measurement
+    classes = list(dict.fromkeys([*(c.class_of.values() if only is not None else ()), *c.dev_class]))
+    dev_ts, dev_dur = np.frombuffer(c.dev_ts), np.frombuffer(c.dev_dur)
+    dev_class = np.array(c.dev_class, dtype=object)
+    class_cov = {cls: Coverage(dev_ts[dev_class == cls], dev_dur[dev_class == cls]) for cls in classes}
+    comm = class_cov.get("communication")
+    non_comm = dev_class != "communication"
+    non_comm = Coverage(dev_ts[non_comm], dev_dur[non_comm])
+    del dev_class
+    if only is not None:  # every thread of the whole trace shows, as in a full measurement
+        for tid in c.host_tids:
+            c.host[tid]
     # blocking calls: their kind (pageable async copies decided by the copy they queued)
     blocking = []
     for kind, ts, dur, corr in c.calls:
@@ -752,14 +766,14 @@ def _measure(c: _Cols, only: tuple[str, list[tuple[int, float, float]]] | None =
     blocking.sort()
     block_starts = [b[0] for b in blocking]
     waits = Coverage(c.waits[0], c.waits[1])
-    threads = {tid: (Coverage(*cols), sorted(c.op_starts.get(tid, ()))) for tid, cols in c.host.items()}
+    threads = {tid: (Coverage(*cols), array("d", sorted(c.op_starts.get(tid, ())))) for tid, cols in c.host.items()}
 
     steps = []
     for number, lo, dur in windows:
         hi = lo + dur
         busy = device.covered(lo, hi)
         gaps = device.gaps(lo, hi)
-        sd = [d for _, d in delays[bisect_left(delay_starts, lo) : bisect_left(delay_starts, hi)]]
+        sd = delay_values[bisect_left(delay_starts, lo) : bisect_left(delay_starts, hi)].tolist()
         sd.sort()
         block: dict[str, BlockingStats] = {}
         block_iv: list[tuple[float, float]] = []

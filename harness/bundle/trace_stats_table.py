@@ -70,8 +70,10 @@ def summary_rows(stats: TraceStats) -> list[tuple[str, str]]:
     rows.append(("communication: exposed / overlapped", f"{fmt_us(med(lambda s: s.comm_exposed_us))} /"
                  f" {fmt_us(med(lambda s: s.comm_overlapped_us))}"
                  f" (exposed {pct(med(lambda s: s.comm_exposed_us / s.dur_us if s.dur_us else 0.0))} of step)"))
+    # busiest first; threads that tie (two at 100% of every step) by their id, so that the table is the same on
+    # every run (a set's order of strings changes with the interpreter's hash seed)
     tids = sorted({t.tid for s in steps for t in s.threads},
-                  key=lambda tid: -sum(t.busy_us for s in steps for t in s.threads if t.tid == tid))
+                  key=lambda tid: (-sum(t.busy_us for s in steps for t in s.threads if t.tid == tid), tid))
     for n, tid in enumerate(tids[:4], 1):
         ops = med(lambda s: next((t.ops for t in s.threads if t.tid == tid), 0))
         busy = med(lambda s: next((t.busy_us / s.dur_us for t in s.threads if t.tid == tid), 0.0) if s.dur_us else 0.0)

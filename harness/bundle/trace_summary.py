@@ -76,11 +76,14 @@ from diageval.bundle.trace_stats import (IdTable, Names, StatsCollector, StepSta
 from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, iter_trace_windows
 
 SHORT_OP_US = 50.0
-MAX_COLUMN_ENTRIES = 1_000_000
+MAX_COLUMN_ENTRIES = 3_000_000
 """Column entries one pass may hold: a trace that needs more is summarised in slices of steps, so memory
-stays bounded whatever the trace's size. Measured on the A100 trace of ``benchmarks/big_trace.py``: about
-73 bytes per entry at the peak (the columns, then the sorted copies the per-step measurement makes), so
-1 M entries keep ``rules`` near 125 MB with the interpreter's ~50 MB, under the 200 MB of issue 14."""
+stays bounded whatever the trace's size. From the 200 MB of issue 14 and a measurement: the A100 trace of
+``benchmarks/big_trace.py`` repeated to 452 MB holds 2.40 M entries and, read once, peaked at 155 MB RSS with the
+interpreter's 46 MB (its imports): 45 bytes per entry at the peak (the columns, then the sorted copies the per-step
+measurement makes, held as arrays of doubles). (200 - 46) / 45 = 3.4 M; 3 M keeps a tenth of room for traces whose
+entries cost more (~180 MB). Issue 43: a trace up to ~550 MB of that shape is read once, not twice; the same
+trace repeated to 1 GB, read in slices at this budget, peaked at 126 MB."""
 
 
 class EventObserver(Protocol):
@@ -345,9 +348,11 @@ def _by_start(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return s, s + dur[order]
 
 
-def _sorted_index(values: Sequence[float]) -> tuple[list[float], list[int]]:
-    order = sorted(range(len(values)), key=values.__getitem__)
-    return [values[i] for i in order], order
+def _sorted_index(values: Sequence[float]) -> tuple[array, array]:
+    """``values`` sorted (stable) and the index of each in ``values``, as arrays (8 bytes an entry, not 32-36: the
+    main thread's ops are most of a read's columns, and these are held while its steps are built)."""
+    order = array("q", sorted(range(len(values)), key=values.__getitem__))
+    return array("d", [values[i] for i in order]), order
 
 
 def _top_level(ts: Sequence[float], dur: Sequence[float], idx: list[int]) -> list[int]:
@@ -396,7 +401,7 @@ def _build_steps(cols: _Columns, base_us: float, main_tid: str | None,
     host_ts, host_dur, host_is_op = cols.host.get(main_tid, (array("d"), array("d"), array("b")))
     h_starts, h_order = _sorted_index(host_ts)
     c_starts, c_order = _sorted_index([c[1] for c in cols.collectives])
-    l_sorted = sorted(cols.launches)
+    l_sorted = array("d", sorted(cols.launches))
     s_starts, s_order = _sorted_index([s[0] for s in cols.syncs])
     # device activity and every host thread's recorded activity (the autograd thread's backward is work), by start
     dev_s, dev_e = _by_start(np.frombuffer(cols.device[0]), np.frombuffer(cols.device[1]))
