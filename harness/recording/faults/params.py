@@ -186,6 +186,52 @@ class DropDeviceEventsParams(_Params):
     pass
 
 
+class ZeroTimestampsParams(_Params):
+    zeroed_rank: int = Field(ge=0, description="The rank whose trace loses some events' times (written as ts 0)")
+    zeroed_share: float = Field(gt=0, le=1, description="The share of its timed events stamped 0, spread evenly")
+
+
+class MergeRankTracesParams(_Params):
+    merged_into_rank: int = Field(0, ge=0, description="The rank whose trace file receives every rank's events")
+
+
+class DropDistributedInfoParams(_Params):
+    pass
+
+
+class DuplicateEventsParams(_Params):
+    duplicated_rank: int = Field(ge=0, description="The rank whose trace holds every event twice")
+
+
+class DropFlowEventsParams(_Params):
+    pass
+
+
+class TruncateGzipParams(_Params):
+    cut_gzip_rank: int = Field(ge=0, description="The rank whose compressed trace is cut short")
+    kept_gzip_fraction: float = Field(gt=0, lt=1, description="Fraction of the compressed bytes kept")
+
+
+class RenameCommKernelsParams(_Params):
+    pass
+
+
+def check_zero_timestamps(p: ZeroTimestampsParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    return _rank_ok("zeroed_rank", p.zeroed_rank, w)
+
+
+def check_merge_rank_traces(p: MergeRankTracesParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    return _multi_rank(w) + _rank_ok("merged_into_rank", p.merged_into_rank, w)
+
+
+def check_duplicate_events(p: DuplicateEventsParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    return _rank_ok("duplicated_rank", p.duplicated_rank, w)
+
+
+def check_truncate_gzip(p: TruncateGzipParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    return _rank_ok("cut_gzip_rank", p.cut_gzip_rank, w)
+
+
 def check_clock_offset(p: ClockOffsetParams, w: WorkloadSpec) -> list[tuple[str, str]]:
     return _multi_rank(w) + _rank_ok("offset_rank", p.offset_rank, w)
 

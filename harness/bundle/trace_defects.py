@@ -1,0 +1,99 @@
+"""What a trace itself says is inconsistent about it: evidence that is present but wrong (issue 40).
+
+An observer of the readers' one pass (:class:`DefectObserver`, fed ``TimedWindow``s like ``rules``' work collector
+and ``trace stats``' collector), so recognising these costs no read of its own. Each finding follows from what the
+trace holds, never from a case:
+
+* **Several processes' steps in one file.** The training loop of one rank runs in one process, so its
+  ``ProfilerStep#N`` markers carry one ``pid``. Markers under two or more pids are several ranks' traces merged
+  into one file (TraceLens #577): per-step shares mix ranks, and the file stands for more than its rank.
+* **Steps recorded twice.** One process runs step N once. The same ``ProfilerStep#N`` twice on one pid is a
+  restarted profiler that wrote its events again (or a file appended twice): every count in the step doubles.
+* **Events stamped at zero.** Steps of one process follow each other, so two different ``ProfilerStep#N`` of one
+  pid never start at the same instant: two that do (in practice at ``ts`` 0) were stamped by a writer that lost
+  their times (pytorch #188481). Where no step marker was hit: a timed event at ``ts`` exactly 0 is the trace's
+  origin, and a trace can hold a few that really start there (a stack of nested ops opening together), but they
+  then end where the rest goes on; two or more at 0 that all end before the first event stamped after 0 begins
+  (a gap, where a profiler that records continuously leaves none) lost their times too.
+
+What it cannot see: flow events (``ph`` s/f) and the file's header are not fed to observers; a missing
+``distributedInfo`` is already ``rank``/``world_size`` None in the readers' summaries, and a cut gzip is their
+``truncated``.
+"""
+
+from __future__ import annotations
+
+from diageval.bundle.kineto import PROFILER_STEP
+from diageval.bundle.trace_stats import TimedWindow
+
+MIN_ZEROED = 2  # one event at the origin can be genuine; two that end before the rest begins cannot both be
+
+
+class DefectObserver:
+    """Sees every timed event once (``add_window``); :meth:`findings` says what is inconsistent."""
+
+    def __init__(self) -> None:
+        self.timed = 0
+        self.zeroed = 0
+        self.zeroed_end = 0.0  # the latest end of an event stamped 0
+        self.first_after_zero: float | None = None  # the earliest start of an event stamped after 0
+        self.step_pids: dict[str, set[int]] = {}  # pid -> ProfilerStep numbers seen
+        self.repeated: dict[str, int] = {}  # pid -> markers seen a second time
+        self.step_starts: dict[tuple[str, float], int] = {}  # (pid, ts) -> the first step number starting there
+        self.same_start: list[tuple[int, int, float]] = []  # (step, other step, ts): two steps of a pid at one instant
+
+    def add_window(self, window: TimedWindow) -> None:
+        if not len(window):
+            return
+        self.timed += len(window)
+        ts = window.ts
+        at_zero = ts == 0.0
+        n_zero = int(at_zero.sum())
+        if n_zero:
+            self.zeroed += n_zero
+            self.zeroed_end = max(self.zeroed_end, float(window.ends()[at_zero].max()))
+        later = ts[ts > 0.0]
+        if later.size:
+            first = float(later.min())
+            self.first_after_zero = first if self.first_after_zero is None else min(self.first_after_zero, first)
+        keys = window.names.keys
+        for i, ev in zip(window.ids.tolist(), window.events):
+            name = keys[i][1]
+            if not isinstance(name, str) or not name.startswith("ProfilerStep#"):
+                continue
+            m = PROFILER_STEP.match(name)
+            if m is None:
+                continue
+            pid = str(ev.pid)
+            seen = self.step_pids.setdefault(pid, set())
+            number = int(m.group(1))
+            if number in seen:
+                self.repeated[pid] = self.repeated.get(pid, 0) + 1
+            seen.add(number)
+            other = self.step_starts.setdefault((pid, float(ev.ts)), number)
+            if other != number and len(self.same_start) < 1000:
+                self.same_start.append((other, number, float(ev.ts)))
+
+    def findings(self) -> list[str]:
+        """What the trace says is wrong with it, one sentence each; empty when nothing is."""
+        out = []
+        pids = sorted(p for p, s in self.step_pids.items() if s)
+        if len(pids) > 1:
+            out.append(f"ProfilerStep markers from {len(pids)} processes (pids {', '.join(pids[:8])}) in one file:"
+                       " several ranks' traces merged, so per-step figures mix ranks")
+        repeated = sum(self.repeated.values())
+        if repeated:
+            out.append(f"{repeated} ProfilerStep markers recorded twice by the same process: events duplicated"
+                       " (a restarted profiler), so counts and times inside those steps are doubled")
+        if self.same_start:
+            a, b, ts = self.same_start[0]
+            out.append(f"{len(self.same_start)} ProfilerStep markers start at the same instant as another step of"
+                       f" their process (#{a} and #{b} at ts {ts:g}): their times were lost, so steps cannot be placed")
+        elif (self.zeroed >= MIN_ZEROED and self.first_after_zero is not None
+                and self.zeroed_end <= self.first_after_zero):
+            out.append(f"{self.zeroed} of {self.timed} timed events stamped ts 0, ending before the first event after"
+                       " it begins: their times were lost, so where they ran is unknown")
+        return out
+
+
+__all__ = ["DefectObserver", "MIN_ZEROED"]

@@ -1,0 +1,137 @@
+"""Evidence that lies (issue 40): the defect edits, their presence checks, and rules recognising each defect."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from synthetic_traces import StepShape, build_bundle
+
+from diageval.bundle.model import EvidenceBundle
+from diageval.bundle.trace_defects import DefectObserver
+from diageval.bundle.trace_summary import summarize_trace
+from diageval.cases.load import load_case_set
+from diageval.diagnosers.rules.diagnoser import RulesDiagnoser
+from diageval.recording.faults import FAULTS
+from diageval.recording.faults.bundle_edits import EvidenceEditError
+
+DEFECTS = ["zero_timestamps", "merge_rank_traces", "drop_distributed_info", "duplicate_events", "drop_flow_events",
+           "truncate_gzip", "rename_comm_kernels"]
+
+
+def _edit(name: str, bundle: Path, **params):
+    info = FAULTS[name]
+    edit = info.load()(info.params_model.model_validate(params))
+    edit.apply(bundle)
+    return edit
+
+
+def _doc(bundle: Path, rank: int) -> dict:
+    return json.loads(gzip.decompress((bundle / f"rank{rank}" / "trace.json.gz").read_bytes()))
+
+
+def _write(bundle: Path, rank: int, doc: dict) -> None:
+    (bundle / f"rank{rank}" / "trace.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
+
+
+def _findings(bundle: Path, rank: int) -> list[str]:
+    obs = DefectObserver()
+    summarize_trace(bundle / f"rank{rank}" / "trace.json.gz", observers=[obs])
+    return obs.findings()
+
+
+@pytest.fixture()
+def bundle(tmp_path) -> Path:
+    root = build_bundle(tmp_path / "b", shape=lambda r, k: StepShape(compute_us=14000 if r == 1 and k >= 3 else 4000), n_steps=12)
+    doc = _doc(root, 1)  # two processes: rank 1's events under its own pid, as two ranks' processes have
+    for e in doc["traceEvents"]:
+        if isinstance(e, dict) and "pid" in e:
+            e["pid"] = 2
+    doc["traceEvents"] += [{"ph": "s", "cat": "fwdbwd", "id": 7, "pid": 2, "tid": 1, "ts": 1.0, "name": "fwdbwd"},
+                           {"ph": "f", "cat": "fwdbwd", "id": 7, "pid": 2, "tid": 1, "ts": 2.0, "name": "fwdbwd"}]
+    _write(root, 1, doc)
+    return root
+
+
+def test_defect_edits_are_registered_as_edits_that_inject_no_cause():
+    for name in DEFECTS:
+        assert FAULTS[name].injects == () and FAULTS[name].load().stage == "bundle"
+
+
+def test_an_intact_trace_has_no_defect(bundle):
+    assert _findings(bundle, 0) == [] and _findings(bundle, 1) == []
+
+
+def test_zero_timestamps_is_present_and_recognised(bundle):
+    edit = _edit("zero_timestamps", bundle, zeroed_rank=1, zeroed_share=0.5)
+    edit.check_present(bundle)
+    timed = [e for e in _doc(bundle, 1)["traceEvents"] if e.get("ph") == "X"]
+    assert abs(sum(e["ts"] == 0 for e in timed) - len(timed) / 2) <= 1
+    assert any("times were lost" in f for f in _findings(bundle, 1)) and _findings(bundle, 0) == []
+
+
+def test_merged_ranks_are_present_and_recognised(bundle):
+    edit = _edit("merge_rank_traces", bundle, merged_into_rank=0)
+    edit.check_present(bundle)
+    assert not (bundle / "rank1").exists()
+    assert any("from 2 processes" in f for f in _findings(bundle, 0))
+
+
+def test_duplicated_events_are_present_and_recognised(bundle):
+    edit = _edit("duplicate_events", bundle, duplicated_rank=0)
+    edit.check_present(bundle)
+    assert any("recorded twice" in f for f in _findings(bundle, 0)) and _findings(bundle, 1) == []
+
+
+def test_dropped_headers_flows_and_cut_gzip_are_present(bundle):
+    _edit("drop_distributed_info", bundle).check_present(bundle)
+    assert all("distributedInfo" not in _doc(bundle, r) for r in (0, 1))
+    _edit("drop_flow_events", bundle).check_present(bundle)
+    assert not any(e.get("ph") in ("s", "f") for e in _doc(bundle, 1)["traceEvents"])
+    _edit("truncate_gzip", bundle, cut_gzip_rank=1, kept_gzip_fraction=0.5).check_present(bundle)
+    assert summarize_trace(bundle / "rank1" / "trace.json.gz").truncated  # the reader says so, no exception
+
+
+def test_an_edit_that_finds_nothing_to_break_refuses(bundle):
+    edit = _edit("rename_comm_kernels", bundle)  # a CPU trace holds no NCCL kernel
+    with pytest.raises(EvidenceEditError, match="no ncclDevKernel_"):
+        edit.check_present(bundle)
+    merged = _edit("merge_rank_traces", build_bundle(bundle.parent / "same-pid", n_steps=12), merged_into_rank=0)
+    with pytest.raises(EvidenceEditError, match="1 process"):  # both ranks under one pid: indistinguishable
+        merged.check_present(bundle.parent / "same-pid")
+
+
+def test_renamed_nccl_kernels_are_renamed(bundle):
+    doc = _doc(bundle, 0)
+    doc["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce_RING_LL_Sum_float",
+                               "pid": 0, "tid": 7, "ts": 5.0, "dur": 3.0})
+    _write(bundle, 0, doc)
+    _edit("rename_comm_kernels", bundle).check_present(bundle)
+    assert "ncclDevKernel_AllReduce_RING_LL_Sum_float" in {e.get("name") for e in _doc(bundle, 0)["traceEvents"]}
+
+
+@pytest.mark.parametrize("name,params", [("zero_timestamps", {"zeroed_rank": 1, "zeroed_share": 0.5}),
+                                         ("duplicate_events", {"duplicated_rank": 1})])
+def test_rules_names_the_defect_and_judges_only_the_sound_traces(bundle, name, params):
+    """A straggler on rank 1 whose own trace is wrong: rules says what is wrong and claims nothing about rank 1."""
+    before = RulesDiagnoser().diagnose(EvidenceBundle.open(bundle))
+    assert any(f.category == "compute.straggler_rank" and f.confidence >= 0.5 for f in before.findings)
+    _edit(name, bundle, **params)
+    from diageval.bundle.model import BundleManifest, describe_files  # a fresh manifest, as derive_bundle writes
+    m = BundleManifest.model_validate_json((bundle / "bundle.json").read_text())
+    (bundle / "bundle.json").unlink()
+    (bundle / "bundle.json").write_text(m.model_copy(update={"files": describe_files(bundle)}).model_dump_json())
+    d = RulesDiagnoser().diagnose(EvidenceBundle.open(bundle))
+    assert not any(f.kind == "cause" and f.confidence >= 0.5 for f in d.findings)
+    text = (d.abstain.reason if d.abstain else "") + " ".join(f.summary for f in d.findings)
+    assert "rank1 trace inconsistent" in text
+
+
+def test_defect_cases_are_valid_and_cover_every_usable_defect():
+    cases = [lc.case for lc in load_case_set().cases if "defect" in lc.case.tags]
+    assert len(cases) >= 16
+    used = {f.name for c in cases for f in c.faults}
+    assert set(DEFECTS) - used == {"rename_comm_kernels"}  # NCCL kernels need a GPU recording (none cached here)
+    assert {c.labels.expect for c in cases} == {"diagnose", "healthy", "abstain"}
