@@ -12,7 +12,8 @@ outweighs them), so the board shows the parts apart. The parts, each read off th
 * split: a case's ``split:`` (``Summary.by_split``), when some case names one; the gap between splits is
   :func:`split_rows`' business;
 * device family of the evidence: ``cpu``, ``nvidia``, ``amd``, ... (``Summary.by_device``), when the runs
-  hold more than one.
+  hold more than one;
+* a part tag: ``defect`` (cases whose evidence is present but wrong, ``Summary.by_tag``), when some case has it.
 
 Decided here (the design is silent):
 
@@ -22,7 +23,7 @@ Decided here (the design is silent):
   undefined says nothing about the pair). The inversions are point facts: each cell keeps its interval,
   and a swap between two cells whose intervals overlap widely is noise a reader can see.
 * Rows are in the board's order; columns are evidence kinds, then families (sorted), then splits, then
-  device families.
+  device families, then part tags.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ EVIDENCE_KINDS = ("injected", "recorded")
 
 @dataclass(frozen=True)
 class Part:
-    kind: str  # "evidence", "family", "split" or "device"
+    kind: str  # "evidence", "family", "split", "device" or "tag"
     name: str
     size: str  # what the part holds, as a reader reads it ("96 cases", "17 labeled")
     cells: list[MetricValue | None]  # per summary, in the order given; None: the run has no such part
@@ -46,7 +47,7 @@ class Part:
     @property
     def label(self) -> str:
         return {"evidence": self.name, "family": f"{self.name}.*", "split": f"split {self.name}",
-                "device": f"on {self.name}"}[self.kind]
+                "device": f"on {self.name}", "tag": f"{self.name} cases"}[self.kind]
 
 
 def _skill(s: Summary, kind: str, name: str) -> MetricValue | None:
@@ -56,7 +57,7 @@ def _skill(s: Summary, kind: str, name: str) -> MetricValue | None:
     if kind == "family":
         fam = s.by_family.get(name)
         return None if fam is None else fam.skill
-    sub = (s.by_device if kind == "device" else s.by_split).get(name)
+    sub = {"device": s.by_device, "tag": s.by_tag}.get(kind, s.by_split).get(name)
     return None if sub is None else sub.metrics.skill
 
 
@@ -70,6 +71,8 @@ def _size(summaries: list[Summary], kind: str, name: str) -> str:
             return f"{s.by_split[name].cases} cases"
         if kind == "device" and name in s.by_device:
             return f"{s.by_device[name].cases} cases"
+        if kind == "tag" and name in s.by_tag:
+            return f"{s.by_tag[name].cases} cases"
     return ""
 
 
@@ -97,6 +100,7 @@ def parts(summaries: list[Summary], ranked_runs: list[bool]) -> list[Part]:
     devices = sorted({d for s in summaries for d in s.by_device})
     if len(devices) > 1:
         names += [("device", d) for d in devices]
+    names += [("tag", t) for t in sorted({t for s in summaries for t in s.by_tag})]
     out = []
     for kind, name in names:
         cells = [_skill(s, kind, name) for s in summaries]

@@ -135,3 +135,32 @@ def test_defect_cases_are_valid_and_cover_every_usable_defect():
     used = {f.name for c in cases for f in c.faults}
     assert set(DEFECTS) - used == {"rename_comm_kernels"}  # NCCL kernels need a GPU recording (none cached here)
     assert {c.labels.expect for c in cases} == {"diagnose", "healthy", "abstain"}
+
+
+def test_the_board_shows_confidently_wrong_under_defect_as_a_part_of_its_own():
+    from scoring_helpers import LOADER, STRAGGLER, cause, diag, make_case
+
+    from diageval.cases.taxonomy import load_taxonomy
+    from diageval.reports.parts import parts
+    from diageval.scoring.summary import DiagnoserInfo, summarize
+    from diageval.scoring.verdicts import score_case
+
+    tax = load_taxonomy()
+
+    def defect(case):
+        return case.model_copy(update={"tags": ["defect"]})
+
+    results = [
+        score_case(defect(make_case("d1", [{"category": LOADER}])), diag(cause(STRAGGLER, 0.9)), taxonomy=tax),  # wrong
+        score_case(defect(make_case("d2", [{"category": LOADER}])), diag(cause(LOADER, 0.9)), taxonomy=tax),
+        score_case(defect(make_case("d3")), diag(cause(STRAGGLER, 0.4)), taxonomy=tax),  # a hedge: not a claim
+        score_case(defect(make_case("d4", expect="abstain")), diag(abstain="rank1 trace inconsistent"), taxonomy=tax),
+        score_case(make_case("h1"), diag(cause(STRAGGLER, 0.9)), taxonomy=tax),  # wrong, but not a defect case
+    ]
+    s = summarize(results, diagnoser=DiagnoserInfo(spec="t", name="t", version="0"), case_set_hash="x",
+                  taxonomy_version=tax.version, n_boot=200)
+    m = s.metrics.defect_wrong_rate
+    assert m.value == pytest.approx(1 / 4) and m.n == 4 and m.ci[0] < 0.25 < m.ci[1]
+    assert s.by_tag["defect"].cases == 4 and s.by_tag["defect"].metrics.defect_wrong_rate.value == pytest.approx(1 / 4)
+    (part,) = [p for p in parts([s], [True]) if p.kind == "tag"]
+    assert part.label == "defect cases" and part.size == "4 cases"
