@@ -164,3 +164,50 @@ def test_the_board_shows_confidently_wrong_under_defect_as_a_part_of_its_own():
     assert s.by_tag["defect"].cases == 4 and s.by_tag["defect"].metrics.defect_wrong_rate.value == pytest.approx(1 / 4)
     (part,) = [p for p in parts([s], [True]) if p.kind == "tag"]
     assert part.label == "defect cases" and part.size == "4 cases"
+
+
+EDGE_PARAMS = [  # every defect edit, and the extremes of its params
+    ("zero_timestamps", {"zeroed_rank": 1, "zeroed_share": 0.5}),
+    ("zero_timestamps", {"zeroed_rank": 0, "zeroed_share": 1.0}),
+    ("merge_rank_traces", {"merged_into_rank": 1}),
+    ("drop_distributed_info", {}),
+    ("duplicate_events", {"duplicated_rank": 0}),
+    ("drop_flow_events", {}),
+    ("truncate_gzip", {"cut_gzip_rank": 0, "kept_gzip_fraction": 0.5}),
+    ("truncate_gzip", {"cut_gzip_rank": 1, "kept_gzip_fraction": 0.001}),  # the gzip header alone
+]
+
+
+@pytest.mark.parametrize("name,params", EDGE_PARAMS)
+def test_no_diageval_reader_prints_a_traceback_on_a_defect_bundle(bundle, tmp_path, name, params):
+    """The bundle derived as the cache derives it; trace stats (table, JSON), the bundle checks and rules on it:
+    each answers or refuses with a clear error, never an exception."""
+    from click.testing import CliRunner
+
+    from diageval.cli import main
+    from diageval.recording.cache import derive_bundle
+
+    info = FAULTS[name]
+    out = tmp_path / "derived"
+    derive_bundle(bundle, out, [info.load()(info.params_model.model_validate(params))])
+    b = EvidenceBundle.open(out)
+    assert b.verify_checksums() == []
+    runner = CliRunner()
+    for args in (["trace", "stats", str(out)], ["trace", "stats", "--json", str(out)],
+                 *(["trace", "stats", str(p)] for p in b.trace_paths().values()),
+                 ["diagnose", "-d", "rules", "--no-sandbox", str(out)]):
+        res = runner.invoke(main, args)
+        assert res.exception is None or isinstance(res.exception, SystemExit), (args, res.output, res.exception)
+        assert "Traceback" not in res.output, (args, res.output)
+
+
+def test_trace_stats_says_what_is_wrong_with_the_evidence(bundle):
+    from diageval.bundle.trace_stats import trace_stats
+    from diageval.bundle.trace_stats_table import format_table
+
+    assert trace_stats(bundle / "rank0" / "trace.json.gz").defects == []
+    _edit("duplicate_events", bundle, duplicated_rank=1)
+    _edit("merge_rank_traces", bundle, merged_into_rank=0)
+    stats = trace_stats(bundle / "rank0" / "trace.json.gz")
+    assert any("from 2 processes" in d for d in stats.defects) and any("recorded twice" in d for d in stats.defects)
+    assert "evidence defect" in format_table(stats)

@@ -23,8 +23,9 @@ What it cannot see: flow events (``ph`` s/f) and the file's header are not fed t
 
 from __future__ import annotations
 
+from typing import Any
+
 from diageval.bundle.kineto import PROFILER_STEP
-from diageval.bundle.trace_stats import TimedWindow
 
 MIN_ZEROED = 2  # one event at the origin can be genuine; two that end before the rest begins cannot both be
 
@@ -42,7 +43,8 @@ class DefectObserver:
         self.step_starts: dict[tuple[str, float], int] = {}  # (pid, ts) -> the first step number starting there
         self.same_start: list[tuple[int, int, float]] = []  # (step, other step, ts): two steps of a pid at one instant
 
-    def add_window(self, window: TimedWindow) -> None:
+    def add_window(self, window: Any) -> None:
+        """``window``: a ``trace_stats.TimedWindow`` (not imported: ``trace_stats`` feeds this observer too)."""
         if not len(window):
             return
         self.timed += len(window)
