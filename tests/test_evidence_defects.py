@@ -211,3 +211,12 @@ def test_trace_stats_says_what_is_wrong_with_the_evidence(bundle):
     stats = trace_stats(bundle / "rank0" / "trace.json.gz")
     assert any("from 2 processes" in d for d in stats.defects) and any("recorded twice" in d for d in stats.defects)
     assert "evidence defect" in format_table(stats)
+
+
+def test_the_devices_copy_of_a_step_marker_is_not_another_process(bundle):
+    """Kineto copies each ProfilerStep onto the GPU's timeline (gpu_user_annotation, the device's pid): one rank."""
+    doc = _doc(bundle, 0)
+    doc["traceEvents"] += [{**e, "cat": "gpu_user_annotation", "pid": 0, "tid": 7} for e in doc["traceEvents"]
+                           if isinstance(e, dict) and str(e.get("name", "")).startswith("ProfilerStep#")]
+    _write(bundle, 0, doc)
+    assert _findings(bundle, 0) == []

@@ -5,7 +5,8 @@ and ``trace stats``' collector), so recognising these costs no read of its own. 
 trace holds, never from a case:
 
 * **Several processes' steps in one file.** The training loop of one rank runs in one process, so its
-  ``ProfilerStep#N`` markers carry one ``pid``. Markers under two or more pids are several ranks' traces merged
+  ``ProfilerStep#N`` markers (the host's: ``user_annotation``; the device's copy sits on the GPU's pid) carry one
+  ``pid``. Markers under two or more pids are several ranks' traces merged
   into one file (TraceLens #577): per-step shares mix ranks, and the file stands for more than its rank.
 * **Steps recorded twice.** One process runs step N once. The same ``ProfilerStep#N`` twice on one pid is a
   restarted profiler that wrote its events again (or a file appended twice): every count in the step doubles.
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from diageval.bundle.kineto import PROFILER_STEP
+from diageval.bundle.kineto import STEP_MARKER_CATEGORIES, profiler_step_number
 
 MIN_ZEROED = 2  # one event at the origin can be genuine; two that end before the rest begins cannot both be
 
@@ -60,15 +61,12 @@ class DefectObserver:
             self.first_after_zero = first if self.first_after_zero is None else min(self.first_after_zero, first)
         keys = window.names.keys
         for i, ev in zip(window.ids.tolist(), window.events):
-            name = keys[i][1]
-            if not isinstance(name, str) or not name.startswith("ProfilerStep#"):
-                continue
-            m = PROFILER_STEP.match(name)
-            if m is None:
+            cat, name = keys[i]
+            number = profiler_step_number(name) if cat in STEP_MARKER_CATEGORIES and isinstance(name, str) else None
+            if number is None:  # the device's copy of a marker (gpu_user_annotation, on the GPU's pid) is no step
                 continue
             pid = str(ev.pid)
             seen = self.step_pids.setdefault(pid, set())
-            number = int(m.group(1))
             if number in seen:
                 self.repeated[pid] = self.repeated.get(pid, 0) + 1
             seen.add(number)
