@@ -18,7 +18,7 @@ from diageval.recording.faults import FAULTS
 from diageval.recording.faults.bundle_edits import EvidenceEditError
 
 DEFECTS = ["zero_timestamps", "merge_rank_traces", "drop_distributed_info", "duplicate_events", "drop_flow_events",
-           "truncate_gzip", "rename_comm_kernels"]
+           "truncate_gzip", "rename_comm_kernels", "device_clock_offset"]
 
 
 def _edit(name: str, bundle: Path, **params):
@@ -133,7 +133,7 @@ def test_defect_cases_are_valid_and_cover_every_usable_defect():
     cases = [lc.case for lc in load_case_set().cases if "defect" in lc.case.tags]
     assert len(cases) >= 16
     used = {f.name for c in cases for f in c.faults}
-    assert set(DEFECTS) - used == {"rename_comm_kernels"}  # NCCL kernels need a GPU recording (none cached here)
+    assert set(DEFECTS) - used == {"rename_comm_kernels", "device_clock_offset"}  # GPU recordings (none cached here)
     assert {c.labels.expect for c in cases} == {"diagnose", "healthy", "abstain"}
 
 
@@ -220,3 +220,29 @@ def test_the_devices_copy_of_a_step_marker_is_not_another_process(bundle):
                            if isinstance(e, dict) and str(e.get("name", "")).startswith("ProfilerStep#")]
     _write(bundle, 0, doc)
     assert _findings(bundle, 0) == []
+
+
+@pytest.mark.parametrize("offset_us,disagrees", [(-50.0, True), (50.0, False)])
+def test_a_device_clock_behind_the_hosts_is_recognised_by_causality(tmp_path, offset_us, disagrees):
+    """Kernels start 10 us after their launch; moved 50 us earlier they start before it (impossible): named by
+    trace stats and rules. Moved later, only the delays grow: nothing the evidence can tell."""
+    from gpu_traces import gpu_trace
+
+    from diageval.bundle.trace_stats import trace_stats
+    from diageval.diagnosers.rules.inputs import gather_evidence
+
+    root = build_bundle(tmp_path / "b", n_steps=6)
+    gpu_trace(root / "rank0" / "trace.json.gz", steps=6, delay_us=10.0)
+    assert trace_stats(root / "rank0" / "trace.json.gz").defects == []
+    edit = _edit("device_clock_offset", root, device_clock_rank=0, device_clock_offset_us=offset_us)
+    edit.check_present(root)
+    said = trace_stats(root / "rank0" / "trace.json.gz").defects
+    assert any("clock disagrees" in d for d in said) == disagrees, said
+    from diageval.bundle.model import BundleManifest, describe_files
+    m = BundleManifest.model_validate_json((root / "bundle.json").read_text())
+    (root / "bundle.json").unlink()
+    (root / "bundle.json").write_text(m.model_copy(update={"files": describe_files(root)}).model_dump_json())
+    ev = gather_evidence(EvidenceBundle.open(root))
+    assert ("clock disagrees" in ev.defects.get(0, "")) == disagrees and 1 not in ev.defects
+    with pytest.raises(EvidenceEditError, match="no device event"):  # a CPU trace: nothing to move
+        _edit("device_clock_offset", root, device_clock_rank=1, device_clock_offset_us=-5.0).check_present(root)

@@ -14,7 +14,7 @@ Decisions where the design is silent:
   rules judge like steps (``units``). Windows of different ranks are not the same steps, so with more than
   one rank the cross-rank questions stay unanswered: the evidence is partial for them.
 * A trace whose own events say they are wrong (``diageval.bundle.trace_defects``: several processes' steps in one
-  file, steps recorded twice, events stamped ts 0) is read but not judged: its per-step figures would be another
+  file, steps recorded twice, events stamped ts 0, device work starting before its launch) is read but not judged: its per-step figures would be another
   rank's, doubled or misplaced, so it counts like a truncated trace (the evidence is partial, named in the reason).
 * Trace steps (``ProfilerStep#N``) are mapped to the training loop's step numbers from ``steps.jsonl``
   by time overlap (the step timer runs inside the profiler step), so findings speak in the numbers the
@@ -29,7 +29,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from diageval.bundle.model import WORLD_SIZE_LIMIT, EvidenceBundle, StepRecord
-from diageval.bundle.trace_defects import DefectObserver
+from diageval.bundle.trace_defects import DefectObserver, clock_disagreement
 from diageval.bundle.trace_stream import TraceFormatError
 from diageval.bundle.trace_summary import StepSummary, TraceSummary, summarize_trace
 from diageval.diagnosers.rules.windows import stepless_windows
@@ -176,8 +176,9 @@ def gather_evidence(bundle: EvidenceBundle) -> RunEvidence:
         except (TraceFormatError, OSError) as exc:
             unreadable[rank] = str(exc)
             continue
-        if defect.findings():
-            defects[rank] = "; ".join(defect.findings())
+        wrong = defect.findings() + [why for why in [clock_disagreement([st.gpu for st in traces[rank].steps])] if why]
+        if wrong:
+            defects[rank] = "; ".join(wrong)
         per_step = collector.per_step(traces[rank])
         if per_step is not None:
             work[rank] = per_step

@@ -46,7 +46,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from diageval.bundle import kineto as K
-from diageval.bundle.trace_defects import DefectObserver
+from diageval.bundle.trace_defects import DefectObserver, clock_disagreement
 from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, correlations, iter_trace_windows
 
 GAP_BINS_US = (10.0, 50.0, 1000.0)
@@ -855,7 +855,7 @@ def trace_stats(path: Path) -> TraceStats:
         events=state.n_events,
         seconds=time.perf_counter() - started,
         truncated=state.truncated,
-        defects=defects.findings(),
+        defects=defects.findings() + [why for why in [clock_disagreement(steps)] if why],
         steps=steps,
         whole_trace=whole,
     )

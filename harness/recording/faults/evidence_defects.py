@@ -20,6 +20,9 @@ nothing to break (a CPU trace has no NCCL kernel) refuses the case rather than d
 * ``truncate_gzip``: one rank's compressed trace cut after a share of its bytes, as a killed job leaves a
   ``.gz`` whose last member never ended (unlike ``truncate_trace``, whose gzip is whole and JSON cut); the
   killed process wrote no Flight Recorder dump.
+* ``device_clock_offset``: one rank's device events (kernels, copies, fills, GPU annotations, and the ends of the
+  launch -> kernel flows) moved by ``device_clock_offset_us`` on its trace while its host events stay, as when
+  CUPTI's conversion of the device's clock to the host's is off: the two clock domains disagree. GPU traces only.
 * ``rename_comm_kernels``: NCCL's kernels named as NCCL >= 2.19 names them (``ncclKernel_*`` ->
   ``ncclDevKernel_*``; HTA #360 counts none of them as communication). GPU traces with NCCL only.
 """
@@ -35,6 +38,8 @@ from diageval.bundle.kineto import PROFILER_STEP
 from diageval.bundle.model import rank_trace_files
 from diageval.recording.faults.base import BundleFault
 from diageval.recording.faults.bundle_edits import (
+    DEVICE_SIDE_CATEGORIES,
+    FLOW_TO_DEVICE_CATEGORY,
     EvidenceEditError,
     _drop_flight_recorder_dump,
     _edit_traces,
@@ -195,3 +200,22 @@ class RenameCommKernels(_DefectEdit):
         found = any(isinstance(e, dict) and isinstance(e.get("name"), str) and e["name"].startswith(NEW_NCCL_PREFIX)
                     for path in rank_trace_files(bundle_dir).values() for e in read_trace(path)["traceEvents"])
         _require(found, bundle_dir, f"no {NEW_NCCL_PREFIX}* kernel (the traces hold no NCCL kernel to rename)")
+
+
+class DeviceClockOffset(_DefectEdit):
+    def apply(self, bundle_dir: Path) -> None:
+        path = _trace(bundle_dir, self.params.device_clock_rank)
+        doc = read_trace(path)
+        for e in doc["traceEvents"]:
+            if not isinstance(e, dict) or not isinstance(e.get("ts"), (int, float)):
+                continue
+            on_device = e.get("cat") in DEVICE_SIDE_CATEGORIES
+            flow_end = e.get("cat") == FLOW_TO_DEVICE_CATEGORY and e.get("ph") == "f"
+            if on_device or flow_end:
+                e["ts"] = round(e["ts"] + self.params.device_clock_offset_us, 3)
+        write_trace(path, doc)
+
+    def check_present(self, bundle_dir: Path) -> None:
+        doc = read_trace(_trace(bundle_dir, self.params.device_clock_rank))
+        _require(any(isinstance(e, dict) and e.get("cat") in DEVICE_SIDE_CATEGORIES for e in doc["traceEvents"]),
+                 bundle_dir, f"rank {self.params.device_clock_rank}'s trace holds no device event to move")

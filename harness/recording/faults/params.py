@@ -2,6 +2,9 @@
 
 Parameter names are deliberately distinctive (``target_rank``, never ``rank``): a test asserts that no
 fault parameter name occurs anywhere in a bundle, and a generic name would collide with every trace.
+
+Size: one strict model and one workload check per built-in fault (live faults and evidence edits), each a
+few lines; split by kind, each half would still be looked up by the one registry in ``faults/__init__.py``.
 """
 
 from __future__ import annotations
@@ -210,6 +213,23 @@ class DropFlowEventsParams(_Params):
 class TruncateGzipParams(_Params):
     cut_gzip_rank: int = Field(ge=0, description="The rank whose compressed trace is cut short")
     kept_gzip_fraction: float = Field(gt=0, lt=1, description="Fraction of the compressed bytes kept")
+
+
+class DeviceClockOffsetParams(_Params):
+    device_clock_rank: int = Field(ge=0, description="The rank whose device clock disagrees with its host's")
+    device_clock_offset_us: float = Field(ge=-1e7, le=1e7, description="How far its device events move (us; "
+                                          "negative: the device's clock behind the host's)")
+
+    @field_validator("device_clock_offset_us")
+    @classmethod
+    def _not_zero(cls, v: float) -> float:
+        if abs(v) < 1.0:
+            raise ValueError(f"{v} us is below 1 us, within a timestamp's resolution; use at least 1 us either way")
+        return v
+
+
+def check_device_clock_offset(p: DeviceClockOffsetParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    return _rank_ok("device_clock_rank", p.device_clock_rank, w)
 
 
 class RenameCommKernelsParams(_Params):
