@@ -246,3 +246,17 @@ def test_a_device_clock_behind_the_hosts_is_recognised_by_causality(tmp_path, of
     assert ("clock disagrees" in ev.defects.get(0, "")) == disagrees and 1 not in ev.defects
     with pytest.raises(EvidenceEditError, match="no device event"):  # a CPU trace: nothing to move
         _edit("device_clock_offset", root, device_clock_rank=1, device_clock_offset_us=-5.0).check_present(root)
+
+
+@pytest.mark.parametrize("origin_us,lost", [(0.0, False), (5.6e12, True)])
+def test_events_at_zero_are_lost_times_only_far_from_the_recording(tmp_path, origin_us, lost):
+    """No step markers: two short events at ts 0 on a trace rebased to start at 0 (the rest right after) are its
+    start; the same two on a Kineto trace stamped months after its base lost their times."""
+    ev = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": t, "ts": 0, "dur": 3} for t in (1, 2)]
+    ev += [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": origin_us + 5 + 10 * i, "dur": 4}
+           for i in range(50)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    obs = DefectObserver()
+    summarize_trace(path, observers=[obs])
+    assert any("stamped ts 0" in f for f in obs.findings()) == lost

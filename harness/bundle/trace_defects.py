@@ -13,9 +13,11 @@ trace holds, never from a case:
 * **Events stamped at zero.** Steps of one process follow each other, so two different ``ProfilerStep#N`` of one
   pid never start at the same instant: two that do (in practice at ``ts`` 0) were stamped by a writer that lost
   their times (pytorch #188481). Where no step marker was hit: a timed event at ``ts`` exactly 0 is the trace's
-  origin, and a trace can hold a few that really start there (a stack of nested ops opening together), but they
-  then end where the rest goes on; two or more at 0 that all end before the first event stamped after 0 begins
-  (a gap, where a profiler that records continuously leaves none) lost their times too.
+  origin, and a trace can hold a few that really start there (a stack of nested ops opening together, or
+  a tool's trace rebased to start at 0), but the rest of the recording then goes on from there. Two or more at 0
+  that end before the first event stamped after 0 begins, by a gap longer than everything after it spans (Kineto
+  stamps relative to a base months back: the gap is months, the recording seconds), cannot be the same
+  recording's start: they lost their times too.
 
 * **Device clock behind the host's** (:func:`clock_disagreement`, on the measured steps): a device event
   cannot start before the runtime call that launched it (``launch -> kernel`` by ``correlation``). A step where
@@ -47,6 +49,7 @@ class DefectObserver:
         self.zeroed = 0
         self.zeroed_end = 0.0  # the latest end of an event stamped 0
         self.first_after_zero: float | None = None  # the earliest start of an event stamped after 0
+        self.last_end = 0.0  # the latest end of an event stamped after 0
         self.step_pids: dict[str, set[int]] = {}  # pid -> ProfilerStep numbers seen
         self.repeated: dict[str, int] = {}  # pid -> markers seen a second time
         self.step_starts: dict[tuple[str, float], int] = {}  # (pid, ts) -> the first step number starting there
@@ -63,8 +66,10 @@ class DefectObserver:
         if n_zero:
             self.zeroed += n_zero
             self.zeroed_end = max(self.zeroed_end, float(window.ends()[at_zero].max()))
-        later = ts[ts > 0.0]
+        after = ts > 0.0
+        later = ts[after]
         if later.size:
+            self.last_end = max(self.last_end, float(window.ends()[after].max()))
             first = float(later.min())
             self.first_after_zero = first if self.first_after_zero is None else min(self.first_after_zero, first)
         keys = window.names.keys
@@ -98,9 +103,9 @@ class DefectObserver:
             out.append(f"{len(self.same_start)} ProfilerStep markers start at the same instant as another step of"
                        f" their process (#{a} and #{b} at ts {ts:g}): their times were lost, so steps cannot be placed")
         elif (self.zeroed >= MIN_ZEROED and self.first_after_zero is not None
-                and self.zeroed_end <= self.first_after_zero):
-            out.append(f"{self.zeroed} of {self.timed} timed events stamped ts 0, ending before the first event after"
-                       " it begins: their times were lost, so where they ran is unknown")
+                and self.first_after_zero - self.zeroed_end > self.last_end - self.first_after_zero):
+            out.append(f"{self.zeroed} of {self.timed} timed events stamped ts 0, long before the rest of the"
+                       " recording begins: their times were lost, so where they ran is unknown")
         return out
 
 
