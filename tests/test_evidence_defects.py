@@ -260,3 +260,19 @@ def test_events_at_zero_are_lost_times_only_far_from_the_recording(tmp_path, ori
     obs = DefectObserver()
     summarize_trace(path, observers=[obs])
     assert any("stamped ts 0" in f for f in obs.findings()) == lost
+
+
+def test_with_only_the_device_clock_off_rules_still_reads_the_hosts_wait_for_data(tmp_path):
+    from gpu_traces import gpu_trace
+
+    from diageval.bundle.model import BundleManifest, describe_files
+
+    root = build_bundle(tmp_path / "b", world_size=1, n_steps=8, step_log=False)
+    gpu_trace(root / "rank0" / "trace.json.gz", steps=8, wait_us=4_000.0)
+    _edit("device_clock_offset", root, device_clock_rank=0, device_clock_offset_us=-50.0)
+    m = BundleManifest.model_validate_json((root / "bundle.json").read_text())
+    (root / "bundle.json").unlink()
+    (root / "bundle.json").write_text(m.model_copy(update={"files": describe_files(root)}).model_dump_json())
+    d = RulesDiagnoser().diagnose(EvidenceBundle.open(root))
+    (f,) = [f for f in d.findings if f.kind == "cause" and f.confidence >= 0.5]
+    assert f.category == "input.dataloader_starvation" and "clock disagrees" in f.summary

@@ -16,6 +16,8 @@ Decisions where the design is silent:
 * A trace whose own events say they are wrong (``diageval.bundle.trace_defects``: several processes' steps in one
   file, steps recorded twice, events stamped ts 0, device work starting before its launch) is read but not judged: its per-step figures would be another
   rank's, doubled or misplaced, so it counts like a truncated trace (the evidence is partial, named in the reason).
+  A trace whose only defect is the device's clock keeps its host side: the host's own annotations (the wait for
+  data) are on the host's clock, so the input-pipeline judge still reads it (``host_side_part``).
 * Trace steps (``ProfilerStep#N``) are mapped to the training loop's step numbers from ``steps.jsonl``
   by time overlap (the step timer runs inside the profiler step), so findings speak in the numbers the
   training script uses. Without a usable step log the profiler's own N is used.
@@ -43,6 +45,8 @@ class RunEvidence(BaseModel):
     traces: dict[int, TraceSummary] = Field(default_factory=dict)
     unreadable: dict[int, str] = Field(default_factory=dict, description="rank -> why its trace could not be read")
     defects: dict[int, str] = Field(default_factory=dict, description="rank -> what its trace says is wrong with it")
+    device_clock_only: list[int] = Field(default_factory=list, description="ranks whose only defect is the device's"
+                                         " clock (their host events stand)")
     step_log: dict[int, list[StepRecord]] = Field(default_factory=dict, description="rank -> steps.jsonl rows")
     step_offset: dict[int, int] = Field(default_factory=dict, description="rank -> training step minus ProfilerStep N")
     device: str = "cpu"
@@ -129,6 +133,13 @@ class RunEvidence(BaseModel):
                 if not s.truncated and r not in self.defects and not (s.has_accelerator and not s.has_device)}
         return self.model_copy(update={"traces": keep})
 
+    def host_side_part(self) -> "RunEvidence":
+        """:meth:`intact_part` plus the traces whose only defect is the device's clock: for the judges that read
+        host events alone."""
+        intact = self.intact_part()
+        keep = {**intact.traces, **{r: self.traces[r] for r in self.device_clock_only if not self.traces[r].truncated}}
+        return self.model_copy(update={"traces": keep})
+
     def training_step(self, rank: int, profiler_step: int) -> int:
         return profiler_step + self.step_offset.get(rank, 0)
 
@@ -168,6 +179,7 @@ def gather_evidence(bundle: EvidenceBundle) -> RunEvidence:
     unreadable: dict[int, str] = {}
     work: dict[int, dict[int, RankStepWork]] = {}
     defects: dict[int, str] = {}
+    clock_only: list[int] = []
     for rank, path in bundle.trace_paths().items():
         collector = WorkCollector()  # measured in the same read: each trace is read once here
         defect = DefectObserver()
@@ -176,9 +188,12 @@ def gather_evidence(bundle: EvidenceBundle) -> RunEvidence:
         except (TraceFormatError, OSError) as exc:
             unreadable[rank] = str(exc)
             continue
-        wrong = defect.findings() + [why for why in [clock_disagreement([st.gpu for st in traces[rank].steps])] if why]
+        clock = clock_disagreement([st.gpu for st in traces[rank].steps])
+        wrong = defect.findings() + ([clock] if clock else [])
         if wrong:
             defects[rank] = "; ".join(wrong)
+        if clock and not defect.findings():
+            clock_only.append(rank)
         per_step = collector.per_step(traces[rank])
         if per_step is not None:
             work[rank] = per_step
@@ -202,6 +217,7 @@ def gather_evidence(bundle: EvidenceBundle) -> RunEvidence:
         traces=traces,
         unreadable=unreadable,
         defects=defects,
+        device_clock_only=clock_only,
         step_log=step_log,
         step_offset=offsets,
         device=bundle.env.device,
