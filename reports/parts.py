@@ -14,7 +14,8 @@ outweighs them), so the board shows the parts apart. The parts, each read off th
 * device family of the evidence: ``cpu``, ``nvidia``, ``amd``, ... (``Summary.by_device``), when the runs
   hold more than one;
 * case kind: ``job``, ``regression``, ``fleet`` (``Summary.by_kind``), when the runs hold more than one: where
-  in a fleet is judged on the regression and fleet cases.
+  in a fleet is judged on the regression and fleet cases;
+* a part tag: ``defect`` (cases whose evidence is present but wrong, ``Summary.by_tag``), when some case has it.
 
 A part of fewer than :data:`SMALL_PART` cases is *small* (``Part.small``): its skill is against its own base
 rates, and a cause labeled on one of its n cases adds 1 − 1/n to the reference, so the reference shrinks as
@@ -28,7 +29,7 @@ Decided here (the design is silent):
   undefined says nothing about the pair). The inversions are point facts: each cell keeps its interval,
   and a swap between two cells whose intervals overlap widely is noise a reader can see.
 * Rows are in the board's order; columns are evidence kinds, then families (sorted), then splits, then
-  device families, then case kinds.
+  device families, then case kinds, then part tags.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ SMALL_PART = 8
 
 @dataclass(frozen=True)
 class Part:
-    kind: str  # "evidence", "family", "split", "device" or "kind"
+    kind: str  # "evidence", "family", "split", "device", "kind" or "tag"
     name: str
     size: str  # what the part holds, as a reader reads it ("96 cases", "17 labeled")
     cells: list[MetricValue | None]  # per summary, in the order given; None: the run has no such part
@@ -56,7 +57,7 @@ class Part:
     @property
     def label(self) -> str:
         return {"evidence": self.name, "family": f"{self.name}.*", "split": f"split {self.name}",
-                "device": f"on {self.name}", "kind": f"{self.name} cases"}[self.kind]
+                "device": f"on {self.name}", "kind": f"{self.name} cases", "tag": f"{self.name} cases"}[self.kind]
 
     @property
     def small(self) -> bool:
@@ -65,7 +66,7 @@ class Part:
 
 
 def _subsets(s: Summary, kind: str) -> dict:
-    return {"evidence": s.by_evidence, "split": s.by_split, "device": s.by_device, "kind": s.by_kind}[kind]
+    return {"evidence": s.by_evidence, "split": s.by_split, "device": s.by_device, "kind": s.by_kind, "tag": s.by_tag}[kind]
 
 
 def _skill(s: Summary, kind: str, name: str) -> MetricValue | None:
@@ -116,6 +117,7 @@ def parts(summaries: list[Summary], ranked_runs: list[bool]) -> list[Part]:
     case_kinds = [k for k in CASE_KINDS if any(k in s.by_kind for s in summaries)]
     if len(case_kinds) > 1:
         names += [("kind", k) for k in case_kinds]
+    names += [("tag", t) for t in sorted({t for s in summaries for t in s.by_tag})]
     out = []
     for kind, name in names:
         cells = [_skill(s, kind, name) for s in summaries]

@@ -224,6 +224,9 @@ METRICS: dict[str, MetricSpec] = {s.name: s for s in [
     _p("factor_recall", "factor_hit", "factor_labeled", label="factor R",
        definition="labeled factor values and aliased values stated (by a finding at confidence ≥ 0.5, or by the "
                   "abstention) / labeled ones", n_counts="labeled factor values (regression and fleet cases)"),
+    _p("defect_wrong_rate", "defect_wrong", "defect_cases", label="wrong under defect", better="lower",
+       definition="defect cases (evidence present but wrong: tag `defect`) with a claim at confidence ≥ 0.5 that the "
+                  "label does not hold (a misleading claim) / defect cases", n_counts="defect cases"),
     MetricSpec("impact_mae", "impact MAE", better="lower", board=False, n_column="impact_n",
                ratio=("impact_abs_err", "impact_n"), prior=_ends(0.0, 0.5),
                definition="mean |claimed − true impact| over every stated impact: credited claims' sum vs the "

@@ -77,6 +77,7 @@ from diageval.scoring.metrics import (
 from diageval.scoring.results import CaseResult
 from diageval.scoring.tallies import (
     CALIBRATION_BINS,
+    DEFECT_TAG,
     REFERENCE,
     REFERENCE_RANKED,
     TallyTable,
@@ -226,6 +227,9 @@ class Summary(_Model):
     by_kind: dict[str, SubsetBreakdown] = Field(
         default_factory=dict, description="The full metric set per case kind (job, regression, fleet), when the run "
         "holds more than one")
+    by_tag: dict[str, SubsetBreakdown] = Field(
+        default_factory=dict, description="The full metric set over the cases of each part tag (`defect`: evidence "
+        "present but wrong), when some case carries it")
     split_gaps: dict[str, MetricValue] = Field(
         description="Per split: skill over its cases minus skill over the run's other cases, with the interval "
                     "of that difference (n: the split's cases); empty with fewer than two splits")
@@ -245,6 +249,10 @@ class Summary(_Model):
             raise ValueError(f"summary schema version {data.get('schema_version')!r}, this diageval reads "
                              f"{SCHEMA_VERSION} (factor metrics): re-score the run with `diageval score RUN_DIR`")
         return data
+
+
+PART_TAGS: tuple[str, ...] = (DEFECT_TAG,)
+"""Tags whose cases are a part of the board of their own (``by_tag``)."""
 
 
 def _resampled(scored: list[CaseResult], categories: list[str], n_boot: int, seed: int) -> Resampled:
@@ -301,13 +309,15 @@ def summarize(
     case_kinds = np.array([r.case_kind for r in scored])
     kind_names = [k for k in ("job", "regression", "fleet") if (case_kinds == k).any()]
     kind_subsets = {k: resampled.subset(case_kinds == k) for k in kind_names} if len(kind_names) > 1 else {}
+    tag_subsets = {tag: resampled.subset(np.array([tag in r.tags for r in scored]))
+                   for tag in PART_TAGS if any(tag in r.tags for r in scored)}
     per_category = {cat: category_metrics(cat) for cat in categories}
     per_family = {family: {"skill": family_skill(family)} for family in table.families}
     Resampled.warm([(resampled, METRICS), *((resampled, specs) for specs in per_category.values()),
                     *((resampled, specs) for specs in per_family.values()),
                     *((subset, METRICS) for subset in [*subsets.values(), *evidence_subsets.values(),
                                                        *split_subsets.values(), *device_subsets.values(),
-                                                       *kind_subsets.values()])])
+                                                       *kind_subsets.values(), *tag_subsets.values()])])
 
     by_category = {
         cat: CategoryBreakdown(
@@ -327,6 +337,8 @@ def summarize(
                  for name, subset in device_subsets.items()}
     by_kind = {name: SubsetBreakdown(cases=len(subset.table), metrics=Metrics(**subset.metrics()))
                for name, subset in kind_subsets.items()}
+    by_tag = {tag: SubsetBreakdown(cases=len(subset.table), metrics=Metrics(**subset.metrics()))
+              for tag, subset in tag_subsets.items()}
     labeled = {k: int(resampled.point[category_column("labeled", k)][0]) for k in table.labeled}
     by_family = {family: FamilyBreakdown(labeled=sum(n for k, n in labeled.items() if cause_family(k) == family),
                                          skill=resampled.metrics(specs)["skill"])
@@ -348,6 +360,7 @@ def summarize(
         by_split=by_split,
         by_device=by_device,
         by_kind=by_kind,
+        by_tag=by_tag,
         split_gaps=split_gaps,
         reliability=reliability_of(table),
         detection=detection_by_cause(scored),

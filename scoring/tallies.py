@@ -107,7 +107,11 @@ BASE_COLUMNS = [
     "factor_labeled",   # true factor and aliased events
     "magnitude_n",      # cases with a claimed and a measured magnitude
     "magnitude_log_err",  # |ln(claimed / measured)|
+    "defect_cases",     # cases tagged DEFECT_TAG: evidence present but wrong (cases/defects, issue 40)
+    "defect_wrong",     # ... with >= 1 misleading claim: a claim at confidence >= 0.5 the label does not hold
 ]
+DEFECT_TAG = "defect"
+"""The tag of the cases whose evidence lies (profiler defects): a part of the board of their own."""
 CALIBRATION_COLUMNS = [f"cal_{part}_{b}" for part in ("n", "conf", "hit", "gap") for b in range(CALIBRATION_BINS)]
 """Per calibration bin: pairs, their summed probability, their labeled count, and probability − labeled
 (the ECE resamples sum the gap column, one per bin instead of two)."""
@@ -375,6 +379,7 @@ def _row(result: CaseResult, categories: dict[str, int], labels: dict[str, int],
         impact_n, impact_err, result.seconds is not None, result.seconds or 0.0,
         len(result.aliased), factor_stated, factor_hit, factor_labeled,
         magnitude_n, magnitude_err,
+        DEFECT_TAG in result.tags, DEFECT_TAG in result.tags and misleading > 0,
         *cal,
     ]
 

@@ -181,6 +181,9 @@ def test_rules_on_recorded_cases(lc, bundles):
     d = RulesDiagnoser().diagnose(bundles[lc.case.id])
     labels = lc.case.labels
     claimed = {f.category for f in d.causes if f.confidence >= 0.5}
+    if "defect" in lc.case.tags:  # evidence that lies: rules may abstain where a repair would answer, never be wrong
+        assert claimed <= {c.category for c in labels.causes}, d
+        return
     # every cause of these cases is one rules covers; no claim at 0.5 or more contradicts a label
     assert claimed == {c.category for c in labels.causes}, d
     assert (d.abstain is not None) == (labels.expect == "abstain"), d

@@ -66,11 +66,13 @@ BELOW_CUT_SYMPTOM = {
 }
 
 
-def find_local_causes(ev: RunEvidence) -> list[Finding]:
+def find_local_causes(ev: RunEvidence, host_side: RunEvidence | None = None) -> list[Finding]:
     """Causes each rank's own trace can show without its peers: the input pipeline, dispatch overhead,
-    host/device synchronisation, allocator churn."""
+    host/device synchronisation, allocator churn. ``host_side``: the evidence the input-pipeline judge reads
+    (host events alone), when it holds more than ``ev`` (a trace whose device clock alone is off)."""
+    host_side = ev if host_side is None else host_side
     findings = [
-        *judge_data_wait(measure_data_wait(ev), ev),
+        *judge_data_wait(measure_data_wait(host_side), host_side),
         *judge_launch(measure_launch(ev), ev),
         *judge_gpu_launch(measure_gpu_launch(ev), ev),
         *judge_host_sync(measure_host_sync(ev), ev),
@@ -133,7 +135,7 @@ class RulesDiagnoser:
         else:
             judged = ev.intact_part()
             causes = [f.model_copy(update={"summary": f"{f.summary} (partial evidence: {reason})"})
-                      for f in find_local_causes(judged)]
+                      for f in find_local_causes(judged, ev.host_side_part())]
         symptoms += below_cut_symptoms(causes, symptoms)
         if any(f.confidence >= 0.5 for f in causes):
             return Diagnosis(findings=[*causes, *symptoms])

@@ -13,6 +13,11 @@ Decisions where the design is silent:
   ``steps.jsonl`` covers the trace, else equal windows of the span with device work), which the per-rank
   rules judge like steps (``units``). Windows of different ranks are not the same steps, so with more than
   one rank the cross-rank questions stay unanswered: the evidence is partial for them.
+* A trace whose own events say they are wrong (``diageval.bundle.trace_defects``: several processes' steps in one
+  file, steps recorded twice, events stamped ts 0, device work starting before its launch) is read but not judged: its per-step figures would be another
+  rank's, doubled or misplaced, so it counts like a truncated trace (the evidence is partial, named in the reason).
+  A trace whose only defect is the device's clock keeps its host side: the host's own annotations (the wait for
+  data) are on the host's clock, so the input-pipeline judge still reads it (``host_side_part``).
 * Trace steps (``ProfilerStep#N``) are mapped to the training loop's step numbers from ``steps.jsonl``
   by time overlap (the step timer runs inside the profiler step), so findings speak in the numbers the
   training script uses. Without a usable step log the profiler's own N is used.
@@ -26,6 +31,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from diageval.bundle.model import WORLD_SIZE_LIMIT, EvidenceBundle, StepRecord
+from diageval.bundle.trace_defects import DefectObserver, clock_disagreement
 from diageval.bundle.trace_stream import TraceFormatError
 from diageval.bundle.trace_summary import StepSummary, TraceSummary, summarize_trace
 from diageval.diagnosers.rules.windows import stepless_windows
@@ -38,6 +44,9 @@ class RunEvidence(BaseModel):
     world_size: int
     traces: dict[int, TraceSummary] = Field(default_factory=dict)
     unreadable: dict[int, str] = Field(default_factory=dict, description="rank -> why its trace could not be read")
+    defects: dict[int, str] = Field(default_factory=dict, description="rank -> what its trace says is wrong with it")
+    device_clock_only: list[int] = Field(default_factory=list, description="ranks whose only defect is the device's"
+                                         " clock (their host events stand)")
     step_log: dict[int, list[StepRecord]] = Field(default_factory=dict, description="rank -> steps.jsonl rows")
     step_offset: dict[int, int] = Field(default_factory=dict, description="rank -> training step minus ProfilerStep N")
     device: str = "cpu"
@@ -94,6 +103,8 @@ class RunEvidence(BaseModel):
             parts.append(f"rank{r} trace unreadable ({why})")
         for r, why in sorted(self.truncated.items()):
             parts.append(f"rank{r} trace truncated ({why})")
+        for r, why in sorted(self.defects.items()):
+            parts.append(f"rank{r} trace inconsistent ({why})")
         blind = [r for r, s in sorted(self.traces.items()) if s.has_accelerator and not s.has_device]
         if blind:
             parts.append(
@@ -118,7 +129,15 @@ class RunEvidence(BaseModel):
     def intact_part(self) -> "RunEvidence":
         """The same evidence restricted to the traces that were read whole (truncated ones dropped), and
         without traces that show an accelerator but no device events (nothing about the device to judge)."""
-        keep = {r: s for r, s in self.traces.items() if not s.truncated and not (s.has_accelerator and not s.has_device)}
+        keep = {r: s for r, s in self.traces.items()
+                if not s.truncated and r not in self.defects and not (s.has_accelerator and not s.has_device)}
+        return self.model_copy(update={"traces": keep})
+
+    def host_side_part(self) -> "RunEvidence":
+        """:meth:`intact_part` plus the traces whose only defect is the device's clock: for the judges that read
+        host events alone."""
+        intact = self.intact_part()
+        keep = {**intact.traces, **{r: self.traces[r] for r in self.device_clock_only if not self.traces[r].truncated}}
         return self.model_copy(update={"traces": keep})
 
     def training_step(self, rank: int, profiler_step: int) -> int:
@@ -159,13 +178,22 @@ def gather_evidence(bundle: EvidenceBundle) -> RunEvidence:
     traces: dict[int, TraceSummary] = {}
     unreadable: dict[int, str] = {}
     work: dict[int, dict[int, RankStepWork]] = {}
+    defects: dict[int, str] = {}
+    clock_only: list[int] = []
     for rank, path in bundle.trace_paths().items():
         collector = WorkCollector()  # measured in the same read: each trace is read once here
+        defect = DefectObserver()
         try:
-            traces[rank] = summarize_trace(path, observers=[collector])
+            traces[rank] = summarize_trace(path, observers=[collector, defect])
         except (TraceFormatError, OSError) as exc:
             unreadable[rank] = str(exc)
             continue
+        clock = clock_disagreement([st.gpu for st in traces[rank].steps])
+        wrong = defect.findings() + ([clock] if clock else [])
+        if wrong:
+            defects[rank] = "; ".join(wrong)
+        if clock and not defect.findings():
+            clock_only.append(rank)
         per_step = collector.per_step(traces[rank])
         if per_step is not None:
             work[rank] = per_step
@@ -188,6 +216,8 @@ def gather_evidence(bundle: EvidenceBundle) -> RunEvidence:
         world_size=world_size,
         traces=traces,
         unreadable=unreadable,
+        defects=defects,
+        device_clock_only=clock_only,
         step_log=step_log,
         step_offset=offsets,
         device=bundle.env.device,

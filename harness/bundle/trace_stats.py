@@ -46,6 +46,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from diageval.bundle import kineto as K
+from diageval.bundle.trace_defects import DefectObserver, clock_disagreement
 from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, correlations, iter_trace_windows
 
 GAP_BINS_US = (10.0, 50.0, 1000.0)
@@ -180,6 +181,8 @@ class TraceStats(BaseModel):
     truncated: str | None = None
     steps: list[StepStats]
     whole_trace: bool = Field(False, description="No ProfilerStep markers: steps holds one whole-trace window")
+    defects: list[str] = Field(default_factory=list, description="What the trace's own events say is wrong with it "
+                               "(trace_defects.py: several ranks merged, steps recorded twice, lost timestamps)")
 
     @property
     def mb_per_s(self) -> float:
@@ -837,11 +840,13 @@ def trace_stats(path: Path) -> TraceStats:
     state = StreamState()
     started = time.perf_counter()
     collector = StatsCollector()
+    defects = DefectObserver()
     names = Names()
     try:
         for window in iter_trace_windows(path, state):
             timed, names = timed_window(window, names)
             collector.add_window(timed)
+            defects.add_window(timed)
     except UnicodeDecodeError as exc:
         raise TraceFormatError(f"{path}: not UTF-8 JSON: {exc}") from exc
     steps, whole = collector.measure()
@@ -864,6 +869,7 @@ def trace_stats(path: Path) -> TraceStats:
         events=state.n_events,
         seconds=time.perf_counter() - started,
         truncated=state.truncated,
+        defects=defects.findings() + [why for why in [clock_disagreement(steps)] if why],
         steps=steps,
         whole_trace=whole,
     )

@@ -39,6 +39,7 @@ def summary_rows(stats: TraceStats) -> list[tuple[str, str]]:
                  f"{len(steps)} ({', '.join(str(s.number) for s in steps[:8])}{'...' if len(steps) > 8 else ''})"))
     if stats.truncated:
         rows.append(("truncated", stats.truncated))
+    rows += [("evidence defect", why) for why in stats.defects]
     if not steps:
         return rows
     rows.append(("step time (median)", fmt_us(med(lambda s: s.dur_us))))

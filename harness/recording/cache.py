@@ -192,6 +192,9 @@ def derive_bundle(base: Path, dest: Path, edits: list) -> None:
         for edit in edits:
             edit.apply(tmp)
             env = edit.bundle_env(env) if isinstance(edit, BundleFault) else env  # a tier filter keeps the job
+        for edit in edits:  # what each edit breaks is in the bundle (issue 40): checked once all are applied
+            if isinstance(edit, BundleFault):
+                edit.check_present(tmp)
         manifest = source.model_copy(update={"bundle_id": uuid.uuid4().hex, "created": datetime.now(timezone.utc),
                                              "env": env, "files": describe_files(tmp)})
         atomic_write_text(tmp / MANIFEST_NAME, manifest.model_dump_json(indent=2) + "\n")

@@ -66,6 +66,10 @@ class BundleFault:
     def apply(self, bundle_dir: Path) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def check_present(self, bundle_dir: Path) -> None:
+        """Raise (``EvidenceEditError``) when what the edit breaks is not in the derived bundle; run once every edit
+        of the case is applied (``cache.derive_bundle``). Nothing to check by default."""
+
     def bundle_env(self, env: BundleEnv) -> BundleEnv:
         """The derived bundle's ``env`` (its ``bundle.json``), from the source's; unchanged unless the edit
         changes what the job was (``scale_out``: its world size)."""

@@ -2,6 +2,9 @@
 
 Parameter names are deliberately distinctive (``target_rank``, never ``rank``): a test asserts that no
 fault parameter name occurs anywhere in a bundle, and a generic name would collide with every trace.
+
+Size: one strict model and one workload check per built-in fault (live faults and evidence edits), each a
+few lines; split by kind, each half would still be looked up by the one registry in ``faults/__init__.py``.
 """
 
 from __future__ import annotations
@@ -184,6 +187,69 @@ class DropStepMarkersParams(_Params):
 
 class DropDeviceEventsParams(_Params):
     pass
+
+
+class ZeroTimestampsParams(_Params):
+    zeroed_rank: int = Field(ge=0, description="The rank whose trace loses some events' times (written as ts 0)")
+    zeroed_share: float = Field(gt=0, le=1, description="The share of its timed events stamped 0, spread evenly")
+
+
+class MergeRankTracesParams(_Params):
+    merged_into_rank: int = Field(0, ge=0, description="The rank whose trace file receives every rank's events")
+
+
+class DropDistributedInfoParams(_Params):
+    pass
+
+
+class DuplicateEventsParams(_Params):
+    duplicated_rank: int = Field(ge=0, description="The rank whose trace holds every event twice")
+
+
+class DropFlowEventsParams(_Params):
+    pass
+
+
+class TruncateGzipParams(_Params):
+    cut_gzip_rank: int = Field(ge=0, description="The rank whose compressed trace is cut short")
+    kept_gzip_fraction: float = Field(gt=0, lt=1, description="Fraction of the compressed bytes kept")
+
+
+class DeviceClockOffsetParams(_Params):
+    device_clock_rank: int = Field(ge=0, description="The rank whose device clock disagrees with its host's")
+    device_clock_offset_us: float = Field(ge=-1e7, le=1e7, description="How far its device events move (us; "
+                                          "negative: the device's clock behind the host's)")
+
+    @field_validator("device_clock_offset_us")
+    @classmethod
+    def _not_zero(cls, v: float) -> float:
+        if abs(v) < 1.0:
+            raise ValueError(f"{v} us is below 1 us, within a timestamp's resolution; use at least 1 us either way")
+        return v
+
+
+def check_device_clock_offset(p: DeviceClockOffsetParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    return _rank_ok("device_clock_rank", p.device_clock_rank, w)
+
+
+class RenameCommKernelsParams(_Params):
+    pass
+
+
+def check_zero_timestamps(p: ZeroTimestampsParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    return _rank_ok("zeroed_rank", p.zeroed_rank, w)
+
+
+def check_merge_rank_traces(p: MergeRankTracesParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    return _multi_rank(w) + _rank_ok("merged_into_rank", p.merged_into_rank, w)
+
+
+def check_duplicate_events(p: DuplicateEventsParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    return _rank_ok("duplicated_rank", p.duplicated_rank, w)
+
+
+def check_truncate_gzip(p: TruncateGzipParams, w: WorkloadSpec) -> list[tuple[str, str]]:
+    return _rank_ok("cut_gzip_rank", p.cut_gzip_rank, w)
 
 
 def check_clock_offset(p: ClockOffsetParams, w: WorkloadSpec) -> list[tuple[str, str]]:
