@@ -87,7 +87,8 @@ class TraceEvent(msgspec.Struct, gc=False):
     ``ph``, ``cat`` and ``name`` are strings, or None when absent or not a string (so that every reader can
     look them up in sets without a type check); the other values are as written (``ts`` may be an int or
     a float, ``tid`` an int or a string), None when absent; fields not listed here are skipped while decoding (add one here if a reader
-    needs it: ``pid`` and ``id``, which no reader uses, were dropped, 8% of the decode's CPU on the A100 trace). ``args`` holds the raw JSON of the event's ``args`` (empty when absent): decode it with
+    needs it: ``id``, which no reader uses, was dropped with ``pid``, 8% of the decode's CPU on the A100 trace; ``pid`` came
+    back for :mod:`~diageval.bundle.trace_defects`, which tells merged ranks apart by it). ``args`` holds the raw JSON of the event's ``args`` (empty when absent): decode it with
     :meth:`decoded_args` only for the few events whose arguments matter. That raw JSON is a view into
     the decoded window (about ``CHUNK_BYTES``), so an event kept alive keeps its window alive: keep the
     values you need (tuples, arrays), not the events.
@@ -96,6 +97,7 @@ class TraceEvent(msgspec.Struct, gc=False):
     ph: str | None = None
     cat: str | None = None
     name: str | None = None
+    pid: Any = None
     tid: Any = None
     ts: Any = None
     dur: Any = None
