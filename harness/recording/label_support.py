@@ -390,7 +390,16 @@ would show, about 1.1 sd), which a recording exchangeable with its twins passes 
 the noise is near the 5% floor, 2% when it is below it). The cost: on a loaded machine the half against the twin
 sees little (at load ~12 on 2 cores the twin's own time moved 153% and 161% between recordings in
 mlp-ddp-healthy and one-rank-late-once). The share and count measures are not checked: a confounder's benign
-look-alike (a quick save, a slow but hidden loader) moves them against its twin by design."""
+look-alike (a quick save, a slow but hidden loader) moves them against its twin by design.
+
+And the excess must matter: the rank's own time beyond every other rank's by at least :data:`MATERIAL_SHARE` of its
+step in the shown recording, the smallest slowdown worth naming (the rules' ``MIN_CAUSE_SHARE`` and their fleet
+reasoning use the same tenth). Without it, a quiet spread let a few percent through: in a CI at load ~10,
+convnet-healthy was refused for rank 0 computing 5.4 ms a step to rank 1's 4.9, and one-rank-late-once for 17.3 ms to
+16.4; the red team's control (22.7 ms of a 153 ms step, 15%) stays refused."""
+
+MATERIAL_SHARE = 0.10
+"""A control's rank-local excess that matters: a tenth of the step (see :data:`CONTROL_PATTERNS`)."""
 
 
 def control_support(case: Case, shown: Path, twins: Sequence[Path]) -> list[CauseSupport]:
@@ -408,13 +417,17 @@ def control_support(case: Case, shown: Path, twins: Sequence[Path]) -> list[Caus
         # the shown recording against each twin recording (its excess: the median over them); the spreads over all
         support = check_rank_local(CauseLabel(category=category, ranks=[rank]), [in_shown] * len(twin), twin)
         own = (lambda m: m.own_ms) if category in PERIODIC else (lambda m: m.own_median_ms)
-        hidden = [f"rank {rank} {own(in_shown[rank]):.1f} ms against rank {o} {own(in_shown[o]):.1f} ms (spread {spread:.0%})"
+        floor = MATERIAL_SHARE * in_shown[rank].step_ms
+        hidden = [f"rank {rank} {own(in_shown[rank]):.1f} ms against rank {o} {own(in_shown[o]):.1f} ms (spread {spread:.0%}, "
+                  f"a tenth of the step {floor:.1f} ms)"
                   for o in sorted(in_shown) if o != rank
                   for spread in [_relative_lift([in_shown], twin, own, rank, o)[1]]
-                  if own(in_shown[o]) <= 0 or own(in_shown[rank]) / own(in_shown[o]) - 1.0 <= spread]
+                  if own(in_shown[o]) <= 0 or own(in_shown[rank]) / own(in_shown[o]) - 1.0 <= spread
+                  or own(in_shown[rank]) - own(in_shown[o]) < floor]
         if support.supported and support.checked and hidden:  # a diagnoser sees the ranks, not the twin
             support = support.model_copy(update={"supported": False, "detail": f"not longer than its peers in the shown "
-                                                 f"recording by more than the twin's spread: {'; '.join(hidden)}; {support.detail}"})
+                                                 f"recording by more than the twin's spread and a tenth of the step: "
+                                                 f"{'; '.join(hidden)}; {support.detail}"})
         out.append(support)
     return out
 
