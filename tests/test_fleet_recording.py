@@ -326,3 +326,17 @@ def test_each_assembly_draws_anew_and_the_verification_reads_the_runs_under_the_
         assert all((stored["run_metric"][n] > 0.2) == (n in slow) for n in case_names)  # each run's own member
         seen.append(names)
     assert seen[0] != seen[1]
+
+
+def test_a_drawn_run_name_never_holds_a_case_files_run_name():
+    """``job-05`` inside a drawn ``job-05a1c3`` names the case's run in fleet.json as surely as ``job-05`` itself: with
+    one-hex-digit run names every drawn name would start with one of them, so the draw must step around them."""
+    from diageval.recording.fleet import draw_runs
+
+    spec = fleet_case()
+    for i, run in enumerate(spec["fleet"]["runs"]):
+        run["name"] = f"job-{i:x}"
+    case = Case.model_validate(spec)
+    for seed in range(20):
+        drawn = draw_runs(case, seed).names.values()
+        assert not [(n, d) for d in drawn for n in (r.name for r in case.fleet.runs) if n in d]

@@ -31,9 +31,10 @@ job may have at most ``MAX_WORLD_SIZE`` ranks (2^20, above the largest training 
 file name would otherwise become a world size of 10^9. Every rank present must lie below the world
 size the traces declare.
 
-Times are checked: an event whose ``ts`` or ``dur`` is a number that is negative, NaN or infinite stops the import
+Times are checked: an event whose ``ts`` is NaN or infinite, or whose ``dur`` is negative, NaN or infinite, stops the import
 with an error naming the file and the event (its index among the objects of ``traceEvents``, its name), because
-every reader (and hta, which showed its own traceback first) takes times as finite and durations as >= 0; no real
+every reader (and hta, which showed its own traceback first) takes times as finite and durations as >= 0 (a negative
+``ts`` is only a point before the clock's origin: a trace shifted by hand has them, and every reader orders by it); no real
 trace of the shared folder has one. A value that is not a number is left to the readers, as before. NaN and
 infinities reach the importer only through ``trace_stream``'s ``json`` fallback (msgspec refuses them), negative
 numbers through either path, so the check is not in the shared reader (every diagnoser's path) but in the
@@ -143,10 +144,10 @@ def read_trace_facts(path: Path, max_json_bytes: int = MAX_TRACE_BYTES) -> Trace
                     markers.append((ev.name, ev.ts, ev.dur))
                 ts, dur = ev.ts, ev.dur
                 try:  # NaN fails both comparisons; a string raises TypeError and is left alone (not a time)
-                    if (ts is not None and not 0 <= ts < _INF) or (dur is not None and not 0 <= dur < _INF):
+                    if (ts is not None and not -_INF < ts < _INF) or (dur is not None and not 0 <= dur < _INF):
                         raise _bad_time(path, seen, window, ev)
                 except TypeError:
-                    if _is_bad_number(ts) or _is_bad_number(dur):  # a string beside a bad number
+                    if _is_bad_number(ts, least=-_INF) or _is_bad_number(dur):  # a string beside a bad number
                         raise _bad_time(path, seen, window, ev) from None
             seen += len(window)
     except TraceTooLargeError as exc:
@@ -177,8 +178,9 @@ def read_trace_facts(path: Path, max_json_bytes: int = MAX_TRACE_BYTES) -> Trace
     )
 
 
-def _is_bad_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and not 0 <= value < _INF
+def _is_bad_number(value: Any, least: float = 0.0) -> bool:
+    """A number outside [least, inf): NaN and infinities always; below 0 for a duration (``least`` 0)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not (least <= value < _INF and value > -_INF)
 
 
 def _bad_time(path: Path, seen: int, window: list[TraceEvent], ev: TraceEvent) -> TraceImportError:
@@ -186,9 +188,9 @@ def _bad_time(path: Path, seen: int, window: list[TraceEvent], ev: TraceEvent) -
     index = seen + next(i for i, e in enumerate(window) if e is ev)
     name = ev.name if isinstance(ev.name, str) else None
     shown = repr(name[:80] + "..." if name and len(name) > 80 else name)
-    what = "; ".join(f"{k} = {v!r}" for k, v in (("ts", ev.ts), ("dur", ev.dur)) if _is_bad_number(v))
-    return TraceImportError(f"{path}: traceEvents event {index} (name {shown}): {what}, expected a finite number "
-                            ">= 0 (microseconds)")
+    bad = [f"ts = {ev.ts!r}, expected a finite number (microseconds)"] if _is_bad_number(ev.ts, least=-_INF) else []
+    bad += [f"dur = {ev.dur!r}, expected a finite number >= 0 (microseconds)"] if _is_bad_number(ev.dur) else []
+    return TraceImportError(f"{path}: traceEvents event {index} (name {shown}): {'; '.join(bad)}")
 
 
 def _as_int(value: Any, path: Path, what: str) -> int | None:

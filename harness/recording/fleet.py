@@ -154,9 +154,11 @@ def draw_runs(case: Case, seed: int) -> FleetDraw:
     rng = random.Random(seed)
     runs = case.fleet.ordered()
     names: dict[str, str] = {}
+    case_names = [r.name for r in runs]
     for r in runs:
         drawn = f"job-{rng.getrandbits(4 * DRAWN_NAME_HEX):0{DRAWN_NAME_HEX}x}"
-        while drawn in names.values():
+        # distinct, and never holding a case file's run name (job-7687 inside job-7687a3 would name the run)
+        while drawn in names.values() or any(n in drawn for n in case_names):
             drawn = f"job-{rng.getrandbits(4 * DRAWN_NAME_HEX):0{DRAWN_NAME_HEX}x}"
         names[r.name] = drawn
     order = list(range(len(runs)))
