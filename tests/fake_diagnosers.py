@@ -28,7 +28,9 @@ def note_call(what: str) -> None:
     path = os.environ.get("FAKE_DIAGNOSER_CALLS")
     if path:
         with open(path, "a") as fh:
-            fh.write(f"{os.getpid()} {what.replace(' ', '_') or '-'}\n")
+            # the process that diagnosed, what it was told, and its parent: the worker that hosts the diagnoser between
+            # cases (another's diagnoser runs each case in a child the worker forks: diageval.hosting.worker_process)
+            fh.write(f"{os.getpid()} {what.replace(' ', '_') or '-'} {os.getppid()}\n")
 
 
 class ScriptedDiagnoser:

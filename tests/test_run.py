@@ -52,9 +52,13 @@ def calls(tmp_path, monkeypatch):
     path = tmp_path / "calls.txt"
     monkeypatch.setenv("FAKE_DIAGNOSER_CALLS", str(path))
 
-    def read() -> list[tuple[str, str]]:
-        return [tuple(line.split()) for line in path.read_text().splitlines()] if path.exists() else []
+    def lines() -> list[list[str]]:
+        return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
 
+    def read() -> list[tuple[str, str]]:
+        return [(pid, what) for pid, what, *_ in lines()]
+
+    read.workers = lambda: {line[2] for line in lines() if len(line) > 2}  # the worker processes that hosted the calls
     return read
 
 
@@ -183,7 +187,7 @@ def test_a_killed_run_is_interrupted_consistently_and_resumes(tmp_path, calls, s
     assert set(_statuses(run_dir)) == first_two
     assert not store.diagnosis_path("i3").exists()
     before = len(calls())
-    first_run_pids = {int(pid) for pid, _ in calls()}
+    first_run_pids = {int(pid) for pid, _ in calls()} | {int(pid) for pid in calls.workers()}
 
     script["i3"] = "ok"  # fresh bundle folders (same bundle ids) whose logs no longer ask for a sleep
     case_set = make_case_set([make_case(c) for c in script])
@@ -201,7 +205,7 @@ def test_jobs_run_diagnoses_concurrently_in_separate_workers(tmp_path, calls):
     out = _run("fake_diagnosers:ScriptedDiagnoser", case_set, tmp_path, FakeEvidence(tmp_path / "bundles", log_text=script), jobs=2,
                isolation="none")
     assert set(_statuses(out.run_dir).values()) == {"ok"}
-    assert len({pid for pid, _ in calls()}) == 2
+    assert len(calls.workers()) == 2  # each case in a child of its own, forked by one of the two workers
 
 
 def test_a_folder_holding_another_run_is_refused(tmp_path):
