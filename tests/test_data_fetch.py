@@ -14,13 +14,13 @@ import dataclasses
 import functools
 import hashlib
 import shutil
-import threading
 from collections.abc import Iterator
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from loopback_server import loopback_server
 from real_trace_data import real_traces_dir
 
 from diageval.cases.load import load_case_set
@@ -82,16 +82,8 @@ def _serve(root: Path) -> Iterator[tuple[str, list[str]]]:
         def log_message(self, *args):  # quiet
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", requested
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with loopback_server(functools.partial(Handler, directory=str(root))) as url:
+        yield url, requested
 
 
 def _fetch(*args: str):
