@@ -128,27 +128,26 @@ class Progress:
 
     def step(self, phase: str, i: int, total: int, item: str, status: str, seconds: float | None) -> None:
         """Item ``i`` of ``total`` has ended with ``status``; plain: one line with phase, count, item, status, time."""
-        if self._bar is None:
-            width = len(str(total))
-            secs = f"{seconds:7.2f} s" if seconds is not None else ""
-            self.line(f"{phase:>8} [{i:>{width}}/{total}] {item:<40} {status:<15} {secs}")
-            return
-        with self._lock:
-            self._bar.update(self._task(phase, total), total=total, completed=i,
-                             description=inert(f"{item}: {status}", newlines=False))
+        secs = f"{seconds:7.2f} s" if seconds is not None else ""
+        self._ended(phase, i, total, f"{item:<40} {status:<15} {secs}", f"{item}: {status}")
 
     def tally(self, phase: str, i: int, total: int, counts: dict[str, int], seconds: float | None) -> None:
         """Item ``i`` of ``total`` has ended; plain: one line with phase, count, how many ended with each
         status so far and the item's time. Names no item: while other items are still going (a run's
         diagnoses, each in its box), a line read through a pipe or a log must not say which item is which."""
         so_far = ", ".join(f"{status} {n}" for status, n in sorted(counts.items()))
+        secs = f"  {seconds:7.2f} s" if seconds is not None else ""
+        self._ended(phase, i, total, f"{so_far}{secs}", so_far)
+
+    def _ended(self, phase: str, i: int, total: int, plain: str, described: str) -> None:
+        """Item ``i`` of ``total`` has ended: plain, one line ``phase [i/total] plain``; on a bar, ``described``."""
         if self._bar is None:
             width = len(str(total))
-            secs = f"  {seconds:7.2f} s" if seconds is not None else ""
-            self.line(f"{phase:>8} [{i:>{width}}/{total}] {so_far}{secs}")
+            self.line(f"{phase:>8} [{i:>{width}}/{total}] {plain}")
             return
         with self._lock:
-            self._bar.update(self._task(phase, total), total=total, completed=i, description=inert(so_far, newlines=False))
+            self._bar.update(self._task(phase, total), total=total, completed=i,
+                             description=inert(described, newlines=False))
 
     def _task(self, phase: str, total: int | None) -> TaskID:
         assert self._bar is not None
