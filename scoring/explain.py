@@ -23,7 +23,7 @@ def format_case_result(result: CaseResult) -> str:
     lines = [f"case {result.case_id}: expect {result.expect}, status {result.status}"
              + (f" ({result.error})" if result.error else "")]
     if not result.scored:
-        why = {"invalid": "the injection did not manifest",
+        why = {"invalid": "its evidence does not hold its label (an injection that did not manifest, a label the recording does not show, or a healthy control showing a cause), never the diagnoser's fault",
                "unavailable": "the recorded case's trace files are not on this machine (--data / $DIAGEVAL_DATA)"}
         lines.append("  not scored: " + why.get(result.status, "a harness error, not the diagnoser's fault"))
         return "\n".join(lines)

@@ -47,7 +47,7 @@ Status = Literal[
 ``timeout``, ``invalid_output``: the diagnoser's failure; the case is scored and all its causes are missed.
 ``cap_hit``: an agent stopped by a cap on its turns, tokens, dollars or wall time (issue 41); scored as an
 abstention whose reason names the cap (:data:`ABSTAINING_STATUSES`), its count apart in the summary's statuses.
-``harness_error`` (our fault) and ``invalid`` (the injection did not manifest) are never scored, nor is
+``harness_error`` (our fault) and ``invalid`` (the evidence does not hold the label: an injection that did not manifest, or a healthy control that shows a cause) are never scored, nor is
 ``unavailable`` (a recorded case whose trace files are not in the data folder on this machine).
 """
 

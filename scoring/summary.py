@@ -112,7 +112,7 @@ class DiagnoserInfo(_Model):
 class Counts(_Model):
     cases: int = Field(description="Results in the run")
     scored: int = Field(description="Cases the metrics cover (every status but harness_error and invalid)")
-    invalid: int = Field(description="Injection did not manifest: never scored")
+    invalid: int = Field(description="Evidence that does not hold its label (an injection that did not manifest, a healthy control showing a cause): never scored")
     statuses: dict[str, int]
     expect: dict[str, int] = Field(description="Scored cases by what they expect: diagnose, healthy, abstain")
 
