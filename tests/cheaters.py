@@ -4,7 +4,7 @@ Each tries, with only what any diagnoser has (its bundle path, ``{out}``, files 
 its own Python frames), to learn which case its bundle belongs to; once it knows, it claims that case's
 labeled causes, taken from ``labels.json`` beside this file (the public corpus' labels, which anyone
 can copy from the repository). A cheater claims only when it has found the case, so against a sound
-harness each one scores exactly like ``null``. ``tests/test_adversaries.py`` runs them.
+harness each one scores exactly like ``null``. ``tests/hosting/test_adversaries.py`` runs them.
 
 As a program: ``python cheaters.py ROUTE BUNDLE OUT``. In process: the classes at the end.
 """

@@ -29,7 +29,7 @@ of how much else moves between the runs:
   oracle. A real test estimates the spread from the pair's own differences, which the cases carrying the
   drop widen too; in the redrawn model the gate is within a few points of it.
 
-The test (``tests/test_compare.py``) runs a few dozen pairs on a synthetic corpus of the coverage
+The test (``tests/scoring/test_compare.py``) runs a few dozen pairs on a synthetic corpus of the coverage
 simulation's mix (no case files to parse), to stay within seconds.
 
     python tests/compare_gate_simulation.py [--pairs 500] [--sizes 16,60,130] [--drops 0,0.05,0.1,0.2]

@@ -1,4 +1,4 @@
-"""A probe in-job monitor, and a script that records a short case with it installed (tests/test_monitors.py).
+"""A probe in-job monitor, and a script that records a short case with it installed (tests/recording/test_monitors.py).
 
 Run as a script: ``python tests/monitor_probe.py OUT_DIR [MONITOR...] [WORD...]`` (words that are not a
 monitor's name only fill argv, which must not reach a monitor). The probe is registered into the

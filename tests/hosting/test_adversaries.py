@@ -34,10 +34,11 @@ from diageval.run.pipeline import diagnosis_order
 from run_fakes import run_with
 from diageval.hosting.sandbox import probe
 from diageval.run.store import RunStore
+from locations import TESTS
 
 pytestmark = pytest.mark.skipif(probe() is not None, reason=f"no sandbox can start here: {probe()}")
 
-HERE = Path(__file__).resolve().parent
+HERE = TESTS  # the cheaters and fakes beside locations.py
 
 
 class CacheEvidence:

@@ -16,6 +16,7 @@ from diageval.reports.report import ReportError, report_runs
 from diageval.scoring.metrics import MetricValue
 from diageval.scoring.summary import DiagnoserInfo, summarize
 from diageval.scoring.verdicts import score_case
+from locations import REPO
 
 TAX = load_taxonomy()
 CASES = [make_case("p1", [{"category": STRAGGLER, "ranks": [1]}]), make_case("p2", [{"category": LOADER}]),
@@ -318,7 +319,7 @@ def test_check_board_script_reads_run_folders(tmp_path):
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = REPO
     runs = write_board(tmp_path, {n: SOUND[n] for n in ("oracle", "null", "leak", "symptoms")})
     (tmp_path / "leaderboard.md").write_text("not a run")
     ok = subprocess.run([sys.executable, str(root / ".ci" / "check_board"), *map(str, runs), str(tmp_path / "leaderboard.md")],

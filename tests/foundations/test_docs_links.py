@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
+from locations import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 

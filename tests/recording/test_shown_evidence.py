@@ -15,7 +15,7 @@ from diageval.cases.model import Case
 from diageval.recording.fleet_verify import labeled_runs_check, read_fleet_verification, shown_pair
 from diageval.recording.manifest_test import ManifestTest, metric_of
 from tests.fleet_fakes import member_bundle
-from tests.test_fleet_cases import fleet_case, regression_case
+from tests.cases.test_fleet_cases import fleet_case, regression_case
 
 
 def _fake_members(tmp_path: Path, monkeypatch, median_s) -> list[tuple[str, int, bool]]:

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from run_fakes import FakeEvidence, copy_real_cases, write_bundle
 
 from diageval.cli import main
+from locations import TESTS
 
-TESTS = Path(__file__).parent
 REAL_CASES = ["healthy/mlp-ddp-healthy.yaml", "input/starved-loader-mlp.yaml"]
 
 

@@ -80,7 +80,7 @@ def test_controls_confounders_and_abstain_cases_are_there(corpus):
 
 
 def _injected(corpus, expect: str):
-    """Injected one-job cases (regression and fleet cases inject behind factor values: tests/test_fleet_*.py)."""
+    """Injected one-job cases (regression and fleet cases inject behind factor values: tests/cases/test_fleet_cases.py, tests/recording/test_fleet_recording.py)."""
     return [lc.case for lc in corpus.cases
             if lc.case.recorded is None and lc.case.kind == "job" and lc.case.labels.expect == expect]
 

@@ -13,9 +13,10 @@ import yaml
 
 from diageval.bundle.model import EvidenceBundle
 from diageval.cases.model import Case
+from locations import REPO
 
 pytestmark = pytest.mark.slow
-CASES = Path(__file__).resolve().parents[1] / "cases"
+CASES = REPO / "cases"
 
 
 def _case(name: str, **fault_params) -> Case:

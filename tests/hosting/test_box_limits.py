@@ -19,10 +19,11 @@ from run_fakes import FakeEvidence, make_case, make_case_set, run_with
 from diageval.hosting import BoxLimits, sandbox_problem
 from diageval.hosting.limits import BoxGroups
 from diageval.run.store import RunStore
+from locations import TESTS
 
 pytestmark = pytest.mark.skipif(sandbox_problem() is not None, reason=f"no sandbox here: {sandbox_problem()}")
 
-HOSTILE = Path(__file__).parent / "hostile_diagnoser.py"
+HOSTILE = TESTS / "hostile_diagnoser.py"
 LIMITS = BoxLimits(max_processes=64, max_memory_mib=256, max_out_mib=32, max_tmp_mib=64)
 CASES = ["h1", "h2"]
 

@@ -52,7 +52,7 @@ def test_invalid_utf8_and_deep_nesting_are_errors_naming_the_file(tmp_path):
 def test_run_on_a_corpus_with_an_invalid_utf8_case_exits_with_one_line_per_problem(tmp_path):
     cases = tmp_path / "cases"
     cases.mkdir()
-    (cases / "taxonomy.yaml").write_bytes((Path(__file__).parent.parent / "cases" / "taxonomy.yaml").read_bytes())
+    (cases / "taxonomy.yaml").write_bytes((REPO / "cases" / "taxonomy.yaml").read_bytes())
     (cases / "bad.yaml").write_bytes(b"id: caf\xe9\n")
     result = CliRunner().invoke(main, ["run", "--diagnoser", "null", "--cases", str(cases), "--out", str(tmp_path / "runs")])
     assert result.exit_code == 1 and "Traceback" not in result.output
@@ -63,6 +63,7 @@ def test_run_on_a_corpus_with_an_invalid_utf8_case_exits_with_one_line_per_probl
 
 EMIT = r"""
 import json, sys
+from locations import REPO
 what, out = sys.argv[1], sys.argv[2]
 if what == "big":
     data = json.dumps({"findings": [{"category": "compute.straggler_rank", "summary": "x" * 2_000_000}]})

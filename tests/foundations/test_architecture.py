@@ -11,8 +11,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from locations import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 # package folder -> module prefix (pyproject.toml's package-dir)
 ROOTS = {"harness": "diageval", "diagnosers": "diageval.diagnosers", "scoring": "diageval.scoring", "reports": "diageval.reports"}
 

@@ -18,6 +18,7 @@ import pytest
 from diageval.cases.load import check_case
 from diageval.cases.model import Case
 from diageval.cases.taxonomy import load_taxonomy
+from locations import TESTS
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only (clone, /proc, CPU affinity)")
 
@@ -303,7 +304,7 @@ def test_a_contended_recording_stopped_midway_leaves_nothing_and_prints_no_trace
     # never stopped runs its 10,000 steps. It was never stopped in two fresh-clone CI runs started in the background
     # (SIGINT ignored, so interrupt_main did nothing: the script now installs Python's handler itself). On a timeout
     # the failure shows each process of the recording (state, kernel wait channel, CPU time) and each rank log's tail.
-    proc = subprocess.Popen([sys.executable, "-c", STOPPED_RECORDING, str(tmp_path), str(Path(__file__).parent)],
+    proc = subprocess.Popen([sys.executable, "-c", STOPPED_RECORDING, str(tmp_path), str(TESTS)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         stdout, stderr = proc.communicate(timeout=240)

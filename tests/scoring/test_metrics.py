@@ -95,9 +95,9 @@ def test_every_metric_by_hand(summary):
         # (.6,.7] .3 -> 2.55 / PAIRS pairs
         "ece": (2.55 / PAIRS, PAIRS),
         "seconds_per_case": (48 / 8, 8),           # 2+4+6+30+1+1+2+2 over the 8 scored cases
-        # one job's cases: no factor stated or labeled, no magnitude (tests/test_scoring_factors.py has them)
+        # one job's cases: no factor stated or labeled, no magnitude (tests/scoring/test_scoring_factors.py has them)
         "factor_precision": (None, 0), "factor_recall": (None, 0), "magnitude_error": (None, 0),
-        "defect_wrong_rate": (None, 0),           # no defect case here (tests/test_evidence_defects.py has them)
+        "defect_wrong_rate": (None, 0),           # no defect case here (tests/recording/test_evidence_defects.py has them)
     }
     assert set(expected) == set(type(m).model_fields)
     for name, (value, n) in expected.items():

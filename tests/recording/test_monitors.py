@@ -21,8 +21,8 @@ from diageval.cases.load import load_case_set
 from diageval.diagnosers.base import DiagnoserFailed
 from diageval.recording.monitors import MONITORS, monitor_for_spec
 from diageval.recording.monitors.hooks import HIDDEN_ENV_PREFIX, MONITOR_DIR, PhaseClock, scrub_environment
+from locations import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 class _Bundle:

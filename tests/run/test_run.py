@@ -18,8 +18,8 @@ from diageval.run.pipeline import RunError, diagnosis_order
 from run_fakes import run_with
 from diageval.run.store import RunFolderConflict, RunStore
 from diageval.hosting.worker import WorkerStartError
+from locations import TESTS
 
-TESTS = Path(__file__).parent
 CMD = f"cmd:{sys.executable} {TESTS / 'fake_cmd_diagnoser.py'} {{bundle}} {{out}}"
 
 

@@ -32,8 +32,8 @@ from diageval.hosting.executors.tasks import DiagnoseTask, HarnessFailure
 from diageval.recording.prepare import PreparedEvidence
 from diageval.run.pipeline import RunOptions, run_diagnoser
 from diageval.run.store import RunStore
+from locations import TESTS
 
-TESTS = Path(__file__).parent
 pytestmark = pytest.mark.slow  # a local Ray starts here (20-30 s) and replaces actors it loses
 SCRIPT = {"e1-ok": "ok", "e2-crash": "crash", "e3-bad": "bad", "e4-print": "print", "e5-exit": "exit", "e6-ok": "ok"}
 

@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 from diageval.cases.load import load_case_set
+from locations import REPO
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gpu-check.sh"
+SCRIPT = REPO / "scripts" / "gpu-check.sh"
 
 
 def _run(*args: str, **env: str) -> subprocess.CompletedProcess:

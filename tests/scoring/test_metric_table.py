@@ -7,8 +7,9 @@ from pathlib import Path
 from diageval.scoring.metrics import BETTER, BOARD, HEADLINE, METRICS, columns_of, metric_table_markdown
 from diageval.scoring.summary import Metrics
 from diageval.scoring.tallies import BASE_COLUMNS, CALIBRATION_COLUMNS, REFERENCE, REFERENCE_RANKED
+from locations import REPO
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "scoring.md"
+DOCS = REPO / "docs" / "scoring.md"
 
 
 def test_summary_metrics_are_the_table_in_order():

@@ -37,7 +37,7 @@ BLOCK = 64 << 10
 
 @pytest.fixture(autouse=True)
 def _offline(monkeypatch):
-    """Loopback only (as tests/test_data_fetch.py): a request anywhere else goes to a closed port."""
+    """Loopback only (as tests/recording/test_data_fetch.py): a request anywhere else goes to a closed port."""
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.setenv(name, "http://127.0.0.1:9")
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")

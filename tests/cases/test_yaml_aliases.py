@@ -21,8 +21,8 @@ from diageval.cases.load import parse_case_file
 from diageval.cases.strict_yaml import YamlProblem, parse_yaml
 from diageval.cli import main
 from diageval.paths import default_taxonomy_path
+from locations import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 CASE_HEAD = """id: bomb
 title: a case with a bomb in it
 workload: {name: mlp_ddp, world_size: 2, steps: 20}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from fleet_fakes import fleet_bundle, fleet_metadata
-from test_scoring_factors import NODE2, NODE4, RACK2, _corpus, fleet_case
+from tests.scoring.test_scoring_factors import NODE2, NODE4, RACK2, _corpus, fleet_case
 
 from diageval.cases.taxonomy import load_taxonomy
 from diageval.diagnosers.reference import NullDiagnoser, OracleDiagnoser, PriorDiagnoser
@@ -59,7 +59,7 @@ def test_oracle_scores_one_and_null_is_below_a_diagnoser_that_finds_the_factor()
         return summarize(results, diagnoser=DiagnoserInfo(spec="x", name="x"), case_set_hash="x",
                          taxonomy_version=TAX.version, n_boot=0).metrics
 
-    from test_scoring_factors import _honest
+    from tests.scoring.test_scoring_factors import _honest
 
     oracle = run(lambda c: _honest(c))
     null = run(lambda c: NullDiagnoser().diagnose(None))

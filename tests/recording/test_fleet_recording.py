@@ -23,8 +23,8 @@ from diageval.recording.bundle_writer import write_info
 from diageval.recording.faults import FAULTS
 from diageval.recording.fleet import draw_runs, fleet_runs, members_with_repeats, move_to_start
 from diageval.recording.fleet_verify import FLEET_ALPHA, fleet_effects, permutation_p
-from tests.test_bundle_leaks import forbidden_words
-from tests.test_fleet_cases import fleet_case
+from tests.bundle.test_bundle_leaks import forbidden_words
+from tests.cases.test_fleet_cases import fleet_case
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def test_runs_with_one_spec_are_its_successive_repeats():
 
 def test_a_regression_records_its_own_pairs():
     from diageval.recording.fleet import repeat_base
-    from tests.test_fleet_cases import regression_case
+    from tests.cases.test_fleet_cases import regression_case
 
     case = Case.model_validate(regression_case())
     repeats = [repeat for _, _, repeat in members_with_repeats(case)]
@@ -242,7 +242,7 @@ def test_force_records_every_member_and_pair_again_once(kind, tmp_path, monkeypa
     import diageval.recording.cache as cache_module
     from diageval.recording.fleet_verify import fleet_evidence
     from tests.fleet_fakes import member_bundle
-    from tests.test_fleet_cases import regression_case
+    from tests.cases.test_fleet_cases import regression_case
 
     calls: list[tuple[str, int, bool]] = []
     made: dict[tuple[str, int], Path] = {}
@@ -271,7 +271,7 @@ def test_force_records_every_member_and_pair_again_once(kind, tmp_path, monkeypa
 
 
 def test_a_draw_renames_every_run_and_reorders_a_fleet_but_not_a_regression():
-    from tests.test_fleet_cases import regression_case
+    from tests.cases.test_fleet_cases import regression_case
 
     fleet = Case.model_validate(fleet_case())
     draws = [draw_runs(fleet, seed) for seed in range(20)]

@@ -2,8 +2,8 @@
 traces and a set of seeded synthetic bundles is the same, byte for byte, as the reader of main 47db7f0 gave.
 
 Issue 43 changes how traces are read (typed decoding, one pass where one suffices) and promises the same figures.
-``tests/trace_outputs_golden.json`` holds the sha256 of each output as that reader gave it (written by
-``python tests/test_trace_outputs_unchanged.py --write`` before any change to how windows are decoded or
+``tests/bundle/trace_outputs_golden.json`` holds the sha256 of each output as that reader gave it (written by
+``python tests/bundle/test_trace_outputs_unchanged.py --write`` before any change to how windows are decoded or
 collected: 47db7f0's decode path, with the two output fixes of 8cc9e22 and ad9a3c5 that the digests must include,
 bare-array traces read and tied threads listed by id; a reader change that alters a digest says why in its commit,
 and rewrites the file): small,
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from real_trace_data import real_traces_dir  # noqa: E402
 
@@ -147,7 +147,7 @@ def _repeated_real(tmp: Path) -> Path | None:
     source = root / "gpu-jobs/hta-negative-queue/rank0.json.gz" if root else None
     if source is None or not source.is_file():
         return None
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from big_trace import build_trace
 
     out = tmp / "rank0.json"

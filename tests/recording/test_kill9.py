@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+from locations import TESTS
 from run_fakes import write_bundle
 
 from diageval.hosting.sandbox import HOST_PREFIX, box_parent, probe
 
-TESTS = Path(__file__).parent
 needs_bwrap = pytest.mark.skipif(probe() is not None, reason=f"no sandbox can start here: {probe()}")
 
 

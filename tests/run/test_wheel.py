@@ -23,8 +23,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from locations import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 SOURCES = ["pyproject.toml", "README.md", "LICENSE", "harness", "diagnosers", "scoring", "reports", "cases"]
 
 pytestmark = pytest.mark.slow
