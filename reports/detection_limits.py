@@ -5,7 +5,7 @@ outcomes) is defined once, in :mod:`diageval.scoring.detection`, and ``summary.j
 (``detection[cause]``: ``state``, ``limit``, ``ci``). :func:`summary_limits` recomputes it from the
 summary's points with that same function, so a board made from a summary written before the definition
 changed shows the current limit of the same cases, and one made from a current summary shows exactly its
-``summary.json`` (``tests/test_detection_limits.py`` checks both).
+``summary.json`` (``tests/scoring/test_detection_limits.py`` checks both).
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ skill ≤ 1, a rate in [0, 1], seconds ≥ 0). Measured, every metric covers ≥
 (docs/scoring.md has the tables and the cost in width).
 
 The coverage, over simulated runs at 16, 60 and 80 cases, is printed by ``tests/coverage_simulation.py``
-and checked by the slow test ``tests/test_interval_coverage.py``.
+and checked by the slow test ``tests/scoring/test_interval_coverage.py``.
 
 Resamples where a metric is undefined (no claim drawn) are left out of its interval; if none is
 defined the interval is ``None``.

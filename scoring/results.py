@@ -28,7 +28,7 @@ values a case could blame (:attr:`CaseResult.blamable`), the factor climatology'
 READABLE_VERSIONS: frozenset[int] = frozenset({3, SCORING_VERSION})
 """Versions whose results this code reads as they are. A version-3 result is a version-5 one without factor
 events: version 3 knew no fleet case and no diagnosis could name a factor, so every field versions 4 and 5 add
-is empty on it and every number is the same (tests/test_scoring_factors.py re-scores one to show it). A
+is empty on it and every number is the same (tests/scoring/test_scoring_factors.py re-scores one to show it). A
 version-4 result is refused: on a fleet case its factor events had probability 0 in the headline and it
 does not record the values the case could blame (``diageval score RUN_DIR`` re-scores it)."""
 

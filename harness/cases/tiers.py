@@ -127,7 +127,7 @@ def traced_ranks(case: Case, label: CauseLabel | None = None) -> set[int]:
 
     Injected cases trace every rank and recorded cases the ranks of their files, less what the case's
     evidence edits take away: ``drop_rank_trace`` its ``missing_rank``, ``sample_rank_traces`` all but its
-    ``traced_ranks`` (``truncate_trace`` leaves a damaged file in place). tests/test_evidence_tiers.py
+    ``traced_ranks`` (``truncate_trace`` leaves a damaged file in place). tests/cases/test_evidence_tiers.py
     checks this against the edits themselves.
 
     A regression or fleet (each run its own bundle, cut to a tier run by run): the ranks every run traces,

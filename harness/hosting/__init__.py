@@ -1,6 +1,6 @@
 """Hosting an untrusted diagnoser: the trust boundary, in one room with one face.
 
-Everything outside this package uses only the names below (``tests/test_architecture.py`` enforces it):
+Everything outside this package uses only the names below (``tests/foundations/test_architecture.py`` enforces it):
 
 * :class:`HostPolicy` (with :class:`BoxLimits`): what a run allows its diagnoser;
 * :meth:`Host.open` resolves a ``--diagnoser`` spec under a policy; :meth:`Host.slot` gives a place to

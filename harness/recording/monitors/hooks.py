@@ -18,7 +18,7 @@ variable is removed from the rank's environment (they name the cache and the cas
 labels are), ``sys.argv`` is cut to the program's name (a rank inherits the harness's command line, which
 may name cases). The working directory stays the harness's (the recorder's paths may be relative to
 it), and the file system is the rank's: that is part of what the trust note below accepts.
-``tests/test_monitors.py`` checks each route with a probe monitor that records everything it is handed
+``tests/recording/test_monitors.py`` checks each route with a probe monitor that records everything it is handed
 and everything the process shows it (environment, argv, the context, its output folder).
 
 Trust (decided here, the issue is silent): the monitor's code runs inside the training process, which

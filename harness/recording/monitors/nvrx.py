@@ -16,7 +16,7 @@ Decided here (the tool leaves them to its user):
   ``generate_report``. So on CPU the section times are kept here (what ``detection_section`` keeps: the
   elapsed times since the last report) and handed to the same ``ReportGenerator`` the Detector uses,
   with no kernel summaries, and the report's GPU fields stay empty. The CUDA path is checked by the
-  ``gpu``-marked test in ``tests/test_monitors.py`` (``scripts/gpu-check.sh`` runs it); it has not run
+  ``gpu``-marked test in ``tests/recording/test_monitors.py`` (``scripts/gpu-check.sh`` runs it); it has not run
   on a GPU yet.
 * Reporting interval: the Detector's own tracker aims at one report per 60 s (16 steps to estimate),
   longer than a whole recorded job; :data:`REPORT_EVERY` steps instead, so a 20-40-step job gets 4-8
