@@ -158,6 +158,15 @@ class TraceSource(_Strict):
     path: str = Field(min_length=1, description="Path of the file in that repository")
     licence: str = Field(min_length=1, description="The file's licence (SPDX id)")
 
+    @field_validator("path")
+    @classmethod
+    def _inside_repository(cls, v: str) -> str:
+        """A path inside the repository: it becomes a part of the download URL and of a mirror's path, where
+        a leading '/' or a '..' would lead outside the commit's tree."""
+        if v.startswith("/") or ".." in v.split("/") or "\\" in v:
+            raise ValueError(f"expected a path inside the repository, without a leading '/' or '..', got {v!r}")
+        return v
+
     @field_validator("repository")
     @classmethod
     def _owner_slash_name(cls, v: str) -> str:
@@ -175,6 +184,8 @@ class TraceSource(_Strict):
 class RecordedFile(_Strict):
     path: str = Field(min_length=1, description="Relative to the data folder (--data / $DIAGEVAL_DATA)")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    size: int | None = Field(None, ge=1, description="The file's size in bytes: `diageval data fetch` refuses a download "
+                             "past it (without it, past the importer's 4 GiB limit)")
     rank: int = Field(ge=0, description="The rank this trace belongs to")
     source: TraceSource
 

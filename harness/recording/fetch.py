@@ -19,12 +19,12 @@ data folder (``paths.data_dir``: ``--data``, else ``$DIAGEVAL_DATA``, else the u
   serve one on 127.0.0.1).
 
 * **Capped**: a download stops, and is refused, past ``PlannedFile.max_bytes`` bytes, whatever the server says or
-  keeps sending (an endless mirror once wrote 3.0 GB in 40 s). A case pins each file's sha256 but states no size
-  (``RecordedFile`` has no size field), so the cap is derived from what the case does state, that the file is a
-  trace the harness imports (``recorded.py`` imports it through ``import_traces``): the importer refuses a trace
-  whose JSON is over ``MAX_TRACE_BYTES`` (4 GiB), and a gzipped trace is smaller than its JSON (the 28 gzipped
-  traces of the shared folder are 7.9-30x smaller), so a file over ``MAX_TRACE_BYTES`` could never be a case's
-  evidence. A ``size`` pinned beside the sha256 in the case files would make the cap exact.
+  keeps sending (an endless mirror once wrote 3.0 GB in 40 s). The cap is the file's ``size``, pinned beside its
+  sha256 in the case file (every built-in recorded file has one; a test checks them against the shared copies).
+  A contributed case without one gets the cap derived from what it does state, that the file is a trace the
+  harness imports (``recorded.py`` imports it through ``import_traces``): the importer refuses a trace whose JSON
+  is over ``MAX_TRACE_BYTES`` (4 GiB), and a gzipped trace is smaller than its JSON, so a larger file could never
+  be a case's evidence.
 * **Cleaned up**: the download goes to a temporary file beside the target (pooch's), removed on any error, on a
   refusal, and on Ctrl-C; the CLI turns SIGTERM into the same interrupt while it fetches.
 
@@ -115,7 +115,8 @@ def plan_fetch(cases: Sequence[LoadedCase], case_ids: Sequence[str] = (), *, mir
             have = planned.get(f.path)
             if have is None:
                 planned[f.path] = PlannedFile(path=f.path, sha256=f.sha256, url=source_url(f, mirror),
-                                              cases=[lc.case.id], case_files=[str(lc.path)])
+                                              cases=[lc.case.id], case_files=[str(lc.path)],
+                                              max_bytes=f.size or MAX_TRACE_BYTES)
             elif have.sha256 != f.sha256:
                 raise FetchError(f"{f.path}: {lc.path} names sha256 {f.sha256}, {have.case_files[0]} names "
                                  f"{have.sha256}; one path cannot hold both files")

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from loopback_server import loopback_server
+from real_trace_data import real_traces_dir
 import yaml
 from pydantic import ValidationError
 
@@ -113,10 +114,41 @@ def test_a_download_announcing_more_than_the_cap_is_refused_before_its_body(tmp_
     assert files_under(tmp_path / "data") == []
 
 
-def test_every_planned_file_is_capped_at_the_largest_trace_the_import_reads():
-    """No case states a size, so the cap is what the import of a recorded case's trace refuses past."""
-    plan = plan_fetch(load_case_set().cases)
-    assert plan and {p.max_bytes for p in plan} == {MAX_TRACE_BYTES}
+def test_every_built_in_file_is_capped_at_its_pinned_size():
+    """Every recorded file of the corpus pins its size beside its sha256, and the download is capped at exactly
+    that; where the shared copy is here, the pinned size is its size."""
+    cases = load_case_set().cases
+    files = {f.path: f for lc in cases for f in lc.case.recorded_files()}
+    assert files and all(f.size for f in files.values()), [p for p, f in files.items() if not f.size]
+    plan = plan_fetch(cases)
+    assert {p.path: p.max_bytes for p in plan} == {path: f.size for path, f in files.items()}
+    shared = real_traces_dir()
+    if shared is None:
+        pytest.skip("../shared/real-traces is not here: the pinned sizes are not compared with the files")
+    here = {path: (shared / path).stat().st_size for path in files if (shared / path).is_file()}
+    assert here and {path: files[path].size for path in here} == here
+
+
+def test_a_file_without_a_size_is_capped_at_the_largest_trace_the_import_reads(tmp_path):
+    from diageval.cases.model import Case
+
+    case = Case.model_validate(RECORDED_CASE)
+    assert case.recorded_files()[0].size is None
+    (plan,) = plan_fetch([type("L", (), {"case": case, "path": tmp_path / "rec-case.yaml"})()])
+    assert plan.max_bytes == MAX_TRACE_BYTES
+
+
+def test_a_source_path_outside_the_repository_is_refused(tmp_path):
+    from pydantic import ValidationError
+
+    from diageval.cases.model import Case
+
+    for bad in ("../../other/repo/raw/x", "/etc/passwd", "a/../../b"):
+        case = {**RECORDED_CASE, "recorded": {**RECORDED_CASE["recorded"], "files": [
+            {**RECORDED_CASE["recorded"]["files"][0], "source": {"repository": "o/r", "commit": "abcdef1", "path": bad,
+                                                                  "licence": "MIT"}}]}}
+        with pytest.raises(ValidationError, match="inside the repository"):
+            Case.model_validate(case)
 
 
 RECORDED_CASE = {
