@@ -7,6 +7,8 @@ import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
+
 
 @contextlib.contextmanager
 def loopback_server(handler: Callable[..., BaseHTTPRequestHandler]) -> Iterator[str]:
@@ -21,3 +23,14 @@ def loopback_server(handler: Callable[..., BaseHTTPRequestHandler]) -> Iterator[
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+@pytest.fixture
+def loopback_only(monkeypatch):
+    """Loopback only: proxies that refuse any request not bypassed for 127.0.0.1 (a request anywhere else goes to
+    a closed port), and no data mirror from the environment."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    monkeypatch.delenv("DIAGEVAL_DATA_MIRROR", raising=False)

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from loopback_server import loopback_server
+from recorded_fakes import recorded_case
+from loopback_server import loopback_only, loopback_server  # noqa: F401 (a fixture)
 from real_trace_data import real_traces_dir
 
 from diageval.cases.load import load_case_set
@@ -42,14 +43,7 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.fixture(autouse=True)
-def _offline(monkeypatch):
-    """Loopback only: proxies that would refuse any request not bypassed for 127.0.0.1."""
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
-        monkeypatch.setenv(name, "http://127.0.0.1:9")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    monkeypatch.setenv("no_proxy", "127.0.0.1")
-    monkeypatch.delenv("DIAGEVAL_DATA_MIRROR", raising=False)
+pytestmark = pytest.mark.usefixtures("loopback_only")
 
 
 def _mirror(root: Path, corrupt: tuple[str, ...] = ()) -> Path:
@@ -187,17 +181,7 @@ def test_cases_list_names_the_absent_once_with_the_fetch_command(tmp_path):
 
 
 def _recorded_case(path: str, sha: str) -> Case:
-    return Case.model_validate({
-        "id": "rec-case", "title": "a recorded case",
-        "recorded": {
-            "job": "a job", "hardware": "a GPU", "framework": "torch", "world_size": 1,
-            "files": [{"path": path, "sha256": sha, "rank": 0,
-                       "source": {"repository": "o/r", "commit": "abcdef1", "path": "t.json.gz", "licence": "MIT"}}],
-            "measured": {"command": f"diageval trace stats {path}", "figures": [{"file": path, "figures": {"steps": "4"}}]},
-            "rationale": "because",
-        },
-        "labels": {"expect": "healthy"},
-    })
+    return Case.model_validate(recorded_case(path, sha))
 
 
 def test_a_run_names_the_absent_once_and_runs_them_when_resumed_after_the_fetch(tmp_path):

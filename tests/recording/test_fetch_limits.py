@@ -20,8 +20,9 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
-from loopback_server import loopback_server
+from loopback_server import loopback_only, loopback_server  # noqa: F401 (a fixture)
 from real_trace_data import real_traces_dir
+from recorded_fakes import recorded_case
 import yaml
 from pydantic import ValidationError
 
@@ -36,14 +37,7 @@ SERVER_SECONDS = 30.0
 BLOCK = 64 << 10
 
 
-@pytest.fixture(autouse=True)
-def _offline(monkeypatch):
-    """Loopback only (as tests/recording/test_data_fetch.py): a request anywhere else goes to a closed port."""
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
-        monkeypatch.setenv(name, "http://127.0.0.1:9")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    monkeypatch.setenv("no_proxy", "127.0.0.1")
-    monkeypatch.delenv("DIAGEVAL_DATA_MIRROR", raising=False)
+pytestmark = pytest.mark.usefixtures("loopback_only")
 
 
 class Served:
@@ -151,18 +145,7 @@ def test_a_source_path_outside_the_repository_is_refused(tmp_path):
             Case.model_validate(case)
 
 
-RECORDED_CASE = {
-    "id": "rec-case", "title": "a recorded case",
-    "recorded": {
-        "job": "a job", "hardware": "a GPU", "framework": "torch", "world_size": 1,
-        "files": [{"path": "job/rank0.json.gz", "sha256": "0" * 64, "rank": 0,
-                   "source": {"repository": "o/r", "commit": "abcdef1", "path": "t.json.gz", "licence": "MIT"}}],
-        "measured": {"command": "diageval trace stats job/rank0.json.gz",
-                     "figures": [{"file": "job/rank0.json.gz", "figures": {"steps": "4"}}]},
-        "rationale": "because",
-    },
-    "labels": {"expect": "healthy"},
-}
+RECORDED_CASE = recorded_case()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

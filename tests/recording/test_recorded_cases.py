@@ -12,6 +12,7 @@ import hashlib
 
 import pytest
 from gpu_traces import gpu_trace
+from recorded_fakes import recorded_case
 from pydantic import ValidationError
 
 from diageval.bundle.model import EvidenceBundle
@@ -27,21 +28,7 @@ from diageval.recording.prepare import prepare_evidence
 from diageval.recording.recorded import EvidenceChecksumError, EvidenceUnavailable
 
 
-def _recorded(path: str, sha: str, **over) -> dict:
-    data = {
-        "id": "rec-case",
-        "title": "a recorded case",
-        "recorded": {
-            "job": "a job", "hardware": "a GPU", "framework": "torch", "world_size": 1,
-            "files": [{"path": path, "sha256": sha, "rank": 0,
-                       "source": {"repository": "o/r", "commit": "abcdef1", "path": "t.json.gz", "licence": "MIT"}}],
-            "measured": {"command": f"diageval trace stats {path}", "figures": [{"file": path, "figures": {"steps": "4"}}]},
-            "rationale": "because",
-        },
-        "labels": {"expect": "healthy"},
-    }
-    data.update(over)
-    return data
+_recorded = recorded_case
 
 
 def test_model_checks():
