@@ -100,10 +100,10 @@ def run(spec: str, case_set: Any, case_ids: tuple[str, ...], out: Path, executor
 
 def start_ray(address: str | None, tries: int = 5) -> Any:
     """One Ray for every run (a local one: 2 CPUs and one recorder, as the tests start it). A loaded machine
-    sometimes misses Ray's 15 s window for its agents (:mod:`diageval.hosting.executors.local_ray`): try again."""
+    sometimes misses Ray's 15 s window for its agents (:mod:`diageval.executors.local_ray`): try again."""
     import ray
 
-    from diageval.hosting.executors.local_ray import start_local_ray
+    from diageval.executors.local_ray import start_local_ray
 
     for attempt in range(1, tries + 1):
         start = time.perf_counter()

@@ -82,7 +82,7 @@ def main() -> None:
     if args.address:
         ray.init(address=args.address, log_to_driver=False)
     else:
-        from diageval.hosting.executors.local_ray import start_local_ray
+        from diageval.executors.local_ray import start_local_ray
 
         start_local_ray(ray, num_cpus=2, log_to_driver=False)  # its agents' ports given: see local_ray
     print(f"ray.init: {time.perf_counter() - start:.1f} s ({'joined ' + args.address if args.address else 'a local Ray, 2 CPUs'})")

@@ -686,7 +686,7 @@ def run_cmd(spec: str, cases_dir: Path | None, case_ids: tuple[str, ...], tags: 
     import functools
 
     from diageval.cases.load import CaseLoadError, load_case_set
-    from diageval.hosting import ExecutorSpec
+    from diageval.executors import ExecutorSpec
     from diageval.recording.fetch import fetch_command
     from diageval.recording.prepare import prepare_evidence
     from diageval.reports.run_outcome import format_run_outcome

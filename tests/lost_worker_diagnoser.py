@@ -1,4 +1,4 @@
-"""A diagnoser that kills the Ray worker hosting it, for the executor tests (``tests/hosting/test_executors.py``).
+"""A diagnoser that kills the Ray worker hosting it, for the executor tests (``tests/executors/test_executors.py``).
 
 Its instruction is the first line of the bundle's ``logs/rank0.log`` (the run fakes write it there):
 ``kill-worker-once DIR`` kills the Ray worker the first time (a marker file in the folder DIR says it did)

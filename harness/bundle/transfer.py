@@ -5,7 +5,7 @@ Packing reads ``bundle.json`` and each plain file it lists (no link is followed;
 missing or not a plain file is left out); unpacking writes them to a fresh folder and refuses a package
 whose ``bundle.json`` does not hash to its key (damaged on the way: :class:`TransferDamaged`). The files
 themselves are then checked by the one integrity check there is: the private copy a slot makes for its
-diagnoser (:func:`diageval.hosting.private_bundle.private_copy`), so a file changed in the cache, or left
+diagnoser (the hosting room's private copy), so a file changed in the cache, or left
 out here, is the same ``BundleIntegrityError`` naming the file on a Ray worker as in a local run.
 
 A bundle that is kept where it arrives (a recording coming back to this machine's cache, a cached one seeded
@@ -20,13 +20,12 @@ import os
 import stat
 from pathlib import Path, PurePosixPath
 
-from diageval.bundle.model import MANIFEST_NAME, BundleManifest
-from diageval.hosting.errors import HostError
+from diageval.bundle.model import MANIFEST_NAME, BundleError, BundleManifest
 
 Packed = dict[str, bytes]  # relative path -> content, bundle.json included
 
 
-class TransferDamaged(HostError):
+class TransferDamaged(BundleError):
     """A package whose ``bundle.json`` does not match its content key, or that names a path outside the bundle."""
 
 
@@ -70,7 +69,7 @@ def receive_bundle(packed: Packed, key: str, dest: Path) -> bool:
     False when ``dest`` already holds a bundle (kept as it is: the first arrival wins)."""
     import shutil
 
-    from diageval.bundle.model import BundleError, EvidenceBundle
+    from diageval.bundle.model import EvidenceBundle
     from diageval.fileio import owned_temp_dir
 
     dest = Path(dest)

@@ -2,25 +2,26 @@
 
 Each thread takes a free slot (a long-lived worker in its box, or a ``cmd:`` slot that opens a box per case),
 diagnoses one task and gives the slot back. A bundle that fails its checksums is a
-:class:`~diageval.hosting.executors.HarnessFailure` with ``bundle_damaged``; an exception from a slot (a worker
+:class:`~diageval.executors.HarnessFailure` with ``bundle_damaged``; an exception from a slot (a worker
 that cannot start) stops the run; Ctrl-C kills every diagnosis in flight, and those tasks are not reported.
 """
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from diageval.hosting.attempt import Slot
-from diageval.hosting.errors import BundleIntegrityError
-from diageval.hosting.executors.tasks import DiagnoseTask, HarnessFailure, OnDone, Outcome
-from diageval.hosting.process_groups import LiveGroups
+from diageval.hosting import Slot
+from diageval.hosting import BundleIntegrityError
+from diageval.executors.tasks import DiagnoseTask, HarnessFailure, OnDone, Outcome
+from diageval.hosting import LiveGroups
 
 if TYPE_CHECKING:
-    from diageval.hosting.host import Host
+    from diageval.hosting import Host
 
 
 def run_local(host: "Host", tasks: list[DiagnoseTask], on_done: OnDone, *, jobs: int,
@@ -69,3 +70,23 @@ def run_local(host: "Host", tasks: list[DiagnoseTask], on_done: OnDone, *, jobs:
         pool.shutdown(wait=True)
         for ex in executors:
             ex.close()
+
+
+class LocalExecutor:
+    """``--executor local``: diagnoses in this process's slots; every case's evidence is prepared by the run."""
+
+    def __init__(self, address: str | None = None):
+        assert address is None, "local takes no address"
+
+    def session(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def records(self, case: Any) -> bool:
+        return False
+
+    def prepare(self, cases: list[Any], prepare: Any, on_done: Any, *, device: str) -> None:
+        raise AssertionError("the local executor records nothing itself (records() is False)")
+
+    def run(self, host: "Host", tasks: list[DiagnoseTask], on_done: OnDone, *, jobs: int,
+            handover: dict[str, Any] | None, log_path: Path | None) -> None:
+        run_local(host, tasks, on_done, jobs=jobs, handover=handover, log_path=log_path)

@@ -23,7 +23,7 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
-from diageval.hosting.executors.recording_task import RECORDER_RESOURCE
+from diageval.executors.recording_task import RECORDER_RESOURCE
 
 AGENT_TIMEOUT_MS = 180_000  # the raylet's wait for the runtime-env agent to answer (Ray's default 30 s)
 AGENT_PORTS = ("metrics_agent_port", "dashboard_agent_listen_port", "runtime_env_agent_port", "metrics_export_port")

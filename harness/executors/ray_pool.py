@@ -8,7 +8,7 @@ task at a time, their answers handed to the caller, which writes the run folder.
   ``prior``, ``oracle`` (and public words to ``leak``): to every slot, through Ray, as locally to every worker.
 * **Bundles** travel through the object store by content key (the sha256 of ``bundle.json``; one object per
   key while tasks need it), are checked against the key on arrival and then, file by file, by the slot's
-  private copy (:mod:`~diageval.hosting.executors.bundle_transfer`).
+  private copy (:mod:`~diageval.bundle.transfer`).
 * **A lost worker** (its process or node died, or its bundle object was lost): the task is given again once,
   to a fresh actor; lost a second time, it ends :class:`HarnessFailure` (``harness_error``), never the
   diagnoser's fault. What the diagnoser does wrong (crash, hang, bad output) is the slot's attempt, as locally.
@@ -25,15 +25,15 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import diageval.hosting.errors as host_errors
-from diageval.hosting.attempt import Attempt
-from diageval.hosting.errors import BundleIntegrityError, HostError
-from diageval.hosting.executors.tasks import DiagnoseTask, HarnessFailure, OnDone
-from diageval.hosting.executors.bundle_transfer import pack_bundle
-from diageval.hosting.executors.remote_slot import KEPT, RemoteSlot
+import diageval.hosting as hosting_face
+from diageval.hosting import Attempt
+from diageval.hosting import BundleIntegrityError, HostError
+from diageval.executors.tasks import DiagnoseTask, HarnessFailure, OnDone
+from diageval.bundle.transfer import pack_bundle
+from diageval.executors.remote_slot import KEPT, RemoteSlot
 
 if TYPE_CHECKING:
-    from diageval.hosting.host import Host
+    from diageval.hosting import Host
 
 OPEN_TIMEOUT_S = 600.0  # placing an actor and starting its diagnoser (a worker's own start allows 120 s, twice)
 CLOSE_TIMEOUT_S = 30.0
@@ -210,7 +210,7 @@ def check_opened(reply: dict[str, Any], host: "Host") -> None:
     the node hosts another diagnoser, version or isolation than ``host`` (one run holds one diagnoser)."""
     node = reply.get("node", "?")
     if not reply.get("ok"):
-        cls = getattr(host_errors, str(reply.get("type")), HostError)
+        cls = getattr(hosting_face, str(reply.get("type")), HostError)
         cls = cls if isinstance(cls, type) and issubclass(cls, HostError) and cls is not BundleIntegrityError else HostError
         raise cls(f"on Ray node {node}: {reply.get('error')}")
     mine = (host.name, host.version, host.isolation.kind)
@@ -234,7 +234,7 @@ def _connect(ray: Any, address: str | None) -> bool:
     (and so ends it). A Ray this process already joined is used as it is."""
     if ray.is_initialized():
         return False
-    from diageval.hosting.executors.local_ray import start_local_ray
+    from diageval.executors.local_ray import start_local_ray
 
     joining = address or os.environ.get("RAY_ADDRESS")
     try:

@@ -33,17 +33,10 @@ from typing import Any
 
 from diageval.cases.load import LoadedCase
 from diageval.cases.model import Case
-from diageval.hosting.errors import HostError
-from diageval.hosting.executors.bundle_transfer import TransferDamaged, pack_bundle, receive_bundle
-from diageval.hosting.executors.recording_task import RECORDER_RESOURCE, Seeded, record_here
-
-OnPrepared = Callable[[int, Any, float], None]  # (index, the prepared evidence or the exception that replaces it,
-# the seconds the recording task took on its node)
-
-
-class RecordingFailed(HostError):
-    """A recording task on a Ray node failed, was lost twice, or sent back a damaged bundle."""
-
+from diageval.hosting import HostError
+from diageval.bundle.transfer import TransferDamaged, pack_bundle, receive_bundle
+from diageval.executors.tasks import OnPrepared, RecordingFailed
+from diageval.executors.recording_task import RECORDER_RESOURCE, Seeded, record_here
 
 def recorded_on_ray(case: Case) -> bool:
     """Whether a ray run records ``case`` on a recorder node: one live job (not imported, not a fleet)."""
@@ -56,7 +49,7 @@ def prepare_on_ray(cases: list[LoadedCase], prepare: Callable[..., Any], on_done
     (joined or started, as for the diagnoses), at most one per node at a time; call ``on_done(index, answer, s)``
     here as each ends (with the seconds its task took there), ``answer`` the prepared evidence with its bundle in this machine's cache (``cache_dir``,
     default the bundle cache), or a :class:`RecordingFailed`."""
-    from diageval.hosting.executors.ray_pool import _connect, _first_line, _import_ray
+    from diageval.executors.ray_pool import _connect, _first_line, _import_ray
     from diageval.paths import bundle_cache_dir
 
     if not cases:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from diageval.hosting.executors.bundle_transfer import Packed, TransferDamaged, pack_bundle, receive_bundle
+from diageval.bundle.transfer import Packed, TransferDamaged, pack_bundle, receive_bundle
 
 RECORDER_RESOURCE = "diageval_recorder"
 """The custom resource a recording task takes one unit of: a node that declares ``{"diageval_recorder": 1}``

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from diageval.fileio import owned_temp_dir, remove_stale_temp_dirs
-from diageval.hosting.case_box import STDERR_NAME, STDOUT_NAME
-from diageval.hosting.errors import BundleIntegrityError, HostError
-from diageval.hosting.executors.bundle_transfer import Packed, TransferDamaged, unpack_bundle
-from diageval.hosting.policy import HostPolicy
-from diageval.hosting.process_groups import LiveGroups
+from diageval.hosting import STDERR_NAME, STDOUT_NAME
+from diageval.hosting import BundleIntegrityError, HostError
+from diageval.bundle.transfer import Packed, TransferDamaged, unpack_bundle
+from diageval.hosting import HostPolicy
+from diageval.hosting import LiveGroups
 
 TEMP_PREFIX = "diageval-ray-"
 KEPT = (STDOUT_NAME, STDERR_NAME)
@@ -44,8 +44,8 @@ class RemoteSlot:
         """Resolve ``spec`` under the policy on this node and open one slot: ``{"ok": True, name, version,
         isolation, node}`` or ``{"ok": False, "type": <HostError subclass>, "error": ..., "node": ...}``.
         ``python_path``: the driver's folder of a ``module:attr`` diagnoser, used where this node has it."""
-        from diageval.hosting.host import Host
-        from diageval.hosting.sandbox import remove_stale_boxes
+        from diageval.hosting import Host
+        from diageval.hosting import remove_stale_boxes
 
         node = socket.gethostname()
         for p in python_path:

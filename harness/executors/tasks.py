@@ -6,13 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
-from diageval.hosting.attempt import Attempt
-
-ExecutorKind = Literal["local", "ray"]
+from diageval.executors.registry import EXECUTORS
+from diageval.hosting import Attempt, HostError
 
 
 class ExecutorSpec(BaseModel):
@@ -21,20 +20,27 @@ class ExecutorSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: ExecutorKind = "local"
+    kind: str = "local"
     address: str | None = None
+
+    @field_validator("kind")
+    @classmethod
+    def _known(cls, kind: str) -> str:
+        if kind not in EXECUTORS:
+            raise ValueError(f"executor {kind!r}: expected one of {', '.join(EXECUTORS)}")
+        return kind
 
     @classmethod
     def parse(cls, text: "str | ExecutorSpec") -> "ExecutorSpec":
         if isinstance(text, ExecutorSpec):
             return text
         kind, sep, address = str(text).strip().partition(":")
-        if kind not in ("local", "ray"):
-            raise ValueError(f"executor {text!r}: expected local, ray or ray:ADDRESS")
+        if kind not in EXECUTORS:
+            raise ValueError(f"executor {text!r}: expected {', '.join(EXECUTORS)} or ray:ADDRESS")
         if kind == "local" and sep:
             raise ValueError(f"executor {text!r}: local takes no address (ray:ADDRESS does)")
         if sep and not address.strip():
-            raise ValueError(f"executor {text!r}: ray: needs an address after the colon (or plain ray)")
+            raise ValueError(f"executor {text!r}: {kind}: needs an address after the colon (or plain {kind})")
         return cls(kind=kind, address=address.strip() or None)
 
     def __str__(self) -> str:
@@ -62,3 +68,9 @@ class HarnessFailure:
 
 Outcome = Attempt | HarnessFailure
 OnDone = Callable[[int, Outcome], None]
+OnPrepared = Callable[[int, Any, float], None]  # (index, the prepared evidence or the exception that replaces it,
+# the seconds the recording task took where it ran)
+
+
+class RecordingFailed(HostError):
+    """A recording task on another machine failed, was lost twice, or sent back a damaged bundle."""

@@ -9,10 +9,8 @@ Everything outside this package uses only the names below (``tests/foundations/t
 * every failure of hosting itself is a :class:`HostError` (what a diagnoser does wrong on a case is its
   attempt's status, never an exception);
 * :func:`list_diagnosers`, :func:`sandbox_problem` and :func:`remove_stale_boxes` for the command line;
-* :func:`run_diagnoses` runs a run's :class:`DiagnoseTask` list on an :class:`ExecutorSpec` (``local`` slots, or
-  slots on Ray workers; :mod:`.executors`), each ending in an ``Attempt`` or a :class:`HarnessFailure`;
-  with ``ray``, :func:`executor_session` holds the cluster for the run and :func:`prepare_on_ray` records its
-  live cases (:func:`recorded_on_ray`) there, one per node at a time.
+* :class:`LiveGroups`, :class:`Slot` and the kept files' names (``STDOUT_NAME``, ``STDERR_NAME``) for the executors
+  (``diageval.executors``, a room of its own), which open slots here or on other machines.
 
 Inside: the sandbox (:mod:`.sandbox`), what a run's boxes hide and show (:mod:`.box_policy`,
 :mod:`.spec_paths`, :mod:`.label_stores`, :mod:`.python_paths`), their limits (:mod:`.limits`), the spec registry
@@ -31,8 +29,6 @@ from diageval.hosting.errors import (
     SpecPathError,
     WorkerStartError,
 )
-from diageval.hosting.executors import (DiagnoseTask, ExecutorSpec, HarnessFailure, RecordingFailed, executor_session,
-                                        prepare_on_ray, recorded_on_ray, run_diagnoses)
 from diageval.hosting.host import Host, list_diagnosers
 from diageval.hosting.policy import DEFAULT_TIMEOUT_S, BoxLimits, HostPolicy
 from diageval.hosting.process_groups import LiveGroups
@@ -40,8 +36,7 @@ from diageval.hosting.sandbox import probe as sandbox_problem
 from diageval.hosting.sandbox import remove_stale_boxes
 
 __all__ = [
-    "DEFAULT_TIMEOUT_S", "Attempt", "AttemptStatus", "BoxLimits", "BundleIntegrityError", "DiagnoseTask", "DiagnoserSpecError",
-    "ExecutorSpec", "HarnessFailure", "Host", "HostError", "HostPolicy", "LiveGroups", "STDERR_NAME", "STDOUT_NAME", "SandboxUnavailable", "Slot", "SpecPathError",
-    "WorkerStartError", "list_diagnosers", "remove_stale_boxes", "run_diagnoses", "sandbox_problem",
-    "RecordingFailed", "executor_session", "prepare_on_ray", "recorded_on_ray",
+    "DEFAULT_TIMEOUT_S", "Attempt", "AttemptStatus", "BoxLimits", "BundleIntegrityError", "DiagnoserSpecError", "Host",
+    "HostError", "HostPolicy", "LiveGroups", "STDERR_NAME", "STDOUT_NAME", "SandboxUnavailable", "Slot", "SpecPathError",
+    "WorkerStartError", "list_diagnosers", "remove_stale_boxes", "sandbox_problem",
 ]

@@ -65,8 +65,8 @@ from diageval.cases.load import CaseSet, LoadedCase
 from diageval.cases.tiers import FULL, EvidenceTier, case_under_tier
 from diageval.errors import DiagevalError
 from diageval.fileio import atomic_write_text
-from diageval.hosting import (Attempt, DiagnoseTask, ExecutorSpec, HarnessFailure, Host, HostPolicy, executor_session,
-                              prepare_on_ray, recorded_on_ray, remove_stale_boxes, run_diagnoses)
+from diageval.executors import DiagnoseTask, ExecutorSpec, HarnessFailure, executor_for
+from diageval.hosting import Attempt, Host, HostPolicy, remove_stale_boxes
 from diageval.progress import Progress
 from diageval.run.evidence_tiers import EvidenceSize, TierSourceDamaged, evidence_size, tier_bundle
 from diageval.run.grade import summarize_run
@@ -97,7 +97,7 @@ class RunOptions(BaseModel):
     device: Device = "auto"
     seed: int | None = Field(None, description="the shuffle of the cases (default: drawn at random, or the resumed run's)")
     evidence: EvidenceTier = Field(FULL, description="the evidence tier the diagnoser gets (diageval.cases.tiers)")
-    executor: ExecutorSpec = Field(ExecutorSpec(), description="where diagnoses run: local, ray or ray:ADDRESS (diageval.hosting.executors)")
+    executor: ExecutorSpec = Field(ExecutorSpec(), description="where diagnoses run: local, ray or ray:ADDRESS (diageval.executors)")
 
     @field_validator("executor", mode="before")
     @classmethod
@@ -251,14 +251,14 @@ def _run_locked(hosted: Host, case_set: CaseSet, store: RunStore, show: Progress
         show.line(f"resuming {store.root}: {counts['resumed']} case(s) already done, {len(todo)} to go")
     from diageval.recording.monitors import monitor_for_spec
 
-    record_on_ray = options.executor.kind == "ray" and monitor_for_spec(hosted.spec) is None  # a monitor's: here
+    record_there = monitor_for_spec(hosted.spec) is None  # a monitor's cases are recorded here, with it in the job
     evidence_fn = evidence_fn or _default_evidence_fn()
     pipeline = _Pipeline(hosted, case_set, store, jobs=jobs, show=show, tier=options.evidence, executor=options.executor)
     try:
         by_id = {lc.case.id: lc for lc in todo}
-        with executor_session(options.executor if todo else ExecutorSpec()):  # one Ray for both phases
+        with (pipeline.executor.session() if todo else contextlib.nullcontext()):  # one Ray for both phases
             prepared = pipeline.prepare_all([by_id[cid] for cid in evidence_order], evidence_fn, device,
-                                            record_on_ray=record_on_ray)
+                                            record_there=record_there)
             ready = sorted(prepared, key=lambda r: order[r.loaded.case.id])
             sizes = {**manifest.evidence_sizes, **{r.loaded.case.id: r.size for r in ready if r.size is not None}}
             manifest = manifest.model_copy(update={"evidence_sizes": sizes})
@@ -303,7 +303,7 @@ class _Pipeline:
     def __init__(self, hosted: Host, case_set: CaseSet, store: RunStore, *, jobs: int, show: Progress,
                  tier: EvidenceTier = FULL, executor: ExecutorSpec = ExecutorSpec()):
         self.hosted = hosted
-        self.executor = executor
+        self.executor = executor_for(executor)
         self.tier = tier
         self.case_set = _under_tier(case_set, tier)  # as scored and as handed to prior and oracle
         self.store = store
@@ -313,13 +313,14 @@ class _Pipeline:
         self.damaged: list[LoadedCase] = []  # cached bundles that failed their checksums: recorded again
 
     def prepare_all(self, todo: list[LoadedCase], evidence_fn: EvidenceFn, device: Device, *,
-                    record_on_ray: bool = False) -> list[_Ready]:
-        """Every case's evidence, here one after another; with ``record_on_ray``, the live cases' on the Ray
-        cluster's recorder nodes (one per node at a time: :func:`diageval.hosting.prepare_on_ray`), after the
+                    record_there: bool = False) -> list[_Ready]:
+        """Every case's evidence, here one after another; with ``record_there``, the cases the executor records
+        itself on its own machines (``ray``: the live cases, on the cluster's recorder nodes, one per node at a
+        time), after the
         others, their answers checked here exactly as a local preparation's."""
         ready: list[_Ready] = []
-        there = [lc for lc in todo if record_on_ray and recorded_on_ray(lc.case)]
-        here = [lc for lc in todo if not (record_on_ray and recorded_on_ray(lc.case))]
+        there = [lc for lc in todo if record_there and self.executor.records(lc.case)]
+        here = [lc for lc in todo if not (record_there and self.executor.records(lc.case))]
         shown = 0
 
         def finish(loaded: LoadedCase, fn: EvidenceFn, start: float) -> None:
@@ -340,7 +341,7 @@ class _Pipeline:
             def answered(i: int, answer: Any, seconds: float) -> None:  # seconds: the recording's, on its node
                 finish(there[i], _answered(answer), time.perf_counter() - seconds)
 
-            prepare_on_ray(there, evidence_fn, answered, device=device, address=self.executor.address)
+            self.executor.prepare(there, evidence_fn, answered, device=device)
         sharing: dict[str, list[str]] = {}
         for r in ready:
             sharing.setdefault(r.bundle_id, []).append(r.loaded.case.id)
@@ -403,7 +404,7 @@ class _Pipeline:
 
     def diagnose_all(self, ready: list[_Ready]) -> int:
         """Diagnose ``ready`` with ``jobs`` slots on the run's executor (``local`` or ``ray``,
-        :func:`diageval.hosting.run_diagnoses`); return how many cases finished. Each finished case is scored
+        :class:`diageval.executors.Executor`); return how many cases finished. Each finished case is scored
         and saved here, in this process, whatever executed it."""
         if not ready:
             return 0
@@ -442,8 +443,8 @@ class _Pipeline:
                 so_far = dict(tally)
             self.show.tally("diagnose", n, total, so_far, seconds)  # counts only: other boxes are still alive
 
-        run_diagnoses(self.hosted, tasks, done, executor=self.executor, jobs=self.jobs, handover=handover,
-                      log_path=self.store.log_path)
+        if tasks:
+            self.executor.run(self.hosted, tasks, done, jobs=self.jobs, handover=handover, log_path=self.store.log_path)
         for case_id, (status, seconds) in sorted(ended.items()):  # every box is closed: the ids may be named
             secs = f"{seconds:7.2f} s" if seconds is not None else ""
             self.show.line(f"diagnosed {case_id:<40} {status:<15} {secs}".rstrip())
@@ -502,7 +503,7 @@ def _under_tier(case_set: CaseSet, tier: EvidenceTier) -> CaseSet:
 def _env_with_executor(executor: ExecutorSpec) -> Any:
     """This machine's environment, and where the diagnoses ran when that was not here (``executor``)."""
     env = run_env()
-    return env if executor.kind == "local" else env.model_copy(update={"executor": str(executor)})
+    return env if executor == ExecutorSpec() else env.model_copy(update={"executor": str(executor)})
 
 
 def _split_by_device(

@@ -21,14 +21,15 @@ from pathlib import Path
 import pytest
 from run_fakes import FakeEvidence, make_case, make_case_set, write_bundle
 
-from diageval.hosting import ExecutorSpec, HostPolicy, SandboxUnavailable, sandbox_problem
-from diageval.hosting.executors.bundle_transfer import TransferDamaged, pack_bundle, receive_bundle, unpack_bundle
-from diageval.hosting.executors.local_ray import start_local_ray
-from diageval.hosting.executors.ray_pool import _Pool, check_opened
-from diageval.hosting.executors.ray_recording import RecordingFailed, prepare_on_ray
-from diageval.hosting.executors.recording_task import record_here
-from diageval.hosting.executors.remote_slot import RemoteSlot
-from diageval.hosting.executors.tasks import DiagnoseTask, HarnessFailure
+from diageval.executors import ExecutorSpec
+from diageval.hosting import HostPolicy, SandboxUnavailable, sandbox_problem
+from diageval.bundle.transfer import TransferDamaged, pack_bundle, receive_bundle, unpack_bundle
+from diageval.executors.local_ray import start_local_ray
+from diageval.executors.ray_pool import _Pool, check_opened
+from diageval.executors.ray_recording import RecordingFailed, prepare_on_ray
+from diageval.executors.recording_task import record_here
+from diageval.executors.remote_slot import RemoteSlot
+from diageval.executors.tasks import DiagnoseTask, HarnessFailure
 from diageval.recording.prepare import PreparedEvidence
 from diageval.run.pipeline import RunOptions, run_diagnoser
 from diageval.run.store import RunStore
@@ -227,7 +228,8 @@ def local_ray():
     # runtime_env would give its actors workers of their own, each started (~8 s here) when an actor asks
     # for one, where the node's prestarted workers serve them at once
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("PYTHONPATH", str(TESTS), prepend=os.pathsep)
+        env.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(Path(__file__).resolve().parent)]),
+                   prepend=os.pathsep)  # the shared fakes, and this module's (RecorderFake)
         if not ray.is_initialized():
             try:
                 start_local_ray(ray, num_cpus=2, log_to_driver=False)  # one recorder

@@ -153,6 +153,51 @@ def test_hosting_imports_nothing_of_the_run_scoring_or_reports():
     assert _violations("diageval.hosting", allowed) == []
 
 
+def test_nothing_outside_the_executors_imports_past_their_face():
+    """Where diagnoses run is one room with one face (``diageval.executors``): the run picks an executor from its
+    registry and never reaches into Ray's pool or the local slots."""
+    bad = [f"{m} imports {d}" for m, deps in GRAPH.items() if not m.startswith("diageval.executors")
+           for d in sorted(deps) if d.startswith("diageval.executors.")]
+    assert bad == []
+
+
+def test_the_executors_sit_between_the_run_and_hosting():
+    """Executors use hosting only through its face, and nothing of the run, scoring or reports; hosting and
+    recording know nothing of them (an executor is added without touching the trust boundary)."""
+    forbidden = ("diageval.run", "diageval.scoring", "diageval.reports", "diageval.diagnosers")
+    allowed = lambda d: not d.startswith(forbidden) and not d.startswith("diageval.hosting.")  # noqa: E731
+    assert _violations("diageval.executors", allowed) == []
+    for room in ("diageval.hosting", "diageval.recording"):
+        assert _violations(room, lambda d: not d.startswith("diageval.executors")) == []
+
+
+def test_every_executor_is_one_registry_line_that_meets_the_protocol():
+    import importlib
+
+    from diageval.executors import EXECUTORS, ExecutorSpec, executor_for
+
+    for name, target in EXECUTORS.items():
+        module, _, cls = target.partition(":")
+        assert MODULES.get(module) is not None, f"{name}: {module} is not a module of the package"
+        executor = executor_for(ExecutorSpec(kind=name))
+        for member in ("session", "records", "prepare", "run"):
+            assert callable(getattr(executor, member, None)), f"{name} lacks {member}"
+        assert type(executor) is getattr(importlib.import_module(module), cls)
+
+
+def test_each_face_exports_what_the_doc_says():
+    """docs/architecture.md lists each face's exports; the doc and the code's ``__all__`` agree."""
+    import re
+
+    doc = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    for package in ("diageval.hosting", "diageval.executors"):
+        listed = re.search(rf"`{re.escape(package)}` exports: ([^\n]+)", doc)
+        assert listed, f"docs/architecture.md does not list what {package} exports"
+        names = set(re.findall(r"`(\w+)`", listed.group(1)))
+        exported = set(__import__(package, fromlist=["__all__"]).__all__)
+        assert names == exported, f"{package}: doc lists {sorted(names - exported)} not exported; exports {sorted(exported - names)} not listed"
+
+
 def test_user_facing_errors_share_one_base():
     """Every exception class of the harness, scoring and reports derives from ``DiagevalError`` (the CLI maps
     it to an exit code in one place). The diagnosers' own signals (``DiagnoserUnavailable``, ``DiagnoserFailed``)
@@ -227,5 +272,5 @@ def test_rooms_are_folders():
     rooms = defaultdict(int)
     for m in MODULES:
         rooms[_room(m)] += 1
-    for room in ("cases", "bundle", "recording", "hosting", "run", "diagnosers", "scoring", "reports"):
+    for room in ("cases", "bundle", "recording", "hosting", "executors", "run", "diagnosers", "scoring", "reports"):
         assert rooms[room] > 1, room

@@ -170,9 +170,8 @@ def test_kill9_of_record_leaves_no_rank_and_the_next_record_cleans_up(tmp_path):
     assert not [p for p in leftovers if p.exists()]
 
 
-def test_kill9_of_record_ends_a_long_job_s_ranks_too(tmp_path):
-    """The ranks' parents watch the launcher: SIGKILL of ``record`` during a long job (10000 steps, minutes)
-    ends its ranks within seconds, not when the job would have ended."""
+def record_a_long_job(tmp_path: Path, env: dict[str, str]) -> subprocess.Popen:
+    """``diageval record`` of a healthy 2-rank job of 10000 steps (minutes), from a corpus of that one case."""
     import shutil
 
     from diageval.paths import builtin_cases_dir
@@ -183,9 +182,14 @@ def test_kill9_of_record_ends_a_long_job_s_ranks_too(tmp_path):
     (cases / "long.yaml").write_text(
         "id: long-job\ntitle: a long healthy job\nworkload: {name: mlp_ddp, world_size: 2, steps: 10000}\nfaults: []\n"
         "labels: {causes: [], symptoms: [], expect: healthy}\nrequires: {device: any}\n")
-    env = {**os.environ, "DIAGEVAL_HOME": str(tmp_path / "home")}
-    proc = subprocess.Popen([sys.executable, "-m", "diageval.cli", "record", "long-job", "--cases", str(cases),
+    return subprocess.Popen([sys.executable, "-m", "diageval.cli", "record", "long-job", "--cases", str(cases),
                              "--device", "cpu"], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+
+
+def test_kill9_of_record_ends_a_long_job_s_ranks_too(tmp_path):
+    """The ranks' parents watch the launcher: SIGKILL of ``record`` during a long job (10000 steps, minutes)
+    ends its ranks within seconds, not when the job would have ended."""
+    proc = record_a_long_job(tmp_path, {**os.environ, "DIAGEVAL_HOME": str(tmp_path / "home")})
     _wait_for(lambda: len(_descendants(proc.pid)) >= 5 or proc.poll() is not None, 120, "the ranks never started")
     assert proc.poll() is None, proc.stderr.read().decode()
     time.sleep(2.0)  # into the job's steps

@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pytest
 from run_fakes import write_bundle
-from test_kill9 import _descendants, _kill_and_check, _read, _wait_for, needs_bwrap
+from test_kill9 import _descendants, _kill_and_check, _read, _wait_for, needs_bwrap, record_a_long_job
 
 from diageval.fileio import owned_temp_dir
 from diageval.hosting.sandbox import DIAGNOSE_PREFIX, HOST_PREFIX, remove_stale_boxes
-from diageval.paths import builtin_cases_dir
 from diageval.recording.launcher import MP_PREFIX
 
 
@@ -74,15 +73,7 @@ def test_kill9_of_diagnose_leaves_its_folder_named_for_it_and_the_next_start_rem
 def test_kill9_of_record_leaves_multiprocessing_s_folders_inside_one_owned_folder_the_next_start_removes(tmp_path,
                                                                                                          short_tmp):
     tmp = short_tmp
-    cases = tmp_path / "cases"
-    cases.mkdir()
-    shutil.copy(builtin_cases_dir() / "taxonomy.yaml", cases / "taxonomy.yaml")
-    (cases / "long.yaml").write_text(
-        "id: long-job\ntitle: a long healthy job\nworkload: {name: mlp_ddp, world_size: 2, steps: 10000}\nfaults: []\n"
-        "labels: {causes: [], symptoms: [], expect: healthy}\nrequires: {device: any}\n")
-    proc = subprocess.Popen([sys.executable, "-m", "diageval.cli", "record", "long-job", "--cases", str(cases),
-                             "--device", "cpu"], env=_env(tmp, DIAGEVAL_HOME=str(tmp_path / "home")),
-                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    proc = record_a_long_job(tmp_path, _env(tmp, DIAGEVAL_HOME=str(tmp_path / "home")))
     _wait_for(lambda: len(_descendants(proc.pid)) >= 5 or proc.poll() is not None, 120, "the ranks never started")
     assert proc.poll() is None, proc.stderr.read().decode()
     time.sleep(2.0)  # into the job's steps: the ranks have made what they make
