@@ -19,7 +19,7 @@ from pathlib import Path
 
 def main(argv: list[str]) -> int:
     from diageval.cases.load import load_case_set
-    from diageval.recording.cache import cache_key, read_truth, recording_code_version
+    from diageval.recording.cache import cache_key, read_truth
     from diageval.recording.label_support import label_support, needs_check
     from diageval.recording.verify import twin_repeat, verification_subject
 
@@ -31,7 +31,6 @@ def main(argv: list[str]) -> int:
         print(f"{cache}: no bundle cache here (expected {cache / 'evidence'})", file=sys.stderr)
         return 2
     wanted = set(argv[1:])
-    code = recording_code_version()
     counts = {"supported": 0, "refused": 0, "not checked": 0}
     total, cases = 0.0, 0
     for lc in load_case_set().cases:
@@ -42,11 +41,11 @@ def main(argv: list[str]) -> int:
             continue
         if all(needs_check(case, c) is not None for c in case.labels.causes):
             continue
-        truth = read_truth(cache, cache_key(case, "cpu", code_version=code))
+        truth = read_truth(cache, cache_key(case, "cpu"))
         if truth is None or truth.verification is None:
             continue
         pairs = truth.verification.repeats
-        folder = lambda c, i: cache / "evidence" / cache_key(c, "cpu", i, code_version=code)  # noqa: E731
+        folder = lambda c, i: cache / "evidence" / cache_key(c, "cpu", i)  # noqa: E731
         injected = [folder(case, i) for i in range(pairs)]
         healthy = [folder(case.healthy_twin(), twin_repeat(verification_subject(case), i)) for i in range(pairs)]
         if not all(f.is_dir() for f in injected + healthy):

@@ -225,9 +225,15 @@ def bundle_group() -> None:
               help="Refuse a trace that decompresses to more JSON than this many GiB (default 4: a gzip bomb).")
 @click.option("--max-world-size", type=click.IntRange(min=1), default=None,
               help="Refuse a job with more ranks than this (default 2^20; ranks come from the traces and file names).")
+@click.option("--no-repair", is_flag=True, default=False,
+              help="Import every file as given: do not split a file that holds several ranks nor drop duplicated "
+                   "events (what is found is still printed and recorded in import_report.json).")
 def bundle_import_cmd(traces: tuple[Path, ...], out_dir: Path, max_trace_gib: float | None,
-                      max_world_size: int | None) -> None:
-    """Wrap existing torch.profiler traces (one file per rank; a folder = all *.json[.gz] in it) into a bundle."""
+                      max_world_size: int | None, no_repair: bool) -> None:
+    """Wrap existing torch.profiler traces (one file per rank; a folder = all *.json[.gz] in it) into a bundle.
+
+    A trace that holds several ranks is split into one per rank, events duplicated by a restarted profiler are
+    dropped, events stamped ts 0 are counted; one line per repair is printed (docs/importing.md)."""
     from diageval.bundle.importer import (
         MAX_TRACE_BYTES,
         MAX_WORLD_SIZE,
@@ -241,6 +247,7 @@ def bundle_import_cmd(traces: tuple[Path, ...], out_dir: Path, max_trace_gib: fl
             list(traces), out_dir,
             max_trace_bytes=int(max_trace_gib * (1 << 30)) if max_trace_gib else MAX_TRACE_BYTES,
             max_world_size=max_world_size or MAX_WORLD_SIZE,
+            repair=not no_repair,
         )
     except TraceImportError as err:
         raise click.ClickException(str(err))
@@ -261,8 +268,8 @@ def trace_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Every per-step figure as JSON.")
 def trace_stats_cmd(paths: tuple[Path, ...], compare: bool, as_json: bool) -> None:
     """Per-step device, launch, blocking-call, data-wait and communication figures of a trace or bundle."""
-    from diageval.bundle.importer import TraceImportError
-    from diageval.bundle.trace_stats import trace_files_of, trace_stats
+    from diageval.bundle.importer import TraceImportError, trace_files_of
+    from diageval.bundle.trace_stats import trace_stats
     from diageval.bundle.trace_stats_table import format_compare, format_table
     from diageval.bundle.trace_stream import TraceFormatError
 

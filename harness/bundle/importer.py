@@ -14,7 +14,18 @@ directly inside it). The result is an ordinary bundle with ``origin: "imported"`
     seconds (``ts`` + ``baseTimeNanoseconds``; traces without ``baseTimeNanoseconds`` already carry epoch
     microseconds). Traces recorded without a profiler schedule have no step markers and get no steps file.
 
-No metrics or logs are invented. Rank of each file, in order of preference: ``distributedInfo.rank``,
+``import_report.json`` (only when there is something to say)
+    what the import found wrong with the evidence and what it did: a file holding several ranks split into one
+    trace per rank, events a restarted profiler duplicated dropped, events stamped ``ts`` 0 counted and kept
+    (:mod:`~diageval.bundle.import_repairs`, which says why; ``repair=False`` / ``--no-repair`` imports every file
+    as given and still records what was found). The same detector as ``trace stats`` and rules
+    (:mod:`~diageval.bundle.trace_defects`) sees each event in the importer's one pass.
+
+No metrics or logs are invented.
+
+Size: over 400 lines because one import is one unit: find the files, read each once (facts, time checks, the
+defect detector), rank them, check they are one job, and write the bundle; what is done about a defect lives in
+``import_repairs``. Rank of each file, in order of preference: ``distributedInfo.rank``,
 a number after ``rank`` in the file name (``rank-34.….json.gz``, ``sampled_rank-1.json.gz``, ``rank0.json``),
 else the lowest rank not yet taken, in the order the files were given. Two files with the same rank, or
 a file that is not a JSON trace, stop the import with an error naming the file(s). The bundle is built in
@@ -40,7 +51,9 @@ infinities reach the importer only through ``trace_stream``'s ``json`` fallback 
 numbers through either path, so the check is not in the shared reader (every diagnoser's path) but in the
 importer's own loop over each event: two chained comparisons, paid for by calling the step-marker test only on
 events of a marker category (``read_trace_facts`` on the 229,459-event MI300 trace: 0.213-0.220 CPU s min, 0.237
-median of 15, before and after, at load 11; ``benchmarks/big_trace.py`` measures the whole import).
+median of 15, before and after, at load 11; ``benchmarks/big_trace.py`` measures the whole import). Feeding the
+defect detector the same windows costs about a third more: 0.296-0.310 CPU s min against 0.221-0.226 without it
+(two rounds of 5, loaded machine), the price of naming a defect without a read of its own.
 """
 
 from __future__ import annotations
@@ -64,7 +77,19 @@ from diageval.bundle.kineto import (
     STEP_MARKER_CATEGORIES,
     profiler_step_number,
 )
-from diageval.bundle.model import MANIFEST_NAME, BundleEnv, BundleManifest, StepRecord, describe_files
+from diageval.bundle.import_repairs import (
+    Finding,
+    ImportNote,
+    TraceRepairError,
+    describe_note,
+    finding_of,
+    read_report,
+    repair_file,
+    write_report,
+)
+from diageval.bundle.model import MANIFEST_NAME, BundleEnv, BundleManifest, EvidenceBundle, StepRecord, describe_files
+from diageval.bundle.trace_defects import DefectObserver
+from diageval.bundle.trace_stats import Names, timed_window
 from diageval.bundle.trace_stream import (
     StreamState,
     TraceEvent,
@@ -99,6 +124,7 @@ class TraceFacts:
     has_gpu_events: bool
     host: str | None
     steps: list[tuple[int, float, float]] = field(default_factory=list)  # (step, t_start, t_end) epoch s
+    finding: Finding | None = None  # what the defect detector saw (import_repairs)
 
 
 def find_trace_files(paths: list[Path]) -> list[Path]:
@@ -123,12 +149,21 @@ def find_trace_files(paths: list[Path]) -> list[Path]:
     return files
 
 
+def trace_files_of(path: Path) -> list[Path]:
+    """The trace files ``path`` stands for: itself, a bundle's rank traces, or the traces in a folder."""
+    path = Path(path)
+    if path.is_dir() and (path / MANIFEST_NAME).is_file():
+        return [p for _, p in sorted(EvidenceBundle.open(path).trace_paths().items())]
+    return find_trace_files([path])
+
+
 def read_trace_facts(path: Path, max_json_bytes: int = MAX_TRACE_BYTES) -> TraceFacts:
     """Stream one Kineto trace once; any failure names the file and what was expected."""
     path = Path(path)
     state = StreamState()
     has_gpu_events = False
     markers: list[tuple[str, Any, Any]] = []  # (name, ts, dur) of step markers: values, never events
+    observer, names = DefectObserver(), Names()  # the readers' defect detector, fed the same windows
     try:
         with open(path, "rb") as probe:
             magic = probe.read(2)
@@ -149,6 +184,8 @@ def read_trace_facts(path: Path, max_json_bytes: int = MAX_TRACE_BYTES) -> Trace
                 except TypeError:
                     if _is_bad_number(ts, least=-_INF) or _is_bad_number(dur):  # a string beside a bad number
                         raise _bad_time(path, seen, window, ev) from None
+            timed, names = timed_window(window, names)
+            observer.add_window(timed)
             seen += len(window)
     except TraceTooLargeError as exc:
         raise TraceImportError(f"{exc}; if the trace is genuine, raise the limit with --max-trace-gib") from None
@@ -175,6 +212,7 @@ def read_trace_facts(path: Path, max_json_bytes: int = MAX_TRACE_BYTES) -> Trace
         has_gpu_events=bool(devices) or has_gpu_events,
         host=header.get("host_name") if isinstance(header.get("host_name"), str) else None,
         steps=_steps_from_markers(markers, header.get("baseTimeNanoseconds")),
+        finding=finding_of(observer),
     )
 
 
@@ -305,19 +343,45 @@ def import_traces(
     *,
     max_trace_bytes: int = MAX_TRACE_BYTES,
     max_world_size: int = MAX_WORLD_SIZE,
+    repair: bool = True,
 ) -> Path:
     """Wrap Kineto traces (files, or folders of them) into a new evidence bundle at ``out_dir``.
 
-    ``out_dir`` must not exist yet (or be an empty folder). Returns ``out_dir``.
+    ``out_dir`` must not exist yet (or be an empty folder). Returns ``out_dir``. ``repair``: split merged ranks
+    and drop duplicated events (``import_repairs``); False imports every file as given. Either way what was
+    found is recorded in ``import_report.json``.
     """
     out_dir = Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise TraceImportError(f"{out_dir}: already exists and is not an empty folder; choose a new --out")
     files = find_trace_files(list(paths))
-    by_rank = assign_ranks([read_trace_facts(f, max_trace_bytes) for f in files])
-    env = env_from_traces(by_rank, max_world_size)
-
+    facts = [read_trace_facts(f, max_trace_bytes) for f in files]
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.repairing-"))
+    try:
+        return _import(facts, out_dir, scratch, repair=repair, max_trace_bytes=max_trace_bytes,
+                       max_world_size=max_world_size)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _import(facts: list[TraceFacts], out_dir: Path, scratch: Path, *, repair: bool, max_trace_bytes: int,
+            max_world_size: int) -> Path:
+    kept: list[TraceFacts] = []
+    pending: list[_Pending] = []
+    for f in facts:
+        try:
+            more, notes = repair_file(f, scratch, repair, lambda p: read_trace_facts(p, max_trace_bytes))
+        except TraceRepairError as exc:
+            raise TraceImportError(str(exc)) from None
+        kept += more
+        pending += notes
+    by_rank = assign_ranks(kept)
+    env = env_from_traces(by_rank, max_world_size)
+    rank_of = {id(f): rank for rank, f in by_rank.items()}
+    notes = [ImportNote(kind=p.kind, action=p.action, ranks=sorted(rank_of[id(f)] for f in p.about), count=p.count,
+                        detail=p.detail) for p in pending]
+
     tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.importing-"))
     try:
         tmp.chmod(0o755)  # mkdtemp makes it private; a bundle is an ordinary folder
@@ -330,6 +394,7 @@ def import_traces(
         ]
         if steps:
             write_jsonl(tmp / "steps.jsonl", steps)
+        write_report(tmp, notes)
         files_meta = describe_files(tmp)
         manifest = BundleManifest(
             bundle_id=_content_id([m.sha256 for m in files_meta if m.path.startswith("rank")]),
@@ -371,11 +436,12 @@ def describe_import(bundle_dir: Path) -> str:
     ranks = sorted(int(f.path.split("/")[0][4:]) for f in manifest.files if f.path.endswith("trace.json.gz"))
     e = manifest.env
     has_steps = any(f.path == "steps.jsonl" for f in manifest.files)
-    return (
+    report = read_report(bundle_dir)
+    return "\n".join([
         f"bundle {manifest.bundle_id} at {bundle_dir}: ranks {ranks} of world size {e.world_size}, "
         f"device {e.device}{f' ({e.gpu_name})' if e.gpu_name else ''}, backend {e.backend or 'none'}, "
         f"steps.jsonl {'derived from ProfilerStep markers' if has_steps else 'absent (no ProfilerStep markers)'}"
-    )
+    ] + [describe_note(n) for n in (report.notes if report else [])])
 
 
 __all__ = [
@@ -384,6 +450,7 @@ __all__ = [
     "MAX_TRACE_BYTES",
     "MAX_WORLD_SIZE",
     "find_trace_files",
+    "trace_files_of",
     "read_trace_facts",
     "profiler_steps",
     "assign_ranks",

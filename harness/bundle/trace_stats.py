@@ -875,16 +875,5 @@ def trace_stats(path: Path) -> TraceStats:
     )
 
 
-def trace_files_of(path: Path) -> list[Path]:
-    """The trace files ``path`` stands for: itself, a bundle's rank traces, or the traces in a folder."""
-    from diageval.bundle.importer import find_trace_files
-    from diageval.bundle.model import MANIFEST_NAME, EvidenceBundle
-
-    path = Path(path)
-    if path.is_dir() and (path / MANIFEST_NAME).is_file():
-        return [p for _, p in sorted(EvidenceBundle.open(path).trace_paths().items())]
-    return find_trace_files([path])
-
-
-__all__ = ["trace_files_of", "Names", "IdTable", "TimedWindow", "timed_window", "step_markers", "merge_sorted", "NAMES_LIMIT", "tid_strings", "by_tid", "StatsCollector", "TimeRange", "JOIN_PENDING_LIMIT", "Coverage", "StepStats", "TraceStats", "ThreadStats", "BlockingStats",
+__all__ = ["Names", "IdTable", "TimedWindow", "timed_window", "step_markers", "merge_sorted", "NAMES_LIMIT", "tid_strings", "by_tid", "StatsCollector", "TimeRange", "JOIN_PENDING_LIMIT", "Coverage", "StepStats", "TraceStats", "ThreadStats", "BlockingStats",
            "trace_stats", "quantile", "GAP_BINS_US", "SHORT_GAP_US", "BLOCKING_KINDS"]

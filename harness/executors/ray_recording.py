@@ -67,13 +67,12 @@ def prepare_on_ray(cases: list[LoadedCase], prepare: Callable[..., Any], on_done
         task = ray.remote(num_cpus=1, resources={RECORDER_RESOURCE: 1}, max_retries=1)(record_here)
         lost = (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError, ray.exceptions.ObjectLostError,
                 ray.exceptions.LocalRayletDiedError, ray.exceptions.OutOfMemoryError)
-        code = _code_version()
         pending = collections.deque(range(len(cases)))
         while pending or refs:
             while pending and len(refs) < 2 * recorders:  # Ray's resource runs one per recorder, the next one waits
                 # there; no more are sent, so the seeds held here and in the object store stay few
                 i = pending.popleft()
-                seeded, truths = _seeds(cases[i].case, device, cache, code)
+                seeded, truths = _seeds(cases[i].case, device, cache)
                 refs[task.remote(prepare, cases[i], device, seeded, truths)] = i
             [ref], _ = ray.wait(list(refs), num_returns=1)
             i = refs.pop(ref)
@@ -123,13 +122,7 @@ def _keep(answer: dict[str, Any], cache: Path) -> Any:
     return prepared.model_copy(update={"bundle_dir": root / Path(prepared.bundle_dir).name})
 
 
-def _code_version() -> str:
-    from diageval.recording.cache import recording_code_version
-
-    return recording_code_version()
-
-
-def _seeds(case: Case, device: str, cache: Path, code: str) -> tuple[Seeded, dict[str, str]]:
+def _seeds(case: Case, device: str, cache: Path) -> tuple[Seeded, dict[str, str]]:
     """This machine's cached bundles that preparing ``case`` may read: the case's repeat 0 and its base (the
     recording its evidence edits start from), and for a positive case every repeat pair of what its
     verification records (:func:`~diageval.recording.verify.verification_subject` and its healthy twin), up to
@@ -154,11 +147,11 @@ def _seeds(case: Case, device: str, cache: Path, code: str) -> tuple[Seeded, dic
         specs += [(subject.healthy_twin(), twin_repeat(subject, r)) for r in range(LOOKS[-1])]
     seeded: Seeded = {}
     for c, r in specs:
-        key = cache_key(c, resolved, r, code_version=code)
+        key = cache_key(c, resolved, r)
         folder = bundles_root(cache) / key
         if key not in seeded and (folder / MANIFEST_NAME).is_file():
             packed = pack_bundle(folder)
             seeded[key] = (hashlib.sha256(packed[MANIFEST_NAME]).hexdigest(), packed)
-    key = cache_key(case, resolved, 0, code_version=code)
+    key = cache_key(case, resolved, 0)
     truth = truth_path(cache, key)
     return seeded, ({key: truth.read_text(encoding="utf-8")} if truth.is_file() else {})

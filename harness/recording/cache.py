@@ -10,9 +10,15 @@ Cache layout (under ``bundle_cache_dir()``, or ``cache_dir``)::
 Bundles sit one folder below the truth files, so a diagnoser handed a bundle folder finds only other
 opaque bundles beside it, not the labels.
 
-``key`` hashes the case's recording spec (workload and faults, not labels or title), the recording code
-version (a hash of the recording, workload and fault sources), the resolved device, the torch version
-and the repeat number. Repeat 0 is the bundle diagnosers see; repeats 1.. exist only to measure noise in
+``key`` hashes the case's recording spec (workload and faults, not labels or title), the code its recording
+runs (:func:`recording_code_version`), the resolved device, the torch version and the repeat number (and for a
+live regression or fleet, the specs of the runs it records). The code is the case's own: the registry entries
+of its workload and faults, the sources of their modules, the shared recording and launch code
+(:data:`RECORDING_ENTRY`), the assembly code of a bundle made from others (evidence edits: this module; a
+fleet: ``fleet.py``), and every module of the package those import, found by reading their imports
+(:func:`recording_sources`; :data:`NOT_RECORDING` says where the reading stops, and why). So a change to one
+fault's module re-records only the cases that use that fault; a change to the launcher, the rank worker or the
+bundle writer re-records every case; a change to verification re-records none. Repeat 0 is the bundle diagnosers see; repeats 1.. exist only to measure noise in
 verification. A healthy twin has the same spec as a healthy control of the same workload, so they
 share cache entries.
 
@@ -25,49 +31,169 @@ re-record the base (force the case without the edits for that).
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import json
+import os
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from diageval.cases.model import Case
 from diageval.fileio import append_jsonl, atomic_write_text
 from diageval.recording.truth import TruthRecord
 
 _HARNESS = Path(__file__).resolve().parent.parent
-# The sources that shape a recording, relative to the package root: a change to any of them re-records.
-RECORDING_SOURCES = ("recording", "bundle/model.py")
-# Modules of recording/ that judge recordings but never shape one: a change to them re-verifies (prepare
-# re-verifies a record its test did not make), it does not re-record.
-VERIFICATION_ONLY = ("recording/verify.py", "recording/truth.py", "recording/manifest_test.py",
-                     "recording/stored_checks.py", "recording/label_support.py")
+# What runs every recording, relative to the package root, by name: the rank worker is started by name in each
+# rank process (no import reaches it), the launcher and record.py drive it, plugin.py loads the case's workload
+# and faults, bundle/model.py writes the bundle. Everything they import inside the package is found by reading
+# their imports (:func:`recording_sources`), so nothing they run is left out by a list that went stale.
+RECORDING_ENTRY = ("recording/record.py", "recording/launcher.py", "recording/rank_worker.py", "recording/plugin.py",
+                   "bundle/model.py")
+# What assembles a bundle from others, added for the cases whose bundle it makes: evidence edits applied to the
+# recording without them (``derive_bundle`` here), a regression's or fleet's runs assembled (``fleet.py``), and
+# the real traces a recorded regression or fleet imports (``recorded.py``).
+EDIT_ENTRY = ("recording/cache.py",)
+FLEET_ENTRY = ("recording/fleet.py",)
+RECORDED_ENTRY = ("recording/recorded.py",)
+# Where the reading of imports stops, and why. Modules that judge recordings but never shape one: a change to
+# them re-verifies (prepare re-verifies a record its test did not make), it does not re-record. The registries:
+# each holds every workload's or fault's entry; a case is keyed on its own entries instead (name, implementation,
+# params model, check), so adding or changing another fault leaves it alone. ``cases/``: a case enters the key as
+# its content (``Case.spec_hash``: workload and faults, not labels), and a fleet's members, the one thing the case
+# model derives for a recording, as their own specs; the case model's code validates and describes cases.
+NOT_RECORDING = ("recording/verify.py", "recording/truth.py", "recording/manifest_test.py",
+                 "recording/label_support.py", "recording/fleet_verify.py", "recording/prepare.py",
+                 "recording/faults/__init__.py", "recording/workloads/__init__.py", "cases/")
 
 
-def recording_code_version() -> str:
-    """sha256 over the sources that shape a recording (paths and bytes, sorted). Every cache lookup needs it
-    (several a case); the files are read again only when one's size or modification time changed."""
-    files: list[Path] = []
-    for name in RECORDING_SOURCES:
-        p = _HARNESS / name
-        files += sorted(p.rglob("*.py")) if p.is_dir() else [p]
-    sources = []
-    for f in files:
-        rel = f.relative_to(_HARNESS).as_posix()
-        if rel not in VERIFICATION_ONLY:
-            st = f.stat()
-            sources.append((str(f), rel, st.st_size, st.st_mtime_ns))
-    return _sources_hash(tuple(sources))
+def recording_sources(case: Case) -> list[str]:
+    """The sources a recording of ``case`` runs, relative to the package root, sorted: the shared recording and
+    launch code (:data:`RECORDING_ENTRY`), the modules of its workload and of each of its faults (a fleet's: its
+    members'), the assembly code of a derived bundle, and everything those import inside the package, except
+    :data:`NOT_RECORDING`."""
+    return list(_closure(str(_HARNESS), _entries(case, _plugins(_members(case)))))
 
 
-@functools.lru_cache(maxsize=16)
-def _sources_hash(sources: tuple[tuple[str, str, int, int], ...]) -> str:
+def recording_code_version(case: Case, members: list[Case] | None = None) -> str:
+    """sha256 over the case's registry entries and the sources its recording runs (:func:`recording_sources`:
+    paths and bytes). Every cache lookup needs it (several a case); a file is read and parsed again only when its
+    size or modification time changed. ``members``: a fleet's :func:`_members`, when the caller has them."""
+    plugins = _plugins(_members(case) if members is None else members)
     h = hashlib.sha256()
-    for path, rel, _, _ in sources:
+    for kind, info in plugins:
+        check = getattr(info, "check", None)
+        h.update(json.dumps([kind, info.name, info.impl, info.params_model.__qualname__,
+                             getattr(check, "__qualname__", None), list(getattr(info, "injects", ()))]).encode())
+    root = str(_HARNESS)
+    for rel in _closure(root, _entries(case, plugins)):
         h.update(rel.encode())
-        h.update(Path(path).read_bytes())
+        h.update(_source_hash(*_stamp(root, rel)).encode())
     return h.hexdigest()
+
+
+def _members(case: Case) -> list[Case]:
+    """The job cases a recording of ``case`` records: a live regression's or fleet's runs, else the case itself."""
+    return [member for _, member in case.fleet_members()] if case.fleet is not None and case.workload else [case]
+
+
+def _plugins(members: list[Case]) -> list[tuple[str, Any]]:
+    """The registry entries the recordings of ``members`` (:func:`_members`) use, as (``workload`` or ``fault``,
+    entry), sorted (an unknown name is the case validator's to report: skipped here)."""
+    from diageval.recording.faults import FAULTS
+    from diageval.recording.workloads import WORKLOADS
+
+    out: dict[tuple[str, str], Any] = {}
+    for c in members:
+        if c.workload is not None and c.workload.name in WORKLOADS:
+            out[("workload", c.workload.name)] = WORKLOADS[c.workload.name]
+        for spec in c.faults:
+            if spec.name in FAULTS:
+                out[("fault", spec.name)] = FAULTS[spec.name]
+    return [(k[0], out[k]) for k in sorted(out)]
+
+
+def _entries(case: Case, plugins: list[tuple[str, Any]]) -> tuple[str, ...]:
+    """Where reading the imports starts for ``case`` (:func:`recording_sources`)."""
+    root = str(_HARNESS)
+    entries = [*RECORDING_ENTRY]
+    for _, info in plugins:
+        modules = [info.impl.partition(":")[0], info.params_model.__module__]
+        check = getattr(info, "check", None)
+        modules += [check.__module__] if check is not None else []
+        entries += [rel for m in modules if (rel := _module_path(root, m))]
+    if any(kind == "fault" and info.load().stage == "bundle" for kind, info in plugins):  # loads without torch
+        entries += EDIT_ENTRY
+    if case.fleet is not None:
+        entries += FLEET_ENTRY if case.workload is not None else FLEET_ENTRY + RECORDED_ENTRY
+    return tuple(sorted(set(entries)))
+
+
+def _stops(rel: str) -> bool:
+    return rel in NOT_RECORDING or rel.startswith(tuple(n for n in NOT_RECORDING if n.endswith("/")))
+
+
+def _closure(root: str, entries: tuple[str, ...]) -> tuple[str, ...]:
+    """``entries`` and every module of the package they import, transitively, stopping at :data:`NOT_RECORDING`;
+    sorted (each file parsed again only when its size or modification time changed)."""
+    seen: set[str] = set()
+    todo = list(entries)
+    while todo:
+        rel = todo.pop()
+        if rel in seen or _stops(rel):
+            continue
+        seen.add(rel)
+        todo += _parsed_imports(root, *_stamp(root, rel))
+    return tuple(sorted(seen))
+
+
+@functools.lru_cache(maxsize=4096)
+def _module_path(root: str, module: str) -> str | None:
+    """``diageval.a.b`` -> ``a/b.py`` (or ``a/b/__init__.py``), relative to the package root; None outside it."""
+    if module != "diageval" and not module.startswith("diageval."):
+        return None
+    base = os.path.join(root, *module.split(".")[1:])
+    for path in (base + ".py", os.path.join(base, "__init__.py")):
+        if os.path.isfile(path):
+            return os.path.relpath(path, root).replace(os.sep, "/")
+    return None
+
+
+def _stamp(root: str, rel: str) -> tuple[str, int, int]:
+    path = os.path.join(root, rel)
+    st = os.stat(path)
+    return path, st.st_size, st.st_mtime_ns
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed_imports(root: str, path: str, size: int, mtime_ns: int) -> tuple[str, ...]:
+    """The package's modules ``path`` imports anywhere (a function's lazy import too; not under
+    ``if TYPE_CHECKING``), relative to the package root ``root``."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and isinstance(child.test, ast.Name) and child.test.id == "TYPE_CHECKING":
+                for other in child.orelse:
+                    visit(other)
+                continue
+            if isinstance(child, ast.Import):
+                found.update(m for a in child.names if (m := _module_path(root, a.name)))
+            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                for a in child.names:  # ``from pkg import module`` imports the module, else the name is pkg's
+                    m = _module_path(root, f"{child.module}.{a.name}") or _module_path(root, child.module)
+                    if m:
+                        found.add(m)
+            visit(child)
+
+    visit(ast.parse(Path(path).read_bytes(), filename=path))
+    return tuple(sorted(found))
+
+
+@functools.lru_cache(maxsize=1024)
+def _source_hash(path: str, size: int, mtime_ns: int) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 @functools.cache
@@ -86,14 +212,18 @@ def torch_version() -> str:
         return torch.__version__
 
 
-def cache_key(case: Case, device: str, repeat: int = 0, *, code_version: str | None = None) -> str:
+def cache_key(case: Case, device: str, repeat: int = 0) -> str:
+    """The opaque key of ``case``'s recording (module doc): its spec, the code it runs, device, torch, repeat."""
+    members = _members(case)
     payload = {
         "spec": case.spec_hash(),
-        "code": code_version or recording_code_version(),
+        "code": recording_code_version(case, members),
         "device": device,
         "torch": torch_version(),
         "repeat": repeat,
     }
+    if case.fleet is not None and case.workload is not None:  # what the case model derives for each run to record
+        payload["members"] = [member.id for member in members]  # ids derived from their specs
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 

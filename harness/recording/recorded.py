@@ -141,7 +141,9 @@ def import_recorded(loaded: LoadedCase, *, data_dir: Path | None = None, cache_d
                 link = Path(stage) / f"rank{f.rank}.{'json.gz' if path.name.endswith('.gz') else 'json'}"
                 link.symlink_to(path.resolve())
                 staged.append(link)
-            imported = import_traces(staged, Path(stage) / "bundle")
+            # as given (no repair): a case's evidence is its files as its author labeled them; what the import
+            # finds wrong with them is still recorded in the bundle (import_repairs)
+            imported = import_traces(staged, Path(stage) / "bundle", repair=False)
             reissue(imported, secrets.randbits(63))
             if (folder / MANIFEST_NAME).is_file():  # another process imported it meanwhile: its bundle stays
                 return folder

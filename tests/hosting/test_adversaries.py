@@ -28,7 +28,7 @@ from run_fakes import FakePrepared, FakeVerification, write_bundle
 
 from diageval.cases.load import load_case_set
 from diageval.fileio import append_jsonl
-from diageval.recording.cache import bundles_root, cache_key, recording_code_version, write_truth
+from diageval.recording.cache import bundles_root, cache_key, write_truth
 from diageval.recording.truth import TruthRecord
 from diageval.run.pipeline import diagnosis_order
 from run_fakes import run_with
@@ -46,11 +46,10 @@ class CacheEvidence:
 
     def __init__(self, home: Path):
         self.cache = home / "bundles"
-        self.code = recording_code_version()
 
     def __call__(self, loaded, *, device: str = "auto", force: bool = False) -> FakePrepared:
         case = loaded.case
-        key = cache_key(case, "cpu", code_version=self.code)
+        key = cache_key(case, "cpu")
         folder = bundles_root(self.cache) / key
         if force or not (folder / "bundle.json").is_file():
             shutil.rmtree(folder, ignore_errors=True)
