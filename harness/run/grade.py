@@ -112,6 +112,7 @@ def rescore_run(run_dir: Path, *, case_set: CaseSet | None = None, allow_missing
             manifestation=row.manifestation,
             difficulty=row.difficulty,
             seconds=row.seconds,
+            usage=row.usage,
             error=row.error,
             bundle_id=row.bundle_id,
             bundle_sha256=row.bundle_sha256,

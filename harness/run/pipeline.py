@@ -469,7 +469,9 @@ class _Pipeline:
 
         diagnosis = attempt.diagnosis if attempt is not None else None
         case = case_under_tier(loaded.case, self.tier)  # labels the tier cannot show: diageval.cases.tiers
-        result = score_case(case, diagnosis, taxonomy=self.case_set.taxonomy, **fields)
+        record, _ = self.store.read_trajectory(loaded.case.id) if attempt is not None else (None, None)
+        usage = record.usage if record is not None else None  # an unreadable one is reported by the page, not trusted
+        result = score_case(case, diagnosis, taxonomy=self.case_set.taxonomy, usage=usage, **fields)
         with self._write_lock:
             if diagnosis is not None:
                 atomic_write_text(self.store.diagnosis_path(loaded.case.id), diagnosis.model_dump_json(indent=2) + "\n")

@@ -53,7 +53,7 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from diageval import __version__
-from diageval.diagnosers.agent_record import AgentRecord
+from diageval.diagnosers.agent_record import AgentRecord, Usage
 from diageval.diagnosers.base import TRAJECTORY_NAME
 from diageval.diagnosis import DEFAULT_LIMITS
 from diageval.errors import DiagevalError
@@ -148,6 +148,7 @@ class SavedOutcome(BaseModel):
     manifestation: ManifestationMeasure | None = None  # in runs before it was carried: none
     difficulty: Literal["easy", "medium", "hard"] | None = None  # in runs before it was measured: as declared
     seconds: float | None = None
+    usage: Usage | None = None  # an agent's, from its trajectory (issue 41); none before
     error: str | None = None
     bundle_id: str | None = None
     bundle_sha256: str | None = None
