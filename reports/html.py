@@ -258,6 +258,9 @@ def cases(inputs: ReportInputs) -> list[dict]:
             diagnosis = run.diagnoses.get(cid)
             claims.extend(_claim_rows(run, r, diagnosis))
         trajectories = [_trajectory(run, cid) for run in inputs.runs if cid in run.trajectories]
+        repeats = [f"{run.name}: {v.verdict} over {len(v.statuses)} repeats (right {v.right}, confidently wrong "
+                   f"{v.wrong})" for run in inputs.runs
+                   if run.summary.repeats is not None and (v := run.summary.repeats.by_case.get(cid)) is not None]
         m = inputs.manifestations.get(cid)
         out.append({
             "id": cid,
@@ -273,6 +276,7 @@ def cases(inputs: ReportInputs) -> list[dict]:
             "outcomes": outcomes,
             "claims": claims,
             "trajectories": trajectories,
+            "repeats": repeats,
             "verdicts": sorted({c["verdict"] for c in claims}),
         })
     return out

@@ -253,6 +253,7 @@ def test_the_board_and_the_page_show_cost_repeats_grounding_and_trajectories(mon
 
     page = render_html(gather([out.run_dir]), generated=datetime(2026, 1, 1, tzinfo=timezone.utc))
     assert 'id="cost-figure"' in page and "Pareto" in page
+    assert "repeats: agent: stable over 2 repeats (right 2, confidently wrong 0)" in page
     assert page.count('class="trajectory"') == 3 and "compare_ranks" in page and "top_ops" in page
     assert "<script>alert" not in page and "\x1b" not in page and "\u202e" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;\\u001b]52" in page  # shown, inert and escaped

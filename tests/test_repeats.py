@@ -73,6 +73,10 @@ def test_a_run_with_repeats_records_once_diagnoses_k_times_and_resumes_per_repea
         "a-ok": "stable", "b-flip": "catastrophic", "h-healthy": "stable"}  # the same false alarm every time
     assert view.by_case["b-flip"].right == 2 and view.by_case["b-flip"].wrong == 1
     assert view.consistency.value == 2 / 3 and view.skill.ci is not None
+    from diageval.reports.run_outcome import format_run_outcome
+
+    told = format_run_outcome(out)
+    assert "diagnosed (over 3 repeats)" in told and "repeats: 3 over 3 cases" in told and "1 catastrophic" in told
 
     # resume: a line lost from repeat 3 is diagnosed again there, and only there; evidence is not prepared again
     store3 = RunStore(root / "repeats" / "3")
