@@ -78,6 +78,11 @@ def test_a_run_with_repeats_records_once_diagnoses_k_times_and_resumes_per_repea
     told = format_run_outcome(out)
     assert "diagnosed (over 3 repeats)" in told and "repeats: 3 over 3 cases" in told and "1 catastrophic" in told
 
+    from diageval.run.grade import rescore_run
+
+    rescored = rescore_run(root, case_set=case_set)  # every repeat judged again from its diagnoses: the same view
+    assert rescored.repeats == view
+
     # resume: a line lost from repeat 3 is diagnosed again there, and only there; evidence is not prepared again
     store3 = RunStore(root / "repeats" / "3")
     store3.rewrite_results([r for r in store3.read_results() if r.case_id != "a-ok"])

@@ -40,6 +40,11 @@ the tier (:mod:`diageval.run.evidence_tiers`), and each case is scored as
 :func:`~diageval.cases.tiers.case_under_tier` builds it (labels the tier cannot show taken out); scoring
 itself is unchanged. ``run.json`` names the tier and what each case's bundle weighed.
 
+Repeats (``--repeats K``, issue 41): evidence is prepared once per case; phase 2 then runs once per repeat, each
+into its own store (:meth:`~diageval.run.store.RunStore.repeat_stores`: the run folder, then ``repeats/<k>/``)
+with its own random bundle ids, diagnosing the cases that repeat still lacks; a case whose evidence fails ends so
+in every repeat that needs it.
+
 Labels: only the built-ins the harness itself lists (``prior`` and ``oracle``) get the corpus, with the
 map from this run's random bundle ids to case ids, through :meth:`diageval.hosting.Host.handover`.
 """
