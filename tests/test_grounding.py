@@ -127,3 +127,18 @@ def test_rules_cites_the_ranks_and_steps_it_measured_and_grounds_a_straggler(tmp
     assert cause.cites is not None and cause.cites.ranks == [1] and cause.cites.steps is not None
     (o,) = score_case(make_case("s1", ranks=[1]), diagnosis, taxonomy=TAXONOMY).outcomes
     assert o.outcome == "found" and o.grounded is True
+
+
+def test_a_summary_written_before_the_added_metrics_still_reads_them_undefined():
+    from diageval.scoring.summary import Summary
+
+    results = [score_case(_straggler(), _claim({"ranks": [1]}), taxonomy=TAXONOMY)]
+    s = summarize(results, diagnoser=DiagnoserInfo(spec="t", name="t"), case_set_hash="h", taxonomy_version="1",
+                  n_boot=20)
+    data = s.model_dump(mode="json")
+    for name in ("grounded_recall", "turns_per_case", "dollars_per_case", "prompt_tokens_per_case"):
+        del data["metrics"][name]
+    del data["repeats"]
+    old = Summary.model_validate(data)
+    assert old.metrics.grounded_recall.value is None and old.metrics.grounded_recall.n == 0
+    assert old.metrics.recall == s.metrics.recall
