@@ -5,12 +5,17 @@ A finding may cite its evidence (:class:`~diageval.diagnosis.Citation`: ranks, a
 names). Where the fault acted, per dimension, from the case alone (labels never reach a diagnoser; this is
 scoring):
 
-* ranks: the label's ranks, out of the job's ``world_size`` ranks. A label without ranks (every rank) localises
-  nothing in this dimension.
+* ranks: the label's ranks, out of the job's ``world_size`` ranks;
 * steps: the label's step range, out of the steps the evidence spans: ``[0, workload steps)`` for an injected
-  job, else ``[0, the furthest stop the label or the citation names)``. A label without steps localises nothing.
+  job, else ``[0, the furthest stop the label or the citation names)``;
 * ops: the op or kernel names the injected fault acts through (the fault registry's ``ops``, e.g.
   ``aten::item`` for a ``.item()`` sync); faults that slow what is there (a slower rank) add no op.
+
+A label *localises* the fault in ranks or steps only when what it labels is at most half of that dimension
+(``2 |L| <= |U|``). Beyond that a blind citation lands in the fault more often than not: a fault from step 5
+to the end of a 30-step run holds 25 of 30 steps, and a diagnoser that always cites the last step would hit
+it every time without looking. Such a dimension is not judged (most of the corpus' step labels run from the
+fault's onset to the end: time rarely localises them; ranks do).
 
 A cited dimension *overlaps* the label's when both hold:
 
@@ -27,7 +32,7 @@ A cited op overlaps when its name holds one of the fault's op names (``aten::ite
 
 A found cause is grounded when its credited claim cites at least one dimension the label localises and every
 such dimension it cites overlaps (a citation that points at the right rank and the wrong steps is not grounded).
-Dimensions the label does not localise are not judged. A labeled cause whose label localises no dimension cannot
+Dimensions the label does not localise are not judged (citing them neither helps nor hurts). A labeled cause whose label localises no dimension cannot
 be judged: ``grounded`` is None for it and grounded recall leaves it out; otherwise ``grounded`` is False for a
 missed cause and for a found one whose claim cites nothing or cites off the mark.
 """
@@ -56,11 +61,20 @@ def fault_ops(case: "Case") -> tuple[str, ...]:
 
 def localised(case: "Case", label: "CauseLabel") -> bool:
     """Whether the label localises the fault in some dimension grounding judges (ranks, steps, ops)."""
-    return _rank_universe_shrinks(case, label) or label.steps is not None or bool(fault_ops(case))
+    return _rank_universe_shrinks(case, label) or _steps_localised(case, label) or bool(fault_ops(case))
 
 
 def _rank_universe_shrinks(case: "Case", label: "CauseLabel") -> bool:
-    return label.ranks is not None and len(set(label.ranks)) < case.world_size
+    return label.ranks is not None and 2 * len(set(label.ranks)) <= case.world_size
+
+
+def _step_universe(case: "Case", label: "CauseLabel", cited_stop: int = 0) -> int:
+    known = case.workload.steps if case.workload is not None else 0
+    return max(known, label.steps[1] if label.steps is not None else 0, cited_stop)
+
+
+def _steps_localised(case: "Case", label: "CauseLabel") -> bool:
+    return label.steps is not None and 2 * (label.steps[1] - label.steps[0]) <= _step_universe(case, label)
 
 
 def _overlaps(hits: int, cited: int, labeled: int | None, universe: int | None) -> bool:
@@ -82,12 +96,10 @@ def grounded(case: "Case", label: "CauseLabel", cites: Citation | None) -> bool 
     if cites.ranks and _rank_universe_shrinks(case, label):
         cited, labeled = set(cites.ranks), set(label.ranks or ())
         judged.append(_overlaps(len(cited & labeled), len(cited), len(labeled), max(case.world_size, max(cited) + 1)))
-    if cites.steps is not None and label.steps is not None:
+    if cites.steps is not None and label.steps is not None and _steps_localised(case, label):
         (a, b), (la, lb) = cites.steps, label.steps
         hits = max(0, min(b, lb) - max(a, la))
-        known = case.workload.steps if case.workload is not None else 0
-        universe = max(known, b, lb)
-        judged.append(_overlaps(hits, b - a, lb - la, universe))
+        judged.append(_overlaps(hits, b - a, lb - la, _step_universe(case, label, b)))
     ops = fault_ops(case)
     if cites.ops and ops:
         names = [name.lower() for name in dict.fromkeys(cites.ops)]

@@ -15,7 +15,7 @@ from diageval.scoring.verdicts import score_case
 TAXONOMY = make_case_set([]).taxonomy
 
 
-def _straggler(world: int = 2, rank: int = 1, steps=(5, 20)) -> Case:
+def _straggler(world: int = 2, rank: int = 1, steps=(14, 20)) -> Case:
     case = make_case("s1", ranks=[rank])
     label = case.labels.causes[0].model_copy(update={"steps": steps})
     return case.model_copy(update={
@@ -45,10 +45,10 @@ def _outcome(case: Case, cites: dict | None, **kw):
 
 def test_the_right_rank_and_steps_ground_a_found_cause():
     case = _straggler()
-    o = _outcome(case, {"ranks": [1], "steps": [6, 12]})
+    o = _outcome(case, {"ranks": [1], "steps": [15, 19]})
     assert o.outcome == "found" and o.grounded is True
     assert _outcome(case, {"ranks": [1]}).grounded is True  # one dimension cited, and it overlaps
-    assert _outcome(case, {"steps": [5, 20]}).grounded is True
+    assert _outcome(case, {"steps": [14, 20]}).grounded is True
 
 
 @pytest.mark.parametrize("cites", [
@@ -58,6 +58,7 @@ def test_the_right_rank_and_steps_ground_a_found_cause():
     {"steps": [0, 1_000_000]},                 # every step there could be
     {"ranks": [0, 1], "steps": [0, 20]},
     {"ranks": [1], "steps": [0, 5]},           # the right rank, steps before the fault began
+    {"ranks": [1], "steps": [6, 20]},          # the right rank, more steps outside the fault than in it
     {"ranks": [0]},                            # the wrong rank
     {},                                        # a citation of nothing
     None,                                      # no citation at all
@@ -66,6 +67,17 @@ def test_citing_everything_or_off_the_mark_is_not_grounded(cites):
     o = _outcome(_straggler(), cites)
     assert o.outcome == "found"  # the verdict is the same: grounding is judged beside it
     assert o.grounded is False
+
+
+def test_a_label_over_most_of_a_dimension_does_not_judge_it_so_the_last_step_trick_grounds_nothing():
+    case = _straggler(steps=(5, 20))  # 15 of 20 steps: a blind citation of any step lands in the fault
+    assert _outcome(case, {"steps": [19, 20]}).grounded is False  # the last step, cited without looking
+    assert _outcome(case, {"steps": [5, 20]}).grounded is False   # steps cannot ground this label at all
+    assert _outcome(case, {"ranks": [1], "steps": [19, 20]}).grounded is True  # the rank does; steps are not judged
+    everywhere_but_time = make_case("e2")  # no ranks; steps over most of the run: nothing to check
+    everywhere_but_time = everywhere_but_time.model_copy(update={"labels": everywhere_but_time.labels.model_copy(
+        update={"causes": [everywhere_but_time.labels.causes[0].model_copy(update={"steps": (5, 20)})]})})
+    assert _outcome(everywhere_but_time, {"steps": [19, 20]}).grounded is None
 
 
 def test_a_larger_job_grounds_a_citation_that_beats_the_base_rate_and_refuses_all_ranks():
@@ -98,7 +110,7 @@ def test_a_label_that_localises_nothing_is_not_judged_and_a_miss_is_not_grounded
 
 def test_grounded_recall_sits_beside_recall_in_the_summary():
     cases = [_straggler().model_copy(update={"id": f"s{i}"}) for i in range(4)]
-    cites = [{"ranks": [1]}, {"ranks": [0, 1]}, None, {"ranks": [1], "steps": [5, 9]}]
+    cites = [{"ranks": [1]}, {"ranks": [0, 1]}, None, {"ranks": [1], "steps": [15, 19]}]
     results = [score_case(c, _claim(x), taxonomy=TAXONOMY) for c, x in zip(cases, cites)]
     s = summarize(results, diagnoser=DiagnoserInfo(spec="t", name="t"), case_set_hash="h", taxonomy_version="1",
                   n_boot=50)
