@@ -685,10 +685,14 @@ def diagnose_cmd(spec: str, bundle_dir: Path, cases_dir: Path | None, as_json: b
               show_default=True, help="Evidence tier the diagnoser gets (diageval.cases.tiers: step log; + host metrics; "
                                       "+ rank 0's trace; + every rank's trace and logs; + Flight Recorder dumps). Labels "
                                       "the tier cannot show are scored as abstain-expected.")
+@click.option("--repeats", "repeats", type=click.IntRange(1, 20), default=1, show_default=True,
+              help="Diagnose each case K times (its evidence is prepared once): the summary and the board add skill "
+                   "over the repeats and each case's verdict, stable, flaky or catastrophic (docs/scoring.md). "
+                   "Repeats 2..K are kept in the run folder's repeats/<k>/.")
 @host_options
 def run_cmd(spec: str, cases_dir: Path | None, case_ids: tuple[str, ...], tags: tuple[str, ...], out_dir: Path | None,
             run_id: str | None, jobs: int, device: str, executor: str, data_dir: Path | None, evidence: str,
-            **host: object) -> None:
+            repeats: int, **host: object) -> None:
     """Run a diagnoser on the cases (recording evidence as needed), score it, and save runs/<run_id>/."""
     import functools
 
@@ -708,7 +712,8 @@ def run_cmd(spec: str, cases_dir: Path | None, case_ids: tuple[str, ...], tags: 
     except CaseLoadError as err:
         raise click.ClickException(f"the corpus has invalid cases (run `diageval cases validate`):\n{err}")
     options = RunOptions(case_ids=case_ids, tags=tags, cases_dir=cases_dir, out_dir=out_dir, run_id=run_id, jobs=jobs,
-                         device=device, evidence=evidence, executor=executor_spec)  # type: ignore[arg-type]
+                         device=device, evidence=evidence, executor=executor_spec,
+                         repeats=repeats)  # type: ignore[arg-type]
     with sigterm_as_interrupt():
         outcome = run_diagnoser(spec, case_set, options, _host_policy(**host),  # type: ignore[arg-type]
                                 evidence_fn=functools.partial(prepare_evidence, data_dir=data_dir))

@@ -52,6 +52,33 @@ class FactorRef(BaseModel):
     value: str = Field(pattern=FACTOR_PART_PATTERN, description="The factor's value the claim is about")
 
 
+OP_NAME_CHARS = 200
+MAX_CITED_OPS = 64
+
+
+class Citation(BaseModel):
+    """Where in the evidence a finding rests: the ranks, steps and ops or kernels a person looks at to check it.
+    Optional on every finding; scoring calls a correct cause *grounded* when what it cites overlaps where the
+    fault acted (:mod:`diageval.scoring.grounding`; docs/scoring.md). Citing everything grounds nothing."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ranks: list[WholeNumber] | None = Field(None, description="Ranks whose evidence shows it; null = none cited")
+    steps: tuple[WholeNumber, WholeNumber] | None = Field(
+        None, description="Half-open step range [start, stop) where the evidence shows it; null = none cited")
+    ops: list[Annotated[str, Field(min_length=1, max_length=OP_NAME_CHARS)]] = Field(
+        default_factory=list, max_length=MAX_CITED_OPS,
+        description="Op or kernel names as the trace names them (aten::item, ncclDevKernel_AllReduce...)")
+
+    @model_validator(mode="after")
+    def _ranges(self) -> "Citation":
+        if self.steps is not None and not (0 <= self.steps[0] < self.steps[1]):
+            raise ValueError("steps: expected [start, stop) with 0 <= start < stop")
+        if self.ranks is not None and any(r < 0 for r in self.ranks):
+            raise ValueError("ranks: expected ranks >= 0")
+        return self
+
+
 class Finding(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -71,6 +98,10 @@ class Finding(BaseModel):
     )
     magnitude: Number | None = Field(
         None, gt=0.0, description="Regression evidence: the claimed candidate / baseline step-time ratio"
+    )
+    cites: Citation | None = Field(
+        None, description="The evidence it rests on (ranks, steps, op or kernel names): a correct cause whose "
+        "citation overlaps where the fault acted is grounded; null = cites nothing"
     )
 
     @model_validator(mode="after")

@@ -25,6 +25,18 @@ Decided here (the design is silent):
   a paragraph a person reads in a table cell and ~10x what a real diagnoser writes; the page, which a
   diagnosis of 16 MiB (the output limit) would otherwise carry whole per claim, holds at most ~3,000
   characters per claim.
+* Cost: a table of what each diagnoser spent per case (:data:`~diageval.scoring.metrics.COST`, the markdown
+  board's cost table) and the skill-against-cost figure (:func:`~diageval.reports.plots.skill_against_cost`:
+  seconds per case for every run, dollars per case for the runs with prices; the Pareto front marked).
+* Trajectories: under each case, every agent's record of it (``cases/<id>/trajectory.json``,
+  :mod:`diageval.diagnosers.agent_record`): its usage, how it ended, and its turns with their tool calls, in a
+  collapsed block. A model's words and its tools' answers are untrusted like a claim's: inert, then escaped, and
+  cut to :data:`TRAJECTORY_TEXT_CAP` characters each (the record keeps 2,000), the first
+  :data:`TRAJECTORY_TURNS_SHOWN` turns shown and the rest counted, each cut naming the file that holds the
+  whole. Why 300 and 20: a tool's answer is a table of a few rows, and its first 300 characters say which tool
+  read what; the scripted investigation takes 3 turns and the agents ITBench reports 10-30 steps, so 20 turns
+  show an investigation's course; the page then holds at most ~20 x (300 + 3 x 600) characters (~40 kB) per
+  agent per case.
 """
 
 from __future__ import annotations
@@ -49,9 +61,9 @@ from diageval.reports.html_data import (
     case_groups,
     misleading_rate,
 )
-from diageval.reports.leaderboard import is_ranked, marks, null_skill_text
+from diageval.reports.leaderboard import cost_cells, has_agent_cost, is_ranked, marks, null_skill_text
 from diageval.reports.parts import gap_label, parts, split_columns, split_rows
-from diageval.scoring.metrics import BOARD, HEADLINE, METRICS, MetricValue
+from diageval.scoring.metrics import BOARD, COST, HEADLINE, METRICS, MetricValue
 from diageval.scoring.results import MISLEADING_VERDICTS
 from diageval.scoring.summary import DETECTION_MIN_CASES
 
@@ -60,6 +72,10 @@ VERDICTS = ("correct", "mislocated", "symptom_as_cause", "wrong_cause", "false_a
 NO_CLAIM = "no_claim"
 CLAIM_TEXT_CAP = 1_000
 """Characters of a claim's summary, of its evidence and of its reason the page embeds (module docstring)."""
+TRAJECTORY_TEXT_CAP = 300
+"""Characters of a turn's words, of a tool call's arguments and of its result the page embeds (module docstring)."""
+TRAJECTORY_TURNS_SHOWN = 20
+"""Turns of an agent's record shown per case (the rest counted; module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -241,6 +257,10 @@ def cases(inputs: ReportInputs) -> list[dict]:
             })
             diagnosis = run.diagnoses.get(cid)
             claims.extend(_claim_rows(run, r, diagnosis))
+        trajectories = [_trajectory(run, cid) for run in inputs.runs if cid in run.trajectories]
+        repeats = [f"{run.name}: {v.verdict} over {len(v.statuses)} repeats (right {v.right}, confidently wrong "
+                   f"{v.wrong})" for run in inputs.runs
+                   if run.summary.repeats is not None and (v := run.summary.repeats.by_case.get(cid)) is not None]
         m = inputs.manifestations.get(cid)
         out.append({
             "id": cid,
@@ -255,9 +275,55 @@ def cases(inputs: ReportInputs) -> list[dict]:
             "notes": notes,
             "outcomes": outcomes,
             "claims": claims,
+            "trajectories": trajectories,
+            "repeats": repeats,
             "verdicts": sorted({c["verdict"] for c in claims}),
         })
     return out
+
+
+def _trajectory(run: ReportRun, case_id: str) -> dict:
+    """One agent's record of one case as the page shows it (module docstring: what is cut, and why)."""
+    from diageval.diagnosers.base import TRAJECTORY_NAME
+    from diageval.run.store import RunStore
+
+    record = run.trajectories[case_id]
+    where = str(RunStore(run.root).case_dir(case_id) / TRAJECTORY_NAME)
+    u = record.usage
+    usage = (f"{u.turns} turns, {u.tool_calls} tool calls, {u.prompt_tokens:,} prompt tokens ({u.cached_tokens:,} "
+             f"cached), {u.completion_tokens:,} completion tokens"
+             + (f", ${u.dollars:.4f}" if u.dollars is not None else ", no price") + f", {u.seconds:.1f} s"
+             + (" (tokens estimated: the endpoint sent no usage)" if u.estimated else ""))
+
+    def cut(text: str) -> str:
+        return clipped(text, TRAJECTORY_TEXT_CAP, where)
+
+    turns = [{"turn": t.turn, "content": cut(t.content),
+              "calls": [{"name": cut(c.name), "arguments": cut(c.arguments), "result": cut(c.result), "error": c.is_error}
+                        for c in t.tool_calls]}
+             for t in record.turns[:TRAJECTORY_TURNS_SHOWN]]
+    more = len(record.turns) - len(turns)
+    return {"name": run.name, "model": record.model, "usage": usage,
+            "ended": record.ended + (f" ({record.cap} cap)" if record.cap else ""),
+            "detail": cut(record.detail or ""), "turns": turns,
+            "more": f"… {more} more turn(s) in {where}" if more > 0 else ""}
+
+
+def cost_view(inputs: ReportInputs) -> dict:
+    """The cost table (the markdown board's) and the skill-against-cost figure (module docstring)."""
+    def points(metric: str) -> list[plots.CostPoint]:
+        out = []
+        for run in inputs.runs:
+            cost, skill = getattr(run.summary.metrics, metric), run.summary.metrics.skill
+            if cost.value is not None and skill.value is not None:
+                out.append(plots.CostPoint(run.name, cost.value, skill.value, skill.ci))
+        return out
+
+    svg = plots.skill_against_cost({"seconds per case (mean)": points("seconds_per_case"),
+                                    "dollars per case (mean)": points("dollars_per_case")})
+    return {"svg": svg, "headers": [METRICS[m].label for m in COST] + ["cap hits"],
+            "agents": any(has_agent_cost(run.summary) for run in inputs.runs),
+            "rows": [{"name": run.name, "cells": cost_cells(run.summary)} for run in inputs.runs]}
 
 
 def _evidence_shown(items: list[str], where: str) -> list[str]:
@@ -363,6 +429,7 @@ def render_html(inputs: ReportInputs, *, generated: datetime | None = None) -> s
         verdicts=VERDICTS,
         no_claim=NO_CLAIM,
         compare=compare_section(inputs),
+        cost=cost_view(inputs),
     )
 
 

@@ -4,7 +4,8 @@ Each run folder is read as :class:`ReportRun` through the run store's typed read
 ``results.jsonl``: :meth:`~diageval.run.store.RunStore.load`; ``summary.json``:
 :meth:`~diageval.run.store.RunStore.read_summary`) and every saved diagnosis through the one diagnosis
 reader (:func:`~diageval.diagnosis.read_diagnosis_file`). The case files the runs were made from give titles and labels (ranks, steps,
-symptoms); the manifestation test's measurement (ratio, noise, z, p-value, repeat pairs) from the results
+symptoms); an agent's ``trajectory.json`` per case through the run store's reader
+(:meth:`~diageval.run.store.RunStore.read_trajectory`); the manifestation test's measurement (ratio, noise, z, p-value, repeat pairs) from the results
 (:class:`~diageval.scoring.results.ManifestationMeasure`), never from a bundle cache.
 
 Decided here (the design is silent):
@@ -29,6 +30,7 @@ from functools import cached_property
 from pathlib import Path
 
 from diageval.cases.load import CaseLoadError, CaseSet, load_case_set
+from diageval.diagnosers.agent_record import AgentRecord
 from diageval.diagnosis import Diagnosis, DiagnosisParseError, read_diagnosis_file
 from diageval.reports.leaderboard import check_comparable, is_ranked, rank_key
 from diageval.reports.report import ReportError
@@ -48,6 +50,7 @@ class ReportRun:
     summary: Summary
     diagnoses: dict[str, Diagnosis]  # case id -> saved diagnosis (answered cases only)
     problems: list[str] = field(default_factory=list)  # diagnoses that could not be read
+    trajectories: dict[str, AgentRecord] = field(default_factory=dict)  # case id -> an agent's record, where one is
 
     @property
     def name(self) -> str:
@@ -83,15 +86,20 @@ def read_run(run_dir: Path) -> ReportRun:
         loaded, summary = store.load(), store.read_summary()
     except RunReadError as err:
         raise ReportError(str(err)) from None
-    diagnoses, problems = {}, []
+    diagnoses, problems, trajectories = {}, [], {}
     for r in loaded.results:
+        record, problem = store.read_trajectory(r.case_id)  # an agent's; a file that does not fit is named, not shown
+        if record is not None:
+            trajectories[r.case_id] = record
+        if problem is not None:
+            problems.append(problem)
         if r.status not in ANSWERED_STATUSES:
             continue
         try:
             diagnoses[r.case_id] = read_diagnosis_file(store.diagnosis_path(r.case_id))
         except DiagnosisParseError as err:
             problems.append(str(err))
-    return ReportRun(loaded=loaded, summary=summary, diagnoses=diagnoses, problems=problems)
+    return ReportRun(loaded=loaded, summary=summary, diagnoses=diagnoses, problems=problems, trajectories=trajectories)
 
 
 def order_runs(runs: list[ReportRun]) -> list[ReportRun]:

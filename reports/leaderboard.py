@@ -37,7 +37,7 @@ from diageval.errors import DiagevalError
 from diageval.inert import markdown_inert
 from diageval.reports.detection_limits import limit_text, summary_limits
 from diageval.reports.parts import SMALL_PART, gap_label, parts, split_columns, split_rows
-from diageval.scoring.metrics import BOARD, HEADLINE, METRICS, MetricValue
+from diageval.scoring.metrics import BOARD, COST, HEADLINE, METRICS, MetricValue
 from diageval.scoring.summary import DETECTION_MIN_CASES, DiagnoserInfo, Summary
 
 TAXONOMY_WORD = re.compile(r"[A-Za-z0-9_.\-]+")
@@ -151,6 +151,8 @@ def render_leaderboard(summaries: list[Summary]) -> str:
                       "all": format_metric(s.metrics.recall)}
                      for r, s in zip(rows, ranked + unranked)]
     first = summaries[0]
+    cost_rows = [{"diagnoser": r["diagnoser"], "cells": cost_cells(s)} for r, s in zip(rows, ordered)]
+    repeat_rows = [{"diagnoser": r["diagnoser"], **repeat_cells(s)} for r, s in zip(rows, ordered) if s.repeats]
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
     return env.get_template("leaderboard.md.j2").render(
@@ -176,7 +178,38 @@ def render_leaderboard(summaries: list[Summary]) -> str:
         small_part=SMALL_PART,
         small_parts=[p.label for p in board_parts if p.small],
         small_board=first.counts.scored if first.counts.scored < SMALL_PART else None,
+        cost_headers=[column_header(m) for m in COST] + ["cap hits"],
+        cost_rows=cost_rows if any(has_agent_cost(s) for s in ordered) else [],
+        repeat_rows=repeat_rows,
     )
+
+
+def has_agent_cost(s: Summary) -> bool:
+    """Whether the run holds an agent's usage (tokens, turns) for some case."""
+    return s.metrics.turns_per_case.n > 0
+
+
+def cost_cells(s: Summary) -> list[str]:
+    """The cost table's cells of one run: each metric of :data:`~diageval.scoring.metrics.COST`, then cap hits."""
+    cells = [format_metric(getattr(s.metrics, key), METRICS[key].digits) for key in COST]
+    return [_cell(c) for c in cells] + [str(s.counts.statuses.get("cap_hit", 0))]
+
+
+CATASTROPHIC_SHOWN = 10
+"""Catastrophic cases named per diagnoser under the repeats table (the rest are counted)."""
+
+
+def repeat_cells(s: Summary) -> dict:
+    """The repeats table's cells of one run with repeats (:mod:`diageval.scoring.repeats`)."""
+    r = s.repeats
+    assert r is not None
+    each = ", ".join("–" if v is None else format(v, ".2f") for v in r.skill_per_repeat)
+    bad = sorted(c for c, v in r.by_case.items() if v.verdict == "catastrophic")
+    named = ", ".join(markdown_inert(c) for c in bad[:CATASTROPHIC_SHOWN])
+    more = f" and {len(bad) - CATASTROPHIC_SHOWN} more" if len(bad) > CATASTROPHIC_SHOWN else ""
+    return {"k": r.repeats, "cases": r.cases, "skill": _cell(format_metric(r.skill)), "each": each,
+            "stable": r.stable, "flaky": r.flaky, "catastrophic": r.catastrophic,
+            "consistency": _cell(format_metric(r.consistency)), "named": named + more}
 
 
 def null_skill_text(summaries: list[Summary]) -> str:

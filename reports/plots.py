@@ -14,6 +14,10 @@ Decided here (the design is silent):
   not quantiles: the axis means the same for every cause and every corpus. Diagnosers are nudged apart
   sideways (a few hundredths of a bin) so that equal values stay visible. A diagnoser's detection limit,
   where the summary defines one, is a dashed vertical line in its colour.
+* Skill against cost: one panel per cost (seconds per case for every diagnoser; dollars per case where a run
+  has prices), a point per diagnoser at (mean cost per case, skill), its interval as a vertical bar. The Pareto
+  front (no other diagnoser is at least as good on both and better on one) is joined by a step line and its
+  points filled; the others are hollow. Cost on a log axis: diagnosers differ by orders of magnitude in time.
 * Reliability diagrams: the summary's calibration bins (every (case, taxonomy cause) pair; the pairs
   stated at 0 in a bin of their own); a point is (mean stated probability, share labeled) of a bin, its
   area grows with the number of pairs, and the number is printed beside it.
@@ -153,6 +157,52 @@ def reliability_diagrams(bins_by_diagnoser: Mapping[str, Sequence[ReliabilityPoi
         ax.set_ylabel("share that are labeled causes", fontsize=7)
         ax.grid(alpha=0.3)
     return _svg(fig, "reliability")
+
+
+@dataclass(frozen=True)
+class CostPoint:
+    """One diagnoser: its mean cost per case and its skill with the skill's interval."""
+
+    name: str
+    cost: float
+    skill: float
+    ci: tuple[float, float] | None
+
+
+def pareto_front(points: Sequence[CostPoint]) -> list[CostPoint]:
+    """The points no other point dominates (cost no higher and skill no lower, one of them strictly), by cost."""
+    def dominated(p: CostPoint) -> bool:
+        return any(q.cost <= p.cost and q.skill >= p.skill and (q.cost < p.cost or q.skill > p.skill) for q in points)
+    return sorted((p for p in points if not dominated(p)), key=lambda p: (p.cost, -p.skill))
+
+
+def skill_against_cost(panels: Mapping[str, Sequence[CostPoint]]) -> str:
+    """One panel per cost (its axis label -> the diagnosers' points), the Pareto front marked (module docstring)."""
+    shown = {label: list(points) for label, points in panels.items() if points}
+    if not shown:
+        return ""
+    fig = Figure(figsize=(4.6 * len(shown), 3.6), layout="constrained")
+    for k, (label, points) in enumerate(shown.items()):
+        ax = fig.add_subplot(1, len(shown), k + 1)
+        front = pareto_front(points)
+        on_front = {id(p) for p in front}
+        for p in points:
+            filled = id(p) in on_front
+            if p.ci is not None:
+                ax.plot([p.cost, p.cost], list(p.ci), color="0.6", linewidth=1, zorder=1)
+            ax.scatter([p.cost], [p.skill], s=36, zorder=3, color="C0" if filled else "white", edgecolors="C0")
+            ax.annotate(plot_text(p.name), (p.cost, p.skill), textcoords="offset points", xytext=(5, 4), fontsize=7)
+        if len(front) > 1:
+            ax.step([p.cost for p in front], [p.skill for p in front], where="post", color="C0", linewidth=1,
+                    linestyle="--", label="Pareto front")
+            ax.legend(fontsize=7, frameon=False)
+        if all(p.cost > 0 for p in points):
+            ax.set_xscale("log")
+        ax.set_xlabel(label, fontsize=8)
+        ax.set_ylabel("skill", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    return _svg(fig, "cost")
 
 
 def heat_colour(value: float | None, *, reverse: bool = False) -> tuple[str, str]:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from diageval.inert import inert
-from diageval.reports.leaderboard import format_metric
+from diageval.reports.leaderboard import format_metric, has_agent_cost
 from diageval.run.pipeline import RunOutcome
-from diageval.scoring.metrics import BOARD, METRICS
+from diageval.scoring.metrics import BOARD, COST, METRICS
 
 SHOWN_UNAVAILABLE = 5  # unavailable cases named in the headline; the rest counted
 
@@ -20,7 +20,8 @@ def format_run_outcome(outcome: RunOutcome, *, fetch_command: str = "diageval da
         f"run {outcome.run_dir} ({m.status}): {inert(m.diagnoser.name, newlines=False)} "
         f"{inert(m.diagnoser.version, newlines=False)} on case set "
         f"{m.case_set_hash[:12]} (taxonomy {m.taxonomy_version})",
-        f"this invocation: {c['prepared']} prepared, {c['diagnosed']} diagnosed, {c['resumed']} already done, "
+        f"this invocation: {c['prepared']} prepared, {c['diagnosed']} diagnosed"
+        + (f" (over {m.repeats} repeats)" if m.repeats > 1 else "") + f", {c['resumed']} already done, "
         f"{c['skipped']} skipped",
         f"{s.counts.cases} results, {s.counts.scored} scored: {statuses}",
     ]
@@ -35,9 +36,16 @@ def format_run_outcome(outcome: RunOutcome, *, fetch_command: str = "diageval da
         lines.append(f"{len(absent)} unavailable (recorded traces not on this machine: {named}); "
                      f"get them with `{fetch_command}`, then run again")
     lines.append("")
-    width = max(len(METRICS[key].label) for key in BOARD)
+    width = max(len(METRICS[key].label) for key in (*BOARD, *COST))
     for key in BOARD:  # the leaderboard's columns, from the metric table
         lines.append(f"  {METRICS[key].label:<{width}}  {format_metric(getattr(s.metrics, key), METRICS[key].digits)}")
+    if has_agent_cost(s):  # an agent's spend per case (the board's cost table)
+        lines += [f"  {METRICS[key].label:<{width}}  {format_metric(getattr(s.metrics, key), METRICS[key].digits)}"
+                  for key in COST if key not in BOARD]
+    if s.repeats is not None:
+        r = s.repeats
+        lines.append(f"\nrepeats: {r.repeats} over {r.cases} cases: skill {format_metric(r.skill)}; {r.stable} stable, "
+                     f"{r.flaky} flaky, {r.catastrophic} catastrophic; consistency {format_metric(r.consistency)}")
     if m.diagnoser.self_test:
         lines.append("\n(self-test: this diagnoser reads the labels; it checks the harness and is never ranked)")
     if m.isolation == "none":

@@ -105,6 +105,7 @@ class MetricSpec:
     headline: bool = False      # ranks the board and gets a verdict in compare
     board: bool = True          # a column of the leaderboard and of a run's closing lines
     bounds: tuple[float, float] = (0.0, 1.0)  # the metric's range: every interval is clipped to it
+    added: bool = False         # added within summary schema 4 (issue 41): a summary written before reads it undefined
     prior: Callable[[Totals], tuple[float, float]] | None = None
     """The metric's value on the two pseudo-cases of the small-sample floor (the oracle's answer, and a
     confidently wrong answer on an average case: it misses the labeled causes and states one wrong cause
@@ -194,6 +195,10 @@ METRICS: dict[str, MetricSpec] = {s.name: s for s in [
        "claim at confidence ≥ 0.5, not a duplicate)", n_counts="non-duplicate cause claims at confidence ≥ 0.5"),
     _p("recall", "found", "causes", label="recall", definition="found causes / labeled causes (found: by a claim "
        "at confidence ≥ 0.5)", n_counts="labeled causes"),
+    _p("grounded_recall", "grounded", "groundable", label="grounded R",
+       definition="found causes whose claim cites evidence overlapping where the fault acted (ranks, steps, the "
+                  "injected op; citing everything grounds nothing: diageval.scoring.grounding) / labeled causes whose "
+                  "label localises the fault", n_counts="labeled causes with a localised label", added=True),
     _p("misleading_rate", "misleading", "claims", label="misleading", better="lower",
        definition="misleading claims (symptom as cause, wrong cause, false alarm) / claims", n_counts="claims"),
     MetricSpec("misleading_rate_weighted", "misleading (conf.)", better="lower", board=False,
@@ -247,7 +252,26 @@ METRICS: dict[str, MetricSpec] = {s.name: s for s in [
     MetricSpec("seconds_per_case", "s/case", better="lower", digits=".3g", n_column="seconds_n",
                ratio=("seconds_sum", "seconds_n"), bounds=(0.0, np.inf),
                definition="mean diagnoser wall time", n_counts="cases with a time"),
+    *[MetricSpec(f"{column}_per_case", label, better="lower", digits=digits, board=False, n_column=n_column,
+                 ratio=(num, n_column), bounds=(0.0, np.inf), definition=definition, n_counts=n_counts, added=True)
+      for column, label, num, n_column, digits, definition, n_counts in [
+          ("prompt_tokens", "prompt tok/case", "prompt_tokens", "agent_cases", ".4g",
+           "mean prompt tokens an agent was billed per case (cached ones among them)", "cases with an agent's usage"),
+          ("completion_tokens", "completion tok/case", "completion_tokens", "agent_cases", ".4g",
+           "mean completion tokens per case", "cases with an agent's usage"),
+          ("cached_tokens", "cached tok/case", "cached_tokens", "agent_cases", ".4g",
+           "mean cached prompt tokens per case", "cases with an agent's usage"),
+          ("dollars", "$/case", "dollars_sum", "dollars_n", ".3g",
+           "mean dollars per case at the price table the run was given", "cases with a priced usage"),
+          ("turns", "turns/case", "turns", "agent_cases", ".3g", "mean model turns per case",
+           "cases with an agent's usage"),
+          ("tool_calls", "tool calls/case", "tool_calls", "agent_cases", ".3g", "mean tool calls per case",
+           "cases with an agent's usage"),
+      ]],
 ]}
+COST: tuple[str, ...] = ("seconds_per_case", "prompt_tokens_per_case", "completion_tokens_per_case",
+                         "cached_tokens_per_case", "dollars_per_case", "turns_per_case", "tool_calls_per_case")
+"""What a diagnoser spends per case: the board's cost table and the HTML page's skill-against-cost plot."""
 
 
 HEADLINE: tuple[str, ...] = tuple(s.name for s in METRICS.values() if s.headline)
@@ -257,10 +281,17 @@ BOARD: tuple[str, ...] = tuple(s.name for s in METRICS.values() if s.board)
 BETTER: dict[str, Direction] = {s.name: s.better for s in METRICS.values()}
 
 
+UNDEFINED = MetricValue(value=None, ci=None, n=0)
+"""An added metric (:attr:`MetricSpec.added`) as a summary written before it reads: nothing measured."""
+
+
 def metrics_model() -> type[BaseModel]:
     """The pydantic model of ``summary.json``'s ``metrics``: one MetricValue field per metric, in table
     order, each described by its definition and what its n counts."""
-    fields = {s.name: (MetricValue, Field(description=f"{s.definition} (n: {s.n_counts}; {s.better} is better)"))
+    fields = {s.name: (MetricValue, Field(UNDEFINED, description=f"{s.definition} (n: {s.n_counts}; {s.better} is "
+                                                                 "better; undefined in summaries written before it)"))
+              if s.added else
+              (MetricValue, Field(description=f"{s.definition} (n: {s.n_counts}; {s.better} is better)"))
               for s in METRICS.values()}
     return create_model("Metrics", __config__={"extra": "forbid"}, **fields)
 

@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from diageval.diagnosers.agent_record import Usage
+
 SCORING_VERSION = 5
 """Version of the judging rules in :mod:`diageval.scoring.verdicts`; 2 added forecasts (the headline
 score), strict localisation (claimed ranks a subset of the labeled ranks) and every claim's impact; 3
@@ -103,6 +105,10 @@ class CauseOutcome(_Record):
                                "null for one job's evidence")
     claim_index: int | None = Field(None, description="The finding that found it")
     claimed_ranks: list[int] | None = Field(None, description="Ranks the crediting claim named (found causes only)")
+    grounded: bool | None = Field(
+        None, description="Found by a claim whose cited evidence overlaps where the fault acted "
+        "(diageval.scoring.grounding); False: missed, or found citing nothing or off the mark; null: the label "
+        "localises nothing to check a citation against, and in results written before grounding")
     reason: str
 
 
@@ -210,6 +216,9 @@ class CaseResult(_Record):
     manifestation: ManifestationMeasure | None = Field(None, description="The manifestation test's measurement, for "
                                                      "an injected positive case; null otherwise and in older results")
     seconds: float | None = Field(None, description="Wall time the diagnoser took")
+    usage: Usage | None = Field(None, description="What an agent spent on the case (tokens, dollars, turns, tool "
+                                "calls), from its trajectory.json (diageval.diagnosers.agent_record); null for a "
+                                "diagnoser that writes none")
     bundle_id: str | None = None
     bundle_sha256: str | None = None
     error: str | None = None

@@ -74,6 +74,7 @@ from diageval.scoring.metrics import (
     family_skill,
     metrics_model,
 )
+from diageval.scoring.repeats import RepeatsSummary, summarize_repeats
 from diageval.scoring.results import CaseResult
 from diageval.scoring.tallies import (
     CALIBRATION_BINS,
@@ -241,6 +242,10 @@ class Summary(_Model):
         None, description="Recall over the labeled causes the diagnoser declares it can claim (its field); null "
         "when it declares none. Beside recall over all causes, it judges a narrow tool on its field and "
         "keeps the gap visible")
+    repeats: RepeatsSummary | None = Field(
+        None, description="A run of --repeats K > 1: skill over the repeats with its interval over cases, each "
+        "case's verdict (stable, flaky, catastrophic) and the consistency (diageval.scoring.repeats); null for one "
+        "repeat. Every other section is the first repeat's (results.jsonl)")
 
     @model_validator(mode="before")
     @classmethod
@@ -276,9 +281,11 @@ def summarize(
     taxonomy_version: str,
     n_boot: int = 1000,
     seed: int = 0,
+    more_repeats: list[list[CaseResult]] | None = None,
 ) -> Summary:
     """Counts, every metric with its bootstrap interval, per-category and per-difficulty breakdowns and the
-    confusion matrix of a run's results (see the module docstrings for definitions)."""
+    confusion matrix of a run's results (see the module docstrings for definitions). ``more_repeats``: the
+    results of repeats 2..K of a run with repeats (``results`` is repeat 1): the ``repeats`` section."""
     seen = Counter(r.case_id for r in results)
     repeated = sorted(cid for cid, k in seen.items() if k > 1)
     if repeated:
@@ -367,6 +374,7 @@ def summarize(
         confusion=confusion_of(scored),
         bootstrap=BootstrapInfo(resamples=n_boot, seed=seed),
         recall_claimable=claimable_recall(resampled.point, categories, diagnoser.claims),
+        repeats=summarize_repeats([results, *more_repeats], n_boot=n_boot, seed=seed) if more_repeats else None,
     )
 
 

@@ -109,6 +109,16 @@ BASE_COLUMNS = [
     "magnitude_log_err",  # |ln(claimed / measured)|
     "defect_cases",     # cases tagged DEFECT_TAG: evidence present but wrong (cases/defects, issue 40)
     "defect_wrong",     # ... with >= 1 misleading claim: a claim at confidence >= 0.5 the label does not hold
+    "groundable",       # labeled causes whose label localises the fault (diageval.scoring.grounding)
+    "grounded",         # ... found by a claim citing evidence that overlaps where the fault acted
+    "agent_cases",      # cases with an agent's usage (its trajectory.json)
+    "prompt_tokens",    # ... their prompt tokens (cached ones among them)
+    "completion_tokens",
+    "cached_tokens",
+    "dollars_n",        # cases with a priced usage
+    "dollars_sum",
+    "turns",
+    "tool_calls",
 ]
 DEFECT_TAG = "defect"
 """The tag of the cases whose evidence lies (profiler defects): a part of the board of their own."""
@@ -380,8 +390,20 @@ def _row(result: CaseResult, categories: dict[str, int], labels: dict[str, int],
         len(result.aliased), factor_stated, factor_hit, factor_labeled,
         magnitude_n, magnitude_err,
         DEFECT_TAG in result.tags, DEFECT_TAG in result.tags and misleading > 0,
+        sum(o.grounded is not None for o in result.outcomes), sum(o.grounded is True for o in result.outcomes),
+        *_usage_row(result),
         *cal,
     ]
+
+
+def _usage_row(result: CaseResult) -> list[float]:
+    """agent_cases .. tool_calls of one result (zeros without an agent's usage)."""
+    u = result.usage
+    if u is None:
+        return [0.0] * 8
+    priced = u.dollars is not None
+    return [1.0, u.prompt_tokens, u.completion_tokens, u.cached_tokens, priced, u.dollars if priced else 0.0, u.turns,
+            u.tool_calls]
 
 
 def tally_table(results: Iterable[CaseResult], categories: Iterable[str] = ()) -> TallyTable:

@@ -29,6 +29,10 @@ The rules are design.md's "Scoring"; what it leaves open is decided here:
   category whose every label is already credited is a ``duplicate``. Only credited causes have
   duplicates: repeating a wrong claim repeats the mislead and each repeat is judged on its own.
 * Step ranges are recorded but not scored: the design credits categories and ranks only.
+* Grounding (issue 41): each labeled cause's outcome says whether the claim that found it cites evidence that
+  overlaps where the fault acted (:mod:`diageval.scoring.grounding`): ``grounded`` True, False (missed, or
+  found citing nothing or off the mark) or None (the label localises nothing to check a citation against).
+  Grounding is judged beside the verdict and changes no verdict, count or forecast.
 * ``ok`` versus ``abstained`` is read from the diagnosis (``abstain`` set or not), whatever status the
   caller passed. A diagnoser failure (``diagnoser_error``, ``timeout``, ``invalid_output``) has no
   diagnosis: no verdicts, and every labeled cause is missed. ``cap_hit`` (an agent stopped by a cap) is scored as
@@ -64,7 +68,9 @@ from typing import Literal
 
 from diageval.cases.model import Case, CauseLabel
 from diageval.cases.taxonomy import Taxonomy, is_symptom_id
+from diageval.diagnosers.agent_record import Usage
 from diageval.diagnosis import Abstention, Diagnosis, FactorRef, Finding
+from diageval.scoring.grounding import grounded
 from diageval.scoring.results import (
     ABSTAINING_STATUSES,
     ANSWERED_STATUSES,
@@ -94,6 +100,7 @@ def score_case(
     bundle_id: str | None = None,
     bundle_sha256: str | None = None,
     manifestation: ManifestationMeasure | None = None,
+    usage: Usage | None = None,
 ) -> CaseResult:
     """Judge ``diagnosis`` against ``case``'s labels (see the module docstring for the rules)."""
     if status in ABSTAINING_STATUSES:  # cap_hit: scored as an abstention naming the cap; the status stays
@@ -127,6 +134,7 @@ def score_case(
         measured_impact=measured_impact,
         manifestation=manifestation,
         seconds=seconds,
+        usage=usage,
         bundle_id=bundle_id,
         bundle_sha256=bundle_sha256,
         error=error,
@@ -134,7 +142,7 @@ def score_case(
     )
     if status in FAILED_STATUSES:
         why = f"no diagnosis ({status}{': ' + error if error else ''})"
-        outcomes = [_missed(label, why) for label in case.labels.causes]
+        outcomes = _with_grounding(case, [_missed(label, why) for label in case.labels.causes], {})
         return CaseResult(**base, outcomes=outcomes, forecasts=forecasts_of(case, [], None, taxonomy))
     if diagnosis is None:  # harness_error or invalid: never scored
         return CaseResult(**base)
@@ -321,7 +329,17 @@ def _outcomes(
             outcomes.append(_missed(label, f"the diagnoser claimed no cause at confidence >= {FOUND_CONFIDENCE}"))
         else:
             outcomes.append(_missed(label, f"no claim names {label.category} (claimed: {', '.join(claimed)})"))
-    return outcomes
+    return _with_grounding(case, outcomes, dict(claims))
+
+
+def _with_grounding(case: Case, outcomes: list[CauseOutcome], findings: dict[int, Finding]) -> list[CauseOutcome]:
+    """Each outcome (in label order) with whether its cause is grounded (a missed one: False where checkable)."""
+    out = []
+    for o, label in zip(outcomes, case.labels.causes):
+        cites = findings[o.claim_index].cites if o.claim_index is not None else None
+        verdict = grounded(case, label, cites)
+        out.append(o.model_copy(update={"grounded": verdict if o.outcome == "found" or verdict is None else False}))
+    return out
 
 
 def forecasts_of(case: Case, claims: list[Finding], abstention: Abstention | None, taxonomy: Taxonomy,

@@ -2,7 +2,8 @@
 
 :class:`ScriptedDiagnoser` reads the first line of the bundle's ``logs/rank0.log`` as its instruction
 (the fakes write it there): ``hang``, ``crash``, ``exit``, ``bad``, ``print``, ``sleep <s>``, anything
-else -> claim ``compute.straggler_rank``. If ``$FAKE_DIAGNOSER_CALLS`` names a file, every call appends
+``flip`` (right on its 1st, 3rd... call, a confident wrong cause on the others: it counts its earlier calls in
+``$FAKE_DIAGNOSER_CALLS``), anything else -> claim ``compute.straggler_rank``. If ``$FAKE_DIAGNOSER_CALLS`` names a file, every call appends
 ``<pid> <instruction>`` to it, so tests can count what ran where (the harness shows a diagnoser random
 bundle ids, so the instruction is what names a case to the test). The file is outside any sandbox, so
 tests that count calls run with ``isolation="none"``.
@@ -22,6 +23,15 @@ from diageval.diagnosis import Diagnosis, Finding
 def instruction(bundle: EvidenceBundle) -> str:
     log = bundle.root / "logs" / "rank0.log"
     return log.read_text().splitlines()[0].strip() if log.is_file() else ""
+
+
+def _calls_of(what: str) -> int:
+    """Earlier calls told ``what``, from ``$FAKE_DIAGNOSER_CALLS`` (0 without it)."""
+    path = os.environ.get("FAKE_DIAGNOSER_CALLS")
+    if not path or not os.path.exists(path):
+        return 0
+    with open(path) as fh:
+        return sum(line.split()[1:2] == [what] for line in fh)
 
 
 def note_call(what: str) -> None:
@@ -44,7 +54,10 @@ class ScriptedDiagnoser:
 
     def diagnose(self, bundle: EvidenceBundle):
         what = instruction(bundle)
+        earlier = _calls_of(what)
         note_call(what)
+        if what == "flip" and earlier % 2:
+            return Diagnosis(findings=[Finding(category="input.dataloader_starvation", confidence=0.9)])
         if what == "hang":
             time.sleep(600)
         if what == "crash":

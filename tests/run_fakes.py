@@ -121,7 +121,7 @@ class FakeEvidence:
         return FakePrepared(case.id, bundle_dir, bundle_id, sha, verification)
 
 
-RUN_OPTION_KEYS = ("case_ids", "tags", "cases_dir", "out_dir", "run_id", "jobs", "device", "seed", "evidence")
+RUN_OPTION_KEYS = ("case_ids", "tags", "cases_dir", "out_dir", "run_id", "jobs", "device", "seed", "evidence", "repeats")
 INJECTED_KEYS = ("evidence_fn", "cuda_device_count", "progress")
 
 

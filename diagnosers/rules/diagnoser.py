@@ -21,6 +21,9 @@ Order of reasoning (each analyser is independent; see its module):
    communication under the smallest cause worth naming); otherwise it abstains, saying why.
 4. What the run looks like (``observed``), reported as ``kind: symptom``.
 
+Every cause cites its evidence (``cites``: the ranks and steps its analyser measured it on), which scoring's
+grounding checks against where the fault acted (:mod:`diageval.scoring.grounding`).
+
 A bundle with ``fleet.json`` (a regression pair or a fleet of runs) is judged by ``fleet``: which factor
 value the slow runs share, then this analysis on each run for why.
 """
@@ -51,7 +54,7 @@ from diageval.diagnosers.rules.load_imbalance import (
 )
 from diageval.diagnosers.rules.observed import observe_symptoms
 from diageval.diagnosers.rules.spikes import judge_blocking_save, measure_spikes
-from diageval.diagnosis import Abstention, Diagnosis, Finding
+from diageval.diagnosis import Abstention, Citation, Diagnosis, Finding
 
 # The symptom a cause shows first (taxonomy 1.2's symptom lists), reported beside a cause named under its cut.
 BELOW_CUT_SYMPTOM = {
@@ -111,6 +114,14 @@ def below_cut_symptoms(causes: list[Finding], symptoms: list[Finding]) -> list[F
     return out
 
 
+def cited(finding: Finding) -> Finding:
+    """The finding citing its evidence (issue 41): the ranks and steps its analyser measured it on are where a
+    person checks it in the bundle."""
+    if finding.cites is not None or (finding.ranks is None and finding.steps is None):
+        return finding
+    return finding.model_copy(update={"cites": Citation(ranks=finding.ranks, steps=finding.steps)})
+
+
 class RulesDiagnoser:
     name: ClassVar[str] = "rules"
     version: ClassVar[str] = "0.5.1"
@@ -136,6 +147,7 @@ class RulesDiagnoser:
             judged = ev.intact_part()
             causes = [f.model_copy(update={"summary": f"{f.summary} (partial evidence: {reason})"})
                       for f in find_local_causes(judged, ev.host_side_part())]
+        causes = [cited(f) for f in causes]
         symptoms += below_cut_symptoms(causes, symptoms)
         if any(f.confidence >= 0.5 for f in causes):
             return Diagnosis(findings=[*causes, *symptoms])

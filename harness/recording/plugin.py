@@ -26,6 +26,10 @@ def _no_check(params: BaseModel, workload: "WorkloadSpec") -> list[tuple[str, st
     return []
 
 
+def _no_ops(params: dict[str, Any]) -> tuple[str, ...]:
+    return ()
+
+
 @dataclass(frozen=True)
 class PluginInfo:
     name: str
@@ -49,3 +53,6 @@ class FaultInfo(PluginInfo):
     # The taxonomy causes this injector produces (none for a benign confounder or an evidence edit). Public,
     # like the name: the ``leak`` baseline greps bundles for fault names and points them at these causes.
     injects: tuple[str, ...] = ()
+    # The op or kernel names (as a trace names them) the fault acts through, from its params; none for a fault that
+    # slows what is there (a slower rank, a slower network) rather than adding an op. Scoring's grounding reads it.
+    ops: Callable[[dict[str, Any]], tuple[str, ...]] = field(default=_no_ops)

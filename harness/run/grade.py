@@ -76,13 +76,26 @@ def rescore_run(run_dir: Path, *, case_set: CaseSet | None = None, allow_missing
             f"when {store.root.name} ran. Its diagnoses would be judged against other labels: run the diagnoser again."
         )
 
-    try:
-        rows = store.read_saved_outcomes()  # not read_results: a run scored by older rules is re-scored too
-    except RunReadError as exc:
-        raise RescoreError(str(exc)) from None
-    for line in _lost_lines(store, manifest, [row.case_id for row in rows], allow_missing=allow_missing):
-        if warn is not None:
-            warn(line)
+    stores = store.repeat_stores(manifest.repeats)  # repeat 1 is the folder itself; repeats 2..K re-scored alike
+    rescored_by = []
+    for each in stores:
+        try:
+            rows = each.read_saved_outcomes()  # not read_results: a run scored by older rules is re-scored too
+        except RunReadError as exc:
+            raise RescoreError(str(exc)) from None
+        if each is store:
+            for line in _lost_lines(store, manifest, [row.case_id for row in rows], allow_missing=allow_missing):
+                if warn is not None:
+                    warn(line)
+        rescored_by.append(_rescored(each, manifest, case_set, rows))
+    for each, rescored in zip(stores, rescored_by):  # every check made above: now write
+        each.rewrite_results(rescored)
+    _, summary = summarize_run(store, manifest)
+    return summary
+
+
+def _rescored(store: RunStore, manifest: RunInfo, case_set: CaseSet, rows: list) -> list[CaseResult]:
+    """Every saved outcome of one repeat's ``results.jsonl`` (``store``) judged again from its diagnosis files."""
     rescored = []
     for row in rows:
         case_id = row.case_id
@@ -112,14 +125,13 @@ def rescore_run(run_dir: Path, *, case_set: CaseSet | None = None, allow_missing
             manifestation=row.manifestation,
             difficulty=row.difficulty,
             seconds=row.seconds,
+            usage=row.usage,
             error=row.error,
             bundle_id=row.bundle_id,
             bundle_sha256=row.bundle_sha256,
         )
         rescored.append(result)
-    store.rewrite_results(rescored)
-    _, summary = summarize_run(store, manifest)
-    return summary
+    return rescored
 
 
 def _names(ids: list[str], shown: int = 10) -> str:
@@ -169,9 +181,11 @@ def _summarised_cases(store: RunStore) -> int | None:
 def summarize_run(store: RunStore, manifest: RunInfo) -> tuple[list[CaseResult], Summary]:
     """Summarise every result in the folder and write ``summary.json``."""
     results = store.read_results()
+    more = [each.read_results() for each in store.repeat_stores(manifest.repeats)[1:]]
     d = manifest.diagnoser
     summary = summarize(
         results,
+        more_repeats=more or None,
         diagnoser=DiagnoserInfo(spec=d.spec, name=d.name, version=d.version, reference=d.reference, self_test=d.self_test,
                                 isolation=manifest.isolation, claims=d.claims),
         case_set_hash=manifest.case_set_hash,

@@ -40,6 +40,11 @@ the tier (:mod:`diageval.run.evidence_tiers`), and each case is scored as
 :func:`~diageval.cases.tiers.case_under_tier` builds it (labels the tier cannot show taken out); scoring
 itself is unchanged. ``run.json`` names the tier and what each case's bundle weighed.
 
+Repeats (``--repeats K``, issue 41): evidence is prepared once per case; phase 2 then runs once per repeat, each
+into its own store (:meth:`~diageval.run.store.RunStore.repeat_stores`: the run folder, then ``repeats/<k>/``)
+with its own random bundle ids, diagnosing the cases that repeat still lacks; a case whose evidence fails ends so
+in every repeat that needs it.
+
 Labels: only the built-ins the harness itself lists (``prior`` and ``oracle``) get the corpus, with the
 map from this run's random bundle ids to case ids, through :meth:`diageval.hosting.Host.handover`.
 """
@@ -76,6 +81,9 @@ if TYPE_CHECKING:
     from diageval.recording.truth import Verification
 
 Device = Literal["auto", "cpu", "cuda"]
+MAX_REPEATS = 20
+"""--repeats' bound: the repeats view judges consistency (stable, flaky, catastrophic); a few repeats already show
+a flaky case, and each repeat is a whole run's diagnoses (an agent's dollars K times over)."""
 EvidenceFn = Callable[..., Any]  # (LoadedCase, *, device) -> PreparedEvidence
 
 
@@ -98,6 +106,8 @@ class RunOptions(BaseModel):
     seed: int | None = Field(None, description="the shuffle of the cases (default: drawn at random, or the resumed run's)")
     evidence: EvidenceTier = Field(FULL, description="the evidence tier the diagnoser gets (diageval.cases.tiers)")
     executor: ExecutorSpec = Field(ExecutorSpec(), description="where diagnoses run: local, ray or ray:ADDRESS (diageval.executors)")
+    repeats: int = Field(1, ge=1, le=MAX_REPEATS, description="diagnose each case this many times (its evidence is "
+                         "prepared once); repeats 2..K are kept in repeats/<k>/ (diageval.run.store)")
 
     @field_validator("executor", mode="before")
     @classmethod
@@ -235,16 +245,21 @@ def _run_locked(hosted: Host, case_set: CaseSet, store: RunStore, show: Progress
             cases=sorted(lc.case.id for lc in runnable),
             evidence_tier=options.evidence,
             evidence_sizes=previous.evidence_sizes if previous is not None else {},
+            repeats=options.repeats,
         )
     )
     for s in skipped:
         show.line(f"skip {s.case_id}: {s.reason}")
-    torn = store.set_aside_torn_tail()
-    if torn:
-        show.line(torn)
-    done = store.drop_retryable()
+    stores = store.repeat_stores(options.repeats)  # the run folder itself is repeat 1
+    done_by: list[set[str]] = []
+    for each in stores:
+        torn = each.set_aside_torn_tail()
+        if torn:
+            show.line(torn)
+        done_by.append(each.drop_retryable())
     order = {cid: i for i, cid in enumerate(diagnosis_order([lc.case.id for lc in runnable], seed))}
-    todo = sorted((lc for lc in runnable if lc.case.id not in done), key=lambda lc: order[lc.case.id])
+    todo = sorted((lc for lc in runnable if any(lc.case.id not in done for done in done_by)),
+                  key=lambda lc: order[lc.case.id])
     evidence_order = evidence_shuffle([lc.case.id for lc in todo], seed)
     counts = {"resumed": len(runnable) - len(todo), "prepared": 0, "diagnosed": 0, "skipped": len(skipped)}
     if counts["resumed"]:
@@ -254,6 +269,7 @@ def _run_locked(hosted: Host, case_set: CaseSet, store: RunStore, show: Progress
     record_there = monitor_for_spec(hosted.spec) is None  # a monitor's cases are recorded here, with it in the job
     evidence_fn = evidence_fn or _default_evidence_fn()
     pipeline = _Pipeline(hosted, case_set, store, jobs=jobs, show=show, tier=options.evidence, executor=options.executor)
+    pipeline.needs = {lc.case.id: [each for each, done in zip(stores, done_by) if lc.case.id not in done] for lc in todo}
     try:
         by_id = {lc.case.id: lc for lc in todo}
         with (pipeline.executor.session() if todo else contextlib.nullcontext()):  # one Ray for both phases
@@ -264,7 +280,8 @@ def _run_locked(hosted: Host, case_set: CaseSet, store: RunStore, show: Progress
             manifest = manifest.model_copy(update={"evidence_sizes": sizes})
             store.write_info(manifest)
             counts["prepared"] = len(todo)
-            counts["diagnosed"] = pipeline.diagnose_all(ready)
+            for each, done in zip(stores, done_by):  # recorded once above; only the diagnosis repeats
+                counts["diagnosed"] += pipeline.diagnose_all([r for r in ready if r.loaded.case.id not in done], each)
         pipeline.record_damaged_again(evidence_fn, device)
         results, summary = summarize_run(store, manifest)
     except KeyboardInterrupt:
@@ -311,6 +328,7 @@ class _Pipeline:
         self.show = show
         self._write_lock = threading.Lock()
         self.damaged: list[LoadedCase] = []  # cached bundles that failed their checksums: recorded again
+        self.needs: dict[str, list[RunStore]] = {}  # case id -> the repeats' stores still without its line
 
     def prepare_all(self, todo: list[LoadedCase], evidence_fn: EvidenceFn, device: Device, *,
                     record_there: bool = False) -> list[_Ready]:
@@ -331,7 +349,8 @@ class _Pipeline:
                 status = "ready"
             else:
                 status = outcome["status"]
-                self._save(loaded, None, outcome)
+                for each in self.needs.get(loaded.case.id, [self.store]):  # every repeat that needs it ends so
+                    self._save(loaded, None, outcome, each)
             shown += 1
             self.show.step("evidence", shown, len(todo), loaded.case.id, status, time.perf_counter() - start)
 
@@ -402,15 +421,16 @@ class _Pipeline:
         return _Ready(loaded, shown, bundle_id, bundle_sha, impact, difficulty, evidence_size(shown, bundle_dir), measure,
                       magnitude)
 
-    def diagnose_all(self, ready: list[_Ready]) -> int:
+    def diagnose_all(self, ready: list[_Ready], store: RunStore | None = None) -> int:
         """Diagnose ``ready`` with ``jobs`` slots on the run's executor (``local`` or ``ray``,
-        :class:`diageval.executors.Executor`); return how many cases finished. Each finished case is scored
-        and saved here, in this process, whatever executed it."""
+        :class:`diageval.executors.Executor`) into ``store`` (a repeat's; default the run folder); return how
+        many cases finished. Each finished case is scored and saved here, in this process, whatever executed it."""
+        store = store or self.store
         if not ready:
             return 0
         shown_ids = {r.loaded.case.id: secrets.token_hex(16) for r in ready}  # random per run
         handover = self.hosted.handover(self.case_set, {shown_ids[r.loaded.case.id]: r.loaded.case.id for r in ready})
-        tasks = [DiagnoseTask(r.bundle_dir, r.bundle_sha256, shown_ids[r.loaded.case.id], self.store.case_dir(r.loaded.case.id))
+        tasks = [DiagnoseTask(r.bundle_dir, r.bundle_sha256, shown_ids[r.loaded.case.id], store.case_dir(r.loaded.case.id))
                  for r in ready]
         finished = 0
         total = len(ready)
@@ -433,7 +453,7 @@ class _Pipeline:
                 fields = {"status": "harness_error", "error": error, **ids}
             else:
                 fields = {"status": outcome.status, "error": outcome.error, "seconds": outcome.seconds, **ids}
-            status = self._save(item.loaded, attempt, fields)
+            status = self._save(item.loaded, attempt, fields, store)
             seconds = attempt.seconds if attempt else None
             with self._write_lock:
                 finished += 1
@@ -464,17 +484,21 @@ class _Pipeline:
                 status = f"recording failed: {type(exc).__name__}: {exc}"
             self.show.step("re-record", 1, 1, loaded.case.id, status, time.perf_counter() - start)
 
-    def _save(self, loaded: LoadedCase, attempt: Attempt | None, fields: dict[str, Any]) -> str:
-        """Score one finished case and record it: diagnosis file first, then its results line."""
+    def _save(self, loaded: LoadedCase, attempt: Attempt | None, fields: dict[str, Any], store: RunStore | None = None) -> str:
+        """Score one finished case and record it into ``store`` (default the run folder): diagnosis file first,
+        then its results line."""
         from diageval.scoring.verdicts import score_case
 
+        store = store or self.store
         diagnosis = attempt.diagnosis if attempt is not None else None
         case = case_under_tier(loaded.case, self.tier)  # labels the tier cannot show: diageval.cases.tiers
-        result = score_case(case, diagnosis, taxonomy=self.case_set.taxonomy, **fields)
+        record, _ = store.read_trajectory(loaded.case.id) if attempt is not None else (None, None)
+        usage = record.usage if record is not None else None  # an unreadable one is reported by the page, not trusted
+        result = score_case(case, diagnosis, taxonomy=self.case_set.taxonomy, usage=usage, **fields)
         with self._write_lock:
             if diagnosis is not None:
-                atomic_write_text(self.store.diagnosis_path(loaded.case.id), diagnosis.model_dump_json(indent=2) + "\n")
-            self.store.append_result(result)
+                atomic_write_text(store.diagnosis_path(loaded.case.id), diagnosis.model_dump_json(indent=2) + "\n")
+            store.append_result(result)
         return result.status
 
 

@@ -9,6 +9,7 @@ Layout::
     cases/<id>/trajectory.json  an agent's turns, tokens, dollars and tool calls (diageval.diagnosers.agent_record)
     diagnoser.log            what in-process diagnosers printed outside any case
     summary.json             the metrics, written when the run completes (and by ``diageval score``)
+    repeats/<k>/results.jsonl, repeats/<k>/cases/<id>/...   repeat k = 2..K of ``diageval run --repeats K``
 
 Decided here (the design is silent):
 
@@ -28,6 +29,13 @@ Decided here (the design is silent):
   that case is then run again.
 * A case has one result line. Two lines for one case (a hand edit, a copy of lines from another run)
   are refused by every reader, naming the case and both lines: which one stands cannot be told.
+* Repeats (``--repeats K``, issue 41): the folder itself is repeat 1, exactly as a run without repeats (K = 1
+  writes nothing more than before, ``run.json``'s ``repeats: 1`` aside); repeat k >= 2 is ``repeats/<k>/``, a
+  results file and case folders laid out like the folder's own (:meth:`RunStore.repeat_stores`), holding no
+  ``run.json``, lock or summary of its own. Evidence is prepared once per case; only the diagnosis repeats. Each
+  repeat resumes on its own: a case is done in repeat k once its line is in that repeat's ``results.jsonl`` (the
+  same retry rules), and a resumed run diagnoses each case in each repeat that lacks it. A resumed run with
+  another K keeps what is there; the summary's repeats view reads repeats 1..K of ``run.json``'s ``repeats``.
 * ``run.json`` lists the cases the latest ``diageval run`` into the folder was asked to diagnose
   (``cases``: the selection less the skipped ones). A complete run has a result line for each of them, so
   a line lost later (a truncated copy, a hand edit) is named when the run is re-scored
@@ -53,7 +61,7 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from diageval import __version__
-from diageval.diagnosers.agent_record import AgentRecord
+from diageval.diagnosers.agent_record import AgentRecord, Usage
 from diageval.diagnosers.base import TRAJECTORY_NAME
 from diageval.diagnosis import DEFAULT_LIMITS
 from diageval.errors import DiagevalError
@@ -133,6 +141,8 @@ class RunInfo(BaseModel):
         "show are scored as diageval.cases.tiers.case_under_tier says. Runs before the field: full")
     evidence_sizes: dict[str, EvidenceSize] = Field(
         default_factory=dict, description="Case id -> bytes of the bundle the diagnoser got and steps logged")
+    repeats: int = Field(1, ge=1, description="How many times each case is diagnosed (--repeats): repeat 1 is this "
+                         "folder's results, repeat k >= 2 is repeats/<k>/. Runs before the field: 1")
 
 
 class SavedOutcome(BaseModel):
@@ -148,6 +158,7 @@ class SavedOutcome(BaseModel):
     manifestation: ManifestationMeasure | None = None  # in runs before it was carried: none
     difficulty: Literal["easy", "medium", "hard"] | None = None  # in runs before it was measured: as declared
     seconds: float | None = None
+    usage: Usage | None = None  # an agent's, from its trajectory (issue 41); none before
     error: str | None = None
     bundle_id: str | None = None
     bundle_sha256: str | None = None
@@ -196,6 +207,10 @@ class RunStore:
     @property
     def log_path(self) -> Path:
         return self.root / "diagnoser.log"
+
+    def repeat_stores(self, repeats: int) -> list["RunStore"]:
+        """The stores of repeats 1..``repeats``: this folder, then ``repeats/<k>/`` (module docstring)."""
+        return [self] + [RunStore(self.root / "repeats" / str(k)) for k in range(2, repeats + 1)]
 
     def case_dir(self, case_id: str) -> Path:
         return self.root / "cases" / case_id

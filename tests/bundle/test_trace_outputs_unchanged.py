@@ -80,7 +80,9 @@ def _rules(bundle: Path, budget: int | None = None) -> str:
         diagnosis = RulesDiagnoser().diagnose(EvidenceBundle.open(bundle))
     finally:
         defaults.update(saved)
-    return diagnosis.model_dump_json()
+    # cites (issue 41) is the findings' own ranks and steps again (rules.diagnoser.cited): pinned through them, so the
+    # digests stay those of the reader
+    return diagnosis.model_dump_json(exclude={"findings": {"__all__": {"cites"}}})
 
 
 def _real_inputs() -> list[tuple[str, Path]]:

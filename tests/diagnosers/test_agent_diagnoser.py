@@ -59,6 +59,7 @@ def investigator(body: dict):
     slow = compared["rank_a"] if a > b else compared["rank_b"]
     return "```json\n" + json.dumps({"findings": [{
         "category": "compute.straggler_rank", "kind": "cause", "confidence": 0.8, "ranks": [slow],
+        "cites": {"ranks": [slow]},  # the rank its tools compared: where a person checks it
         "summary": f"rank {slow} computes {max(a, b):.1f} ms a step against {min(a, b):.1f} ms"}]}) + "\n```"
 
 
@@ -170,7 +171,7 @@ def test_the_token_cap_ends_a_case_and_bounds_each_completion(monkeypatch, tmp_p
 # --- a run: statuses, scoring, the trajectory in the run folder --------------------------------------------
 
 
-def _run(tmp_path, monkeypatch, model, case_set, usage=None, timeout=90.0, **caps):
+def _run(tmp_path, monkeypatch, model, case_set, usage=None, timeout=90.0, repeats=1, **caps):
     from diageval.paths import default_taxonomy_path
 
     (tmp_path / "cases").mkdir(exist_ok=True)  # the run's taxonomy, shown in the box as a real run's is
@@ -182,7 +183,7 @@ def _run(tmp_path, monkeypatch, model, case_set, usage=None, timeout=90.0, **cap
         _configure(monkeypatch, server, **caps)
         out = run_with("agent", case_set, cases_dir=tmp_path / "cases", out_dir=tmp_path / f"runs-{model.__name__}",
                        evidence_fn=evidence, progress=None, cuda_device_count=lambda: 0, timeout=timeout,
-                       allow_network=True)
+                       allow_network=True, repeats=repeats)
     return out, RunStore(out.run_dir)
 
 
@@ -203,6 +204,60 @@ def test_a_run_scores_the_agent_and_keeps_its_trajectory(monkeypatch, tmp_path):
     calls = [c.name for t in record.turns for c in t.tool_calls]
     assert calls == ["overview", "compare_ranks", "top_ops"]
     assert '"ranks_with_trace":[0,1]' in record.turns[0].tool_calls[0].result
+
+
+HOSTILE = "<script>alert(1)</script>\x1b]52;c;cHduZWQ=\x07\u202eevil"
+
+
+def test_the_board_and_the_page_show_cost_repeats_grounding_and_trajectories(monkeypatch, tmp_path):
+    """Issue 41's "done when": a scripted tool-using agent scored with tokens, turns, dollars, repeats and grounded
+    recall on the board and its trajectories in the HTML page, the model's words there made inert."""
+    from datetime import datetime, timezone
+
+    from diageval.reports.html import render_html
+    from diageval.reports.html_data import gather
+    from diageval.reports.leaderboard import render_leaderboard
+
+    def hostile_investigator(body: dict):
+        answer = investigator(body)
+        if isinstance(answer, ToolCalls) and not _tool_results(body):  # the first turn: words a page must not run
+            return ToolCalls([("overview", {})], content=HOSTILE + " " + "x" * 5000)
+        return answer
+
+    hostile_investigator.__name__ = "investigator"
+    monkeypatch.setenv("DIAGEVAL_HOME", str(tmp_path / "home"))
+    case_set = make_case_set([make_case("s1", ranks=[SLOW_RANK]), make_case("s2", ranks=[SLOW_RANK]),
+                              make_case("h1", expect="healthy")])  # a control: skill needs a case without the cause
+    prices = json.dumps({"scripted": {"prompt": 2.0, "completion": 8.0, "cached": 0.5}})
+    out, store = _run(tmp_path, monkeypatch, hostile_investigator, case_set, repeats=2,
+                      usage=Usage(prompt_tokens=1000, completion_tokens=100, cached_tokens=400), prices=prices)
+    result = next(r for r in store.read_results() if r.case_id == "s1")
+    assert result.usage is not None and result.usage.turns == 3 and result.outcomes[0].grounded is True
+    summary = out.summary
+    m = summary.metrics
+    assert (m.turns_per_case.value, m.tool_calls_per_case.value) == (3, 3) and m.turns_per_case.n == 3
+    assert (m.prompt_tokens_per_case.value, m.completion_tokens_per_case.value, m.cached_tokens_per_case.value) == (
+        3000, 300, 1200)
+    assert m.dollars_per_case.value == pytest.approx((1800 * 2.0 + 1200 * 0.5 + 300 * 8.0) / 1e6)
+    assert m.grounded_recall.value == 1.0 and m.recall.value == 1.0
+    assert summary.repeats is not None and summary.repeats.repeats == 2 and summary.repeats.stable == 3
+    assert (out.run_dir / "repeats" / "2" / "cases" / "s1" / "trajectory.json").is_file()
+
+    board = render_leaderboard([summary])
+    for text in ("grounded R ↑", "### Cost", "turns/case ↓", "$/case ↓", "prompt tok/case ↓", "tool calls/case ↓",
+                 "### Repeats", "| 2 | 3 |"):
+        assert text in board, text
+    dollars = format(m.dollars_per_case.value, ".3g")
+    cost_row = next(line for line in board.splitlines() if line.startswith("| **agent") and f" {dollars} " in line)
+    assert cost_row.count("| 3 ") >= 2 and "| 0 |" in cost_row  # turns and tool calls per case; no cap hit
+
+    page = render_html(gather([out.run_dir]), generated=datetime(2026, 1, 1, tzinfo=timezone.utc))
+    assert 'id="cost-figure"' in page and "Pareto" in page
+    assert "repeats: agent: stable over 2 repeats (right 2, confidently wrong 0)" in page
+    assert page.count('class="trajectory"') == 3 and "compare_ranks" in page and "top_ops" in page
+    assert "<script>alert" not in page and "\x1b" not in page and "\u202e" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;\\u001b]52" in page  # shown, inert and escaped
+    assert "more characters in" in page and "x" * 400 not in page  # cut, saying where the rest is
 
 
 def test_a_cap_hit_is_its_own_status_scored_as_an_abstention(monkeypatch, tmp_path):

@@ -200,13 +200,13 @@ def render(run_dirs) -> str:
 
 def test_page_is_self_contained_and_has_every_section(runs):
     html = render(runs)
-    for section in ("leaderboard", "parts", "by-cause", "detection", "reliability", "confusion", "cases"):
+    for section in ("leaderboard", "parts", "by-cause", "detection", "reliability", "cost", "confusion", "cases"):
         assert f'<section id="{section}">' in html
     assert 'id="compare"' not in html  # four runs: no pairwise section
     # nothing fetched at view time: no external URL in any src/href, no @import, no CDN
     assert not re.search(r'(src|href)="(?!#)', html)
     assert "@import" not in html and not re.search(r"url\((?!#)", html)
-    assert html.count("<svg") == 2  # detection curves and reliability diagrams, inlined
+    assert html.count("<svg") == 3  # detection curves, reliability diagrams and skill against cost, inlined
 
 
 def test_leaderboard_columns_come_from_the_metric_table():
@@ -361,3 +361,14 @@ def test_manifestation_measurements_come_from_the_results(runs):
     html = render(runs)
     assert "ratio 3.00 (min 1.50), healthy-twin noise 0.20, z 10.0, test p 3.2e-14 (alpha 0.0025) over 2 repeat pairs" in html
     assert "no manifestation measurement in the results" in html  # starved: a run made before results carried it
+
+
+def test_the_pareto_front_keeps_the_diagnosers_nothing_beats_on_both_cost_and_skill():
+    from diageval.reports.plots import CostPoint, pareto_front, skill_against_cost
+
+    points = [CostPoint("a", 1.0, 0.2, None), CostPoint("b", 2.0, 0.5, (0.3, 0.7)), CostPoint("c", 3.0, 0.4, None),
+              CostPoint("d", 1.0, 0.1, None), CostPoint("e", 10.0, 0.6, None), CostPoint("f", 10.0, 0.6, None)]
+    assert [p.name for p in pareto_front(points)] == ["a", "b", "e", "f"]  # c: b is cheaper and better; d: a is
+    svg = skill_against_cost({"seconds per case (mean)": points, "dollars per case (mean)": []})
+    assert svg.startswith("<svg") and "Pareto front" in svg
+    assert skill_against_cost({"dollars per case (mean)": []}) == ""

@@ -137,9 +137,12 @@ def test_identical_runs_differ_by_zero():
     r = results(WEAK)
     m = compare_results(r, [x.model_copy() for x in reversed(r)], n_boot=400, seed=0)
     defined = [k for k, v in m.items() if v.difference is not None]
-    # A never abstains; one job's cases state and label no factor value and no magnitude; none is a defect case
+    # A never abstains; one job's cases state and label no factor value and no magnitude; none is a defect case; no
+    # agent's usage
+    agent = {"prompt_tokens_per_case", "completion_tokens_per_case", "cached_tokens_per_case", "dollars_per_case",
+             "turns_per_case", "tool_calls_per_case"}
     assert set(METRICS) - set(defined) == {"impact_mae", "abstention_precision", "factor_precision", "factor_recall",
-                                           "magnitude_error", "defect_wrong_rate"}
+                                           "magnitude_error", "defect_wrong_rate", *agent}
     for name in defined:
         assert m[name].difference == 0.0, name
         assert m[name].ci == (0.0, 0.0), name
