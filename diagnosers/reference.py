@@ -9,7 +9,8 @@
   It counts only the public split (cases whose ``split`` is ``public``; every case when none names a
   split), so a private split's labels never reach it. It reads nothing of a bundle but ``fleet.json``.
 * ``oracle`` reads the labels (bundle -> case through the run's ``bundle_cases``) and claims exactly them,
-  each behind its labeled factor value; on an aliased case it abstains naming the aliased values.
+  each behind its labeled factor value, in the words the bundle shows (drawn per assembly: the run's
+  ``bundle_values``); on an aliased case it abstains naming the aliased values.
   A self-test of the harness and scoring: it must score perfectly, and it is never ranked.
 * ``leak``   greps the bundle's bytes (file names too, gzipped traces decompressed) for public words:
   taxonomy ids, the last segment of cause ids, registered fault names and their parameter names, and
@@ -134,7 +135,7 @@ class OracleDiagnoser(_NeedsCorpus):
         case = self.corpus.case(case_id) if case_id else None
         if case is None:
             return Diagnosis(abstain=Abstention(reason=f"bundle {bundle.bundle_id} is not one of this run's bundles"))
-        labels = case.labels
+        labels = case.with_shown_values(self.corpus.bundle_values.get(bundle.bundle_id, {})).labels  # the shown words
         symptoms = [Finding(category=s, kind="symptom", confidence=1.0, summary="labeled symptom") for s in labels.symptoms]
         if labels.expect == "abstain":
             return Diagnosis(findings=symptoms, abstain=Abstention(reason="the case is labeled: evidence insufficient",

@@ -94,8 +94,12 @@ def score_case(
     bundle_id: str | None = None,
     bundle_sha256: str | None = None,
     manifestation: ManifestationMeasure | None = None,
+    shown_values: dict[str, str] | None = None,
 ) -> CaseResult:
-    """Judge ``diagnosis`` against ``case``'s labels (see the module docstring for the rules)."""
+    """Judge ``diagnosis`` against ``case``'s labels (see the module docstring for the rules). ``shown_values``: the
+    factor value words the case's bundle showed (``name=value`` -> drawn word, issue 39); the case is judged in
+    them (:meth:`~diageval.cases.model.Case.with_shown_values`) and the map is kept in the result."""
+    case = case.with_shown_values(shown_values or {})
     if status in ABSTAINING_STATUSES:  # cap_hit: scored as an abstention naming the cap; the status stays
         if diagnosis is not None:
             raise ValueError(f"case {case.id}: status {status!r} means there is no diagnosis to score, yet one was given")
@@ -129,6 +133,7 @@ def score_case(
         seconds=seconds,
         bundle_id=bundle_id,
         bundle_sha256=bundle_sha256,
+        shown_values=dict(shown_values or {}),
         error=error,
         taxonomy_causes=len(taxonomy.causes),
     )

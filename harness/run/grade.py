@@ -115,6 +115,7 @@ def rescore_run(run_dir: Path, *, case_set: CaseSet | None = None, allow_missing
             error=row.error,
             bundle_id=row.bundle_id,
             bundle_sha256=row.bundle_sha256,
+            shown_values=row.shown_values,
         )
         rescored.append(result)
     store.rewrite_results(rescored)

@@ -151,6 +151,7 @@ class SavedOutcome(BaseModel):
     error: str | None = None
     bundle_id: str | None = None
     bundle_sha256: str | None = None
+    shown_values: dict[str, str] = {}  # the value words the bundle showed (issue 39); none before they were drawn
 
 
 class RunFolderConflict(DiagevalError):
