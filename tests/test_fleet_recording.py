@@ -178,6 +178,27 @@ def test_no_label_blind_rule_on_fleet_json_finds_the_factor_at_fault(how, fleets
     assert max(at_fault.values()) <= len(positives) / 2, at_fault
 
 
+def test_every_public_regression_changes_two_factors_and_names_the_one_at_fault(fleets):
+    """Issue 39 item 2: with one differing factor, "name the candidate's differing value" was the answer by
+    construction. Every injected public regression's candidate changes two or more declared factors (a release: a
+    version and a host or config move together); a positive one's label names one of them, and no factor name is the
+    one at fault in every positive regression that changes it. The recorded pair is left out: its metadata states
+    what its real traces came from (one libkineto build and the next), and a made-up second factor would misstate it."""
+    regressions = [c for c in fleets if c.kind == "regression" and c.workload is not None and c.split == "public"]
+    assert len(regressions) >= 15
+    faulty: Counter = Counter()
+    changed: Counter = Counter()
+    for case in regressions:
+        values = case.fleet.changed_values()
+        assert len({v.name for v in values}) >= 2, (case.id, values)
+        for label in case.labels.causes:
+            assert label.factor in values, case.id
+            faulty[label.factor.name] += 1
+        if case.labels.expect == "diagnose":
+            changed.update(v.name for v in values)
+    assert len(faulty) >= 2 and all(faulty[name] < n for name, n in changed.items()), (faulty, changed)
+
+
 def test_the_corpus_holds_the_hard_fleets_issue_24_asks_for(fleets):
     assert len(fleets) >= 12
     aliased = [c for c in fleets if c.labels.aliased]
