@@ -64,7 +64,7 @@ from typing import Literal
 
 from diageval.cases.model import Case, CauseLabel
 from diageval.cases.taxonomy import Taxonomy, is_symptom_id
-from diageval.diagnosis import Abstention, Diagnosis, FactorRef, Finding
+from diageval.diagnosis import Abstention, Diagnosis, FactorRef, Finding, blamable_refs
 from diageval.scoring.results import (
     ABSTAINING_STATUSES,
     ANSWERED_STATUSES,
@@ -274,12 +274,7 @@ def blamable_values(case: Case) -> list[FactorRef]:
     "where", which the factor climatology ranges over (docs/scoring.md). A value held by every run cannot set
     slow runs apart from fast ones, and on a regression only the candidate can be slow, so a value is
     blamable when some run lacks it and (regression) the candidate holds it. None for one job's evidence."""
-    if case.fleet is None:
-        return []
-    runs = case.fleet.runs
-    slow = [r for r in runs if r.role == "candidate"] or runs
-    return sorted({FactorRef(name=k, value=v) for r in slow for k, v in r.metadata.items()
-                   if any(other.metadata.get(k) != v for other in runs)}, key=lambda ref: (ref.name, ref.value))
+    return blamable_refs(case.fleet.runs) if case.fleet is not None else []
 
 
 def _slots(case: Case) -> list[str]:

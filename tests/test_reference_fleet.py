@@ -1,6 +1,6 @@
 """The reference diagnosers on fleet evidence (issue 24 item 5): the oracle names each labeled cause behind its
-factor value and abstains naming aliased values; prior adds its cause behind every factor value of the fleet at
-the factor's base rate, from the public split only; scored, oracle is perfect and null below a diagnoser that
+factor value and abstains naming aliased values; prior adds its cause behind every blamable value of the fleet at
+its factor name's base rate, from the public split only; scored, oracle is perfect and null below a diagnoser that
 finds the factor."""
 
 from __future__ import annotations
@@ -43,11 +43,13 @@ def test_prior_states_the_factor_base_rate_over_the_fleet_values_from_the_public
     prior.prepare(ReferenceCorpus(cases=public + private, taxonomy=TAX))
     d = prior.diagnose(bundle)
     top, *behind = d.findings
-    # the public fleets label host.cpu_contention once: 1 of 1 labeled causes; its factor: 1 labeled value of the
-    # 16 factor values of the two public fleets (8 each)
+    # the public fleets label host.cpu_contention once: 1 of 1 labeled causes; its factor, per name as scoring's
+    # climatology counts it: host 1 labeled value of the 8 blamable hosts of the two public fleets (4 each); no
+    # version, rack or loader value is labeled, so prior states none of them (their climatology is 0)
     assert (top.category, top.confidence, top.factor) == ("host.cpu_contention", 1.0, None)
-    assert len(behind) == 10  # every value of this fleet: 4 hosts, 2 versions, 2 racks, 2 loader settings
-    assert all(f.confidence == pytest.approx(1 / 16) for f in behind)
+    assert sorted(f.factor.value for f in behind) == ["node-01", "node-02", "node-03", "node-04"], behind
+    assert {f.factor.name for f in behind} == {"host"}
+    assert all(f.confidence == pytest.approx(1 / 8) for f in behind)
     assert {f.category for f in behind} == {"host.cpu_contention"}
 
 
