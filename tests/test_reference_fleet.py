@@ -69,3 +69,30 @@ def test_oracle_scores_one_and_null_is_below_a_diagnoser_that_finds_the_factor()
     assert oracle.skill.value == 1.0 and oracle.skill_ranked.value == 1.0
     assert null.skill_ranked.value < finder.skill_ranked.value and null.skill.value < finder.skill.value
     assert null.factor_recall.value == 0.0 and finder.factor_recall.value == 1.0
+
+
+def test_oracle_is_perfect_on_every_built_in_regression_and_fleet_in_drawn_words():
+    """Issue 39 item 2: every built-in regression and fleet, its value words drawn as an assembly draws them and the
+    map handed to the oracle as a run hands it: every event the oracle's diagnosis makes is stated at its outcome."""
+    import random
+    from types import SimpleNamespace
+
+    from diageval.cases.load import load_case_set
+    from diageval.recording.fleet import draw_values
+
+    case_set = load_case_set()
+    multi = [lc.case for lc in case_set.cases if lc.case.fleet is not None]
+    assert len([c for c in multi if c.kind == "regression"]) >= 15
+    rng = random.Random(0)
+    shown = {f"b{i}": draw_values(c, rng) for i, c in enumerate(multi)}
+    oracle = OracleDiagnoser()
+    oracle.prepare(ReferenceCorpus(cases=multi, taxonomy=case_set.taxonomy,
+                                   bundle_cases={f"b{i}": c.id for i, c in enumerate(multi)}, bundle_values=shown))
+    for i, case in enumerate(multi):
+        diagnosis = oracle.diagnose(SimpleNamespace(bundle_id=f"b{i}"))
+        result = score_case(case, diagnosis, taxonomy=case_set.taxonomy, shown_values=shown[f"b{i}"])
+        wrong = [f for f in result.forecasts if f.probability != float(f.outcome)]
+        assert wrong == [], (case.id, wrong)
+        named = {f.factor for f in diagnosis.findings if f.factor} | set(diagnosis.abstain.factors if diagnosis.abstain else [])
+        assert not {(r.name, r.value) for r in named} & {(k, v) for r in case.fleet.runs for k, v in r.metadata.items()}, \
+            case.id  # every value named in drawn words, none in the case file's
