@@ -4,12 +4,14 @@
 * ``prior``  claims the corpus' most frequent labeled cause on every bundle, with confidence equal to that
   cause's share of all labeled causes (ties go to the alphabetically first id). On fleet evidence (a
   bundle with ``fleet.json``: a regression pair or a fleet) it uses the cases of that kind instead, and
-  adds the same cause behind every factor value of the bundle's fleet at the factor base rate (the values
-  a label puts a cause behind over the factor values of those cases' fleets): the factor's climatology.
+  adds the same cause behind every value the bundle's fleet could blame (held by some run and not all; on a
+  regression, by the candidate) at its factor name's base rate over those cases (the values a label puts a
+  cause behind over the blamable values of that name): scoring's per-name factor climatology.
   It counts only the public split (cases whose ``split`` is ``public``; every case when none names a
   split), so a private split's labels never reach it. It reads nothing of a bundle but ``fleet.json``.
 * ``oracle`` reads the labels (bundle -> case through the run's ``bundle_cases``) and claims exactly them,
-  each behind its labeled factor value; on an aliased case it abstains naming the aliased values.
+  each behind its labeled factor value, in the words the bundle shows (drawn per assembly: the run's
+  ``bundle_values``); on an aliased case it abstains naming the aliased values.
   A self-test of the harness and scoring: it must score perfectly, and it is never ranked.
 * ``leak``   greps the bundle's bytes (file names too, gzipped traces decompressed) for public words:
   taxonomy ids, the last segment of cause ids, registered fault names and their parameter names, and
@@ -33,7 +35,7 @@ from typing import Any
 
 from diageval.bundle.fleet import read_fleet
 from diageval.bundle.model import EvidenceBundle
-from diageval.diagnosis import Abstention, Diagnosis, FactorRef, Finding
+from diageval.diagnosis import Abstention, Diagnosis, Finding, blamable_refs
 
 PUBLIC_SPLIT = "public"
 
@@ -68,7 +70,7 @@ class PriorDiagnoser(_NeedsCorpus):
     version = "2"
 
     _claim: Finding | None = None
-    _fleet_claims: dict[str, tuple[Finding, float] | None]  # kind -> (the kind's cause claim, its factor rate)
+    _fleet_claims: dict[str, tuple[Finding, dict[str, float]] | None]  # kind -> (its cause claim, factor name -> rate)
 
     def _prepared(self, corpus: Any) -> None:
         cases = public_cases(corpus.cases)
@@ -77,7 +79,7 @@ class PriorDiagnoser(_NeedsCorpus):
         for kind in ("regression", "fleet"):
             mine = [c for c in cases if c.kind == kind]
             claim = _most_frequent(mine)
-            self._fleet_claims[kind] = None if claim is None else (claim, _factor_rate(mine))
+            self._fleet_claims[kind] = None if claim is None else (claim, _factor_rates(mine))
 
     def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:
         self.corpus  # noqa: B018 - fail loudly when prepare was skipped
@@ -87,12 +89,12 @@ class PriorDiagnoser(_NeedsCorpus):
         known = self._fleet_claims.get("regression" if fleet.is_regression else "fleet")
         if known is None:
             return Diagnosis()
-        claim, rate = known
-        values = [FactorRef(name=f, value=v) for f in fleet.factors for v in fleet.values(f)]
-        behind = [claim.model_copy(update={"confidence": min(rate, claim.confidence), "factor": ref,
-                                           "summary": f"{claim.category} behind a factor value at its base rate "
-                                                      f"{rate:.3f} (labeled factor values over fleet values)"})
-                  for ref in values] if rate > 0 else []
+        claim, rates = known
+        behind = [claim.model_copy(update={"confidence": min(rates[ref.name], claim.confidence), "factor": ref,
+                                           "summary": f"{claim.category} behind a {ref.name} value at its base rate "
+                                                      f"{rates[ref.name]:.3f} (labeled {ref.name} values over "
+                                                      f"blamable ones)"})
+                  for ref in blamable_refs(fleet.runs) if rates.get(ref.name, 0.0) > 0]
         return Diagnosis(findings=[claim, *behind])
 
 
@@ -113,16 +115,19 @@ def _most_frequent(cases: list[Any]) -> Finding | None:
                    summary=f"the corpus' most frequent labeled cause ({count} of {total} labeled causes)")
 
 
-def _factor_rate(cases: list[Any]) -> float:
-    """Factor values a label puts a cause behind over the factor values of the cases' fleets: the base rate of
-    the factor events (docs/scoring.md)."""
-    true = slots = 0
+def _factor_rates(cases: list[Any]) -> dict[str, float]:
+    """Per factor name f: the values a label puts a cause behind (F_f) over the values the cases could blame with
+    the labeled ones (M_f): the factor climatology of the headline score (docs/scoring.md)."""
+    true: Counter[str] = Counter()
+    slots: Counter[str] = Counter()
     for case in cases:
         if case.fleet is None:
             continue
-        true += len({(c.factor.name, c.factor.value) for c in case.labels.causes if c.factor is not None})
-        slots += len({(k, v) for run in case.fleet.runs for k, v in run.metadata.items()})
-    return true / slots if slots else 0.0
+        behind = {c.factor for c in case.labels.causes if c.factor is not None}
+        for ref in set(blamable_refs(case.fleet.runs)) | behind:
+            slots[ref.name] += 1
+            true[ref.name] += ref in behind
+    return {name: true[name] / n for name, n in slots.items()}
 
 
 class OracleDiagnoser(_NeedsCorpus):
@@ -134,7 +139,7 @@ class OracleDiagnoser(_NeedsCorpus):
         case = self.corpus.case(case_id) if case_id else None
         if case is None:
             return Diagnosis(abstain=Abstention(reason=f"bundle {bundle.bundle_id} is not one of this run's bundles"))
-        labels = case.labels
+        labels = case.with_shown_values(self.corpus.bundle_values.get(bundle.bundle_id, {})).labels  # the shown words
         symptoms = [Finding(category=s, kind="symptom", confidence=1.0, summary="labeled symptom") for s in labels.symptoms]
         if labels.expect == "abstain":
             return Diagnosis(findings=symptoms, abstain=Abstention(reason="the case is labeled: evidence insufficient",

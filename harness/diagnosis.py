@@ -8,6 +8,7 @@ case labels.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -77,6 +78,18 @@ class Citation(BaseModel):
         if self.ranks is not None and any(r < 0 for r in self.ranks):
             raise ValueError("ranks: expected ranks >= 0")
         return self
+
+
+def blamable_refs(runs: Iterable[Any]) -> list[FactorRef]:
+    """The factor values a regression or fleet could blame, read from its runs alone (each with ``role`` and
+    ``metadata``: a case file's runs or fleet.json's, no label): the possible answers to "where", which the factor
+    climatology ranges over (docs/scoring.md). A value held by every run cannot set slow runs apart from fast ones,
+    and on a regression only the candidate can be slow, so a value is blamable when some run lacks it and
+    (regression) the candidate holds it."""
+    runs = list(runs)
+    slow = [r for r in runs if r.role == "candidate"] or runs
+    return sorted({FactorRef(name=k, value=v) for r in slow for k, v in r.metadata.items()
+                   if any(other.metadata.get(k) != v for other in runs)}, key=lambda ref: (ref.name, ref.value))
 
 
 class Finding(BaseModel):

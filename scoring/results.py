@@ -221,6 +221,9 @@ class CaseResult(_Record):
                                 "diagnoser that writes none")
     bundle_id: str | None = None
     bundle_sha256: str | None = None
+    shown_values: dict[str, str] = Field(default_factory=dict, description="A regression's or fleet's factor values "
+                                         "('name=value') -> the words its bundle showed (drawn per assembly, issue 39): "
+                                         "the case was judged in those words; empty when the bundle showed the case's own")
     error: str | None = None
 
     @model_validator(mode="before")

@@ -69,7 +69,7 @@ from typing import Literal
 from diageval.cases.model import Case, CauseLabel
 from diageval.cases.taxonomy import Taxonomy, is_symptom_id
 from diageval.diagnosers.agent_record import Usage
-from diageval.diagnosis import Abstention, Diagnosis, FactorRef, Finding
+from diageval.diagnosis import Abstention, Diagnosis, FactorRef, Finding, blamable_refs
 from diageval.scoring.grounding import grounded
 from diageval.scoring.results import (
     ABSTAINING_STATUSES,
@@ -101,8 +101,12 @@ def score_case(
     bundle_sha256: str | None = None,
     manifestation: ManifestationMeasure | None = None,
     usage: Usage | None = None,
+    shown_values: dict[str, str] | None = None,
 ) -> CaseResult:
-    """Judge ``diagnosis`` against ``case``'s labels (see the module docstring for the rules)."""
+    """Judge ``diagnosis`` against ``case``'s labels (see the module docstring for the rules). ``shown_values``: the
+    factor value words the case's bundle showed (``name=value`` -> drawn word, issue 39); the case is judged in
+    them (:meth:`~diageval.cases.model.Case.with_shown_values`) and the map is kept in the result."""
+    case = case.with_shown_values(shown_values or {})
     if status in ABSTAINING_STATUSES:  # cap_hit: scored as an abstention naming the cap; the status stays
         if diagnosis is not None:
             raise ValueError(f"case {case.id}: status {status!r} means there is no diagnosis to score, yet one was given")
@@ -137,6 +141,7 @@ def score_case(
         usage=usage,
         bundle_id=bundle_id,
         bundle_sha256=bundle_sha256,
+        shown_values=dict(shown_values or {}),
         error=error,
         taxonomy_causes=len(taxonomy.causes),
     )
@@ -277,12 +282,7 @@ def blamable_values(case: Case) -> list[FactorRef]:
     "where", which the factor climatology ranges over (docs/scoring.md). A value held by every run cannot set
     slow runs apart from fast ones, and on a regression only the candidate can be slow, so a value is
     blamable when some run lacks it and (regression) the candidate holds it. None for one job's evidence."""
-    if case.fleet is None:
-        return []
-    runs = case.fleet.runs
-    slow = [r for r in runs if r.role == "candidate"] or runs
-    return sorted({FactorRef(name=k, value=v) for r in slow for k, v in r.metadata.items()
-                   if any(other.metadata.get(k) != v for other in runs)}, key=lambda ref: (ref.name, ref.value))
+    return blamable_refs(case.fleet.runs) if case.fleet is not None else []
 
 
 def _slots(case: Case) -> list[str]:

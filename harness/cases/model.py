@@ -20,7 +20,9 @@ Conventions decided here (the design is silent):
   removed, e.g. their device events, applied to the imported bundle), and ``recorded.rationale`` says how they lead to the labels. The trace files are
   never in the repository: the harness finds them under the data folder (``paths.real_traces_dir``).
 * ``kind`` (issue 24): ``job`` (the default: one run, what slows it), ``regression`` (a baseline and a
-  candidate run that differ in exactly one declared factor: did the candidate regress, by how much, why)
+  candidate run that differ in one or more declared factors: did the candidate regress, by how much, why, and
+  behind which of the values it changed; issue 39: the public ones change two or more, as a release moves a
+  version and a config together, so that "the candidate's differing value" is not the answer by construction)
   or ``fleet`` (8-16 runs of one workload across hosts, versions and configurations). The two multi-run
   kinds carry ``fleet:``: the runs, each with an opaque name, its metadata (factor -> value, opaque words
   that never encode a fault), its start order and per-run workload parameter overrides, and the faults
@@ -29,6 +31,13 @@ Conventions decided here (the design is silent):
   ``recorded`` traces); case-level ``faults`` stay empty. A fleet's labels name the factor value each
   cause sits behind (``causes[].factor``); a fleet whose faulty factor value is aliased with another
   (every run with one also has the other) expects ``abstain`` and names both under ``labels.aliased``.
+  A regression's label names one of the values its candidate changes (the one at fault: the others changed too
+  and did nothing); a regression whose evidence cannot say which of its changed values is at fault expects
+  ``abstain`` and names them under ``labels.aliased``. A healthy regression (``expect: healthy``) whose
+  candidate changes two values says that neither change slowed it: every value blamed there is a false
+  statement. Only a healthy regression may change nothing (the same job run twice). The value words a
+  bundle shows are drawn per assembly (:class:`~diageval.recording.truth.FleetDraw`); a case is scored in
+  the words its bundle showed (:meth:`Case.with_shown_values`).
   :meth:`Case.fleet_members` turns each run into an ordinary job case (what gets recorded and cached).
 
 Size: over 400 lines because the case file is one tree of strict models validated together (job, recorded
@@ -308,6 +317,25 @@ class FleetSpec(_Strict):
     def factors(self) -> list[str]:
         return sorted(self.runs[0].metadata)
 
+    def changed_values(self) -> list[FactorRef]:
+        """A regression's candidate values that differ from its baseline's, by factor name (empty for a fleet)."""
+        base = next((r for r in self.runs if r.role == "baseline"), None)
+        cand = next((r for r in self.runs if r.role == "candidate"), None)
+        if base is None or cand is None:
+            return []
+        return [FactorRef(name=k, value=v) for k, v in sorted(cand.metadata.items()) if base.metadata.get(k) != v]
+
+    def with_shown_values(self, shown: dict[str, str]) -> "FleetSpec":
+        """This fleet with every factor value replaced by the word its bundle shows (``shown``: ``name=value`` -> the
+        drawn value, :class:`~diageval.recording.truth.FleetDraw`); values not in ``shown`` stay as they are."""
+        def word(name: str, value: str) -> str:
+            return shown.get(f"{name}={value}", value)
+
+        runs = [r.model_copy(update={"metadata": {k: word(k, v) for k, v in r.metadata.items()}}) for r in self.runs]
+        faults = [ff.model_copy(update={"where": FactorRef(name=ff.where.name, value=word(ff.where.name, ff.where.value))})
+                  for ff in self.faults]
+        return self.model_copy(update={"runs": runs, "faults": faults})
+
     def runs_with(self, ref: FactorRef) -> list[FleetRun]:
         return [r for r in self.runs if r.metadata.get(ref.name) == ref.value]
 
@@ -340,7 +368,7 @@ class Case(_Strict):
     title: str = Field(min_length=1)
     kind: Literal["job", "regression", "fleet"] = Field("job", description="job: one run, what slows it; "
                                                         "regression: a baseline and a candidate run differing in one "
-                                                        "factor; fleet: 8-16 runs across hosts, versions, configurations")
+                                                        "or more factors; fleet: 8-16 runs across hosts, versions, configurations")
     fleet: FleetSpec | None = Field(None, description="regression and fleet cases: the runs, their metadata and the "
                                                       "faults behind factor values")
     workload: WorkloadSpec | None = Field(None, description="Injected evidence: the workload recorded here")
@@ -414,11 +442,21 @@ class Case(_Strict):
                 raise ValueError(f"fleet.runs: a regression has exactly 2 runs (baseline and candidate), got {len(fleet.runs)}")
             if sorted(str(r.role) for r in fleet.runs) != ["baseline", "candidate"]:
                 raise ValueError("fleet.runs: a regression's runs have role baseline and role candidate, one each")
-            a, b = (r.metadata for r in fleet.runs)
-            differ = [k for k in a if a[k] != b[k]]
-            if len(differ) != 1:
-                raise ValueError(f"fleet.runs: a regression's runs differ in exactly one declared factor; they differ in "
-                                 f"{len(differ)} ({', '.join(differ) or 'none'})")
+            candidate = next(r for r in fleet.runs if r.role == "candidate")
+            changed = fleet.changed_values()
+            if not changed and self.labels.expect != "healthy":
+                raise ValueError("fleet.runs: a regression's candidate differs from its baseline in no declared factor, "
+                                 "so nothing could be blamed; expected at least one differing factor (a release moves "
+                                 "two or more: a version and a config), or expect: healthy for a rerun of the same job")
+            for i, c in enumerate(self.labels.causes):
+                if c.factor is not None and c.factor not in changed:
+                    raise ValueError(f"labels.causes[{i}].factor: {c.factor.name} = {c.factor.value!r} is not a value the "
+                                     f"candidate ({candidate.name}) changes; expected one of "
+                                     f"{', '.join(f'{v.name} = {v.value!r}' for v in changed) or 'none'}")
+            for i, ref in enumerate(self.labels.aliased):
+                if ref not in changed:
+                    raise ValueError(f"labels.aliased[{i}]: {ref.name} = {ref.value!r} is not a value the candidate "
+                                     f"({candidate.name}) changes; a regression's aliased values are its changed ones")
         else:
             if not 8 <= len(fleet.runs) <= 16:
                 raise ValueError(f"fleet.runs: a fleet has 8 to 16 runs, got {len(fleet.runs)}")
@@ -451,6 +489,22 @@ class Case(_Strict):
         if self.labels.expect != "diagnose" and self.manifest is not None:
             raise ValueError("manifest: only positive cases (expect: diagnose) have one")
         return self
+
+    def with_shown_values(self, shown: dict[str, str]) -> "Case":
+        """This case in the factor value words its bundle showed (``shown``: ``name=value`` -> the drawn word, from
+        the bundle's :class:`~diageval.recording.truth.FleetDraw`): its runs' metadata, the faults' ``where``, the
+        labels' factors and aliased values, so that a diagnosis naming what it saw is judged against the labels.
+        Itself when ``shown`` is empty (one job, or a bundle assembled before values were drawn)."""
+        if not shown or self.fleet is None:
+            return self
+
+        def ref(r: FactorRef) -> FactorRef:
+            return FactorRef(name=r.name, value=shown.get(f"{r.name}={r.value}", r.value))
+
+        causes = [c.model_copy(update={"factor": ref(c.factor) if c.factor is not None else None})
+                  for c in self.labels.causes]
+        labels = self.labels.model_copy(update={"causes": causes, "aliased": [ref(a) for a in self.labels.aliased]})
+        return self.model_copy(update={"fleet": self.fleet.with_shown_values(shown), "labels": labels})
 
     def fleet_members(self) -> list[tuple[FleetRun, "Case"]]:
         """Each run of an injected regression or fleet case, in start order, as the ordinary job case that records

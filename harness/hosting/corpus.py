@@ -11,7 +11,9 @@ Decided here (the design says only that reference diagnosers get "the corpus"):
   thing whether a run covers one case or all of them, and a resumed run stays consistent;
 * ``bundle_cases`` maps the opaque ``bundle_id`` of every bundle the harness prepared for this run to its
   case id: the only way ``oracle`` can tell which case a bundle belongs to;
-* ``bundle_cases`` keys are the random ids of this run's private bundle copies, not the cached ids.
+* ``bundle_cases`` keys are the random ids of this run's private bundle copies, not the cached ids;
+* ``bundle_values`` maps the same ids, for a regression or fleet bundle, to the factor value words it shows
+  (``name=value`` -> the drawn word, issue 39): ``oracle`` names its labels' values in them.
 
 No other diagnoser ever receives either, whatever it declares about itself.
 """
@@ -63,11 +65,15 @@ class ReferenceCorpus(BaseModel):
     cases: list[Case]
     taxonomy: Taxonomy
     bundle_cases: dict[str, str] = Field(default_factory=dict, description="bundle_id -> case id, for this run's bundles")
+    bundle_values: dict[str, dict[str, str]] = Field(default_factory=dict, description="bundle_id -> the factor value "
+                                                     "words a regression or fleet bundle shows ('name=value' -> word)")
 
     @classmethod
-    def from_case_set(cls, case_set: "CaseSet", bundle_cases: dict[str, str] | None = None) -> "ReferenceCorpus":
+    def from_case_set(cls, case_set: "CaseSet", bundle_cases: dict[str, str] | None = None,
+                      bundle_values: dict[str, dict[str, str]] | None = None) -> "ReferenceCorpus":
         cases = [lc.case for lc in case_set.cases]
-        return cls(cases=cases, taxonomy=case_set.taxonomy, bundle_cases=dict(bundle_cases or {}))
+        return cls(cases=cases, taxonomy=case_set.taxonomy, bundle_cases=dict(bundle_cases or {}),
+                   bundle_values={k: dict(v) for k, v in (bundle_values or {}).items()})
 
     def case(self, case_id: str) -> Case | None:
         for c in self.cases:

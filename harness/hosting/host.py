@@ -91,14 +91,16 @@ class Host:
         finally:
             box.remove()
 
-    def handover(self, case_set: "CaseSet", bundle_cases: dict[str, str] | None = None) -> dict[str, Any] | None:
+    def handover(self, case_set: "CaseSet", bundle_cases: dict[str, str] | None = None,
+                 bundle_values: dict[str, dict[str, str]] | None = None) -> dict[str, Any] | None:
         """What the harness's own table lets this diagnoser receive: the labeled corpus with the map of this
-        run's bundle ids to case ids (``prior``, ``oracle``), public words (``leak``), else nothing."""
+        run's bundle ids to case ids and to the factor value words each regression or fleet bundle shows
+        (``prior``, ``oracle``), public words (``leak``), else nothing."""
         kind = self.role.handover
         if kind == "corpus":
             from diageval.hosting.corpus import ReferenceCorpus
 
-            data = ReferenceCorpus.from_case_set(case_set, bundle_cases).model_dump(mode="json")
+            data = ReferenceCorpus.from_case_set(case_set, bundle_cases, bundle_values).model_dump(mode="json")
         elif kind == "vocabulary":
             from diageval.hosting.corpus import PublicVocabulary
 

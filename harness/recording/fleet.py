@@ -25,9 +25,14 @@ values* (``causes[].factor``, ``aliased``, a finding's ``factor``), never run na
 members are recorded independently of the schedule, so the scorer needs no mapping. The draw is kept in the
 bundle's truth record (:class:`~diageval.recording.truth.FleetDraw`, outside every bundle folder, never in the
 box); the verification reads the runs back under the case's names through :func:`case_run_names`.
-The metadata values are not drawn: labels and diagnoses name them, so a draw would have to be carried into
-every label and mapped back out of every finding, and the metadata's *structure* (which runs share which
-values) identifies a public fleet whatever its words are; only a held-out split closes that (README).
+The metadata values are drawn too (issue 39 item 2): a value word reused across the public cases predicted the
+label (``v2.5.0`` was the labeled value in 17 of the 26 cases that showed it). Each value keeps its shape (every
+digit redrawn, letters and punctuation kept: ``v2.5.0`` may show as ``v7.1.3``, ``node-02`` as ``node-58``, a
+config ``4`` as ``9``), distinct within its factor and never one of the case's own words for that factor. Labels
+and diagnoses name factor values, so the scorer judges a diagnosis against the case *in the words its bundle
+showed* (:meth:`~diageval.cases.model.Case.with_shown_values`, with the draw's ``values`` kept in the result line,
+so a re-scored run maps them again), and ``oracle`` is handed the same map. The metadata's *structure* (which runs
+share which values) still identifies a public fleet whatever its words are; only a held-out split closes that.
 """
 
 from __future__ import annotations
@@ -164,7 +169,34 @@ def draw_runs(case: Case, seed: int) -> FleetDraw:
     order = list(range(len(runs)))
     if case.kind == "fleet":
         rng.shuffle(order)
-    return FleetDraw(seed=seed, names=names, starts={r.name: o for r, o in zip(runs, order)})
+    return FleetDraw(seed=seed, names=names, starts={r.name: o for r, o in zip(runs, order)}, values=draw_values(case, rng))
+
+
+def draw_values(case: Case, rng: random.Random) -> dict[str, str]:
+    """``name=value`` -> the word fleet.json shows for it: every digit of the value redrawn (its shape kept), distinct
+    within the factor and never one of the case's own values of the factor (a diagnoser naming the public case's
+    word names nothing the bundle showed). Where the digits cannot give enough distinct words (a factor with more
+    values than a one-digit word has), a digit is appended."""
+    assert case.fleet is not None
+    out: dict[str, str] = {}
+    for name in case.fleet.factors:
+        values = sorted({r.metadata[name] for r in case.fleet.runs})
+        taken = set(values)
+        for value in values:
+            word, tries = _redraw_digits(value, rng), 0
+            while word in taken:
+                tries += 1
+                word = _redraw_digits(value + ("0" * (tries // 20)), rng)
+            taken.add(word)
+            out[f"{name}={value}"] = word
+    return out
+
+
+def _redraw_digits(word: str, rng: random.Random) -> str:
+    """``word`` with each digit replaced by a random one; a word without digits gets ``-`` and two random digits."""
+    if not any(ch.isdigit() for ch in word):
+        word += "-00"
+    return "".join(str(rng.randrange(10)) if ch.isdigit() else ch for ch in word)
 
 
 def fleet_runs(case: Case, draw: FleetDraw) -> list[FleetRunInfo]:
@@ -173,7 +205,7 @@ def fleet_runs(case: Case, draw: FleetDraw) -> list[FleetRunInfo]:
     assert case.fleet is not None
     ordered = sorted(case.fleet.runs, key=lambda r: draw.starts[r.name])
     starts = start_times([draw.starts[r.name] for r in ordered])
-    return [FleetRunInfo(name=draw.names[r.name], metadata=dict(r.metadata), start=t, role=r.role,
+    return [FleetRunInfo(name=draw.names[r.name], metadata=draw.shown_metadata(r.metadata), start=t, role=r.role,
                          bundle=f"runs/{draw.names[r.name]}") for r, t in zip(ordered, starts)]
 
 
@@ -186,6 +218,16 @@ def case_run_names(cache_dir: Path, key: str) -> dict[str, str]:
     if truth is None or truth.fleet_draw is None:
         return {}
     return truth.fleet_draw.case_names()
+
+
+def shown_values_of(bundle_dir: Path) -> dict[str, str]:
+    """The value words the fleet bundle at ``bundle_dir`` (a cached one: ``<cache>/evidence/<key>``) shows, from its
+    truth record beside it (``name=value`` -> the drawn word); empty for a bundle assembled before values were drawn."""
+    from diageval.recording.cache import read_truth
+
+    bundle_dir = Path(bundle_dir)
+    truth = read_truth(bundle_dir.parent.parent, bundle_dir.name)
+    return dict(truth.fleet_draw.values) if truth is not None and truth.fleet_draw is not None else {}
 
 
 def move_to_start(bundle_dir: Path, start: datetime) -> None:

@@ -24,6 +24,9 @@ class PreparedEvidence(BaseModel):
     control: ControlCheck | None = Field(None, description="A healthy control or confounder: its shown evidence checked "
                                                            "for a labeled cause's pattern (problems make it invalid); "
                                                            "None for every other case or when not verified")
+    shown_values: dict[str, str] = Field(default_factory=dict, description="A regression or fleet: its factor values "
+                                         "('name=value') -> the words its bundle shows (drawn per assembly, kept in "
+                                         "the truth record); the case is scored in them")
 
 
 
@@ -47,10 +50,13 @@ def prepare_evidence(loaded: LoadedCase, *, device: str = "auto", force: bool = 
     if loaded.case.fleet is not None:  # a regression or fleet (issue 24): its runs recorded as shared members
         from diageval.recording.fleet_verify import fleet_evidence
 
+        from diageval.recording.fleet import shown_values_of
+
         folder, verification = fleet_evidence(loaded.case, device=device, force=force, verify=verify, cache_dir=cache_dir,
                                               data_dir=data_dir)
         return PreparedEvidence(case_id=loaded.case.id, bundle_dir=folder, bundle_id=EvidenceBundle.open(folder).bundle_id,
-                                manifest_sha256=sha256_file(folder / MANIFEST_NAME), verification=verification)
+                                manifest_sha256=sha256_file(folder / MANIFEST_NAME), verification=verification,
+                                shown_values=shown_values_of(folder))
     from diageval.paths import bundle_cache_dir
     from diageval.recording.record import resolve_device
     from diageval.recording.verify import check_control, control_subject, verify_case

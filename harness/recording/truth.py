@@ -77,13 +77,21 @@ class Verification(BaseModel):
 
 class FleetDraw(BaseModel):
     """What a fleet bundle's assembly drew for its runs (:func:`diageval.recording.fleet.draw_runs`): the seed and,
-    per run of the case (by its name in the case file), the name and start order ``fleet.json`` gives it. Kept
+    per run of the case (by its name in the case file), the name and start order ``fleet.json`` gives it, and per
+factor value the word it shows. Kept
     here, outside the bundle: the case file's run names must not reach a diagnoser (they name the case), and the
     verification reads the runs back under the case's names through it."""
 
     seed: int
     names: dict[str, str] = Field(description="The case's run name -> the run's name in fleet.json")
     starts: dict[str, int] = Field(description="The case's run name -> the run's start order in fleet.json")
+    values: dict[str, str] = Field(default_factory=dict, description="The case's factor value (``name=value``) -> the "
+                                   "word fleet.json shows for it (issue 39: drawn so that no word predicts a label); "
+                                   "empty in a record made before values were drawn (the case's words were shown)")
+
+    def shown_metadata(self, metadata: dict[str, str]) -> dict[str, str]:
+        """A run's metadata (factor -> the case's value) in the words fleet.json shows."""
+        return {k: self.values.get(f"{k}={v}", v) for k, v in metadata.items()}
 
     def case_names(self) -> dict[str, str]:
         """fleet.json's run name -> the case's."""

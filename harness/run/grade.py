@@ -129,6 +129,7 @@ def _rescored(store: RunStore, manifest: RunInfo, case_set: CaseSet, rows: list)
             error=row.error,
             bundle_id=row.bundle_id,
             bundle_sha256=row.bundle_sha256,
+            shown_values=row.shown_values,
         )
         rescored.append(result)
     return rescored

@@ -137,6 +137,7 @@ class _Ready:
     size: EvidenceSize | None = None  # what the bundle the diagnoser gets weighs
     manifestation: Any = None  # ManifestationMeasure: what the manifestation test measured (injected positives)
     measured_magnitude: float | None = None  # regression cases: the verification's candidate/baseline ratio
+    shown_values: dict[str, str] | None = None  # a regression or fleet: the value words its bundle shows (issue 39)
 
 
 def default_run_id(diagnoser_name: str, case_set_hash: str, evidence: EvidenceTier = FULL) -> str:
@@ -419,7 +420,7 @@ class _Pipeline:
             bundle_id, bundle_sha = prepared.bundle_id, prepared.manifest_sha256
         magnitude = getattr(verification, "ratio", None) if case.kind == "regression" else None
         return _Ready(loaded, shown, bundle_id, bundle_sha, impact, difficulty, evidence_size(shown, bundle_dir), measure,
-                      magnitude)
+                      magnitude, dict(getattr(prepared, "shown_values", None) or {}))
 
     def diagnose_all(self, ready: list[_Ready], store: RunStore | None = None) -> int:
         """Diagnose ``ready`` with ``jobs`` slots on the run's executor (``local`` or ``ray``,
@@ -429,7 +430,8 @@ class _Pipeline:
         if not ready:
             return 0
         shown_ids = {r.loaded.case.id: secrets.token_hex(16) for r in ready}  # random per run
-        handover = self.hosted.handover(self.case_set, {shown_ids[r.loaded.case.id]: r.loaded.case.id for r in ready})
+        handover = self.hosted.handover(self.case_set, {shown_ids[r.loaded.case.id]: r.loaded.case.id for r in ready},
+                                        {shown_ids[r.loaded.case.id]: r.shown_values for r in ready if r.shown_values})
         tasks = [DiagnoseTask(r.bundle_dir, r.bundle_sha256, shown_ids[r.loaded.case.id], store.case_dir(r.loaded.case.id))
                  for r in ready]
         finished = 0
@@ -442,7 +444,7 @@ class _Pipeline:
             item = ready[index]
             ids = {"bundle_id": item.bundle_id, "bundle_sha256": item.bundle_sha256, "measured_impact": item.measured_impact,
                    "measured_magnitude": item.measured_magnitude, "manifestation": item.manifestation,
-                   "difficulty": item.difficulty}
+                   "difficulty": item.difficulty, "shown_values": item.shown_values}
             attempt = outcome if isinstance(outcome, Attempt) else None
             if isinstance(outcome, HarnessFailure):
                 error = outcome.error

@@ -18,9 +18,8 @@ Decided here (the design is silent):
 * A case is done once its line is in ``results.jsonl``. On resume, ``harness_error`` lines (our fault,
   often transient) and ``unavailable`` ones (traces fetched since?) are dropped and those cases retried;
   every other status stands.
-* ``summary.json`` is derived from ``results.jsonl``: written when the run completes (and when
-  ``diageval score`` re-scores it); a resumed run deletes it until it completes again, so a stale
-  summary never sits beside newer results.
+* ``summary.json`` is derived from ``results.jsonl``: written when the run completes (and by ``diageval
+  score``); a resumed run deletes it until it completes again: no stale summary beside newer results.
 * Only the harness writes the folder, and only one harness at a time: ``diageval run`` holds an
   exclusive ``flock`` on ``.lock`` (which names its pid) while it writes; a second one exits with
   "locked by pid N". The kernel drops the lock when its holder dies, even by SIGKILL.
@@ -162,6 +161,7 @@ class SavedOutcome(BaseModel):
     error: str | None = None
     bundle_id: str | None = None
     bundle_sha256: str | None = None
+    shown_values: dict[str, str] = {}  # the value words the bundle showed (issue 39); none before they were drawn
 
 
 class RunFolderConflict(DiagevalError):

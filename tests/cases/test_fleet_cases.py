@@ -130,7 +130,7 @@ def test_a_bad_fleet_case_names_the_field(tmp_path, edit, field, expected):
 
 
 @pytest.mark.parametrize("edit, expected", [
-    (lambda d: d["fleet"]["runs"][0]["metadata"].update(version="v2.5.1"), "differ in exactly one declared factor"),
+    (lambda d: d["fleet"]["runs"][0]["metadata"].update(version="v2.5.1"), "differs from its baseline in no declared factor"),
     (lambda d: d["fleet"]["runs"][1].update(role="baseline"), "one each"),
     (lambda d: d["fleet"]["runs"].append({"name": "job-x", "metadata": {"version": "v3"}, "start": 2}), "exactly 2 runs"),
 ])
@@ -138,6 +138,63 @@ def test_a_bad_regression_case_is_refused(tmp_path, edit, expected):
     data = regression_case()
     edit(data)
     assert expected in problems(tmp_path, data)
+
+
+def two_factor_regression(**overrides) -> dict:
+    """A release: the candidate moves the version and a config together; the fault sits behind the config."""
+    data = regression_case()
+    data["fleet"]["runs"][0]["metadata"] = {"version": "v2.5.0", "loader_workers": "4"}
+    data["fleet"]["runs"][1]["metadata"] = {"version": "v2.5.1", "loader_workers": "2"}
+    data["fleet"]["faults"][0]["where"] = {"name": "loader_workers", "value": "2"}
+    data["labels"]["causes"][0]["factor"] = {"name": "loader_workers", "value": "2"}
+    data.update(overrides)
+    return data
+
+
+def test_a_regression_may_change_two_factors_and_names_the_one_at_fault(tmp_path):
+    case = load(tmp_path, two_factor_regression())
+    assert case.fleet.changed_values() == [FactorRef(name="loader_workers", value="2"),
+                                           FactorRef(name="version", value="v2.5.1")]
+    assert case.labels.causes[0].factor == FactorRef(name="loader_workers", value="2")
+
+
+def test_a_regression_label_names_a_value_its_candidate_changes(tmp_path):
+    data = two_factor_regression()
+    data["fleet"]["runs"][1]["metadata"]["loader_workers"] = "4"  # the config no longer moves: the fault is on both runs
+    data["fleet"]["faults"][0]["where"]["value"] = "4"
+    data["labels"]["causes"][0]["factor"]["value"] = "4"
+    text = problems(tmp_path, data)
+    assert "case.yaml: labels.causes[0].factor: loader_workers = '4' is not a value the candidate (job-cand) changes; " \
+           "expected one of version = 'v2.5.1'" in text, text
+
+
+def test_a_regression_whose_changes_cannot_be_told_apart_abstains_naming_them(tmp_path):
+    data = two_factor_regression(labels={"expect": "abstain", "aliased": [{"name": "loader_workers", "value": "2"},
+                                                                          {"name": "version", "value": "v2.5.1"}]})
+    data.pop("manifest")
+    case = load(tmp_path, data)
+    assert set(case.labels.aliased) == set(case.fleet.changed_values())
+    data["labels"]["aliased"][1] = {"name": "version", "value": "v2.5.0"}  # the baseline's: not a change
+    assert "labels.aliased[1]: version = 'v2.5.0' is not a value the candidate (job-cand) changes" in problems(tmp_path, data)
+
+
+def test_a_healthy_regression_may_change_two_factors_or_none(tmp_path):
+    healthy = two_factor_regression(labels={"expect": "healthy"})
+    healthy["fleet"]["faults"] = []
+    healthy.pop("manifest")
+    assert len(load(tmp_path, healthy).fleet.changed_values()) == 2
+    healthy["fleet"]["runs"][1]["metadata"] = dict(healthy["fleet"]["runs"][0]["metadata"])  # the same job twice
+    assert load(tmp_path, healthy).fleet.changed_values() == []
+
+
+def test_a_case_is_judged_in_the_words_its_bundle_showed(tmp_path):
+    case = load(tmp_path, two_factor_regression())
+    shown = case.with_shown_values({"loader_workers=2": "7", "loader_workers=4": "1", "version=v2.5.1": "v9.0.3"})
+    assert shown.labels.causes[0].factor == FactorRef(name="loader_workers", value="7")
+    assert [r.metadata for r in shown.fleet.runs] == [{"version": "v2.5.0", "loader_workers": "1"},
+                                                      {"version": "v9.0.3", "loader_workers": "7"}]
+    assert shown.fleet.faults[0].where == FactorRef(name="loader_workers", value="7")
+    assert case.with_shown_values({}) is case
 
 
 def test_labels_aliased_needs_abstain():

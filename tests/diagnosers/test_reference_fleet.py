@@ -1,6 +1,6 @@
 """The reference diagnosers on fleet evidence (issue 24 item 5): the oracle names each labeled cause behind its
-factor value and abstains naming aliased values; prior adds its cause behind every factor value of the fleet at
-the factor's base rate, from the public split only; scored, oracle is perfect and null below a diagnoser that
+factor value and abstains naming aliased values; prior adds its cause behind every blamable value of the fleet at
+its factor name's base rate, from the public split only; scored, oracle is perfect and null below a diagnoser that
 finds the factor."""
 
 from __future__ import annotations
@@ -43,11 +43,13 @@ def test_prior_states_the_factor_base_rate_over_the_fleet_values_from_the_public
     prior.prepare(ReferenceCorpus(cases=public + private, taxonomy=TAX))
     d = prior.diagnose(bundle)
     top, *behind = d.findings
-    # the public fleets label host.cpu_contention once: 1 of 1 labeled causes; its factor: 1 labeled value of the
-    # 16 factor values of the two public fleets (8 each)
+    # the public fleets label host.cpu_contention once: 1 of 1 labeled causes; its factor, per name as scoring's
+    # climatology counts it: host 1 labeled value of the 8 blamable hosts of the two public fleets (4 each); no
+    # version, rack or loader value is labeled, so prior states none of them (their climatology is 0)
     assert (top.category, top.confidence, top.factor) == ("host.cpu_contention", 1.0, None)
-    assert len(behind) == 10  # every value of this fleet: 4 hosts, 2 versions, 2 racks, 2 loader settings
-    assert all(f.confidence == pytest.approx(1 / 16) for f in behind)
+    assert sorted(f.factor.value for f in behind) == ["node-01", "node-02", "node-03", "node-04"], behind
+    assert {f.factor.name for f in behind} == {"host"}
+    assert all(f.confidence == pytest.approx(1 / 8) for f in behind)
     assert {f.category for f in behind} == {"host.cpu_contention"}
 
 
@@ -67,3 +69,30 @@ def test_oracle_scores_one_and_null_is_below_a_diagnoser_that_finds_the_factor()
     assert oracle.skill.value == 1.0 and oracle.skill_ranked.value == 1.0
     assert null.skill_ranked.value < finder.skill_ranked.value and null.skill.value < finder.skill.value
     assert null.factor_recall.value == 0.0 and finder.factor_recall.value == 1.0
+
+
+def test_oracle_is_perfect_on_every_built_in_regression_and_fleet_in_drawn_words():
+    """Issue 39 item 2: every built-in regression and fleet, its value words drawn as an assembly draws them and the
+    map handed to the oracle as a run hands it: every event the oracle's diagnosis makes is stated at its outcome."""
+    import random
+    from types import SimpleNamespace
+
+    from diageval.cases.load import load_case_set
+    from diageval.recording.fleet import draw_values
+
+    case_set = load_case_set()
+    multi = [lc.case for lc in case_set.cases if lc.case.fleet is not None]
+    assert len([c for c in multi if c.kind == "regression"]) >= 15
+    rng = random.Random(0)
+    shown = {f"b{i}": draw_values(c, rng) for i, c in enumerate(multi)}
+    oracle = OracleDiagnoser()
+    oracle.prepare(ReferenceCorpus(cases=multi, taxonomy=case_set.taxonomy,
+                                   bundle_cases={f"b{i}": c.id for i, c in enumerate(multi)}, bundle_values=shown))
+    for i, case in enumerate(multi):
+        diagnosis = oracle.diagnose(SimpleNamespace(bundle_id=f"b{i}"))
+        result = score_case(case, diagnosis, taxonomy=case_set.taxonomy, shown_values=shown[f"b{i}"])
+        wrong = [f for f in result.forecasts if f.probability != float(f.outcome)]
+        assert wrong == [], (case.id, wrong)
+        named = {f.factor for f in diagnosis.findings if f.factor} | set(diagnosis.abstain.factors if diagnosis.abstain else [])
+        assert not {(r.name, r.value) for r in named} & {(k, v) for r in case.fleet.runs for k, v in r.metadata.items()}, \
+            case.id  # every value named in drawn words, none in the case file's

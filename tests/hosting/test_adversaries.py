@@ -58,7 +58,12 @@ class CacheEvidence:
             append_jsonl(self.cache / "index.jsonl", {"case_id": case.id, "role": "case", "key": key, "repeat": 0})
         bundle_id = json.loads((folder / "bundle.json").read_text())["bundle_id"]
         verification = FakeVerification(manifested=True) if case.labels.expect == "diagnose" else None
-        return FakePrepared(case.id, folder, bundle_id, "0" * 64, verification)
+        prepared = FakePrepared(case.id, folder, bundle_id, "0" * 64, verification)
+        if case.fleet is not None:  # the value words the bundle shows, as prepare_evidence hands them on (issue 39)
+            from diageval.recording.fleet import shown_values_of
+
+            prepared.shown_values = shown_values_of(folder)
+        return prepared
 
 
 @pytest.fixture(scope="module")
@@ -446,7 +451,12 @@ class AssembledEvidence:
             folder = import_recorded(loaded, data_dir=self.data, cache_dir=self.cache)
         bundle_id = json.loads((folder / "bundle.json").read_text())["bundle_id"]
         verification = FakeVerification(manifested=True) if case.labels.expect == "diagnose" else None
-        return FakePrepared(case.id, folder, bundle_id, "0" * 64, verification)
+        prepared = FakePrepared(case.id, folder, bundle_id, "0" * 64, verification)
+        if case.fleet is not None:  # the value words the bundle shows, as prepare_evidence hands them on (issue 39)
+            from diageval.recording.fleet import shown_values_of
+
+            prepared.shown_values = shown_values_of(folder)
+        return prepared
 
 
 def _lookup_cases(arena, data: Path | None) -> list[str]:

@@ -178,6 +178,27 @@ def test_no_label_blind_rule_on_fleet_json_finds_the_factor_at_fault(how, fleets
     assert max(at_fault.values()) <= len(positives) / 2, at_fault
 
 
+def test_every_public_regression_changes_two_factors_and_names_the_one_at_fault(fleets):
+    """Issue 39 item 2: with one differing factor, "name the candidate's differing value" was the answer by
+    construction. Every injected public regression's candidate changes two or more declared factors (a release: a
+    version and a host or config move together); a positive one's label names one of them, and no factor name is the
+    one at fault in every positive regression that changes it. The recorded pair is left out: its metadata states
+    what its real traces came from (one libkineto build and the next), and a made-up second factor would misstate it."""
+    regressions = [c for c in fleets if c.kind == "regression" and c.workload is not None and c.split == "public"]
+    assert len(regressions) >= 15
+    faulty: Counter = Counter()
+    changed: Counter = Counter()
+    for case in regressions:
+        values = case.fleet.changed_values()
+        assert len({v.name for v in values}) >= 2, (case.id, values)
+        for label in case.labels.causes:
+            assert label.factor in values, case.id
+            faulty[label.factor.name] += 1
+        if case.labels.expect == "diagnose":
+            changed.update(v.name for v in values)
+    assert len(faulty) >= 2 and all(faulty[name] < n for name, n in changed.items()), (faulty, changed)
+
+
 def test_the_corpus_holds_the_hard_fleets_issue_24_asks_for(fleets):
     assert len(fleets) >= 12
     aliased = [c for c in fleets if c.labels.aliased]
@@ -280,16 +301,59 @@ def test_a_draw_renames_every_run_and_reorders_a_fleet_but_not_a_regression():
         assert set(draw.names) == case_names and not set(draw.names.values()) & case_names
         assert len(set(draw.names.values())) == len(case_names)
         assert sorted(draw.starts.values()) == list(range(len(case_names)))
-        runs = fleet_runs(fleet, draw)  # fleet.json: drawn names, listed in drawn start order, the case's metadata
+        runs = fleet_runs(fleet, draw)  # fleet.json: drawn names, listed in drawn start order, drawn value words
         assert [r.start for r in runs] == sorted(r.start for r in runs)
         by_case = {draw.names[r.name]: r for r in fleet.fleet.runs}
-        assert all(dict(by_case[r.name].metadata) == r.metadata for r in runs)
+        assert all(draw.shown_metadata(by_case[r.name].metadata) == r.metadata for r in runs)
     assert len({tuple(d.starts[n] for n in sorted(case_names)) for d in draws}) == 20  # orders differ between draws
     assert draw_runs(fleet, 3) == draws[3]  # the seed (kept in the truth record) gives the draw again
     pair = Case.model_validate(regression_case())
     for seed in range(5):
         runs = fleet_runs(pair, draw_runs(pair, seed))
         assert [r.role for r in runs] == ["baseline", "candidate"] and {r.name for r in runs}.isdisjoint({"job-base", "job-cand"})
+
+
+def test_a_draw_shows_every_value_in_a_word_of_its_shape_that_is_none_of_the_cases():
+    """Issue 39 item 2: value words reused across the public cases predicted the label (``v2.5.0``); each assembly
+    draws them. Per factor the drawn words are distinct, none is one of the case's own words for the factor, they keep
+    the value's shape (letters and punctuation), and they differ between draws."""
+    import re
+
+    fleet = Case.model_validate(fleet_case())
+    draws = [draw_runs(fleet, seed) for seed in range(20)]
+    for draw in draws:
+        for name in fleet.fleet.factors:
+            values = sorted({r.metadata[name] for r in fleet.fleet.runs})
+            shown = [draw.values[f"{name}={v}"] for v in values]
+            assert len(set(shown)) == len(values) and not set(shown) & set(values), (name, shown)
+            assert all(re.sub(r"\d", "0", a) == re.sub(r"\d", "0", b) for a, b in zip(values, shown)), shown
+    assert len({tuple(sorted(d.values.items())) for d in draws}) == 20
+    assert draw_runs(fleet, 3).values == draws[3].values  # the seed gives the words again
+
+
+def test_a_diagnosis_is_judged_in_the_words_its_bundle_showed():
+    """The oracle, naming its labels in the drawn words (as the run hands them to it), is right; a diagnoser naming
+    the public case file's word for the same value names nothing the bundle showed, and is wrong."""
+    from diageval.cases.taxonomy import load_taxonomy
+    from diageval.diagnosis import Diagnosis, Finding
+    from diageval.scoring.verdicts import score_case
+    from tests.test_fleet_cases import two_factor_regression
+
+    case = Case.model_validate(two_factor_regression())
+    draw = draw_runs(case, 7)
+    label = case.labels.causes[0]
+    shown = case.with_shown_values(draw.values).labels.causes[0].factor
+    assert shown != label.factor and shown.value == draw.values[f"{label.factor.name}={label.factor.value}"]
+
+    def facts(ref):
+        d = Diagnosis(findings=[Finding(category=label.category, kind="cause", confidence=1.0, factor=ref)])
+        result = score_case(case, d, taxonomy=load_taxonomy(), shown_values=draw.values)
+        return {f.event: (f.probability, f.outcome) for f in result.forecasts if f.kind == "factor"}, result
+
+    right, result = facts(shown)
+    assert right[f"factor@{shown.name}={shown.value}"] == (1.0, True) and result.shown_values == draw.values
+    wrong, _ = facts(label.factor)  # the case file's word
+    assert wrong[f"factor@{label.factor.name}={label.factor.value}"] == (1.0, False)
 
 
 def test_each_assembly_draws_anew_and_the_verification_reads_the_runs_under_the_case_names(tmp_path, monkeypatch):

@@ -254,6 +254,37 @@ def test_oracle_scores_perfectly_and_leak_scores_like_null(tmp_path):
     assert leak.recall.value == null.recall.value == 0.0
 
 
+def test_a_regression_is_scored_in_the_value_words_its_bundle_showed(tmp_path):
+    """Issue 39 item 2: a regression bundle shows drawn value words (the map comes with the prepared evidence, from
+    the truth record). The oracle is handed the map and names the drawn word: perfect; the result line keeps the
+    map, so re-scoring judges the saved diagnosis in the same words."""
+    from test_fleet_cases import two_factor_regression
+
+    from diageval.cases.model import Case
+
+    case = Case.model_validate(two_factor_regression(id="reg-drawn"))
+    shown = {"loader_workers=2": "7", "loader_workers=4": "1", "version=v2.5.0": "v3.8.6", "version=v2.5.1": "v0.4.9"}
+    fake = FakeEvidence(tmp_path / "bundles")
+
+    def evidence(loaded, **kw):
+        prepared = fake(loaded, **kw)
+        prepared.shown_values = shown
+        return prepared
+
+    case_set = make_case_set([case, make_case("plain")])
+    out = _run("oracle", case_set, tmp_path, evidence)
+    m = out.summary.metrics
+    assert (m.skill.value, m.factor_precision.value, m.factor_recall.value) == (1.0, 1.0, 1.0)
+    store = RunStore(out.run_dir)
+    [line] = [r for r in store.read_results() if r.case_id == "reg-drawn"]
+    assert line.shown_values == shown
+    assert json.loads(store.diagnosis_path("reg-drawn").read_text())["findings"][0]["factor"] == \
+        {"name": "loader_workers", "value": "7"}
+    before = store.read_results()
+    rescore_run(out.run_dir, case_set=case_set)
+    assert store.read_results() == before
+
+
 def test_rescoring_reproduces_the_results_and_refuses_changed_cases(tmp_path):
     case_set = make_case_set([make_case("q1"), make_case("q2", cause="input.dataloader_starvation"), make_case("q3", expect="healthy")])
     out = _run("fake_diagnosers:ScriptedDiagnoser", case_set, tmp_path, FakeEvidence(tmp_path / "bundles"))
