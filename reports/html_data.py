@@ -30,7 +30,7 @@ from functools import cached_property
 from pathlib import Path
 
 from diageval.cases.load import CaseLoadError, CaseSet, load_case_set
-from diageval.diagnosers.agent_record import AgentRecord
+from diageval.run.store import AgentRecord  # the trajectory format, as the run store reads it
 from diageval.diagnosis import Diagnosis, DiagnosisParseError, read_diagnosis_file
 from diageval.reports.leaderboard import check_comparable, is_ranked, rank_key
 from diageval.reports.report import ReportError

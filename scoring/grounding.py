@@ -41,22 +41,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from diageval.cases.load import fault_ops
 from diageval.diagnosis import Citation
 
 if TYPE_CHECKING:
     from diageval.cases.model import Case, CauseLabel
-
-
-def fault_ops(case: "Case") -> tuple[str, ...]:
-    """The op or kernel names the case's injected faults act through (the fault registry's ``ops``)."""
-    from diageval.recording.faults import FAULTS
-
-    out: list[str] = []
-    for fault in case.faults:
-        info = FAULTS.get(fault.name)
-        if info is not None:
-            out += info.ops(fault.params)
-    return tuple(dict.fromkeys(out))
 
 
 def localised(case: "Case", label: "CauseLabel") -> bool:

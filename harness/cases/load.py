@@ -309,3 +309,15 @@ def load_case_set(cases_dir: Path | None = None, taxonomy_path: Path | None = No
     if problems:
         raise CaseLoadError(problems)
     return CaseSet(cases=loaded, taxonomy=taxonomy, taxonomy_sha256=sha256_text(taxonomy_path.read_text(encoding="utf-8")))
+
+
+def fault_ops(case: Case) -> tuple[str, ...]:
+    """The op or kernel names the case's injected faults act through (the fault registry's ``ops``)."""
+    from diageval.recording.faults import FAULTS
+
+    out: list[str] = []
+    for fault in case.faults:
+        info = FAULTS.get(fault.name)
+        if info is not None:
+            out += info.ops(fault.params)
+    return tuple(dict.fromkeys(out))

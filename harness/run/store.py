@@ -11,6 +11,9 @@ Layout::
     summary.json             the metrics, written when the run completes (and by ``diageval score``)
     repeats/<k>/results.jsonl, repeats/<k>/cases/<id>/...   repeat k = 2..K of ``diageval run --repeats K``
 
+Size: ~415 lines, over the ~400 the project aims at: it is the one reader and writer of every format of the
+run folder (manifest, results, repeats, kept output, trajectories), and two homes for them would drift apart.
+
 Decided here (the design is silent):
 
 * A folder holds one diagnoser (spec and version) on one case set (hash and taxonomy version). Running
@@ -217,6 +220,10 @@ class RunStore:
 
     def diagnosis_path(self, case_id: str) -> Path:
         return self.case_dir(case_id) / "diagnosis.json"
+
+    def trajectory_path(self, case_id: str) -> Path:
+        """Where an agent's record of ``case_id`` is kept (format: diageval.diagnosers.agent_record)."""
+        return self.case_dir(case_id) / TRAJECTORY_NAME
 
     def read_trajectory(self, case_id: str) -> tuple[AgentRecord | None, str | None]:
         """``cases/<id>/trajectory.json``: (record, None), (None, None) if absent, (None, why): reported, never raised."""
