@@ -141,6 +141,35 @@ def test_trace_window_keeps_only_the_window_and_stays_valid(bundle):
     assert len({s.step for s in EvidenceBundle.open(bundle).steps()}) == 20  # the step log keeps every step
 
 
+def test_trace_window_of_part_of_a_step_keeps_that_share_and_no_marker(bundle):
+    before = _trace(bundle, 0)["traceEvents"]
+    (mark,) = [e for e in before if e.get("name") == "ProfilerStep#12" and e.get("ph") == "X"]
+    lo = mark["ts"] + 0.25 * mark["dur"]
+    hi = lo + 0.5 * mark["dur"]
+    expected = sum(1 for e in before if e.get("ph") == "X" and e.get("cat") != "Trace" and lo <= e["ts"] < hi
+                   and not e["name"].startswith("ProfilerStep#"))
+    _edit("trace_window", bundle, window_first_step=12, window_steps=1, window_step_share=0.5, window_start_share=0.25)
+    events = _trace(bundle, 0)["traceEvents"]
+    assert not [e for e in events if e.get("name", "").startswith("ProfilerStep#")]  # a hand-started window has none
+    timed = [e for e in events if e.get("ph") == "X" and e.get("cat") != "Trace"]
+    assert timed and all(lo <= e["ts"] < hi for e in timed)
+    assert len(timed) == expected
+    assert len({s.step for s in EvidenceBundle.open(bundle).steps()}) == 20  # the step log keeps every step
+
+
+def test_trace_window_part_of_a_step_params():
+    with pytest.raises(ValueError, match="window_steps: 2, expected 1"):
+        p.TraceWindowParams(window_first_step=5, window_steps=2, window_step_share=0.5)
+    with pytest.raises(ValueError, match="ends past the step"):
+        p.TraceWindowParams(window_first_step=5, window_steps=1, window_step_share=0.5, window_start_share=0.6)
+    with pytest.raises(ValueError, match="only with window_step_share"):
+        p.TraceWindowParams(window_first_step=5, window_steps=1, window_start_share=0.5)
+    one = WorkloadSpec(name="inference", world_size=1, steps=6, params={"trace_steps": 1})
+    # part of the only profiled step is shorter than the profile, though it keeps all (one) of its steps
+    assert p.check_trace_window(p.TraceWindowParams(window_first_step=5, window_steps=1, window_step_share=0.3), one) == []
+    assert "not shorter" in p.check_trace_window(p.TraceWindowParams(window_first_step=5, window_steps=1), one)[0][1]
+
+
 def test_trace_window_outside_the_trace_is_a_clear_error(bundle):
     with pytest.raises(EvidenceEditError, match=r"no ProfilerStep#40..#41 to keep \(the trace has steps 0..19\)"):
         _edit("trace_window", bundle, window_first_step=40, window_steps=2)

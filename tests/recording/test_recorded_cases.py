@@ -162,8 +162,16 @@ def bundles(tmp_path_factory):
             for lc in RECORDED}
 
 
+# Recorded cases rules gets wrong today in the way issue 38 (item 2) names: it counts profiled steps, not the repeated
+# units one step holds, and abstains on a one-step profile of thousands of kernels. Strict: a rules that attributes
+# the step's time passes them, and the entry must then go.
+RULES_PENDING_ISSUE_38 = {"mi300x-flux1-one-step-device-bound"}
+
+
 @needs_data
-@pytest.mark.parametrize("lc", RECORDED, ids=lambda lc: lc.case.id)
+@pytest.mark.parametrize("lc", [
+    pytest.param(lc, marks=pytest.mark.xfail(strict=True, reason="issue 38 item 2: rules abstains on one profiled step"))
+    if lc.case.id in RULES_PENDING_ISSUE_38 else lc for lc in RECORDED], ids=lambda lc: lc.case.id)
 def test_rules_on_recorded_cases(lc, bundles):
     d = RulesDiagnoser().diagnose(bundles[lc.case.id])
     labels = lc.case.labels

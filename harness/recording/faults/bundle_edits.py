@@ -34,7 +34,10 @@ Noise (evidence that is still sound, as real fleets record it):
   is by design and names the ranks kept rather than the one lost, for any number of ranks.
 * ``trace_window`` keeps ``window_steps`` profiled steps from ``window_first_step`` in every trace, as a
   short profiler schedule (``active=K``) would have recorded: host events that start inside the kept
-  steps, the device events their launches correlate to, metadata; ``steps.jsonl`` keeps every step.
+  steps, the device events their launches correlate to, metadata; ``steps.jsonl`` keeps every step. With
+  ``window_step_share`` it keeps part of one step instead: the events that start within that share of the
+  step, from ``window_start_share`` of it, and no ``ProfilerStep`` marker (a profiler started and stopped by
+  hand around part of a step records none), as a window of a few milliseconds taken inside a long step is.
 
 Traces are rewritten as plain JSON (gzipped at level 1, like the recorder) so that they stay valid; no
 edit adds a name that is not already in the evidence.
@@ -159,12 +162,15 @@ class DropDeviceEvents(BundleFault):
 
 class TraceWindow(BundleFault):
     def apply(self, bundle_dir: Path) -> None:
-        first, count = self.params.window_first_step, self.params.window_steps
-        _edit_traces(bundle_dir, lambda doc, path: window_trace(doc, first, count, path))
+        p = self.params
+        part = None if p.window_step_share is None else (p.window_start_share, p.window_step_share)
+        _edit_traces(bundle_dir, lambda doc, path: window_trace(doc, p.window_first_step, p.window_steps, path, part))
 
 
-def window_trace(doc: dict[str, Any], first: int, count: int, path: Path) -> None:
-    """Keep ``count`` profiled steps from ``first`` in ``doc`` (what ``trace_window`` does to each trace)."""
+def window_trace(doc: dict[str, Any], first: int, count: int, path: Path,
+                 part: tuple[float, float] | None = None) -> None:
+    """Keep ``count`` profiled steps from ``first`` in ``doc`` (what ``trace_window`` does to each trace); with
+    ``part`` (start, share), only that share of the one kept step, from ``start`` of it, without its marker."""
     kept = range(first, first + count)
     events = [e for e in doc["traceEvents"] if isinstance(e, dict)]
     spans = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events if _step_marker(e) in kept]
@@ -173,6 +179,9 @@ def window_trace(doc: dict[str, Any], first: int, count: int, path: Path) -> Non
         raise EvidenceEditError(f"{path}: no ProfilerStep#{first}..#{kept[-1]} to keep (the trace has "
                                 f"steps {steps[0]}..{steps[-1]})" if steps else f"{path}: no ProfilerStep markers")
     start, end = min(s for s, _ in spans), max(e for _, e in spans)
+    if part is not None:
+        start, end = start + part[0] * (end - start), start + (part[0] + part[1]) * (end - start)
+        events = [e for e in events if _step_marker(e) is None]
 
     def inside(e: dict[str, Any]) -> bool:
         return isinstance(e.get("ts"), (int, float)) and start <= e["ts"] < end

@@ -7,7 +7,10 @@ thread waits inside ``DataLoader.__next__``: ``extra_prep_ms`` waited (storage, 
 that a rung near the detection limit keeps its ratio on a slower or busier machine; a wait's ratio to the
 step shrinks there). Worker processes are never traced, so the trace shows only a longer wait for the next
 batch; with ``loader_workers: 0`` the batch is prepared inside ``__next__`` of the training process, as
-pure-Python and zlib work that the profiler records no op for.
+pure-Python and zlib work that the profiler records no op for. The ``inference`` workload's ``inline`` input
+has no DataLoader at all: its step reads each encoded request from the dataset on the main thread and decodes
+it there, so the same extra work lands in the step before the model's first op, with no DataLoader marker
+around it (the shape of a serving loop or a script that preprocesses in its own loop).
 """
 
 from __future__ import annotations

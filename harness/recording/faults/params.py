@@ -179,6 +179,23 @@ class SampleRankTracesParams(_Params):
 class TraceWindowParams(_Params):
     window_first_step: int = Field(ge=0, description="The first profiled step kept in the traces")
     window_steps: int = Field(ge=1, description="How many profiled steps the traces keep from there")
+    window_step_share: float | None = Field(None, gt=0, lt=1, description="Keep only this share of the one kept "
+                                            "step (a window of part of a step, profiled by hand: no step marker)")
+    window_start_share: float = Field(0.0, ge=0, lt=1, description="With window_step_share: where in the step the "
+                                      "window starts, as a share of the step")
+
+    @model_validator(mode="after")
+    def _part_of_one_step(self) -> "TraceWindowParams":
+        if self.window_step_share is None:
+            if self.window_start_share:
+                raise ValueError("window_start_share: only with window_step_share (a window of part of a step)")
+            return self
+        if self.window_steps != 1:
+            raise ValueError(f"window_steps: {self.window_steps}, expected 1 with window_step_share (part of one step)")
+        if self.window_start_share + self.window_step_share > 1:
+            raise ValueError(f"window_start_share + window_step_share = "
+                             f"{self.window_start_share + self.window_step_share:g}: the window ends past the step (at most 1)")
+        return self
 
 
 class DropStepMarkersParams(_Params):
@@ -286,7 +303,7 @@ def check_trace_window(p: TraceWindowParams, w: WorkloadSpec) -> list[tuple[str,
     if p.window_first_step not in profiled or last not in profiled:
         return [("window_first_step", f"steps {p.window_first_step}..{last} are not all profiled "
                                       f"(the profiler records steps {profiled[0]}..{profiled[-1]})")]
-    if p.window_steps == len(profiled):
+    if p.window_steps == len(profiled) and p.window_step_share is None:
         return [("window_steps", f"keeps all {len(profiled)} profiled steps: the window is not shorter")]
     return []
 

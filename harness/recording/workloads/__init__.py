@@ -7,7 +7,7 @@ A workload's ``impl`` is a ``build(params, ctx) -> TrainingSetup`` function (see
 from __future__ import annotations
 
 from diageval.recording.plugin import WorkloadInfo
-from diageval.recording.workloads.params import ConvParams, MlpParams, TransformerParams
+from diageval.recording.workloads.params import ConvParams, InferenceParams, MlpParams, TransformerParams
 
 WORKLOADS: dict[str, WorkloadInfo] = {
     "mlp_ddp": WorkloadInfo(
@@ -27,5 +27,12 @@ WORKLOADS: dict[str, WorkloadInfo] = {
         summary="A small decoder-only transformer LM on variable-length token sequences, with DistributedDataParallel",
         params_model=TransformerParams,
         impl="diageval.recording.workloads.transformer:build",
+    ),
+    "inference": WorkloadInfo(
+        name="inference",
+        summary="A small MLP, conv net or LM run forward only in eval mode (no DDP), with an inner loop of "
+                "generation or denoising calls per step and its input from a DataLoader or decoded inline",
+        params_model=InferenceParams,
+        impl="diageval.recording.workloads.inference:build",
     ),
 }

@@ -14,7 +14,7 @@ inputs, so the loss really goes down.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,8 +78,9 @@ def make_loader(dataset: Dataset, params: CommonParams, ctx: RankContext) -> Dat
 
 @dataclass
 class TrainingSetup:
-    """A built workload: the rank worker calls ``train_step`` once per step on each batch of ``loader``."""
+    """A built workload: the rank worker calls ``train_step`` once per step on each batch of ``loader`` (a forward-only
+    step in the ``inference`` workload)."""
 
-    loader: DataLoader
+    loader: Iterable[Any]  # a DataLoader, or a plain iterable when the step prepares its own input (inference's inline input)
     train_step: Callable[[Any], torch.Tensor]  # returns the detached loss
     state_dict: Callable[[], dict[str, Any]]  # what a checkpoint saves

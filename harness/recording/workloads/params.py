@@ -8,6 +8,8 @@ training script: an injected fault changes the *magnitude or timing* of these ev
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
@@ -58,4 +60,36 @@ class TransformerParams(CommonParams):
             raise ValueError(f"heads ({self.heads}) must divide dim ({self.dim})")
         if self.min_seq_len > self.max_seq_len:
             raise ValueError(f"min_seq_len ({self.min_seq_len}) is above max_seq_len ({self.max_seq_len})")
+        return self
+
+
+class InferenceParams(CommonParams):
+    """The ``inference`` workload (workloads/inference.py): forward only, eval mode, no DDP."""
+
+    model: Literal["mlp", "convnet", "lm"] = Field("mlp", description="The network: the tabular MLP, the dense conv "
+                                                   "net or the decoder LM of the training workloads")
+    calls_per_step: int = Field(1, ge=1, le=256, description="Dependent forward calls per step: tokens generated "
+                                "(lm) or denoising passes (mlp, convnet)")
+    input: Literal["loader", "inline"] = Field("loader", description="loader: ready tensors through a prefetching "
+                                               "DataLoader; inline: encoded requests decoded on the main thread in the "
+                                               "step (no DataLoader)")
+    width: int = Field(64, ge=2, le=4096, description="Hidden size (mlp), channels (convnet) or model width (lm)")
+    layers: int = Field(2, ge=1, le=32, description="Hidden layers (mlp) or transformer blocks (lm)")
+    in_features: int = Field(64, ge=2, le=8192, description="mlp: features per input row")
+    image_size: int = Field(16, ge=8, le=256, description="convnet: the size the model reads")
+    raw_image_size: int = Field(32, ge=8, le=1024, description="convnet, inline: the size a request's image arrives "
+                                "in (resized to image_size in the step)")
+    vocab: int = Field(256, ge=8, le=1_000_000, description="lm: token vocabulary size")
+    heads: int = Field(4, ge=1, le=64, description="lm: attention heads (must divide width)")
+    prompt_len: int = Field(16, ge=2, le=1024, description="lm: prompt tokens per sequence")
+    trace_steps: int = Field(4, ge=1, le=200, description="Steps the profiler records (the last ones of the run)")
+    checkpoint_every: int = Field(1_000_000_000, ge=1, description="An inference job saves nothing: past any run")
+
+    @model_validator(mode="after")
+    def _shapes_fit(self) -> "InferenceParams":
+        if self.model == "lm" and self.width % self.heads:
+            raise ValueError(f"heads ({self.heads}) must divide width ({self.width})")
+        if self.model == "lm" and self.prompt_len + self.calls_per_step > 4096:
+            raise ValueError(f"prompt_len + calls_per_step ({self.prompt_len + self.calls_per_step}) is past the "
+                             "4096 positions the LM has")
         return self
