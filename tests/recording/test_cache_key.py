@@ -4,6 +4,7 @@ only judges recordings re-records none."""
 
 from __future__ import annotations
 
+import ast
 import shutil
 from pathlib import Path
 
@@ -48,7 +49,16 @@ def _uses(case, module: str) -> bool:
     members = [m for _, m in case.fleet_members()] if case.fleet is not None and case.workload else [case]
     names = [_module(WORKLOADS[m.workload.name].impl) for m in members if m.workload]
     names += [_module(FAULTS[f.name].impl) for m in members for f in m.faults]
-    return module in names
+    return module in names or any(module in _package_imports(name) for name in names)
+
+
+def _package_imports(module: str) -> set[str]:
+    """The package modules ``module`` imports itself (one level: a workload built on another's model, as the
+    inference workload is on the transformer's), as paths like ``_module`` gives."""
+    tree = ast.parse((cache._HARNESS / module).read_text(encoding="utf-8"))
+    found = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    found |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    return {_module(name) for name in found if name.startswith("diageval.")}
 
 
 @pytest.mark.parametrize("module", ["recording/faults/network.py", "recording/faults/evidence_defects.py",

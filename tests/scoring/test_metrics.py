@@ -98,6 +98,12 @@ def test_every_metric_by_hand(summary):
         # one job's cases: no factor stated or labeled, no magnitude (tests/scoring/test_scoring_factors.py has them)
         "factor_precision": (None, 0), "factor_recall": (None, 0), "magnitude_error": (None, 0),
         "defect_wrong_rate": (None, 0),           # no defect case here (tests/recording/test_evidence_defects.py has them)
+        # the labels checkable for grounding: p1's and p3's rank 1 of 2 (half the ranks); p1 found with no citation,
+        # p3 not found: 0 of 2 grounded (tests/scoring/test_grounding.py has citations)
+        "grounded_recall": (0 / 2, 2),
+        # no agent here: no usage on any case (tests/run/test_repeats.py and the agent tests have them)
+        **{f"{c}_per_case": (None, 0) for c in ("prompt_tokens", "completion_tokens", "cached_tokens", "dollars", "turns",
+                                                "tool_calls")},
     }
     assert set(expected) == set(type(m).model_fields)
     for name, (value, n) in expected.items():
@@ -225,7 +231,7 @@ def test_interval_contains_point_estimate(summary):
             lo, hi = mv.ci
             assert lo <= mv.value <= hi, name
             checked += 1
-    assert checked == 18
+    assert checked == 19  # grounded recall (0 of 2) included
     assert summary.metrics.precision.ci[0] < summary.metrics.precision.ci[1]  # not degenerate
 
 
