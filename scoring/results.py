@@ -212,6 +212,9 @@ class CaseResult(_Record):
     seconds: float | None = Field(None, description="Wall time the diagnoser took")
     bundle_id: str | None = None
     bundle_sha256: str | None = None
+    rank_draw: list[int] | None = Field(None, description="A job case recorded here: case rank r was recorded, and is "
+                                        "labeled, as rank rank_draw[r] (the recording's draw, issue 44); null: the case "
+                                        "file's ranks")
     error: str | None = None
 
     @model_validator(mode="before")

@@ -94,6 +94,7 @@ def score_case(
     bundle_id: str | None = None,
     bundle_sha256: str | None = None,
     manifestation: ManifestationMeasure | None = None,
+    rank_draw: list[int] | None = None,
 ) -> CaseResult:
     """Judge ``diagnosis`` against ``case``'s labels (see the module docstring for the rules)."""
     if status in ABSTAINING_STATUSES:  # cap_hit: scored as an abstention naming the cap; the status stays
@@ -129,6 +130,7 @@ def score_case(
         seconds=seconds,
         bundle_id=bundle_id,
         bundle_sha256=bundle_sha256,
+        rank_draw=rank_draw,
         error=error,
         taxonomy_causes=len(taxonomy.causes),
     )

@@ -291,11 +291,15 @@ def verify_cases(case_ids: list[str], *, cases_dir: Path | None = None, repeats:
     from diageval.cases.load import load_case_set
     from diageval.recording.record import device_problem, resolve_device
 
+    from diageval.paths import bundle_cache_dir
+    from diageval.recording.draw import recorded_as
+
     case_set = load_case_set(cases_dir)
     chosen = case_set.select(case_ids)
     results = []
+    cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
     for n, lc in enumerate(chosen, 1):
-        case = lc.case
+        case = recorded_as(lc.case, cache)[0]  # the drawn variant `diageval run` records (recording/draw.py)
         if case_ids and control_subject(case) is None and not device_problem(device, case):  # a named control: its shown evidence checked (not a result row)
             if progress:
                 progress.started("verify", n, len(chosen), f"checking {case.id}'s shown evidence")

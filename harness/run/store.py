@@ -151,6 +151,7 @@ class SavedOutcome(BaseModel):
     error: str | None = None
     bundle_id: str | None = None
     bundle_sha256: str | None = None
+    rank_draw: list[int] | None = None  # where the recording put the case's ranks (none before issue 44's draw)
 
 
 class RunFolderConflict(DiagevalError):
