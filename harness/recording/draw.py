@@ -183,9 +183,9 @@ def step_choices(case: Case) -> list[int]:
 
 def case_seed(case: Case, secret: str) -> int:
     """The draw's seed for ``case``: the cache's secret and the case's recording spec (its live part)."""
-    from diageval.recording.cache import split_bundle_edits
+    from diageval.recording.faults import FAULTS
 
-    live = split_bundle_edits(case)[0] if case.faults else case
+    live = case.model_copy(update={"faults": [f for f in case.faults if FAULTS[f.name].load().stage != "bundle"]})
     return int.from_bytes(hashlib.sha256(f"{secret}:{live.spec_hash()}".encode()).digest()[:8], "big") >> 1
 
 

@@ -111,9 +111,8 @@ class RunInfo(BaseModel):
     device: str
     timeout_s: float
     jobs: int
-    isolation: Literal["bwrap", "none"] = Field(
-        "none", description="bwrap: every diagnoser process ran in a bubblewrap sandbox; none: no sandbox could start (or it was turned off)"
-    )
+    isolation: Literal["bwrap", "none"] = Field("none", description="bwrap: every diagnoser process ran in a bubblewrap "
+                                                "sandbox; none: no sandbox could start (or it was turned off)")
     isolation_note: str | None = Field(None, description="Why isolation is none")
     allow_network: bool = Field(False, description="Whether the sandbox let the diagnoser use the network")
     seed: int | None = Field(None, description="Seed of the shuffled case order")
