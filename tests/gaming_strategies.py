@@ -614,6 +614,23 @@ def fingerprint_lookup(public: list[Case], drawn: bool) -> Strategy:
     return diagnose
 
 
+def claimable_counts(live: list[Case]) -> list[tuple[tuple, int, list[str]]]:
+    """Each (stratum, step count) a drawn recording may show at which every live case that could have made it carries
+    one label set: where :func:`fingerprint_lookup` claims on drawn evidence, whatever the draw."""
+    from diageval.recording.draw import step_choices
+
+    makers: dict[tuple, list[Case]] = {}
+    for c in live:
+        for n in step_choices(c):
+            makers.setdefault((live_stratum(c), n), []).append(c)
+    out = []
+    for (stratum, n), cs in sorted(makers.items()):
+        sets = {tuple(sorted(label.category for label in c.labels.causes)) for c in cs}
+        if len(sets) == 1 and next(iter(sets)):
+            out.append((stratum, n, [c.id for c in cs]))
+    return out
+
+
 def fingerprint_gain(cases: list[Case], taxonomy: Taxonomy, seed: int | None) -> tuple[float, list[str]]:
     """The fingerprint's skill over null's on ``cases`` as recordings drawn from ``seed`` show them (None: as the
     case files declare them, the evidence before the draw), and the cases it claimed on."""
