@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from diageval.cases.load import LoadedCase
 from diageval.fileio import sha256_file
 from diageval.progress import Progress
-from diageval.recording.cache import cache_key, ensure_bundle, read_truth, write_truth
+from diageval.recording.cache import cache_key, ensure_bundle, note_draw, read_truth
 from diageval.recording.draw import RecordingDraw, recorded_as
 from diageval.recording.truth import ControlCheck, Verification
 
@@ -84,13 +84,6 @@ def prepare_evidence(loaded: LoadedCase, *, device: str = "auto", force: bool = 
         case_id=case.id, bundle_dir=folder, bundle_id=bundle.bundle_id,
         manifest_sha256=sha256_file(folder / MANIFEST_NAME), verification=verification, control=control, draw=draw,
     )
-
-
-def note_draw(cache: Path, key: str, draw: RecordingDraw | None) -> None:
-    """Keep ``draw`` in the truth record of the bundle ``key`` (outside the bundle) when it is not there yet."""
-    truth = read_truth(cache, key)
-    if draw is not None and truth is not None and truth.draw != draw:
-        write_truth(cache, truth.model_copy(update={"draw": draw}))
 
 
 def record_cases(case_ids: list[str], *, cases_dir: Path | None = None, device: str = "auto", force: bool = False,
