@@ -583,10 +583,14 @@ def live_stratum(case: Case) -> tuple[str, int, str]:
 def fingerprint_cases(cases: list[Case]) -> tuple[list[Case], list[str]]:
     """The live cases a CPU machine records (issue 44's in-box setting), and the ids of those whose
     :func:`live_stratum` holds one label set: what the job *is* singles those out, which no draw of a recording
-    changes (only a held-out split does); the rest are what the draw must make unrecognisable."""
+    changes (only a held-out split does); the rest are what the draw must make unrecognisable. A job that fails
+    (a collective hang) is left out: its step log ends where it failed and its log says why, which is its
+    symptom, read by diagnosis, not a recording's step count."""
     from diageval.recording.draw import drawable
+    from diageval.recording.faults import FAULTS
 
-    live = [c for c in cases if drawable(c) and c.requires.device != "cuda"]
+    live = [c for c in cases if drawable(c) and c.requires.device != "cuda"
+            and not any(getattr(FAULTS[f.name].load(), "fails_job", False) for f in c.faults)]
     labels: dict[tuple, set] = {}
     for c in live:
         labels.setdefault(live_stratum(c), set()).add(tuple(sorted(label.category for label in c.labels.causes)))

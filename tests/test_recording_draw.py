@@ -12,7 +12,7 @@ import pytest
 from run_fakes import FakeEvidence, FakePrepared
 
 from diageval.cases.load import check_case, load_case_set
-from diageval.recording.draw import (FIXED_RANK, PROFILED_STEP_EDITS, RANK_PARAMS, RecordingDraw, cache_secret,
+from diageval.recording.draw import (FIXED_RANK, RANK_PARAMS, SCALED_RANK_PARAMS, RecordingDraw, cache_secret,
                                      case_seed, draw_for, drawable, drawn_case, fixed_rank_reason, recorded_as,
                                      scored_case, step_choices, step_spread)
 from diageval.recording.faults import FAULTS
@@ -30,7 +30,7 @@ def test_every_fault_that_names_a_rank_says_whether_the_draw_moves_it():
         rank_fields = {f for f in info.params_model.model_fields if "rank" in f and f != "scaled_world_size"}
         if name in FIXED_RANK:
             continue
-        assert rank_fields == set(RANK_PARAMS.get(name, ())), (name, rank_fields)
+        assert rank_fields == set(RANK_PARAMS.get(name, ())) | set(SCALED_RANK_PARAMS.get(name, ())), (name, rank_fields)
     assert not set(RANK_PARAMS) & set(FIXED_RANK)
 
 
@@ -44,12 +44,14 @@ def test_every_drawn_variant_of_every_case_is_a_valid_case(corpus):
             continue
         world = case.workload.world_size
         orders = [list(range(world))] + ([list(reversed(range(world)))] if fixed_rank_reason(case) is None else [])
+        follow = not any(f.name in SCALED_RANK_PARAMS for f in case.faults)
         choices = step_choices(case)
         assert case.workload.steps in choices
         assert all(abs(n - case.workload.steps) <= step_spread(case.workload.steps) for n in choices)
         for steps in choices:
             for ranks in orders:
-                drawn = drawn_case(case, RecordingDraw(seed=0, ranks=ranks, steps=steps, declared_steps=case.workload.steps))
+                drawn = drawn_case(case, RecordingDraw(seed=0, ranks=ranks, steps=steps, declared_steps=case.workload.steps,
+                                                       labels_follow=follow))
                 assert check_case(drawn, str(lc.path), corpus.taxonomy) == [], (case.id, steps, ranks)
                 checked += 1
     assert checked > 500
@@ -57,8 +59,8 @@ def test_every_drawn_variant_of_every_case_is_a_valid_case(corpus):
 
 def test_the_label_follows_the_drawn_rank_and_fixed_ranks_stay(corpus):
     """Over seeds a 2-rank straggler lands on either rank, and its label, the fault and every evidence edit naming a
-    recorded rank move together; a checkpoint case (rank 0 saves) and a scaled-out case never move; a case whose
-    edits name profiled steps keeps its count."""
+    recorded rank move together; a checkpoint case (rank 0 saves) never moves; a scaled-out case's recorded ranks
+    move while its labels (scaled ranks) stay; a kept window of profiled steps stays where it was."""
     moved = set()
     for seed in range(40):
         d = drawn_case(corpus.get("straggler-rank1-clock-offset").case,
@@ -68,12 +70,18 @@ def test_the_label_follows_the_drawn_rank_and_fixed_ranks_stay(corpus):
         assert fault["clock_offset"]["offset_rank"] == fault["slow_rank"]["target_rank"]  # both named rank 1
         assert d.labels.causes[0].steps[1] == d.workload.steps
         moved.add(fault["slow_rank"]["target_rank"])
-        for fixed in ("slow-checkpoint-every-5", "straggler-1-of-128"):
-            c = corpus.get(fixed).case
-            assert drawn_case(c, draw_for(c, seed)).labels.causes == c.labels.causes or fixed == "slow-checkpoint-every-5"
-            assert draw_for(c, seed).ranks == list(range(c.workload.world_size))
-        c = corpus.get("stall-late-window-before").case
-        assert draw_for(c, seed).steps == c.workload.steps and "trace_window" in PROFILED_STEP_EDITS
+        c = corpus.get("slow-checkpoint-every-5").case
+        assert draw_for(c, seed).ranks == [0, 1] and drawn_case(c, draw_for(c, seed)).labels.causes[0].ranks == [0]
+        scaled = corpus.get("straggler-1-of-128").case
+        d = draw_for(scaled, seed)
+        out = drawn_case(scaled, d)
+        params = next(f.params for f in out.faults if f.name == "scale_out")
+        assert [c.ranks for c in out.labels.causes] == [[109]] and params["kept_at_rank"] == 109
+        assert params["kept_rank"] == next(f.params for f in out.faults if f.name == "slow_rank")["target_rank"]
+        assert d.labeled_ranks is None
+        late = corpus.get("stall-late-window-before").case
+        window = next(f.params for f in drawn_case(late, draw_for(late, seed)).faults if f.name == "trace_window")
+        assert window["window_first_step"] + window["window_steps"] <= 25  # still ends before the stall
     assert moved == {0, 1}
 
 
@@ -90,6 +98,14 @@ def test_a_draw_is_deterministic_per_secret_and_shared_with_the_derived_cases(co
     assert recorded_as(base, one)[1].steps == recorded_as(derived, one)[1].steps
     seeds = {case_seed(base, cache_secret(tmp_path / f"c{i}")) for i in range(5)}
     assert len(seeds) == 5
+    scaled, straggler = corpus.get("straggler-1-of-128").case, corpus.get("straggler-rank1").case  # one live spec
+    shared = 0
+    for i in range(40):
+        seed = case_seed(straggler, f"s{i}")
+        a, b = draw_for(straggler, seed), draw_for(scaled, seed)
+        assert a.ranks == b.ranks and (a.steps == b.steps or a.steps not in step_choices(scaled))
+        shared += a.steps == b.steps
+    assert shared >= 20  # the scaled case shares its base's recording unless its window rules the count out
     assert recorded_as(corpus.get("kineto-doc-trace-order-pair").case, one) == (corpus.get("kineto-doc-trace-order-pair").case, None)
 
 

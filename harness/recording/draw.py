@@ -15,18 +15,24 @@ never reaches a bundle (:func:`recording_draw`; kept in the recording's truth re
   ``straggler-rank1`` lands on rank 0 in half the recordings, and its label then says rank 0.
   The rule per fault: a fault whose rank is a free choice moves (:data:`RANK_PARAMS`). A fault whose rank is
   not (:data:`FIXED_RANK`: rank 0 is the one rank that saves checkpoints, in the rank worker as in common
-  data-parallel practice; a scaled-out job's ranks are the scaled job's, already the author's draw among 128
-  or 1024, and its recorded ranks are chosen for which one is kept whole) keeps the whole case's ranks: one
-  such fault and nothing moves. A fault with no rank parameter acts on every rank and moves nothing.
+  data-parallel practice) keeps the whole case's ranks: one such fault and nothing moves. A fault with no rank
+  parameter acts on every rank and moves nothing. A scaled-out job (``scale_out``) reads the recorded ranks
+  the draw moved (which one it keeps whole, which one it copies) and places them where its author did among
+  128 or 1024 (:data:`SCALED_RANK_PARAMS`): its labels name those scaled ranks and stay.
 * **Steps.** The recorded step count is drawn within :func:`step_spread` (a fifth of the declared count, at
   least 2) around the case's declared one. What a step range of the case names keeps its steps (a fault
   starts at the same step); a labeled range that ends at the last step ends at the drawn last step. Drawn
   counts stay where every step parameter and labeled range still holds (:func:`step_choices`), where the
   profiler still records ``trace_steps`` steps after a warm-up step, and, for a periodic fault (a save every N
   steps), where the labeled steps hold as many of its events as the declared count does: its cost per step
-  is then the declared case's, diluted by at most a fifth. A case whose evidence edits name profiled steps (a
-  shorter trace window, a scaled-out job's window) keeps its count: its window sits at a place in the
-  profiled tail that its label depends on (``stall-late-window-before`` ends its window before the stall).
+  is then the declared case's, diluted by at most a fifth. An evidence edit that keeps a window of the
+  profiled steps (a shorter trace window, a scaled-out job's window) keeps it at the same steps, so counts
+  stay where the profiled tail still holds it: where the window sits is what such a label depends on
+  (``stall-late-window-before`` ends its window before the stall; ``hang-stall-1-of-1024`` keeps the step
+  that hangs).
+* **One recording, several cases.** The draw is the draw of the case's recording spec (its live part): a case
+  derived by evidence edits takes its base's ranks and, where its own edits allow it, its base's step count
+  (else the allowed count nearest to it), so that the two share one recording as they did before.
 
 Why the calibration stays honest. Every check of a case runs on the drawn case's own recordings: the
 manifestation test pairs the drawn case with its twin (the same drawn workload without faults, so the
@@ -76,17 +82,22 @@ RANK_PARAMS: dict[str, tuple[str, ...]] = {
     "duplicate_events": ("duplicated_rank",),
     "truncate_gzip": ("cut_gzip_rank",),
     "device_clock_offset": ("device_clock_rank",),
+    "scale_out": ("kept_rank", "copied_rank"),
 }
 """Fault -> its parameters that name a rank, moved by the draw's permutation (module docstring)."""
 
 FIXED_RANK: dict[str, str] = {
     "blocking_checkpoint": "rank 0 is the rank that saves checkpoints",
-    "scale_out": "its ranks are a scaled job's, placed by the case's author; its recorded ranks say which one is kept",
 }
 """Faults whose rank is not a free choice: a case holding one keeps all its ranks (and why)."""
 
-PROFILED_STEP_EDITS = frozenset({"trace_window", "scale_out"})
-"""Evidence edits that name profiled steps: a case holding one keeps its step count (module docstring)."""
+SCALED_RANK_PARAMS: dict[str, tuple[str, ...]] = {"scale_out": ("kept_at_rank", "traced_ranks")}
+"""Parameters naming ranks of a scaled-out job (the author's placement among 128 or 1024): they and the labels,
+which name the same scaled ranks, stay; the recorded ranks the edit reads (RANK_PARAMS) follow the draw."""
+
+WINDOW_EDITS = frozenset({"trace_window", "scale_out"})
+"""Evidence edits that keep a window of the profiled steps (``window_first_step``, ``window_steps``): drawn counts
+keep the window where it is, inside the profiled tail (module docstring)."""
 
 STEP_PARAM_BOUND: dict[str, int] = {"save_every_steps": 0, "empty_every_steps": 1, "window_steps": 0}
 """Step-valued parameters that are not a step index, and how far below the step count they must stay (a save
@@ -96,10 +107,11 @@ STEP_SPREAD = 0.2
 """The drawn step count lies within this share of the declared one (at least :data:`MIN_STEP_SPREAD` steps). Measured
 with the fingerprint strategy of ``tests/gaming_strategies.py`` (a diagnoser shipping the public case files that
 matches workload family, world size, device and step count, knowing this rule, and claims where every public case
-that could have made the bundle carries one label) on the CPU corpus' 111 live cases in strata of more than one
-label: over 20 draws, +0.0086 skill over null on average at a tenth (+0.027 in one draw: a periodic case's one-sided
-range singles it out at its top counts), +0.0047 at 0.15 (at most +0.013), and 0 in each of 60 draws at 0.18 and
-0.2. A fifth keeps a 24-step rung's labeled steps (from step 4) within 5 of its declared 20."""
+that could have made the bundle carries one label) on the CPU corpus' 106 live cases in strata of more than one
+label (jobs that fail left out: their step log ends where they fail): over 20 draws, +0.0114 skill over null on
+average at a tenth (+0.0285 in one draw: a periodic case's one-sided range singles it out at its top counts),
++0.0071 at 0.15 (at most +0.0143), and 0 in each of 60 draws at 0.18 and 0.2. A fifth keeps a 24-step rung's
+labeled steps (from step 4) within 5 of its declared 20."""
 MIN_STEP_SPREAD = 2
 SECRET_NAME = "draw.secret"
 
@@ -112,6 +124,13 @@ class RecordingDraw(BaseModel):
                                          "nothing moves")
     steps: int = Field(description="The recorded step count")
     declared_steps: int = Field(description="The case file's step count")
+    labels_follow: bool = Field(True, description="The labels' ranks are recorded ranks and follow ``ranks``; false: a "
+                                "scaled-out job's, which stay")
+
+    @property
+    def labeled_ranks(self) -> list[int] | None:
+        """Where the labels' ranks went (what a run scores against, :func:`scored_case`); None: where they were."""
+        return self.ranks if self.labels_follow and self.ranks != sorted(self.ranks) else None
 
     def rank(self, r: int) -> int:
         return self.ranks[r] if 0 <= r < len(self.ranks) else r
@@ -124,6 +143,11 @@ class RecordingDraw(BaseModel):
 def drawable(case: Case) -> bool:
     """Whether ``case`` is recorded as a drawn variant: a job recorded here (not imported, not a fleet)."""
     return case.workload is not None and case.recorded is None and case.fleet is None
+
+
+def labels_follow(case: Case) -> bool:
+    """Whether the labels' ranks name recorded ranks (they follow the draw) or a scaled job's (they stay)."""
+    return not any(f.name in SCALED_RANK_PARAMS for f in case.faults)
 
 
 def fixed_rank_reason(case: Case) -> str | None:
@@ -160,10 +184,9 @@ def _periodic_events(case: Case, steps: int) -> list[int]:
 def step_choices(case: Case) -> list[int]:
     """The step counts ``case`` may be recorded with (module docstring); the declared one alone when none may move."""
     declared = case.workload.steps
-    if any(f.name in PROFILED_STEP_EDITS for f in case.faults):
-        return [declared]
     spread = step_spread(declared)
-    floor = _trace_steps(case) + 1  # the profiler's trace_steps after a warm-up step, as declared counts allow
+    traced = _trace_steps(case)
+    floor = traced + 1  # the profiler's trace_steps after a warm-up step, as declared counts allow
     for f in case.faults:
         for name, value in f.params.items():
             if isinstance(value, bool) or not isinstance(value, int):
@@ -177,27 +200,40 @@ def step_choices(case: Case) -> list[int]:
             start, stop = label.steps
             floor = max(floor, start + 1 if stop == declared else stop)
     events = _periodic_events(case, declared)
+    windows = [(int(f.params["window_first_step"]), int(f.params["window_steps"])) for f in case.faults
+               if f.name in WINDOW_EDITS]
     return [n for n in range(declared - spread, declared + spread + 1)
-            if n >= min(floor, declared) and _periodic_events(case, n) == events]
+            if n >= min(floor, declared) and _periodic_events(case, n) == events
+            and all(n - max(1, min(traced, n - 1)) <= first and first + length <= n for first, length in windows)]
+
+
+def _live_part(case: Case) -> Case:
+    """``case`` without its evidence edits: what is recorded live."""
+    from diageval.recording.faults import FAULTS
+
+    return case.model_copy(update={"faults": [f for f in case.faults if FAULTS[f.name].load().stage != "bundle"]})
 
 
 def case_seed(case: Case, secret: str) -> int:
     """The draw's seed for ``case``: the cache's secret and the case's recording spec (its live part)."""
-    from diageval.recording.faults import FAULTS
-
-    live = case.model_copy(update={"faults": [f for f in case.faults if FAULTS[f.name].load().stage != "bundle"]})
-    return int.from_bytes(hashlib.sha256(f"{secret}:{live.spec_hash()}".encode()).digest()[:8], "big") >> 1
+    return int.from_bytes(hashlib.sha256(f"{secret}:{_live_part(case).spec_hash()}".encode()).digest()[:8], "big") >> 1
 
 
 def draw_for(case: Case, seed: int) -> RecordingDraw:
-    """The draw of ``case`` from ``seed`` (deterministic)."""
+    """The draw of ``case`` from ``seed`` (deterministic). It is the draw of the case's live part (its recording
+    spec): a case derived by evidence edits takes its base's ranks and, where its own edits allow it, its base's step
+    count (else the allowed count nearest to it), so that the two share one recording."""
     rng = random.Random(seed)
+    base = _live_part(case)
     world = case.workload.world_size
     ranks = list(range(world))
-    if fixed_rank_reason(case) is None:
+    if fixed_rank_reason(base) is None:
         rng.shuffle(ranks)
-    steps = rng.choice(step_choices(case))
-    return RecordingDraw(seed=seed, ranks=ranks, steps=steps, declared_steps=case.workload.steps)
+    wanted = rng.choice(step_choices(base))
+    allowed = step_choices(case)
+    steps = min(allowed, key=lambda n: (abs(n - wanted), n))
+    return RecordingDraw(seed=seed, ranks=ranks, steps=steps, declared_steps=case.workload.steps,
+                         labels_follow=labels_follow(case))
 
 
 def _move(value: Any, draw: RecordingDraw) -> Any:
@@ -219,14 +255,14 @@ def drawn_case(case: Case, draw: RecordingDraw) -> Case:
     causes = []
     for label in case.labels.causes:
         update: dict[str, Any] = {}
-        if label.ranks is not None:
+        if label.ranks is not None and draw.labels_follow:
             update["ranks"] = sorted(draw.rank(r) for r in label.ranks)
         if label.steps is not None and label.steps[1] == declared:
             update["steps"] = (label.steps[0], draw.steps)
         causes.append(label.model_copy(update=update))
     update: dict[str, Any] = {"faults": faults, "workload": case.workload.model_copy(update={"steps": draw.steps}),
                               "labels": case.labels.model_copy(update={"causes": causes})}
-    if case.manifest is not None and case.manifest.rank is not None:
+    if case.manifest is not None and case.manifest.rank is not None and draw.labels_follow:
         update["manifest"] = case.manifest.model_copy(update={"rank": draw.rank(case.manifest.rank)})
     return case.model_copy(update=update)
 

@@ -373,7 +373,7 @@ class _Pipeline:
         if re.search(rf"(?<![a-z0-9]){re.escape(case.id)}(?![a-z0-9])", str(bundle_dir.resolve()).lower()):
             return {"status": "harness_error", "error": f"the bundle path {bundle_dir} reveals the case id", **ids}
         draw = getattr(prepared, "draw", None)  # the labels' ranks follow the recording's draw (recording/draw.py)
-        ids["rank_draw"] = draw.ranks if draw is not None else None
+        ids["rank_draw"] = draw.labeled_ranks if draw is not None else None
         verification = getattr(prepared, "verification", None)
         impact = getattr(verification, "impact", None)
         measure = _measure(verification)
