@@ -224,6 +224,9 @@ class CaseResult(_Record):
     shown_values: dict[str, str] = Field(default_factory=dict, description="A regression's or fleet's factor values "
                                          "('name=value') -> the words its bundle showed (drawn per assembly, issue 39): "
                                          "the case was judged in those words; empty when the bundle showed the case's own")
+    rank_draw: list[int] | None = Field(None, description="A job case recorded here: case rank r was recorded, and is "
+                                        "labeled, as rank rank_draw[r] (the recording's draw, issue 44); null: the case "
+                                        "file's ranks")
     error: str | None = None
 
     @model_validator(mode="before")

@@ -102,6 +102,7 @@ def score_case(
     manifestation: ManifestationMeasure | None = None,
     usage: Usage | None = None,
     shown_values: dict[str, str] | None = None,
+    rank_draw: list[int] | None = None,
 ) -> CaseResult:
     """Judge ``diagnosis`` against ``case``'s labels (see the module docstring for the rules). ``shown_values``: the
     factor value words the case's bundle showed (``name=value`` -> drawn word, issue 39); the case is judged in
@@ -142,6 +143,7 @@ def score_case(
         bundle_id=bundle_id,
         bundle_sha256=bundle_sha256,
         shown_values=dict(shown_values or {}),
+        rank_draw=rank_draw,
         error=error,
         taxonomy_causes=len(taxonomy.causes),
     )

@@ -416,6 +416,37 @@ class LookupCheater:
             for h in pinned + [content_id]:
                 self.by_hash.setdefault(h, set()).add(case_id)
 
+    FAMILY_OPS = {"aten::convolution": "convnet_allreduce", "aten::embedding": "transformer_lm", "aten::addmm": "mlp_ddp"}
+    """Workload family by the first of these ops a trace holds (a conv net convolves, a language model embeds)."""
+
+    def live_fingerprint(self, root: Path) -> str | None:
+        """Issue 44's fingerprint of a job recorded here: workload family (its op names), world size, device and
+        step count matched against the public case files, each case's step counts as the
+        harness it targets: the declared one where it records as declared (``CHEATER_STEPS=declared``, the harness before
+        issue 44's draw), else every count the draw allows a case (``diageval.recording.draw.step_choices``); it claims
+        where every matching public case carries one label set."""
+        import gzip
+
+        from diageval.cases.model import Case
+        from diageval.recording.draw import drawable, step_choices
+
+        manifest = json.loads((root / "bundle.json").read_text())
+        steps_file = root / "steps.jsonl"
+        traces = sorted(root.glob("rank*/trace.json.gz"))
+        if not steps_file.is_file() or not traces:
+            return None
+        steps = 1 + max(json.loads(line)["step"] for line in steps_file.read_text().splitlines() if line.strip())
+        names = {e.get("name") for e in json.loads(gzip.decompress(traces[0].read_bytes()))["traceEvents"]}
+        family = next((f for op, f in self.FAMILY_OPS.items() if op in names), None)
+        env = manifest["env"]
+        live = [(cid, Case.model_validate(e["spec"])) for cid, e in LABELS.items() if e["spec"].get("workload")]
+        live = [(cid, c) for cid, c in live if drawable(c) and c.workload.name == family and c.world_size == env["world_size"]
+                and (c.requires.device == "cuda") == (env["device"] == "cuda")]
+        declared = os.environ.get("CHEATER_STEPS") == "declared"  # the harness before the draw records as declared
+        matches = [cid for cid, c in live if steps in ([c.workload.steps] if declared else step_choices(c))]
+        labels = {json.dumps(sorted(x["category"] for x in LABELS[cid]["causes"])) for cid in matches}
+        return matches[0] if len(labels) == 1 and LABELS[matches[0]]["causes"] else None
+
     def diagnose(self, bundle):
         import gzip
 
@@ -437,6 +468,15 @@ class LookupCheater:
                     except (OSError, EOFError):
                         pass
         return claim(one(found))
+
+
+class FingerprintCheater(LookupCheater):
+    """The lookup by what a live job's bundle shows of its kind (:meth:`LookupCheater.live_fingerprint`)."""
+
+    name = "cheat-fingerprint"
+
+    def diagnose(self, bundle):
+        return claim(self.live_fingerprint(Path(bundle.root)))
 
 
 class FolderCheater:

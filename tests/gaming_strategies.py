@@ -609,6 +609,89 @@ def strategies(cases: list[Case], taxonomy: Taxonomy) -> list[Entry]:
     ]
 
 
+def live_stratum(case: Case) -> tuple[str, int, str]:
+    """What a job recorded here shows of its kind without analysis: workload family (its op names), world size, and
+    whether it needed a GPU."""
+    return case.workload.name, case.world_size, case.requires.device
+
+
+def fingerprint_cases(cases: list[Case]) -> tuple[list[Case], list[str]]:
+    """The live cases a CPU machine records (issue 44's in-box setting), and the ids of those whose
+    :func:`live_stratum` holds one label set: what the job *is* singles those out, which no draw of a recording
+    changes (only a held-out split does); the rest are what the draw must make unrecognisable. A job that fails
+    (a collective hang) is left out: its step log ends where it failed and its log says why, which is its
+    symptom, read by diagnosis, not a recording's step count."""
+    from diageval.recording.draw import drawable
+    from diageval.recording.faults import FAULTS
+
+    live = [c for c in cases if drawable(c) and c.requires.device != "cuda"
+            and not any(getattr(FAULTS[f.name].load(), "fails_job", False) for f in c.faults)]
+    labels: dict[tuple, set] = {}
+    for c in live:
+        labels.setdefault(live_stratum(c), set()).add(tuple(sorted(label.category for label in c.labels.causes)))
+    alone = sorted(c.id for c in live if len(labels[live_stratum(c)]) == 1)
+    return [c for c in live if c.id not in alone], alone
+
+
+def fingerprint_lookup(public: list[Case], drawn: bool) -> Strategy:
+    """Issue 44's fingerprint: a diagnoser shipping the public case files matches a live bundle's workload family,
+    world size, device and step count (``drawn``: against every count the draw rule allows each case,
+    :func:`~diageval.recording.draw.step_choices`; else the declared count) and, where every matching public case
+    carries one label set, claims it at 1.0 on the labeled ranks the matches agree on."""
+    from diageval.recording.draw import step_choices
+
+    counts = {c.id: step_choices(c) if drawn else [c.workload.steps] for c in public}
+
+    def diagnose(shown: Case) -> Diagnosis:
+        matches = [c for c in public if live_stratum(c) == live_stratum(shown) and shown.workload.steps in counts[c.id]]
+        sets = {tuple(sorted(label.category for label in c.labels.causes)) for c in matches}
+        if len(sets) != 1 or not next(iter(sets)):
+            return Diagnosis(findings=[])
+        ranks = {tuple((label.category, tuple(label.ranks or ())) for label in c.labels.causes) for c in matches}
+        return Diagnosis(findings=[_claim(label.category, 1.0, label.ranks if len(ranks) == 1 else None)
+                                   for label in matches[0].labels.causes])
+    return diagnose
+
+
+def claimable_counts(live: list[Case]) -> list[tuple[tuple, int, list[str]]]:
+    """Each (stratum, step count) a drawn recording may show at which every live case that could have made it carries
+    one label set: where :func:`fingerprint_lookup` claims on drawn evidence, whatever the draw."""
+    from diageval.recording.draw import step_choices
+
+    makers: dict[tuple, list[Case]] = {}
+    for c in live:
+        for n in step_choices(c):
+            makers.setdefault((live_stratum(c), n), []).append(c)
+    out = []
+    for (stratum, n), cs in sorted(makers.items()):
+        sets = {tuple(sorted(label.category for label in c.labels.causes)) for c in cs}
+        if len(sets) == 1 and next(iter(sets)):
+            out.append((stratum, n, [c.id for c in cs]))
+    return out
+
+
+def fingerprint_gain(cases: list[Case], taxonomy: Taxonomy, seed: int | None) -> tuple[float, list[str]]:
+    """The fingerprint's skill over null's on ``cases`` as recordings drawn from ``seed`` show them (None: as the
+    case files declare them, the evidence before the draw), and the cases it claimed on."""
+    from diageval.recording.draw import draw_for, drawn_case
+
+    shown = [c if seed is None else drawn_case(c, draw_for(c, seed * 100_003 + i)) for i, c in enumerate(cases)]
+    strategy = fingerprint_lookup(cases, drawn=seed is not None)
+    skill = {}
+    claimed = []
+    for name, diagnose in (("cheat", strategy), ("null", lambda c: Diagnosis(findings=[]))):
+        results = []
+        for c in shown:
+            diagnosis = diagnose(c)
+            if name == "cheat" and diagnosis.findings:
+                claimed.append(c.id)
+            results.append(score_case(c, diagnosis, taxonomy=taxonomy))
+        summary = summarize(results, diagnoser=DiagnoserInfo(spec=name, name=name), case_set_hash="builtin",
+                            taxonomy_version=taxonomy.version, n_boot=0)
+        skill[name] = summary.metrics.skill.value
+    return skill["cheat"] - skill["null"], claimed
+
+
 DRAW_SEED = 39
 """The seed of the value words the simulation's bundles show (one draw per case, as an assembly draws them)."""
 

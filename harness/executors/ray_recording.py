@@ -73,7 +73,7 @@ def prepare_on_ray(cases: list[LoadedCase], prepare: Callable[..., Any], on_done
                 # there; no more are sent, so the seeds held here and in the object store stay few
                 i = pending.popleft()
                 seeded, truths = _seeds(cases[i].case, device, cache)
-                refs[task.remote(prepare, cases[i], device, seeded, truths)] = i
+                refs[task.remote(prepare, cases[i], device, seeded, truths, _secret(cache))] = i
             [ref], _ = ray.wait(list(refs), num_returns=1)
             i = refs.pop(ref)
             try:
@@ -122,6 +122,14 @@ def _keep(answer: dict[str, Any], cache: Path) -> Any:
     return prepared.model_copy(update={"bundle_dir": root / Path(prepared.bundle_dir).name})
 
 
+def _secret(cache: Path) -> str:
+    """This cache's draw secret: the recorder draws each case as this machine does (recording/draw.py), so its
+    recordings are the ones this cache's keys name."""
+    from diageval.recording.draw import cache_secret
+
+    return cache_secret(cache)
+
+
 def _seeds(case: Case, device: str, cache: Path) -> tuple[Seeded, dict[str, str]]:
     """This machine's cached bundles that preparing ``case`` may read: the case's repeat 0 and its base (the
     recording its evidence edits start from), and for a positive case every repeat pair of what its
@@ -136,6 +144,9 @@ def _seeds(case: Case, device: str, cache: Path) -> tuple[Seeded, dict[str, str]
     from diageval.recording.record import resolve_device
     from diageval.recording.verify import twin_repeat, verification_subject
 
+    from diageval.recording.draw import recorded_as
+
+    case = recorded_as(case, cache)[0]  # the drawn variant its recordings are
     try:
         resolved = resolve_device(device, case)
     except Exception:  # the recorder says why, in its own words, on its own node

@@ -36,16 +36,21 @@ Seeded = dict[str, tuple[str, Packed]]  # cache key -> (sha256 of its bundle.jso
 
 
 def record_here(prepare: Callable[..., Any], loaded: Any, device: str, seeded: Seeded,
-                truths: dict[str, str] | None = None) -> dict[str, Any]:
+                truths: dict[str, str] | None = None, secret: str | None = None) -> dict[str, Any]:
     """Prepare ``loaded``'s evidence with ``prepare(loaded, device=..., cache_dir=...)`` in a private cache
     seeded with the bundles ``seeded`` and the truth records ``truths`` (cache key -> the record's text);
-    answer what the cache gained (see the module's docstring)."""
+    answer what the cache gained (see the module's docstring). ``secret``: the driver's draw secret
+    (recording/draw.py), so that this node draws each case as the driver does."""
     from diageval.fileio import owned_temp_dir, remove_stale_temp_dirs
 
     answer: dict[str, Any] = {"node": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
     remove_stale_temp_dirs(Path(tempfile.gettempdir()), TEMP_PREFIX)  # left by a recorder that was killed
     cache = owned_temp_dir(Path(tempfile.gettempdir()), TEMP_PREFIX)
     try:
+        if secret is not None:
+            from diageval.recording.draw import SECRET_NAME
+
+            (cache / SECRET_NAME).write_text(secret + "\n")
         answer.update(_prepare_in(cache, prepare, loaded, device, seeded, truths or {}))
     finally:
         shutil.rmtree(cache, ignore_errors=True)

@@ -42,6 +42,7 @@ from typing import Any, Literal
 
 from diageval.cases.model import Case
 from diageval.fileio import append_jsonl, atomic_write_text
+from diageval.recording.draw import RecordingDraw
 from diageval.recording.truth import TruthRecord
 
 _HARNESS = Path(__file__).resolve().parent.parent
@@ -245,6 +246,14 @@ def read_truth(cache: Path, key: str) -> TruthRecord | None:
 
 def write_truth(cache: Path, record: TruthRecord) -> None:
     atomic_write_text(truth_path(cache, record.key), record.model_dump_json(indent=2) + "\n")
+
+
+def note_draw(cache: Path, key: str, draw: RecordingDraw | None) -> None:
+    """Keep ``draw`` (what the recording of a job case drew, recording/draw.py) in the truth record of the bundle
+    ``key``, outside the bundle, when it is not there yet."""
+    truth = read_truth(cache, key)
+    if draw is not None and truth is not None and truth.draw != draw:
+        write_truth(cache, truth.model_copy(update={"draw": draw}))
 
 
 def ensure_bundle(case: Case, device: str, *, repeat: int = 0, force: bool = False,

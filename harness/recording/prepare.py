@@ -11,7 +11,8 @@ from pydantic import BaseModel, Field
 from diageval.cases.load import LoadedCase
 from diageval.fileio import sha256_file
 from diageval.progress import Progress
-from diageval.recording.cache import cache_key, ensure_bundle, read_truth
+from diageval.recording.cache import cache_key, ensure_bundle, note_draw, read_truth
+from diageval.recording.draw import RecordingDraw, recorded_as
 from diageval.recording.truth import ControlCheck, Verification
 
 
@@ -27,6 +28,8 @@ class PreparedEvidence(BaseModel):
     shown_values: dict[str, str] = Field(default_factory=dict, description="A regression or fleet: its factor values "
                                          "('name=value') -> the words its bundle shows (drawn per assembly, kept in "
                                          "the truth record); the case is scored in them")
+    draw: RecordingDraw | None = Field(None, description="A job case recorded here: what its recording drew (the "
+                                       "labels' ranks follow it: score it against diageval.recording.draw.scored_case)")
 
 
 
@@ -61,8 +64,8 @@ def prepare_evidence(loaded: LoadedCase, *, device: str = "auto", force: bool = 
     from diageval.recording.record import resolve_device
     from diageval.recording.verify import check_control, control_subject, verify_case
 
-    case = loaded.case
     cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
+    case, draw = recorded_as(loaded.case, cache)  # the drawn variant its recordings are (recording/draw.py)
     resolved = resolve_device(device, case)
     verification = None
     verified_now = False
@@ -76,6 +79,7 @@ def prepare_evidence(loaded: LoadedCase, *, device: str = "auto", force: bool = 
             verification = verify_case(case, device=resolved, cache_dir=cache, force=force)
             verified_now = True
     key, folder, _ = ensure_bundle(case, resolved, force=force and not verified_now, cache_dir=cache)
+    note_draw(cache, key, draw)
     control = None
     if verify and control_subject(case) is None:  # a healthy control or confounder: does its shown evidence hold it?
         truth = read_truth(cache, key)
@@ -84,7 +88,7 @@ def prepare_evidence(loaded: LoadedCase, *, device: str = "auto", force: bool = 
     bundle = EvidenceBundle.open(folder)
     return PreparedEvidence(
         case_id=case.id, bundle_dir=folder, bundle_id=bundle.bundle_id,
-        manifest_sha256=sha256_file(folder / MANIFEST_NAME), verification=verification, control=control,
+        manifest_sha256=sha256_file(folder / MANIFEST_NAME), verification=verification, control=control, draw=draw,
     )
 
 
@@ -115,12 +119,18 @@ def record_cases(case_ids: list[str], *, cases_dir: Path | None = None, device: 
                 progress.advance("record")
             continue
         dev = resolve_device(device, lc.case)
+        cache = Path(cache_dir) if cache_dir else None
         if lc.case.fleet is not None:  # a regression or fleet: its members, then the fleet bundle
             from diageval.recording.fleet import ensure_fleet_bundle
 
             _, folder, fresh = ensure_fleet_bundle(lc.case, dev, force=force, cache_dir=cache_dir)
         else:
-            _, folder, fresh = ensure_bundle(lc.case, dev, force=force, cache_dir=cache_dir)
+            from diageval.paths import bundle_cache_dir
+
+            cache = cache or bundle_cache_dir()
+            case, draw = recorded_as(lc.case, cache)  # what `diageval run` records, drawn alike
+            key, folder, fresh = ensure_bundle(case, dev, force=force, cache_dir=cache)
+            note_draw(cache, key, draw)
         if progress:
             progress.advance("record")
         out.append((lc.case.id, folder, fresh))

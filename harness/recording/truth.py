@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, computed_field
 
+from diageval.recording.draw import RecordingDraw
 from diageval.recording.manifest_test import ManifestTest
 
 Difficulty = Literal["easy", "medium", "hard"]
@@ -121,3 +122,5 @@ class TruthRecord(BaseModel):
     fleet_draw: FleetDraw | None = Field(None, description="A fleet or regression bundle: its runs' drawn names and order")
     control: ControlCheck | None = Field(None, description="Healthy controls and confounders: the shown evidence checked "
                                                            "for a labeled cause's pattern; None: not checked yet")
+    draw: RecordingDraw | None = Field(None, description="A job case recorded here: what its recordings drew (the ranks "
+                                       "its labels sit on, its step count; recording/draw.py); None: nothing drawn")

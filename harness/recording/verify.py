@@ -29,7 +29,7 @@ from pathlib import Path
 from diageval.bundle.model import EvidenceBundle, StepRecord
 from diageval.cases.model import Case
 from diageval.progress import Progress
-from diageval.recording.cache import ensure_bundle, read_truth, write_truth
+from diageval.recording.cache import cache_key, ensure_bundle, note_draw, read_truth, write_truth
 from diageval.recording.label_support import label_problems, label_support
 from diageval.recording.manifest_test import LOOKS, WARMUP_STEPS, manifest_test, metric_of, pairs_needed, sequential_test
 from diageval.recording.truth import ControlCheck, TruthRecord, Verification
@@ -291,11 +291,15 @@ def verify_cases(case_ids: list[str], *, cases_dir: Path | None = None, repeats:
     from diageval.cases.load import load_case_set
     from diageval.recording.record import device_problem, resolve_device
 
+    from diageval.paths import bundle_cache_dir
+    from diageval.recording.draw import recorded_as
+
     case_set = load_case_set(cases_dir)
     chosen = case_set.select(case_ids)
     results = []
+    cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
     for n, lc in enumerate(chosen, 1):
-        case = lc.case
+        case, draw = recorded_as(lc.case, cache)  # the drawn variant `diageval run` records (recording/draw.py)
         if case_ids and control_subject(case) is None and not device_problem(device, case):  # a named control: its shown evidence checked (not a result row)
             if progress:
                 progress.started("verify", n, len(chosen), f"checking {case.id}'s shown evidence")
@@ -330,8 +334,9 @@ def verify_cases(case_ids: list[str], *, cases_dir: Path | None = None, repeats:
             if progress:
                 progress.advance("verify")
             continue
-        results.append((case.id, verify_case(case, repeats=repeats, device=dev, cache_dir=cache_dir, force=force,
+        results.append((case.id, verify_case(case, repeats=repeats, device=dev, cache_dir=cache, force=force,
                                              progress=progress)))
+        note_draw(cache, cache_key(case, dev), draw)
         if progress:
             progress.advance("verify")
     return results

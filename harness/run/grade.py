@@ -38,6 +38,7 @@ from diageval.cases.load import CaseSet, load_case_set
 from diageval.cases.tiers import case_under_tier
 from diageval.diagnosis import DEFAULT_LIMITS, DiagnosisLimits, DiagnosisParseError, read_diagnosis_file
 from diageval.errors import DiagevalError
+from diageval.recording.draw import scored_case
 from diageval.fileio import atomic_write_text
 from diageval.run.store import RunInfo, RunReadError, RunStore
 from diageval.scoring.results import ANSWERED_STATUSES, CaseResult
@@ -100,7 +101,8 @@ def _rescored(store: RunStore, manifest: RunInfo, case_set: CaseSet, rows: list)
     for row in rows:
         case_id = row.case_id
         try:
-            case = case_under_tier(case_set.get(case_id).case, manifest.evidence_tier)  # as the run scored it
+            # as the run scored it: the labels' ranks where the recording put them, the tier's cut
+            case = case_under_tier(scored_case(case_set.get(case_id).case, row.rank_draw), manifest.evidence_tier)
         except KeyError as exc:
             raise RescoreError(f"{store.results_path}: {exc.args[0]}") from None
         diagnosis = None
@@ -130,6 +132,7 @@ def _rescored(store: RunStore, manifest: RunInfo, case_set: CaseSet, rows: list)
             bundle_id=row.bundle_id,
             bundle_sha256=row.bundle_sha256,
             shown_values=row.shown_values,
+            rank_draw=row.rank_draw,
         )
         rescored.append(result)
     return rescored

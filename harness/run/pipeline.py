@@ -138,6 +138,7 @@ class _Ready:
     manifestation: Any = None  # ManifestationMeasure: what the manifestation test measured (injected positives)
     measured_magnitude: float | None = None  # regression cases: the verification's candidate/baseline ratio
     shown_values: dict[str, str] | None = None  # a regression or fleet: the value words its bundle shows (issue 39)
+    rank_draw: list[int] | None = None  # a job case recorded here: where its recording put the case's ranks
 
 
 def default_run_id(diagnoser_name: str, case_set_hash: str, evidence: EvidenceTier = FULL) -> str:
@@ -392,6 +393,8 @@ class _Pipeline:
             return {"status": "harness_error", "error": f"unreadable bundle: {exc}", **ids}
         if re.search(rf"(?<![a-z0-9]){re.escape(case.id)}(?![a-z0-9])", str(bundle_dir.resolve()).lower()):
             return {"status": "harness_error", "error": f"the bundle path {bundle_dir} reveals the case id", **ids}
+        draw = getattr(prepared, "draw", None)  # the labels' ranks follow the recording's draw (recording/draw.py)
+        ids["rank_draw"] = draw.labeled_ranks if draw is not None else None
         verification = getattr(prepared, "verification", None)
         impact = getattr(verification, "impact", None)
         measure = _measure(verification)
@@ -420,7 +423,7 @@ class _Pipeline:
             bundle_id, bundle_sha = prepared.bundle_id, prepared.manifest_sha256
         magnitude = getattr(verification, "ratio", None) if case.kind == "regression" else None
         return _Ready(loaded, shown, bundle_id, bundle_sha, impact, difficulty, evidence_size(shown, bundle_dir), measure,
-                      magnitude, dict(getattr(prepared, "shown_values", None) or {}))
+                      magnitude, dict(getattr(prepared, "shown_values", None) or {}), ids["rank_draw"])
 
     def diagnose_all(self, ready: list[_Ready], store: RunStore | None = None) -> int:
         """Diagnose ``ready`` with ``jobs`` slots on the run's executor (``local`` or ``ray``,
@@ -430,7 +433,8 @@ class _Pipeline:
         if not ready:
             return 0
         shown_ids = {r.loaded.case.id: secrets.token_hex(16) for r in ready}  # random per run
-        handover = self.hosted.handover(self.case_set, {shown_ids[r.loaded.case.id]: r.loaded.case.id for r in ready},
+        handover = self.hosted.handover(_as_drawn(self.case_set, {r.loaded.case.id: r.rank_draw for r in ready}),
+                                        {shown_ids[r.loaded.case.id]: r.loaded.case.id for r in ready},
                                         {shown_ids[r.loaded.case.id]: r.shown_values for r in ready if r.shown_values})
         tasks = [DiagnoseTask(r.bundle_dir, r.bundle_sha256, shown_ids[r.loaded.case.id], store.case_dir(r.loaded.case.id))
                  for r in ready]
@@ -444,7 +448,7 @@ class _Pipeline:
             item = ready[index]
             ids = {"bundle_id": item.bundle_id, "bundle_sha256": item.bundle_sha256, "measured_impact": item.measured_impact,
                    "measured_magnitude": item.measured_magnitude, "manifestation": item.manifestation,
-                   "difficulty": item.difficulty, "shown_values": item.shown_values}
+                   "difficulty": item.difficulty, "shown_values": item.shown_values, "rank_draw": item.rank_draw}
             attempt = outcome if isinstance(outcome, Attempt) else None
             if isinstance(outcome, HarnessFailure):
                 error = outcome.error
@@ -491,9 +495,12 @@ class _Pipeline:
         then its results line."""
         from diageval.scoring.verdicts import score_case
 
+        from diageval.recording.draw import scored_case
+
         store = store or self.store
         diagnosis = attempt.diagnosis if attempt is not None else None
-        case = case_under_tier(loaded.case, self.tier)  # labels the tier cannot show: diageval.cases.tiers
+        # the labels' ranks where the recording put them, then those the tier cannot show taken out
+        case = case_under_tier(scored_case(loaded.case, fields.get("rank_draw")), self.tier)
         record, _ = store.read_trajectory(loaded.case.id) if attempt is not None else (None, None)
         usage = record.usage if record is not None else None  # an unreadable one is reported by the page, not trusted
         result = score_case(case, diagnosis, taxonomy=self.case_set.taxonomy, usage=usage, **fields)
@@ -523,6 +530,17 @@ def _under_tier(case_set: CaseSet, tier: EvidenceTier) -> CaseSet:
     if tier == FULL:
         return case_set
     cases = [lc.model_copy(update={"case": case_under_tier(lc.case, tier)}) for lc in case_set.cases]
+    return case_set.model_copy(update={"cases": cases})
+
+
+def _as_drawn(case_set: CaseSet, draws: dict[str, list[int] | None]) -> CaseSet:
+    """``case_set`` with each case of ``draws`` labeled as its recording drew it (what ``oracle`` and ``prior``
+    are handed: the labels the run scores)."""
+    from diageval.recording.draw import scored_case
+
+    if not any(draws.values()):
+        return case_set
+    cases = [lc.model_copy(update={"case": scored_case(lc.case, draws.get(lc.case.id))}) for lc in case_set.cases]
     return case_set.model_copy(update={"cases": cases})
 
 

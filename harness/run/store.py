@@ -121,9 +121,8 @@ class RunInfo(BaseModel):
     device: str
     timeout_s: float
     jobs: int
-    isolation: Literal["bwrap", "none"] = Field(
-        "none", description="bwrap: every diagnoser process ran in a bubblewrap sandbox; none: no sandbox could start (or it was turned off)"
-    )
+    isolation: Literal["bwrap", "none"] = Field("none", description="bwrap: every diagnoser process ran in a bubblewrap "
+                                                "sandbox; none: no sandbox could start (or it was turned off)")
     isolation_note: str | None = Field(None, description="Why isolation is none")
     allow_network: bool = Field(False, description="Whether the sandbox let the diagnoser use the network")
     seed: int | None = Field(None, description="Seed of the shuffled case order")
@@ -165,6 +164,7 @@ class SavedOutcome(BaseModel):
     bundle_id: str | None = None
     bundle_sha256: str | None = None
     shown_values: dict[str, str] = {}  # the value words the bundle showed (issue 39); none before they were drawn
+    rank_draw: list[int] | None = None  # where the recording put the case's ranks (none before issue 44's draw)
 
 
 class RunFolderConflict(DiagevalError):

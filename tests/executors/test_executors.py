@@ -67,13 +67,14 @@ class RecorderFake:
 
     def __call__(self, loaded, *, device="auto", force=False, cache_dir=None):
         from diageval.recording.cache import bundles_root, cache_key, write_truth
+        from diageval.recording.draw import recorded_as
         from diageval.recording.truth import TruthRecord, Verification
 
         cache = Path(cache_dir) if cache_dir else self.home / "bundles"
         case = loaded.case
         if case.id in self.fail:
             raise RuntimeError("the ranks did not start")
-        key = cache_key(case, "cpu")
+        key = cache_key(recorded_as(case, cache)[0], "cpu")  # the drawn variant, as prepare_evidence records it
         folder = bundles_root(cache) / key
         verification = None
         if case.labels.expect == "diagnose":
@@ -94,8 +95,9 @@ class RecorderFake:
 
 
 def _distinct(cases: list) -> list:
-    """The cases with one more step each than the one before: each its own recording spec, so its own cache key."""
-    return [c.model_copy(update={"workload": c.workload.model_copy(update={"steps": c.workload.steps + i})})
+    """The cases each logging at its own interval: each its own recording spec, so its own cache key (not the step
+    count: a recording draws it, recording/draw.py, and two counts may draw the same one)."""
+    return [c.model_copy(update={"workload": c.workload.model_copy(update={"params": {**c.workload.params, "log_every": 1 + i}})})
             for i, c in enumerate(cases)]
 
 
@@ -163,21 +165,23 @@ def test_a_bundle_kept_where_it_arrives_is_checked_file_by_file_first(tmp_path):
 
 def test_a_recorder_records_only_what_its_seeds_lack_and_keeps_nothing(tmp_path):
     from diageval.recording.cache import bundles_root, cache_key
+    from diageval.recording.draw import cache_secret, recorded_as
 
     home = tmp_path / "home"
     fake = RecorderFake(home)
     cached, fresh = make_case_set([make_case("s1-cached"), make_case("s2-fresh", expect="healthy")]).cases
     fake(cached)  # in this machine's cache
-    key = cache_key(cached.case, "cpu")
+    secret = cache_secret(home / "bundles")  # the recorder draws each case as this machine does
+    key = cache_key(recorded_as(cached.case, home / "bundles")[0], "cpu")
     seed = pack_bundle(bundles_root(home / "bundles") / key)
     seeded = {key: (hashlib.sha256(seed["bundle.json"]).hexdigest(), seed)}
     truth = (home / "bundles" / f"{key}.truth.json").read_text()
-    answer = record_here(fake, cached, "cpu", seeded, {key: truth})
+    answer = record_here(fake, cached, "cpu", seeded, {key: truth}, secret)
     assert answer["bundles"] == {} and answer["truths"] == []  # found in its seeds: nothing recorded, no truth changed
     assert answer["prepared"].bundle_dir == Path(key) and answer["prepared"].verification.manifested
-    answer = record_here(fake, fresh, "cpu", seeded)
+    answer = record_here(fake, fresh, "cpu", seeded, None, secret)
     [(new_key, (sha, packed))] = answer["bundles"].items()
-    assert new_key == cache_key(fresh.case, "cpu") and sha == hashlib.sha256(packed["bundle.json"]).hexdigest()
+    assert new_key == cache_key(recorded_as(fresh.case, home / "bundles")[0], "cpu") and sha == hashlib.sha256(packed["bundle.json"]).hexdigest()
     [truth] = answer["truths"]
     assert json.loads(truth)["case_id"] == "s2-fresh"
     assert not Path(json.loads(packed["recorded.json"])["cache"]).exists()  # the recorder's cache is gone

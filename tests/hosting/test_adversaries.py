@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -110,8 +111,9 @@ CASES = ["straggler-rank1", "starved-loader-mlp", "mlp-ddp-healthy", "slow-first
 def run(arena, spec: str, run_id: str, **kw):
     kw.setdefault("case_ids", CASES)
     kw.setdefault("evidence_fn", arena["evidence"])
+    kw.setdefault("pass_env", ("CHEATER_SCOPE", "CHEATER_MARKER"))
     return run_with(spec, arena["case_set"], cases_dir=None, out_dir=arena["root"] / "runs", run_id=run_id,
-                    timeout=60, progress=None, pass_env=("CHEATER_SCOPE", "CHEATER_MARKER"), **kw)
+                    timeout=60, progress=None, **kw)
 
 
 def assert_scores_like_null(outcome):
@@ -547,3 +549,81 @@ def test_an_in_process_diagnoser_keeps_nothing_from_one_case_to_the_next(arena, 
         MemoryCheater.SEEN.clear()
         for where in ("/tmp", "/dev/shm"):
             Path(where, f".{marker}-seen").unlink(missing_ok=True)
+
+
+FAMILY_OP = {"mlp_ddp": "aten::addmm", "convnet_allreduce": "aten::convolution", "transformer_lm": "aten::embedding"}
+
+
+@dataclass
+class DrawnFakePrepared(FakePrepared):
+    draw: object = None
+
+
+class LiveEvidence:
+    """Synthetic bundles of live job cases showing what a recording shows of the job without analysis: its world
+    size and device (``bundle.json``), every rank's steps (the recorded count), its workload's ops. ``drawn``: as
+    the harness records them (:func:`diageval.recording.draw.recorded_as`, from this cache's own secret); else as
+    the case files declare them (the recordings before the draw)."""
+
+    def __init__(self, cache: Path, drawn: bool):
+        self.cache, self.drawn, self.made = cache, drawn, {}
+
+    def __call__(self, loaded, *, device: str = "auto", force: bool = False) -> FakePrepared:
+        import gzip
+
+        from diageval.bundle.model import BundleEnv, BundleManifest, describe_files
+        from diageval.recording.draw import recorded_as
+
+        case, draw = recorded_as(loaded.case, self.cache) if self.drawn else (loaded.case, None)
+        if case.id not in self.made:
+            folder = bundles_root(self.cache) / os.urandom(16).hex()
+            (folder / "rank0").mkdir(parents=True)
+            rows = [{"rank": r, "step": i, "t_start": 100.0 + i, "t_end": 100.5 + i}
+                    for i in range(case.workload.steps) for r in range(case.workload.world_size)]
+            (folder / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            events = [{"ph": "X", "name": n, "ts": 0, "dur": 10, "pid": 1, "tid": 1}
+                      for n in ("ProfilerStep#0", FAMILY_OP[case.workload.name])]
+            with gzip.open(folder / "rank0" / "trace.json.gz", "wt") as fh:
+                json.dump({"traceEvents": events}, fh)
+            manifest = BundleManifest(bundle_id=os.urandom(16).hex(), created=datetime.now(timezone.utc),
+                                      env=BundleEnv(device="cpu", world_size=case.world_size), files=describe_files(folder))
+            (folder / "bundle.json").write_text(manifest.model_dump_json())
+            self.made[case.id] = folder
+        folder = self.made[case.id]
+        verification = FakeVerification(manifested=True) if case.labels.expect == "diagnose" else None
+        bundle_id = json.loads((folder / "bundle.json").read_text())["bundle_id"]
+        return DrawnFakePrepared(case.id, folder, bundle_id, "0" * 64, verification, draw)
+
+
+FINGERPRINTED = ["contention-mlp-two", "niced-batch-job-lookalike", "one-rank-late-once", "straggler-rank1",
+                 "mlp-ddp-healthy", "light-agent-lookalike", "convnet-healthy"]
+"""With every transformer case: the live cases the fingerprint singles out from the declared evidence (measured by
+tests/gaming_strategies.py: contention-mlp-two and three transformer cases) and cases it must tell them from."""
+
+
+@pytest.mark.parametrize("evidence", ["drawn", "declared"])
+def test_the_public_case_files_do_not_fingerprint_a_live_bundle(arena, evidence, monkeypatch, tmp_path):
+    """Issue 44 item 1, live cases: a diagnoser shipping the public case files that matches a live bundle's
+    workload family (its ops), world size, device and step count, knowing the harness's step rule, and claims the
+    label on its labeled rank where every matching public case carries one, scores like null in the box (no claim
+    credited, skill within 0.01 of null's). The positive control: the same cheater against the recordings as the
+    case files declare them (the harness before the draw: a step count is the declared one) finds its cases and
+    scores well above null."""
+    if evidence == "declared":
+        monkeypatch.setenv("CHEATER_STEPS", "declared")
+    cases = FINGERPRINTED + sorted(lc.case.id for lc in arena["case_set"].cases
+                                   if lc.case.workload is not None and lc.case.workload.name == "transformer_lm")
+    source = LiveEvidence(tmp_path / "cache", drawn=evidence == "drawn")
+    null = run(arena, "null", f"fingerprint-null-{evidence}", case_ids=cases, evidence_fn=source)
+    cheat = run(arena, "cheaters:FingerprintCheater", f"fingerprint-{evidence}", case_ids=cases, evidence_fn=source,
+                pass_env=("CHEATER_SCOPE", "CHEATER_MARKER", "CHEATER_STEPS"))
+    gain = cheat.summary.metrics.skill.value - null.summary.metrics.skill.value
+    print(f"{evidence}: {len(cases)} cases, fingerprint skill {cheat.summary.metrics.skill.value:.3f}, "
+          f"null {null.summary.metrics.skill.value:.3f}, gain {gain:+.3f}")
+    if evidence == "drawn":
+        assert_scores_like_null(cheat)
+        assert gain <= 0.01
+    else:
+        credited = {r.case_id for r in RunStore(cheat.run_dir).read_results() if any(v.credited for v in r.verdicts)}
+        assert {"contention-mlp-two", "lm-collective-stall"} <= credited, sorted(credited)
+        assert gain > 0.1

@@ -296,3 +296,28 @@ def test_f1_reads_null_as_zero_and_reference_rows_are_ordered(board):
     assert board["null: says nothing"][2].metrics.f1.value == 0.0
     assert board["null: says nothing"][2].metrics.skill.value < 0
     assert board["honest: perfect at 0.9"][0] == 1
+
+
+def test_the_public_case_files_do_not_fingerprint_a_drawn_live_bundle():
+    """Issue 44 item 1: a diagnoser shipping the public case files that matches a live bundle's workload family,
+    world size, device and step count, and claims the label (on the labeled rank) where the matches agree, earns
+    no more than null + 0.01 on recordings drawn as recording/draw.py draws them: on average over 20 draws, and in
+    every one of them (no step count a drawn recording of a stratum may show is made by cases of one label only).
+    The positive control: the same strategy on the evidence as the case files declare it (the
+    recordings before the draw) earns well above null, so the route is closed, not the strategy broken. The cases
+    whose job kind alone singles them out (one label in their stratum: no draw changes a job's world size) are
+    named and left to the held-out split."""
+    from gaming_strategies import claimable_counts, fingerprint_cases, fingerprint_gain
+
+    cases, taxonomy = builtin_corpus()
+    live, alone = fingerprint_cases(cases)
+    assert len(live) >= 100 and len(alone) <= 2, alone
+    assert claimable_counts(live) == []  # no step count a drawn recording shows names one label: 0 in every draw
+    today, claimed = fingerprint_gain(live, taxonomy, None)
+    assert today > 0.03 and len(claimed) >= 3, (today, claimed)  # measured: +0.053, 4 cases
+    gains = [fingerprint_gain(live, taxonomy, seed) for seed in range(20)]
+    print(f"fingerprint on {len(live)} live cases: +{today:.3f} over null before the draw ({len(claimed)} claims); "
+          f"drawn, mean {sum(g for g, _ in gains) / len(gains):+.4f}, max {max(g for g, _ in gains):+.4f}; "
+          f"singled out by the job's kind alone: {alone}")
+    assert sum(g for g, _ in gains) / len(gains) <= 0.01
+    assert max(g for g, _ in gains) <= 0.01, [(g, c) for g, c in gains if g > 0.01]

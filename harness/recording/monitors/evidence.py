@@ -88,6 +88,7 @@ def monitored_evidence(base: EvidenceFn, name: str, *, cache_dir: Path | None = 
     def prepare(loaded: LoadedCase, *, device: str = "auto", force: bool = False, **kwargs: Any) -> Any:
         from diageval.bundle.model import MANIFEST_NAME, EvidenceBundle
         from diageval.fileio import sha256_file
+        from diageval.recording.draw import drawn_case
         from diageval.recording.record import resolve_device
 
         from diageval.recording.recorded import EvidenceUnavailable
@@ -96,8 +97,9 @@ def monitored_evidence(base: EvidenceFn, name: str, *, cache_dir: Path | None = 
         if why:  # the pipeline's status: unavailable, with the reason
             raise EvidenceUnavailable(f"{UNWATCHABLE} {why}")
         prepared = base(loaded, device=device, force=force, **kwargs)
-        folder = ensure_monitored_bundle(loaded.case, resolve_device(device, loaded.case), monitor, force=force,
-                                         cache_dir=cache_dir)
+        draw = getattr(prepared, "draw", None)  # the monitored job is drawn as the plain one (its labels follow it)
+        case = drawn_case(loaded.case, draw) if draw is not None else loaded.case
+        folder = ensure_monitored_bundle(case, resolve_device(device, case), monitor, force=force, cache_dir=cache_dir)
         return prepared.model_copy(update={"bundle_dir": folder, "bundle_id": EvidenceBundle.open(folder).bundle_id,
                                            "manifest_sha256": sha256_file(folder / MANIFEST_NAME)})
 
