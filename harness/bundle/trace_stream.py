@@ -228,10 +228,20 @@ class _Source:
                 self.inflater = _inflate_module.decompressobj(wbits=31)
             if not self.pending:
                 self.pending = self.file.read(_COMPRESSED_BLOCK)
-                if not self.pending:
-                    self.state.truncated = "compressed stream ends early: the last gzip member is cut short"
-                    self.done = True
-                    break
+            if not self.pending:  # the file ends inside a member: first what the inflater holds of the input it took
+                # (ISA-L takes input past the bounded output and holds its inflated bytes; zlib leaves it in
+                # unconsumed_tail), then the stop
+                try:
+                    out = self.inflater.decompress(b"", n - got)
+                except _INFLATE_ERRORS:
+                    out = b""
+                if out:
+                    parts.append(out)
+                    got += len(out)
+                    continue
+                self.state.truncated = "compressed stream ends early: the last gzip member is cut short"
+                self.done = True
+                break
             try:
                 out = self.inflater.decompress(self.pending, n - got)  # bounded output: bombs stay small
             except _INFLATE_ERRORS as exc:
