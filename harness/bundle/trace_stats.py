@@ -711,6 +711,25 @@ def quantile(sorted_vals: list[float], q: float) -> float | None:
     return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
 
 
+def sorted_doubles(values: array) -> array:
+    """``array("d", sorted(values))`` of a column of doubles, sorted by numpy (the same order for any doubles but
+    NaN, which has no place in an order: a column holding one is sorted by Python, as it always was)."""
+    v = np.frombuffer(values) if len(values) else np.zeros(0)
+    if np.isnan(v).any():
+        return array("d", sorted(values))
+    return _doubles(np.sort(v, kind="stable"))
+
+
+def _sorted_pairs(pairs: list[tuple[float, float]]) -> tuple[array, array]:
+    """The firsts and seconds of ``sorted(pairs)`` (by first, then second), as two columns of doubles."""
+    both = np.array(pairs, dtype=np.float64).reshape(-1, 2)
+    if np.isnan(both).any():
+        pairs = sorted(pairs)
+        return array("d", [p[0] for p in pairs]), array("d", [p[1] for p in pairs])
+    order = np.lexsort((both[:, 1], both[:, 0]))
+    return _doubles(both[order, 0]), _doubles(both[order, 1])
+
+
 def _count_in(sorted_starts: list[float], lo: float, hi: float) -> int:
     return bisect_left(sorted_starts, hi) - bisect_left(sorted_starts, lo)
 
@@ -737,14 +756,13 @@ def _measure(c: _Cols, only: tuple[str, list[tuple[int, float, float]]] | None =
     # loop is held as arrays of doubles, and the lists that sorting needs are made and dropped one at a time, the
     # largest first
     # launch-to-start delay per device event that a launch call queued, keyed by the event's start
-    delays = sorted(
-        (ts, ts - c.launch_ts[corr]) for ts, corr in zip(c.dev_ts, c.dev_corr) if corr is not None and corr in c.launch_ts
-    )
-    delay_starts, delay_values = array("d", [d[0] for d in delays]), array("d", [d[1] for d in delays])
-    del delays
-    kernel_starts = array("d", sorted(c.dev_ts))
-    launches = array("d", sorted(c.launch_starts))
-    allocs = array("d", sorted(c.alloc_starts))
+    launch_ts = c.launch_ts
+    queued = [(ts, ts - launch_ts[corr]) for ts, corr in zip(c.dev_ts, c.dev_corr) if corr is not None and corr in launch_ts]
+    delay_starts, delay_values = _sorted_pairs(queued)
+    del queued
+    kernel_starts = sorted_doubles(c.dev_ts)
+    launches = sorted_doubles(c.launch_starts)
+    allocs = sorted_doubles(c.alloc_starts)
     device = Coverage(c.dev_ts, c.dev_dur)
     # each class's device activity, in file order; a slice shows every class of the whole trace, as a full measurement
     classes = list(dict.fromkeys([*(c.class_of.values() if only is not None else ()), *c.dev_class]))
@@ -769,7 +787,7 @@ def _measure(c: _Cols, only: tuple[str, list[tuple[int, float, float]]] | None =
     blocking.sort()
     block_starts = [b[0] for b in blocking]
     waits = Coverage(c.waits[0], c.waits[1])
-    threads = {tid: (Coverage(*cols), array("d", sorted(c.op_starts.get(tid, ())))) for tid, cols in c.host.items()}
+    threads = {tid: (Coverage(*cols), sorted_doubles(c.op_starts.get(tid, array("d")))) for tid, cols in c.host.items()}
 
     steps = []
     for number, lo, dur in windows:
@@ -887,4 +905,4 @@ def trace_files_of(path: Path) -> list[Path]:
 
 
 __all__ = ["trace_files_of", "Names", "IdTable", "TimedWindow", "timed_window", "step_markers", "merge_sorted", "NAMES_LIMIT", "tid_strings", "by_tid", "StatsCollector", "TimeRange", "JOIN_PENDING_LIMIT", "Coverage", "StepStats", "TraceStats", "ThreadStats", "BlockingStats",
-           "trace_stats", "quantile", "GAP_BINS_US", "SHORT_GAP_US", "BLOCKING_KINDS"]
+           "trace_stats", "quantile", "sorted_doubles", "GAP_BINS_US", "SHORT_GAP_US", "BLOCKING_KINDS"]
