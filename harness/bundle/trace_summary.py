@@ -381,7 +381,8 @@ def _self_times(ts: list[float], dur: list[float]) -> tuple[list[float], list[bo
     """Self time (duration minus directly nested intervals) of each interval ``(ts[j], dur[j])``, and whether it
     is a leaf (no interval nested in it). Plain lists of one step's ops: reading a float from a list costs no
     new object, as an index into an ``array`` does (this loop runs once per op of the training thread)."""
-    order = sorted(range(len(ts)), key=lambda j: (ts[j], -dur[j]))
+    keys = list(zip(ts, [-d for d in dur]))
+    order = sorted(range(len(ts)), key=keys.__getitem__)  # by start, the longer first
     self_t = list(dur)
     leaf = [True] * len(ts)
     ends = [t + d for t, d in zip(ts, dur)]
