@@ -71,7 +71,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from diageval.bundle import kineto as k
-from diageval.bundle.trace_stats import (IdTable, Names, StatsCollector, StepStats, TimedWindow, TimeRange, _doubles, by_tid,
+from diageval.bundle.trace_stats import (IdTable, Names, StatsCollector, StepStats, TimedWindow, TimeRange, by_tid,
                                          merge_sorted, sorted_doubles, step_markers, tid_strings, timed_window)
 from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, iter_trace_windows
 
@@ -83,7 +83,16 @@ stays bounded whatever the trace's size. From the 200 MB of issue 14 and a measu
 interpreter's 46 MB (its imports): 45 bytes per entry at the peak (the columns, then the sorted copies the per-step
 measurement makes, held as arrays of doubles). (200 - 46) / 45 = 3.4 M; 3 M keeps a tenth of room for traces whose
 entries cost more (~180 MB). Issue 43: a trace up to ~550 MB of that shape is read once, not twice; the same
-trace repeated to 1 GB, read in slices at this budget, peaked at 126 MB."""
+trace repeated to 1 GB, read in slices at this budget, peaked at 126 MB.
+
+Why a 1 GB trace is still read twice: its one read would hold ~5.3 M entries, and the columns alone, right after the
+read, cost 33 bytes an entry (the 453 MB trace: 41 MB of interpreter, 120 MB after its read, 154 MB at the peak of the
+steps' build; measured after the build stopped making a Python list per main-thread op): 41 + 5.3 x 33 = 216 MB
+before any step is built, over issue 14's 200 MB. And the columns cannot be freed as the read goes: no step is
+complete before the file ends (the module notes). Most entries are host ops, and each is held by both collectors:
+17 bytes in ``_Columns`` (start, duration, a CPU-op flag) and 16-24 in ``trace_stats.StatsCollector`` (start,
+duration, and the start again for a CPU op); a host column the two shared is what would bring such a trace to one
+read."""
 
 
 class EventObserver(Protocol):
@@ -361,7 +370,7 @@ def _sorted_index(values: Sequence[float]) -> tuple[array, array]:
         order = array("q", sorted(range(len(values)), key=values.__getitem__))
         return array("d", [values[i] for i in order]), order
     idx = np.argsort(v, kind="stable")
-    return _doubles(v[idx]), array("q", idx.astype(np.int64).tobytes())
+    return array("d", v[idx].tobytes()), array("q", idx.astype(np.int64).tobytes())
 
 
 def _top_level(ts: list[float], dur: list[float]) -> int:
