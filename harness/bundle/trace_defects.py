@@ -66,18 +66,12 @@ class DefectObserver:
         if not len(window):
             return
         self.timed += len(window)
-        ts = window.ts
-        at_zero = ts == 0.0
-        n_zero = int(at_zero.sum())
-        if n_zero:
-            self.zeroed += n_zero
-            self.zeroed_end = max(self.zeroed_end, float(window.ends()[at_zero].max()))
-        after = ts > 0.0
-        later = ts[after]
-        if later.size:
-            self.last_end = max(self.last_end, float(window.ends()[after].max()))
-            first = float(later.min())
+        first, last = window.span()
+        if first > 0.0:  # the common window: nothing at 0, every timed start after it (a NaN start is neither)
+            self.last_end = max(self.last_end, last)
             self.first_after_zero = first if self.first_after_zero is None else min(self.first_after_zero, first)
+        else:
+            self._around_zero(window)
         numbers = self._step_numbers(window.names)
         ids = window.ids
         is_step = self._is_step[ids]
@@ -93,6 +87,21 @@ class DefectObserver:
             other = self.step_starts.setdefault((pid, float(ev.ts)), number)
             if other != number and len(self.same_start) < 1000:
                 self.same_start.append((other, number, float(ev.ts)))
+
+    def _around_zero(self, window: Any) -> None:
+        """The times of a window that starts at or before 0: its events at 0, and those after it."""
+        ts = window.ts
+        at_zero = ts == 0.0
+        n_zero = int(at_zero.sum())
+        if n_zero:
+            self.zeroed += n_zero
+            self.zeroed_end = max(self.zeroed_end, float(window.ends()[at_zero].max()))
+        after = ts > 0.0
+        later = ts[after]
+        if later.size:
+            self.last_end = max(self.last_end, float(window.ends()[after].max()))
+            first = float(later.min())
+            self.first_after_zero = first if self.first_after_zero is None else min(self.first_after_zero, first)
 
     def _step_numbers(self, names: Any) -> list[int | None]:
         """Per (category, name) id of ``names`` (a ``trace_stats.Names``): its ProfilerStep number when the pair is a

@@ -375,10 +375,18 @@ class TimedWindow:
     """A window's complete events (``ph`` X) whose start and duration are numbers, in file order, as columns:
     ``ts`` and ``dur`` (float64) and ``ids`` (of ``names``); ``events`` for the few fields read per event."""
 
-    __slots__ = ("events", "ts", "dur", "ids", "names")
+    __slots__ = ("events", "ts", "dur", "ids", "names", "_span")
 
     def __init__(self, events: list[TraceEvent], ts: np.ndarray, dur: np.ndarray, ids: np.ndarray, names: Names):
         self.events, self.ts, self.dur, self.ids, self.names = events, ts, dur, ids, names
+        self._span: tuple[float, float] | None = None
+
+    def span(self) -> tuple[float, float]:
+        """(earliest start, latest end) of a non-empty window's events, NaN times skipped; computed once (the slice
+        pass's hulls and the defect observer both read it)."""
+        if self._span is None:
+            self._span = float(np.fmin.reduce(self.ts)), float(np.fmax.reduce(self.ends()))
+        return self._span
 
     def __len__(self) -> int:
         return len(self.events)

@@ -592,7 +592,7 @@ def _hull(w: TimedWindow) -> tuple[float, float]:
     """(earliest start, latest end) of a window's timed events; an empty range when it has none."""
     if not len(w):
         return math.inf, -math.inf
-    return float(np.fmin.reduce(w.ts)), float(np.fmax.reduce(w.ends()))
+    return w.span()
 
 
 def _with_gpu(steps: list[StepSummary], measured: list[StepStats]) -> list[StepSummary]:
