@@ -3,6 +3,8 @@
     python benchmarks/trace_reader.py [TRACE_OR_BUNDLE ...]
     python benchmarks/trace_reader.py --stages TRACE     # where the reader's time goes, stage by stage
     python benchmarks/trace_reader.py --side-by-side TRACE [--repeat 3]   # json.loads vs reader vs summary
+    python benchmarks/trace_reader.py --real-shapes [--sizes 450 1000]   # issue 43: the real trace repeated
+    python benchmarks/trace_reader.py --interleaved BUNDLE [--repeat 3]  # json.loads and rules in one process
 
 With no argument it reads the real traces in the real-traces folder (``$DIAGEVAL_DATA``, else
 shared/real-traces beside the checkout). Prints, per file: events, MB of JSON, MB/s of inflating alone
@@ -28,6 +30,12 @@ above less the unlimited one plus ``typed decode`` (msgspec decoding the whole f
 of its time, not of ``json.loads``'), each row in its own process, in rounds; ratios of CPU seconds to
 ``json.loads`` and to the typed decode within each round (their median, and the lowest round's), the load average
 after each round.
+
+``--interleaved BUNDLE [--repeat 3]``: in one process, ``json.loads`` of a one-rank bundle's trace (inflated first,
+untimed) and the whole ``rules`` diagnoser on the bundle (its gzipped trace), interleaved round by round; CPU and
+wall seconds and their ratios per round, the lowest and the median (issue 43's target is this ratio).
+``benchmarks/big_trace.py --build-one SOURCE 450 OUT`` then ``diageval bundle import OUT --out BUNDLE`` makes the
+450 MB one.
 
 ``--stages`` times the reader's stages alone on one file, in wall seconds and CPU seconds (on a loaded
 machine a process gets a fraction of a core; CPU time is what the code costs): the decompressed source
@@ -317,7 +325,45 @@ def real_shapes(sizes: list[float], repeat: int, workdir: Path) -> int:
     return 0
 
 
+def interleaved(bundle: Path, repeat: int) -> int:
+    """In this one process, ``repeat`` rounds of ``json.loads`` of the bundle's (one) trace, inflated before the clock
+    starts, then ``rules`` on the bundle (its trace gzipped): CPU and wall seconds, the ratio within each round and
+    the lowest round's. No RSS per row (one process holds both): ``--real-shapes`` gives that."""
+    from diageval.bundle.model import EvidenceBundle
+    from diageval.diagnosers.rules.diagnoser import RulesDiagnoser
+
+    traces = sorted(EvidenceBundle.open(bundle).trace_paths().items())
+    if len(traces) != 1:
+        print(f"{bundle}: expected a bundle of one rank's trace, found {len(traces)}", file=sys.stderr)
+        return 1
+    raw = traces[0][1].read_bytes()
+    data = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+    del raw
+    print(f"{bundle}: {len(data) / 1e6:.1f} MB of JSON; {repeat} rounds in one process; load average before "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs", flush=True)
+    cpu_ratios, wall_ratios = [], []
+    for n in range(repeat):
+        times = {}
+        for what in ("json.loads", "rules"):
+            w, c = time.perf_counter(), time.process_time()
+            if what == "json.loads":
+                json.loads(data)
+            else:
+                RulesDiagnoser().diagnose(EvidenceBundle.open(bundle))
+            times[what] = (time.process_time() - c, time.perf_counter() - w)
+        cpu_ratios.append(times["rules"][0] / times["json.loads"][0])
+        wall_ratios.append(times["rules"][1] / times["json.loads"][1])
+        print(f"round {n + 1}: json.loads {times['json.loads'][0]:.2f} cpu s {times['json.loads'][1]:.2f} wall s, "
+              f"rules {times['rules'][0]:.2f} cpu s {times['rules'][1]:.2f} wall s; rules/json.loads cpu "
+              f"{cpu_ratios[-1]:.3f} wall {wall_ratios[-1]:.3f}; load {os.getloadavg()[0]:.1f}", flush=True)
+    print(f"rules/json.loads: cpu min {min(cpu_ratios):.3f} median {statistics.median(cpu_ratios):.3f}; "
+          f"wall min {min(wall_ratios):.3f} median {statistics.median(wall_ratios):.3f}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--interleaved"] and len(argv) in (2, 4) and (len(argv) == 2 or argv[2] == "--repeat"):
+        return interleaved(Path(argv[1]), int(argv[3]) if len(argv) == 4 else REPEAT)
     if argv[:1] == ["--real-shapes"]:
         import argparse
 
