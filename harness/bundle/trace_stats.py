@@ -528,6 +528,8 @@ class StatsCollector:
         self.join: _Join | None = None
         self.max_block_us = 0.0
         self.table = IdTable(_kind)
+        self._classed_names: Names | None = None  # the Names whose ids _classed describes
+        self._classed = np.zeros(0, dtype=bool)  # per id: a device pair already given its kernel class
 
     def drop_columns(self) -> None:
         """Free the per-event columns; later events only update the facts (and the margin's join)."""
@@ -573,12 +575,19 @@ class StatsCollector:
         n_dev = int(np.count_nonzero(is_dev))
         if n_dev and self.keep is None:  # a slice's kernel classes are the first pass's (``facts_of``), a superset
             c.n_device += n_dev
-            class_of = c.class_of
-            first = np.unique(ids[is_dev], return_index=True)  # each pair where it first shows, in file order
-            for i in first[0][np.argsort(first[1], kind="stable")].tolist():
-                kind = table.kinds[i]
-                if kind[4] not in class_of:
-                    class_of[kind[4]] = kind[1]
+            if self._classed_names is not table.names:  # a fresh Names: its ids start again at 0
+                self._classed_names, self._classed = table.names, np.zeros(0, dtype=bool)
+            if len(self._classed) < len(table.kinds):
+                self._classed = np.concatenate([self._classed, np.zeros(len(table.kinds) - len(self._classed), bool)])
+            new = is_dev & ~self._classed[ids]  # device pairs this read has not met yet (most windows: none)
+            if new.any():
+                class_of = c.class_of
+                first = np.unique(ids[new], return_index=True)  # each pair where it first shows, in file order
+                for i in first[0][np.argsort(first[1], kind="stable")].tolist():
+                    kind = table.kinds[i]
+                    if kind[4] not in class_of:
+                        class_of[kind[4]] = kind[1]
+                self._classed[first[0]] = True
         keep = self.keep
         ts, dur = w.ts, w.dur
         if not self.columns:
