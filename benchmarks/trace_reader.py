@@ -3,6 +3,8 @@
     python benchmarks/trace_reader.py [TRACE_OR_BUNDLE ...]
     python benchmarks/trace_reader.py --stages TRACE     # where the reader's time goes, stage by stage
     python benchmarks/trace_reader.py --side-by-side TRACE [--repeat 3]   # json.loads vs reader vs summary
+    python benchmarks/trace_reader.py --real-shapes [--sizes 450 1000]   # issue 43: the real trace repeated
+    python benchmarks/trace_reader.py --interleaved BUNDLE [--repeat 3]  # json.loads and rules in one process
 
 With no argument it reads the real traces in the real-traces folder (``$DIAGEVAL_DATA``, else
 shared/real-traces beside the checkout). Prints, per file: events, MB of JSON, MB/s of inflating alone
@@ -23,9 +25,17 @@ each to ``json.loads``' in the same rounds. ``benchmarks/big_trace.py --build-on
 ``--real-shapes [--sizes 450 1000] [--repeat 3]`` is issue 43's measurement: the A100 rank-0 trace of the real-traces
 folder repeated to each size (written in ``--workdir``, default under the temp folder, and deleted after), the rows
 above less the unlimited one plus ``typed decode`` (msgspec decoding the whole file at once into the reader's
-``TraceEvent`` structs: what a compiled parser does with no window, no bound on memory and no Python per event),
-each row in its own process, in rounds; ratios of CPU seconds to ``json.loads`` and to the typed decode within each
-round, the load average after each round.
+``TraceEvent`` structs: what a compiled parser does with no window, no bound on memory and no Python per event) and
+``rules`` (the whole rules diagnoser on a bundle imported from the trace, which holds it gzipped: inflating is part
+of its time, not of ``json.loads``'), each row in its own process, in rounds; ratios of CPU seconds to
+``json.loads`` and to the typed decode within each round (their median, and the lowest round's), the load average
+after each round.
+
+``--interleaved BUNDLE [--repeat 3]``: in one process, ``json.loads`` of a one-rank bundle's trace (inflated first,
+untimed) and the whole ``rules`` diagnoser on the bundle (its gzipped trace), interleaved round by round; CPU and
+wall seconds and their ratios per round, the lowest and the median (issue 43's target is this ratio).
+``benchmarks/big_trace.py --build-one SOURCE 450 OUT`` then ``diageval bundle import OUT --out BUNDLE`` makes the
+450 MB one.
 
 ``--stages`` times the reader's stages alone on one file, in wall seconds and CPU seconds (on a loaded
 machine a process gets a fraction of a core; CPU time is what the code costs): the decompressed source
@@ -38,6 +48,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -50,6 +61,7 @@ from pathlib import Path
 import msgspec
 
 from diageval.bundle import trace_stream
+from diageval.bundle.importer import import_traces
 from diageval.bundle.trace_stream import StreamState, iter_trace_events
 from diageval.bundle.trace_summary import summarize_trace
 from diageval.paths import real_traces_dir
@@ -198,8 +210,13 @@ else:
         opened.append(1)
         return iter_trace_windows(p, state, **kw)
     ts.iter_trace_windows = counted
+    from diageval.bundle.model import EvidenceBundle
+    from diageval.diagnosers.rules.diagnoser import RulesDiagnoser
     t, c = time.perf_counter(), time.process_time()
-    if what == "reader":
+    if what == "rules":  # the whole rules diagnoser on the bundle imported from the trace (its trace gzipped)
+        RulesDiagnoser().diagnose(EvidenceBundle.open(path))
+        n = None
+    elif what == "reader":
         state = StreamState()
         n = sum(len(w) for w in counted(path, state))
     else:
@@ -220,6 +237,7 @@ SIDE_ROWS = {
     "reader": "the shared reader alone (iter_trace_windows)",
     "summary": "summarize_trace + WorkCollector (rules' read)",
     "summary, one read": "the same, unlimited column budget",
+    "rules": "RulesDiagnoser().diagnose of the bundle imported from the trace (gzipped), in the measured process",
 }
 
 
@@ -235,23 +253,24 @@ def _child(path: Path, what: str) -> dict:
     return row | {"rss_mb": usage.ru_maxrss / 1024}
 
 
-def side_by_side(path: Path, repeat: int, rows_wanted: list[str] | None = None) -> int:
+def side_by_side(path: Path, repeat: int, rows_wanted: list[str] | None = None, bundle: Path | None = None) -> int:
+    """The rows on ``path``; the ``rules`` row (only with ``bundle``, imported from ``path``) reads ``bundle``."""
     n_bytes = path.stat().st_size if not path.name.endswith(".gz") else _read_all(path)
-    wanted = [w for w in SIDE_ROWS if rows_wanted is None or w in rows_wanted]
+    wanted = [w for w in SIDE_ROWS if (rows_wanted is None or w in rows_wanted) and (w != "rules" or bundle)]
     print(f"{path}: {n_bytes / 1e6:.1f} MB of JSON; {repeat} rounds, one process per row and round; "
           f"load average before {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs", flush=True)
     runs: dict[str, list[dict]] = {k: [] for k in wanted}
     loads = []
     for _ in range(repeat):
         for what in wanted:
-            runs[what].append(_child(path, what))
+            runs[what].append(_child(bundle if what == "rules" else path, what))
         loads.append(os.getloadavg()[0])
     base = runs["json.loads"]
     typed = runs.get("typed decode")
     for what in wanted:
         print(f"  {what}: {SIDE_ROWS[what]}")
     print(f"{'row':18s} {'wall s':>7s} {'cpu s':>7s} {'MB/cpu-s':>8s} {'peak MB':>8s} {'reads':>5s} {'wall/json':>9s}"
-          f" {'cpu/json':>8s} {'json/cpu':>8s} {'cpu/typed':>9s}")
+          f" {'cpu/json':>8s} {'min':>6s} {'json/cpu':>8s} {'cpu/typed':>9s}")
     for what in wanted:
         rows = runs[what]
         wall = statistics.median(r["seconds"] for r in rows)
@@ -259,16 +278,18 @@ def side_by_side(path: Path, repeat: int, rows_wanted: list[str] | None = None) 
         # ratios per round (the same minutes), then their median
         r_wall = statistics.median(r["seconds"] / b["seconds"] for r, b in zip(rows, base))
         r_cpu = statistics.median(r["cpu"] / b["cpu"] for r, b in zip(rows, base))
+        r_min = min(r["cpu"] / b["cpu"] for r, b in zip(rows, base))  # the round least disturbed by other work
         r_typed = f"{statistics.median(r['cpu'] / b['cpu'] for r, b in zip(rows, typed)):9.2f}" if typed else "        -"
         print(f"{what:18s} {wall:7.2f} {cpu:7.2f} {n_bytes / 1e6 / cpu:8.0f} {max(r['rss_mb'] for r in rows):8.0f}"
-              f" {rows[0]['reads']:5d} {r_wall:9.2f} {r_cpu:8.2f} {1 / r_cpu:8.1f} {r_typed}")
+              f" {rows[0]['reads']:5d} {r_wall:9.2f} {r_cpu:8.3f} {r_min:6.3f} {1 / r_cpu:8.1f} {r_typed}")
     print(f"load average (1 min) after each round: {', '.join(f'{x:.1f}' for x in loads)}")
     digests = {what: sorted({r["digest"] for r in rs}) for what, rs in runs.items() if what.startswith("summary")}
     print(f"summary digests (sha256 of the summary less its parse_seconds): {digests}")
-    events = {r["events"] for rs in runs.values() for r in rs}
+    events = {r["events"] for rs in runs.values() for r in rs if r["events"] is not None}
     print(f"events read by every row: {sorted(events)}; load average after "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}; seconds and ratios are medians over the rounds, "
-          "ratios taken within each round; peak MB is the largest RSS of the process (interpreter included)")
+          "ratios taken within each round (min: the lowest round's); peak MB is the largest RSS of the process "
+          "(interpreter included)")
     return 0
 
 
@@ -293,14 +314,56 @@ def real_shapes(sizes: list[float], repeat: int, workdir: Path) -> int:
             if not trace.exists():
                 subprocess.run([sys.executable, str(builder), "--build-one", str(source), f"{size:g}", str(trace)],
                                check=True, stdout=subprocess.DEVNULL)
-            side_by_side(trace, repeat, ["json.loads", "typed decode", "reader", "summary"])
+            bundle = workdir / f"a100-rank0-{size:g}MB-bundle"
+            shutil.rmtree(bundle, ignore_errors=True)
+            import_traces([trace], bundle)  # its trace gzipped, as a recorded or imported bundle holds it
+            side_by_side(trace, repeat, ["json.loads", "typed decode", "reader", "summary", "rules"], bundle)
         finally:
             trace.unlink(missing_ok=True)
+            shutil.rmtree(workdir / f"a100-rank0-{size:g}MB-bundle", ignore_errors=True)
         print(flush=True)
     return 0
 
 
+def interleaved(bundle: Path, repeat: int) -> int:
+    """In this one process, ``repeat`` rounds of ``json.loads`` of the bundle's (one) trace, inflated before the clock
+    starts, then ``rules`` on the bundle (its trace gzipped): CPU and wall seconds, the ratio within each round and
+    the lowest round's. No RSS per row (one process holds both): ``--real-shapes`` gives that."""
+    from diageval.bundle.model import EvidenceBundle
+    from diageval.diagnosers.rules.diagnoser import RulesDiagnoser
+
+    traces = sorted(EvidenceBundle.open(bundle).trace_paths().items())
+    if len(traces) != 1:
+        print(f"{bundle}: expected a bundle of one rank's trace, found {len(traces)}", file=sys.stderr)
+        return 1
+    raw = traces[0][1].read_bytes()
+    data = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+    del raw
+    print(f"{bundle}: {len(data) / 1e6:.1f} MB of JSON; {repeat} rounds in one process; load average before "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs", flush=True)
+    cpu_ratios, wall_ratios = [], []
+    for n in range(repeat):
+        times = {}
+        for what in ("json.loads", "rules"):
+            w, c = time.perf_counter(), time.process_time()
+            if what == "json.loads":
+                json.loads(data)
+            else:
+                RulesDiagnoser().diagnose(EvidenceBundle.open(bundle))
+            times[what] = (time.process_time() - c, time.perf_counter() - w)
+        cpu_ratios.append(times["rules"][0] / times["json.loads"][0])
+        wall_ratios.append(times["rules"][1] / times["json.loads"][1])
+        print(f"round {n + 1}: json.loads {times['json.loads'][0]:.2f} cpu s {times['json.loads'][1]:.2f} wall s, "
+              f"rules {times['rules'][0]:.2f} cpu s {times['rules'][1]:.2f} wall s; rules/json.loads cpu "
+              f"{cpu_ratios[-1]:.3f} wall {wall_ratios[-1]:.3f}; load {os.getloadavg()[0]:.1f}", flush=True)
+    print(f"rules/json.loads: cpu min {min(cpu_ratios):.3f} median {statistics.median(cpu_ratios):.3f}; "
+          f"wall min {min(wall_ratios):.3f} median {statistics.median(wall_ratios):.3f}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--interleaved"] and len(argv) in (2, 4) and (len(argv) == 2 or argv[2] == "--repeat"):
+        return interleaved(Path(argv[1]), int(argv[3]) if len(argv) == 4 else REPEAT)
     if argv[:1] == ["--real-shapes"]:
         import argparse
 

@@ -34,7 +34,10 @@ What it cannot see: flow events (``ph`` s/f) and the file's header are not fed t
 
 from __future__ import annotations
 
+from itertools import compress
 from typing import Any
+
+import numpy as np
 
 from diageval.bundle.kineto import STEP_MARKER_CATEGORIES, profiler_step_number
 
@@ -54,12 +57,39 @@ class DefectObserver:
         self.repeated: dict[str, int] = {}  # pid -> markers seen a second time
         self.step_starts: dict[tuple[str, float], int] = {}  # (pid, ts) -> the first step number starting there
         self.same_start: list[tuple[int, int, float]] = []  # (step, other step, ts): two steps of a pid at one instant
+        self._names: Any = None  # the Names whose ids _numbers and _is_step describe
+        self._numbers: list[int | None] = []
+        self._is_step = np.zeros(0, dtype=bool)
 
     def add_window(self, window: Any) -> None:
         """``window``: a ``trace_stats.TimedWindow`` (not imported: ``trace_stats`` feeds this observer too)."""
         if not len(window):
             return
         self.timed += len(window)
+        first, last = window.span()
+        if first > 0.0:  # the common window: nothing at 0, every timed start after it (a NaN start is neither)
+            self.last_end = max(self.last_end, last)
+            self.first_after_zero = first if self.first_after_zero is None else min(self.first_after_zero, first)
+        else:
+            self._around_zero(window)
+        numbers = self._step_numbers(window.names)
+        ids = window.ids
+        is_step = self._is_step[ids]
+        if not is_step.any():
+            return
+        for i, ev in zip(ids[is_step].tolist(), compress(window.events, is_step.tolist())):
+            number = numbers[i]
+            pid = str(ev.pid)
+            seen = self.step_pids.setdefault(pid, set())
+            if number in seen:
+                self.repeated[pid] = self.repeated.get(pid, 0) + 1
+            seen.add(number)
+            other = self.step_starts.setdefault((pid, float(ev.ts)), number)
+            if other != number and len(self.same_start) < 1000:
+                self.same_start.append((other, number, float(ev.ts)))
+
+    def _around_zero(self, window: Any) -> None:
+        """The times of a window that starts at or before 0: its events at 0, and those after it."""
         ts = window.ts
         at_zero = ts == 0.0
         n_zero = int(at_zero.sum())
@@ -72,20 +102,21 @@ class DefectObserver:
             self.last_end = max(self.last_end, float(window.ends()[after].max()))
             first = float(later.min())
             self.first_after_zero = first if self.first_after_zero is None else min(self.first_after_zero, first)
-        keys = window.names.keys
-        for i, ev in zip(window.ids.tolist(), window.events):
-            cat, name = keys[i]
-            number = profiler_step_number(name) if cat in STEP_MARKER_CATEGORIES and isinstance(name, str) else None
-            if number is None:  # the device's copy of a marker (gpu_user_annotation, on the GPU's pid) is no step
-                continue
-            pid = str(ev.pid)
-            seen = self.step_pids.setdefault(pid, set())
-            if number in seen:
-                self.repeated[pid] = self.repeated.get(pid, 0) + 1
-            seen.add(number)
-            other = self.step_starts.setdefault((pid, float(ev.ts)), number)
-            if other != number and len(self.same_start) < 1000:
-                self.same_start.append((other, number, float(ev.ts)))
+
+    def _step_numbers(self, names: Any) -> list[int | None]:
+        """Per (category, name) id of ``names`` (a ``trace_stats.Names``): its ProfilerStep number when the pair is a
+        host step marker, else None (the device's copy of a marker, gpu_user_annotation on the GPU's pid, is no
+        step); ``self._is_step`` the same as a mask. Decided once per id, so that a window's other events cost no
+        Python."""
+        if names is not self._names:  # a fresh Names (a new read, or past its limit): its ids start again at 0
+            self._names, self._numbers, self._is_step = names, [], np.zeros(0, dtype=bool)
+        keys = names.keys
+        if len(self._numbers) < len(keys):
+            new = [profiler_step_number(name) if cat in STEP_MARKER_CATEGORIES and isinstance(name, str) else None
+                   for cat, name in keys[len(self._numbers):]]
+            self._numbers += new
+            self._is_step = np.concatenate([self._is_step, np.array([n is not None for n in new], dtype=bool)])
+        return self._numbers
 
     def findings(self) -> list[str]:
         """What the trace says is wrong with it, one sentence each; empty when nothing is."""

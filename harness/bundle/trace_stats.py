@@ -375,10 +375,18 @@ class TimedWindow:
     """A window's complete events (``ph`` X) whose start and duration are numbers, in file order, as columns:
     ``ts`` and ``dur`` (float64) and ``ids`` (of ``names``); ``events`` for the few fields read per event."""
 
-    __slots__ = ("events", "ts", "dur", "ids", "names")
+    __slots__ = ("events", "ts", "dur", "ids", "names", "_span")
 
     def __init__(self, events: list[TraceEvent], ts: np.ndarray, dur: np.ndarray, ids: np.ndarray, names: Names):
         self.events, self.ts, self.dur, self.ids, self.names = events, ts, dur, ids, names
+        self._span: tuple[float, float] | None = None
+
+    def span(self) -> tuple[float, float]:
+        """(earliest start, latest end) of a non-empty window's events, NaN times skipped; computed once (the slice
+        pass's hulls and the defect observer both read it)."""
+        if self._span is None:
+            self._span = float(np.fmin.reduce(self.ts)), float(np.fmax.reduce(self.ends()))
+        return self._span
 
     def __len__(self) -> int:
         return len(self.events)
@@ -520,6 +528,8 @@ class StatsCollector:
         self.join: _Join | None = None
         self.max_block_us = 0.0
         self.table = IdTable(_kind)
+        self._classed_names: Names | None = None  # the Names whose ids _classed describes
+        self._classed = np.zeros(0, dtype=bool)  # per id: a device pair already given its kernel class
 
     def drop_columns(self) -> None:
         """Free the per-event columns; later events only update the facts (and the margin's join)."""
@@ -565,12 +575,19 @@ class StatsCollector:
         n_dev = int(np.count_nonzero(is_dev))
         if n_dev and self.keep is None:  # a slice's kernel classes are the first pass's (``facts_of``), a superset
             c.n_device += n_dev
-            class_of = c.class_of
-            first = np.unique(ids[is_dev], return_index=True)  # each pair where it first shows, in file order
-            for i in first[0][np.argsort(first[1], kind="stable")].tolist():
-                kind = table.kinds[i]
-                if kind[4] not in class_of:
-                    class_of[kind[4]] = kind[1]
+            if self._classed_names is not table.names:  # a fresh Names: its ids start again at 0
+                self._classed_names, self._classed = table.names, np.zeros(0, dtype=bool)
+            if len(self._classed) < len(table.kinds):
+                self._classed = np.concatenate([self._classed, np.zeros(len(table.kinds) - len(self._classed), bool)])
+            new = is_dev & ~self._classed[ids]  # device pairs this read has not met yet (most windows: none)
+            if new.any():
+                class_of = c.class_of
+                first = np.unique(ids[new], return_index=True)  # each pair where it first shows, in file order
+                for i in first[0][np.argsort(first[1], kind="stable")].tolist():
+                    kind = table.kinds[i]
+                    if kind[4] not in class_of:
+                        class_of[kind[4]] = kind[1]
+                self._classed[first[0]] = True
         keep = self.keep
         ts, dur = w.ts, w.dur
         if not self.columns:
@@ -711,6 +728,25 @@ def quantile(sorted_vals: list[float], q: float) -> float | None:
     return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
 
 
+def sorted_doubles(values: array) -> array:
+    """``array("d", sorted(values))`` of a column of doubles, sorted by numpy (the same order for any doubles but
+    NaN, which has no place in an order: a column holding one is sorted by Python, as it always was)."""
+    v = np.frombuffer(values) if len(values) else np.zeros(0)
+    if np.isnan(v).any():
+        return array("d", sorted(values))
+    return _doubles(np.sort(v, kind="stable"))
+
+
+def _sorted_pairs(pairs: list[tuple[float, float]]) -> tuple[array, array]:
+    """The firsts and seconds of ``sorted(pairs)`` (by first, then second), as two columns of doubles."""
+    both = np.array(pairs, dtype=np.float64).reshape(-1, 2)
+    if np.isnan(both).any():
+        pairs = sorted(pairs)
+        return array("d", [p[0] for p in pairs]), array("d", [p[1] for p in pairs])
+    order = np.lexsort((both[:, 1], both[:, 0]))
+    return _doubles(both[order, 0]), _doubles(both[order, 1])
+
+
 def _count_in(sorted_starts: list[float], lo: float, hi: float) -> int:
     return bisect_left(sorted_starts, hi) - bisect_left(sorted_starts, lo)
 
@@ -737,14 +773,13 @@ def _measure(c: _Cols, only: tuple[str, list[tuple[int, float, float]]] | None =
     # loop is held as arrays of doubles, and the lists that sorting needs are made and dropped one at a time, the
     # largest first
     # launch-to-start delay per device event that a launch call queued, keyed by the event's start
-    delays = sorted(
-        (ts, ts - c.launch_ts[corr]) for ts, corr in zip(c.dev_ts, c.dev_corr) if corr is not None and corr in c.launch_ts
-    )
-    delay_starts, delay_values = array("d", [d[0] for d in delays]), array("d", [d[1] for d in delays])
-    del delays
-    kernel_starts = array("d", sorted(c.dev_ts))
-    launches = array("d", sorted(c.launch_starts))
-    allocs = array("d", sorted(c.alloc_starts))
+    launch_ts = c.launch_ts
+    queued = [(ts, ts - launch_ts[corr]) for ts, corr in zip(c.dev_ts, c.dev_corr) if corr is not None and corr in launch_ts]
+    delay_starts, delay_values = _sorted_pairs(queued)
+    del queued
+    kernel_starts = sorted_doubles(c.dev_ts)
+    launches = sorted_doubles(c.launch_starts)
+    allocs = sorted_doubles(c.alloc_starts)
     device = Coverage(c.dev_ts, c.dev_dur)
     # each class's device activity, in file order; a slice shows every class of the whole trace, as a full measurement
     classes = list(dict.fromkeys([*(c.class_of.values() if only is not None else ()), *c.dev_class]))
@@ -769,7 +804,7 @@ def _measure(c: _Cols, only: tuple[str, list[tuple[int, float, float]]] | None =
     blocking.sort()
     block_starts = [b[0] for b in blocking]
     waits = Coverage(c.waits[0], c.waits[1])
-    threads = {tid: (Coverage(*cols), array("d", sorted(c.op_starts.get(tid, ())))) for tid, cols in c.host.items()}
+    threads = {tid: (Coverage(*cols), sorted_doubles(c.op_starts.get(tid, array("d")))) for tid, cols in c.host.items()}
 
     steps = []
     for number, lo, dur in windows:
@@ -876,4 +911,4 @@ def trace_stats(path: Path) -> TraceStats:
 
 
 __all__ = ["Names", "IdTable", "TimedWindow", "timed_window", "step_markers", "merge_sorted", "NAMES_LIMIT", "tid_strings", "by_tid", "StatsCollector", "TimeRange", "JOIN_PENDING_LIMIT", "Coverage", "StepStats", "TraceStats", "ThreadStats", "BlockingStats",
-           "trace_stats", "quantile", "GAP_BINS_US", "SHORT_GAP_US", "BLOCKING_KINDS"]
+           "trace_stats", "quantile", "sorted_doubles", "GAP_BINS_US", "SHORT_GAP_US", "BLOCKING_KINDS"]

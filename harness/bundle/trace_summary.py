@@ -71,8 +71,8 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from diageval.bundle import kineto as k
-from diageval.bundle.trace_stats import (IdTable, Names, StatsCollector, StepStats, TimedWindow, TimeRange, by_tid, merge_sorted,
-                                         step_markers, tid_strings, timed_window)
+from diageval.bundle.trace_stats import (IdTable, Names, StatsCollector, StepStats, TimedWindow, TimeRange, by_tid,
+                                         merge_sorted, sorted_doubles, step_markers, tid_strings, timed_window)
 from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, iter_trace_windows
 
 SHORT_OP_US = 50.0
@@ -83,7 +83,16 @@ stays bounded whatever the trace's size. From the 200 MB of issue 14 and a measu
 interpreter's 46 MB (its imports): 45 bytes per entry at the peak (the columns, then the sorted copies the per-step
 measurement makes, held as arrays of doubles). (200 - 46) / 45 = 3.4 M; 3 M keeps a tenth of room for traces whose
 entries cost more (~180 MB). Issue 43: a trace up to ~550 MB of that shape is read once, not twice; the same
-trace repeated to 1 GB, read in slices at this budget, peaked at 126 MB."""
+trace repeated to 1 GB, read in slices at this budget, peaked at 126 MB.
+
+Why a 1 GB trace is still read twice: its one read would hold ~5.3 M entries, and the columns alone, right after the
+read, cost 33 bytes an entry (the 453 MB trace: 41 MB of interpreter, 120 MB after its read, 154 MB at the peak of the
+steps' build; measured after the build stopped making a Python list per main-thread op): 41 + 5.3 x 33 = 216 MB
+before any step is built, over issue 14's 200 MB. And the columns cannot be freed as the read goes: no step is
+complete before the file ends (the module notes). Most entries are host ops, and each is held by both collectors:
+17 bytes in ``_Columns`` (start, duration, a CPU-op flag) and 16-24 in ``trace_stats.StatsCollector`` (start,
+duration, and the start again for a CPU op); a host column the two shared is what would bring such a trace to one
+read."""
 
 
 class EventObserver(Protocol):
@@ -350,39 +359,53 @@ def _by_start(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _sorted_index(values: Sequence[float]) -> tuple[array, array]:
     """``values`` sorted (stable) and the index of each in ``values``, as arrays (8 bytes an entry, not 32-36: the
-    main thread's ops are most of a read's columns, and these are held while its steps are built)."""
-    order = array("q", sorted(range(len(values)), key=values.__getitem__))
-    return array("d", [values[i] for i in order]), order
+    main thread's ops are most of a read's columns, and these are held while its steps are built).
+
+    A column of doubles (the main thread's ops) is sorted by numpy's stable sort, the order of Python's ``sorted``
+    for any doubles but NaN, which has no place in an order (``sorted`` leaves it where its comparisons happen to put
+    it); a list (a few named events, their times as written: ints compare exactly in Python, not as doubles) and a
+    column holding a NaN are sorted as before."""
+    v = np.frombuffer(values) if isinstance(values, array) and values.typecode == "d" else None
+    if v is None or np.isnan(v).any():
+        order = array("q", sorted(range(len(values)), key=values.__getitem__))
+        return array("d", [values[i] for i in order]), order
+    idx = np.argsort(v, kind="stable")
+    return array("d", v[idx].tobytes()), array("q", idx.astype(np.int64).tobytes())
 
 
-def _top_level(ts: Sequence[float], dur: Sequence[float], idx: list[int]) -> list[int]:
-    """Indices of intervals not nested in an earlier one (``idx`` sorted by start)."""
-    out: list[int] = []
+def _top_level(ts: list[float], dur: list[float]) -> int:
+    """How many of the intervals ``(ts[j], dur[j])`` (sorted by start) are not nested in an earlier one."""
+    n = 0
     end = float("-inf")
-    for i in idx:
-        if ts[i] >= end:
-            out.append(i)
-            end = ts[i] + dur[i]
-        elif ts[i] + dur[i] > end:  # overlapping but not nested (clock jitter): extend the current one
-            end = ts[i] + dur[i]
-    return out
+    for t, d in zip(ts, dur):
+        if t >= end:
+            n += 1
+            end = t + d
+        elif t + d > end:  # overlapping but not nested (clock jitter): extend the current one
+            end = t + d
+    return n
 
 
-def _self_times(ts: Sequence[float], dur: Sequence[float], idx: list[int]) -> tuple[dict[int, float], set[int]]:
-    """Self time (duration minus directly nested intervals) of each interval, and the set of leaves."""
-    order = sorted(idx, key=lambda i: (ts[i], -dur[i]))
-    self_t = {i: dur[i] for i in order}
-    parents: set[int] = set()
+def _self_times(ts: list[float], dur: list[float]) -> tuple[list[float], list[bool]]:
+    """Self time (duration minus directly nested intervals) of each interval ``(ts[j], dur[j])``, and whether it
+    is a leaf (no interval nested in it). Plain lists of one step's ops: reading a float from a list costs no
+    new object, as an index into an ``array`` does (this loop runs once per op of the training thread)."""
+    keys = list(zip(ts, [-d for d in dur]))
+    order = sorted(range(len(ts)), key=keys.__getitem__)  # by start, the longer first
+    self_t = list(dur)
+    leaf = [True] * len(ts)
+    ends = [t + d for t, d in zip(ts, dur)]
     stack: list[int] = []
-    for i in order:
-        while stack and ts[i] >= ts[stack[-1]] + dur[stack[-1]]:
+    for j in order:
+        t = ts[j]
+        while stack and t >= ends[stack[-1]]:
             stack.pop()
         if stack:
             p = stack[-1]
-            self_t[p] -= min(dur[i], ts[p] + dur[p] - ts[i])
-            parents.add(p)
-        stack.append(i)
-    return self_t, set(order) - parents
+            self_t[p] -= min(dur[j], ends[p] - t)
+            leaf[p] = False
+        stack.append(j)
+    return self_t, leaf
 
 
 def _main_markers(steps: list[tuple[int, float, float, str]]) -> tuple[str | None, list[tuple[int, float, float, str]]]:
@@ -401,7 +424,7 @@ def _build_steps(cols: _Columns, base_us: float, main_tid: str | None,
     host_ts, host_dur, host_is_op = cols.host.get(main_tid, (array("d"), array("d"), array("b")))
     h_starts, h_order = _sorted_index(host_ts)
     c_starts, c_order = _sorted_index([c[1] for c in cols.collectives])
-    l_sorted = array("d", sorted(cols.launches))
+    l_sorted = sorted_doubles(cols.launches)
     s_starts, s_order = _sorted_index([s[0] for s in cols.syncs])
     # device activity and every host thread's recorded activity (the autograd thread's backward is work), by start
     dev_s, dev_e = _by_start(np.frombuffer(cols.device[0]), np.frombuffer(cols.device[1]))
@@ -411,14 +434,19 @@ def _build_steps(cols: _Columns, base_us: float, main_tid: str | None,
     waits = [w for w in cols.data_waits if w[2] == main_tid]
     w_starts, w_order = _sorted_index([w[0] for w in waits])
 
+    h_ts, h_dur = np.frombuffer(host_ts), np.frombuffer(host_dur)
+    h_op, h_idx = np.frombuffer(host_is_op, dtype=np.int8).astype(bool), np.frombuffer(h_order, dtype=np.int64)
+
     steps: list[StepSummary] = []
     for number, ts, dur, _ in markers:
         lo, hi = ts, ts + dur
-        host_idx = _window(h_starts, h_order, lo, hi)
-        top = _top_level(host_ts, host_dur, host_idx)
-        self_t, leaf_set = _self_times(host_ts, host_dur, host_idx)
-        leaves = [i for i in host_idx if host_is_op[i] and i in leaf_set]
-        short = [i for i in host_idx if host_is_op[i] and self_t[i] < SHORT_OP_US]
+        # the training thread's ops starting in the step, by start (ties in column order), as plain lists
+        idx = h_idx[bisect_left(h_starts, lo) : bisect_left(h_starts, hi)]
+        op_ts, op_dur, is_op = h_ts[idx].tolist(), h_dur[idx].tolist(), h_op[idx].tolist()
+        top = _top_level(op_ts, op_dur)
+        self_t, leaf = _self_times(op_ts, op_dur)
+        n_leaves = sum([o and lf for o, lf in zip(is_op, leaf)])
+        short = [t for o, t in zip(is_op, self_t) if o and t < SHORT_OP_US]
         wait_iv = [(waits[i][0], waits[i][0] + waits[i][1]) for i in _window(w_starts, w_order, lo, hi)]
         # device work is attributed to the step it starts in (kernels queued late may end after it)
         coll_idx = _window(c_starts, c_order, lo, hi)
@@ -451,11 +479,11 @@ def _build_steps(cols: _Columns, base_us: float, main_tid: str | None,
                 collective_us=coll_us,
                 host_busy_us=busy,
                 unexplained_us=max(0.0, dur - explained),
-                host_ops=sum(1 for i in host_idx if host_is_op[i]),
-                top_level_ops=len(top),
-                leaf_ops=len(leaves),
+                host_ops=sum(is_op),
+                top_level_ops=top,
+                leaf_ops=n_leaves,
                 short_ops=len(short),
-                short_ops_us=sum(max(0.0, self_t[i]) for i in short),
+                short_ops_us=sum([max(0.0, t) for t in short]),
                 device_busy_us=_union(dev_s[d0:d1], dev_e[d0:d1], lo, hi),
                 kernels=int(d1 - d0),
                 launches=bisect_left(l_sorted, hi) - bisect_left(l_sorted, lo),
@@ -564,7 +592,7 @@ def _hull(w: TimedWindow) -> tuple[float, float]:
     """(earliest start, latest end) of a window's timed events; an empty range when it has none."""
     if not len(w):
         return math.inf, -math.inf
-    return float(np.fmin.reduce(w.ts)), float(np.fmax.reduce(w.ends()))
+    return w.span()
 
 
 def _with_gpu(steps: list[StepSummary], measured: list[StepStats]) -> list[StepSummary]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import zlib
 from pathlib import Path
 
 import pytest
@@ -299,3 +300,48 @@ def test_correlation_is_what_decoded_args_holds(tmp_path, args):
     assert [e.correlation() for e in events][1] is None
     # the whole window's in one decode (the collectors' read) says the same, event for event
     assert repr(ts.correlations(events)) == repr([e.correlation() for e in events])
+
+
+def _with_inflater(monkeypatch, module) -> None:
+    monkeypatch.setattr(ts, "_inflate_module", module)
+    monkeypatch.setattr(ts, "_INFLATE_ERRORS", (zlib.error, module.error))
+
+
+def test_gzip_is_inflated_by_isal_when_installed():
+    """ISA-L's inflater (the ``isal`` dependency) reads gzip; zlib is only the fallback of a checkout without it."""
+    isal_zlib = pytest.importorskip("isal.isal_zlib")
+    assert ts._inflate_module is isal_zlib
+
+
+def test_isal_and_zlib_inflate_to_the_same_events_and_stops(tmp_path, monkeypatch):
+    """Whole, many members, cut short, damaged: the same events, bytes and stop (or error) from either inflater."""
+    isal_zlib = pytest.importorskip("isal.isal_zlib")
+    monkeypatch.setattr(ts, "CHUNK_BYTES", 4096)  # many inflate calls: a damaged file has events before its damage
+    data, events = _document(9, n=3000, indent=2)
+    at = data.index(b"[", data.index(b'"traceEvents"')) + 1
+    members = gzip.compress(data[:at]) + b"".join(gzip.compress(data[i : i + 50_000]) + b"\0" * (i % 3)
+                                                  for i in range(at, len(data), 50_000))
+    whole = gzip.compress(data)
+    zeroed = bytearray(whole)  # inflates to garbage before the checksum can tell: an error naming its byte
+    zeroed[len(zeroed) // 2 : len(zeroed) // 2 + 64] = bytes(64)
+    bad_crc = bytearray(whole)  # every byte inflates, then the trailer's checksum fails
+    bad_crc[-6] ^= 0xFF
+    inputs = {"whole": whole, "members": members, "cut": whole[: len(whole) // 2], "zeroed": bytes(zeroed),
+              "bad crc": bytes(bad_crc)}
+    read = {}
+    for module in (isal_zlib, zlib):
+        _with_inflater(monkeypatch, module)
+        for name, packed in inputs.items():
+            try:
+                got, state = _read_file(tmp_path / f"{name}.json.gz", packed)
+            except TraceFormatError as exc:
+                read[module.__name__, name] = str(exc)
+                continue
+            # the stop's reason up to the inflater's own words (zlib's and ISA-L's differ)
+            read[module.__name__, name] = (_as_dicts(got), state.json_bytes, (state.truncated or "").split(" (")[0])
+    for name in inputs:
+        assert read["isal.isal_zlib", name] == read["zlib", name], name
+    assert read["zlib", "whole"][0] == _expected(events) and read["zlib", "members"][1] == len(data)
+    assert "invalid JSON" in read["zlib", "zeroed"]
+    got, _, why = read["zlib", "bad crc"]
+    assert why == "compressed stream ends early: corrupt gzip data" and got == _expected(events)[: len(got)]

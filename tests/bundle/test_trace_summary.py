@@ -199,3 +199,76 @@ def test_sliced_summary_without_a_margin_keeps_device_activity_whole(monkeypatch
     monkeypatch.setattr(stats, "JOIN_PENDING_LIMIT", 10)
     sliced = summarize_trace(SLICED_REAL[0], max_entries=50_000)
     assert _summary_dump(sliced) == _summary_dump(whole)
+
+
+def _random_intervals(seed: int, n: int) -> tuple[list[float], list[float]]:
+    """Starts and durations with ties, nesting, overlaps and zero lengths (whole and half microseconds)."""
+    import random
+
+    rnd = random.Random(seed)
+    ts = [float(rnd.randrange(0, 400)) / 2 for _ in range(n)]
+    dur = [float(rnd.choice([0, 0.5, 1, 3, 7, 20, 60, 200])) for _ in range(n)]
+    return ts, dur
+
+
+def _old_self_times(ts, dur, idx):
+    """The walk before issue 43's lists (indices into whole columns, a key per op), as the reference."""
+    order = sorted(idx, key=lambda i: (ts[i], -dur[i]))
+    self_t = {i: dur[i] for i in order}
+    parents, stack = set(), []
+    for i in order:
+        while stack and ts[i] >= ts[stack[-1]] + dur[stack[-1]]:
+            stack.pop()
+        if stack:
+            p = stack[-1]
+            self_t[p] -= min(dur[i], ts[p] + dur[p] - ts[i])
+            parents.add(p)
+        stack.append(i)
+    top, end = [], float("-inf")
+    for i in idx:
+        if ts[i] >= end:
+            top.append(i)
+            end = ts[i] + dur[i]
+        elif ts[i] + dur[i] > end:
+            end = ts[i] + dur[i]
+    return self_t, set(order) - parents, len(top)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_one_steps_nesting_walk_is_the_same_on_plain_lists(seed):
+    """Self times, leaves and top-level ops of one step, from that step's ops as lists: the same floats as the walk
+    over whole columns by index gave."""
+    from array import array
+
+    from diageval.bundle.trace_summary import _self_times, _sorted_index, _top_level
+
+    ts, dur = _random_intervals(seed, 600)
+    col_ts, col_dur = array("d", ts), array("d", dur)
+    starts, order = _sorted_index(col_ts)
+    assert list(order) == sorted(range(len(ts)), key=ts.__getitem__) and list(starts) == sorted(ts)
+    idx = list(order)
+    want_self, want_leaves, want_top = _old_self_times(col_ts, col_dur, idx)
+    step_ts, step_dur = [ts[i] for i in idx], [dur[i] for i in idx]
+    self_t, leaf = _self_times(step_ts, step_dur)
+    assert self_t == [want_self[i] for i in idx]
+    assert [i for i, lf in zip(idx, leaf) if lf] == [i for i in idx if i in want_leaves]
+    assert _top_level(step_ts, step_dur) == want_top
+
+
+def test_numpy_sorts_give_pythons_order_and_a_nan_keeps_pythons_sort():
+    import math
+    from array import array
+
+    from diageval.bundle.trace_stats import sorted_doubles
+    from diageval.bundle.trace_summary import _sorted_index
+
+    ts, _ = _random_intervals(7, 500)
+    ts[3], ts[9] = -0.0, 0.0  # equal to each other: the first stays first
+    col = array("d", ts)
+    assert list(sorted_doubles(col)) == sorted(ts) and str(sorted_doubles(col)) == str(array("d", sorted(ts)))
+    assert list(_sorted_index(col)[1]) == sorted(range(len(ts)), key=ts.__getitem__)
+    with_nan = array("d", [3.0, math.nan, 1.0, 2.0])
+    assert str(sorted_doubles(with_nan)) == str(array("d", sorted(with_nan)))
+    assert list(_sorted_index(with_nan)[1]) == sorted(range(4), key=with_nan.__getitem__)
+    big = [2**53 + 1, 2**53]  # times as written (ints): ordered exactly, as Python compares them
+    assert list(_sorted_index(big)[1]) == [1, 0]

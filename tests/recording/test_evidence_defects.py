@@ -85,6 +85,19 @@ def test_duplicated_events_are_present_and_recognised(bundle):
     assert any("recorded twice" in f for f in _findings(bundle, 0)) and _findings(bundle, 1) == []
 
 
+def test_defects_are_the_same_when_the_readers_names_start_again(bundle, monkeypatch):
+    """The observer decides once per (category, name) id which pairs are step markers; a read whose ids start again
+    (a fresh ``Names`` past ``NAMES_LIMIT``) must not reuse the old ids' decisions."""
+    from diageval.bundle import trace_stats
+
+    _edit("merge_rank_traces", bundle, merged_into_rank=0)
+    _edit("duplicate_events", bundle, duplicated_rank=0)
+    whole = _findings(bundle, 0)
+    assert any("from 2 processes" in f for f in whole) and any("recorded twice" in f for f in whole)
+    monkeypatch.setattr(trace_stats, "NAMES_LIMIT", 3)  # a fresh Names every few pairs
+    assert _findings(bundle, 0) == whole
+
+
 def test_dropped_headers_flows_and_cut_gzip_are_present(bundle):
     _edit("drop_distributed_info", bundle).check_present(bundle)
     assert all("distributedInfo" not in _doc(bundle, r) for r in (0, 1))
