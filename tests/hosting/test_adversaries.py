@@ -255,7 +255,7 @@ def test_a_detached_process_ends_with_its_case(arena, null_run):
 
 RUNNER = """
 import sys
-sys.path[:0] = [{tests!r}, {cheats!r}]
+sys.path[:0] = [{tests!r}, {here!r}, {cheats!r}]
 from pathlib import Path
 from test_adversaries import CacheEvidence
 from run_fakes import run_with
@@ -268,7 +268,7 @@ run_with({spec!r}, load_case_set(), case_ids={cases!r}, out_dir=Path({runs!r}), 
 def _run_logged(arena, spec: str, run_id: str, log: Path) -> subprocess.CompletedProcess:
     """A run in its own process whose stderr (the progress lines, naming each case) goes to ``log``, as
     `diageval run ... 2> log` writes it."""
-    script = RUNNER.format(tests=str(HERE), cheats=str(arena["cheats"]), spec=spec, cases=CASES, run_id=run_id,
+    script = RUNNER.format(tests=str(HERE), here=str(Path(__file__).resolve().parent), cheats=str(arena["cheats"]), spec=spec, cases=CASES, run_id=run_id,
                            runs=str(arena["root"] / "runs"), home=str(arena["home"]))
     log.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "DIAGEVAL_HOME": str(arena["home"])}
@@ -319,7 +319,7 @@ def _last_positive_seed(arena) -> int:
 def _run_teed(arena, spec: str, run_id: str, log: Path, seed: int) -> subprocess.CompletedProcess:
     """A run in its own process whose stderr goes through a pipe that a thread copies, line by line, into
     ``log``, as `diageval run ... 2>&1 | tee LOG` does: LOG is another file than the harness's stderr."""
-    script = RUNNER.format(tests=str(HERE), cheats=str(arena["cheats"]), spec=spec, cases=CASES, run_id=run_id,
+    script = RUNNER.format(tests=str(HERE), here=str(Path(__file__).resolve().parent), cheats=str(arena["cheats"]), spec=spec, cases=CASES, run_id=run_id,
                            runs=str(arena["root"] / "runs"), home=str(arena["home"])).replace("seed=7", f"seed={seed}")
     log.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "DIAGEVAL_HOME": str(arena["home"])}
