@@ -84,3 +84,14 @@ class TrainingSetup:
     loader: Iterable[Any]  # a DataLoader, or a plain iterable when the step prepares its own input (inference's inline input)
     train_step: Callable[[Any], torch.Tensor]  # returns the detached loss
     state_dict: Callable[[], dict[str, Any]]  # what a checkpoint saves
+
+
+def training_setup(dataset: Dataset, params: CommonParams, ctx: RankContext, train_step: Callable[[Any], torch.Tensor],
+                   model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> TrainingSetup:
+    """What every training workload hands the shared step loop: its batches through :func:`make_loader`, its step,
+    and the state a checkpoint saves (the model's and the optimizer's)."""
+    return TrainingSetup(
+        loader=make_loader(dataset, params, ctx),
+        train_step=train_step,
+        state_dict=lambda: {"model": model.state_dict(), "optimizer": optimizer.state_dict()},
+    )

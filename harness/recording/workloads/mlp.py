@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from diageval.recording.context import RankContext
-from diageval.recording.workloads.base import SyntheticBatches, TrainingSetup, make_loader
+from diageval.recording.workloads.base import SyntheticBatches, TrainingSetup, training_setup
 from diageval.recording.workloads.params import MlpParams
 
 
@@ -56,8 +56,4 @@ def build(params: MlpParams, ctx: RankContext, injection) -> TrainingSetup:
         optimizer.step()
         return loss.detach()
 
-    return TrainingSetup(
-        loader=make_loader(dataset, params, ctx),
-        train_step=train_step,
-        state_dict=lambda: {"model": model.state_dict(), "optimizer": optimizer.state_dict()},
-    )
+    return training_setup(dataset, params, ctx, train_step, model, optimizer)

@@ -29,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset
 
 from diageval.recording.context import RankContext
-from diageval.recording.workloads.base import TrainingSetup, make_loader
+from diageval.recording.workloads.base import TrainingSetup, training_setup
 from diageval.recording.workloads.params import TransformerParams
 
 POSITIONS = 4096  # rows of the sinusoidal position table: the longest sequence any batch may hold
@@ -158,8 +158,4 @@ def build(params: TransformerParams, ctx: RankContext, injection) -> TrainingSet
         optimizer.step()
         return loss.detach()
 
-    return TrainingSetup(
-        loader=make_loader(dataset, params, ctx),
-        train_step=train_step,
-        state_dict=lambda: {"model": model.state_dict(), "optimizer": optimizer.state_dict()},
-    )
+    return training_setup(dataset, params, ctx, train_step, model, optimizer)
