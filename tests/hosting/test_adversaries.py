@@ -57,14 +57,20 @@ class CacheEvidence:
             write_bundle(folder, os.urandom(16).hex(), trace_text=os.urandom(8).hex())  # distinct, like real ones
             write_truth(self.cache, TruthRecord(case_id=case.id, key=key, repeat=0, recorded=datetime.now(timezone.utc)))
             append_jsonl(self.cache / "index.jsonl", {"case_id": case.id, "role": "case", "key": key, "repeat": 0})
-        bundle_id = json.loads((folder / "bundle.json").read_text())["bundle_id"]
-        verification = FakeVerification(manifested=True) if case.labels.expect == "diagnose" else None
-        prepared = FakePrepared(case.id, folder, bundle_id, "0" * 64, verification)
-        if case.fleet is not None:  # the value words the bundle shows, as prepare_evidence hands them on (issue 39)
-            from diageval.recording.fleet import shown_values_of
+        return _prepared(case, folder)
 
-            prepared.shown_values = shown_values_of(folder)
-        return prepared
+
+def _prepared(case, folder: Path) -> FakePrepared:
+    """What prepare_evidence hands the run for ``case``'s bundle ``folder``: verified when positive, and for a
+    regression or fleet the value words its bundle shows (issue 39)."""
+    bundle_id = json.loads((folder / "bundle.json").read_text())["bundle_id"]
+    verification = FakeVerification(manifested=True) if case.labels.expect == "diagnose" else None
+    prepared = FakePrepared(case.id, folder, bundle_id, "0" * 64, verification)
+    if case.fleet is not None:
+        from diageval.recording.fleet import shown_values_of
+
+        prepared.shown_values = shown_values_of(folder)
+    return prepared
 
 
 @pytest.fixture(scope="module")
@@ -451,14 +457,7 @@ class AssembledEvidence:
             _, folder, _ = ensure_fleet_bundle(case, "cpu", cache_dir=self.cache, data_dir=self.data)
         else:
             folder = import_recorded(loaded, data_dir=self.data, cache_dir=self.cache)
-        bundle_id = json.loads((folder / "bundle.json").read_text())["bundle_id"]
-        verification = FakeVerification(manifested=True) if case.labels.expect == "diagnose" else None
-        prepared = FakePrepared(case.id, folder, bundle_id, "0" * 64, verification)
-        if case.fleet is not None:  # the value words the bundle shows, as prepare_evidence hands them on (issue 39)
-            from diageval.recording.fleet import shown_values_of
-
-            prepared.shown_values = shown_values_of(folder)
-        return prepared
+        return _prepared(case, folder)
 
 
 def _lookup_cases(arena, data: Path | None) -> list[str]:
