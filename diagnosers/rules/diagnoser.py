@@ -31,6 +31,7 @@ from typing import ClassVar
 
 from diageval.bundle.fleet import read_fleet
 from diageval.bundle.model import EvidenceBundle
+from diageval.diagnosers.rules.attributed import judge_attributed, measure_tables, thin_parts, unexplained
 from diageval.diagnosers.rules.collectives import judge_stall, judge_straggler, measure_collectives
 from diageval.diagnosers.rules.data_wait import judge_data_wait, measure_data_wait
 from diageval.diagnosers.rules.evidence import bounded_below_a_cause, describe_bound, reach, too_little_evidence
@@ -70,13 +71,15 @@ def find_local_causes(ev: RunEvidence, host_side: RunEvidence | None = None) -> 
     """Causes each rank's own trace can show without its peers: the input pipeline, dispatch overhead,
     host/device synchronisation, allocator churn. ``host_side``: the evidence the input-pipeline judge reads
     (host events alone), when it holds more than ``ev`` (a trace whose device clock alone is off)."""
-    host_side = ev if host_side is None else host_side
+    host_side = (ev if host_side is None else host_side).without_attributed()
+    counted = ev.without_attributed()  # ranks with device events are judged by their time table (attributed.py)
     findings = [
         *judge_data_wait(measure_data_wait(host_side), host_side),
-        *judge_launch(measure_launch(ev), ev),
-        *judge_gpu_launch(measure_gpu_launch(ev), ev),
-        *judge_host_sync(measure_host_sync(ev), ev),
-        *judge_allocator_churn(measure_allocator_churn(ev), ev),
+        *judge_launch(measure_launch(counted), counted),
+        *judge_gpu_launch(measure_gpu_launch(counted), counted),
+        *judge_host_sync(measure_host_sync(counted), counted),
+        *judge_allocator_churn(measure_allocator_churn(counted), counted),
+        *judge_attributed(measure_tables(ev), ev),
     ]
     return sorted(findings, key=lambda f: -f.confidence)
 
@@ -140,10 +143,12 @@ class RulesDiagnoser:
         if any(f.confidence >= 0.5 for f in causes):
             return Diagnosis(findings=[*causes, *symptoms])
         # no cause named with confidence: healthy, or does the evidence not say?
-        rows = reach(judged)
-        thin = too_little_evidence(rows)
-        gaps = [why for why in (reason, thin) if why]
-        if not gaps or bounded_below_a_cause(rows):
+        tables = measure_tables(judged)
+        rows = reach(judged, {t.rank: 1.0 - t.rows["compute"].share for t in tables})
+        thin = too_little_evidence(rows, {t.rank: thin_parts(t, judged) for t in tables})
+        gaps = [why for why in (reason, thin, *[unexplained(t) for t in tables]) if why]
+        blind = any(t.host_events == 0 for t in tables)  # nothing bounds what a window without host events misses
+        if not gaps or (bounded_below_a_cause(rows) and not blind):
             return Diagnosis(findings=[*causes, *symptoms])
         if rows and reason is not None and thin is None:
             gaps.append(f"what the present traces bound is too large to call the job healthy: {describe_bound(rows)}")

@@ -167,6 +167,18 @@ class StepStats(BaseModel):
     threads: list[ThreadStats] = Field(default_factory=list)
 
 
+class TimeShare(BaseModel):
+    """One part of the time table (``diageval.bundle.attribution``) over a trace's steps: its share of their summed
+    time and that share's standard error."""
+
+    part: str
+    us: float
+    share: float
+    se: float
+    occurrences: int = Field(description="The waits, calls, gaps or ops the time is made of")
+    units: int = Field(description="Steps (or windows) summed")
+
+
 class TraceStats(BaseModel):
     path: str
     rank: int | None = None
@@ -183,6 +195,9 @@ class TraceStats(BaseModel):
     whole_trace: bool = Field(False, description="No ProfilerStep markers: steps holds one whole-trace window")
     defects: list[str] = Field(default_factory=list, description="What the trace's own events say is wrong with it "
                                "(trace_defects.py: several ranks merged, steps recorded twice, lost timestamps)")
+    time_table: list[TimeShare] = Field(default_factory=list, description="Where the steps' time went: device work and,"
+                                        " for every device-idle instant, what the launching threads did (attribution.py;"
+                                        " traces with device events)")
 
     @property
     def mb_per_s(self) -> float:
@@ -836,17 +851,21 @@ def _measure(c: _Cols, only: tuple[str, list[tuple[int, float, float]]] | None =
 
 def trace_stats(path: Path) -> TraceStats:
     """Measure one trace file. Raises ``TraceFormatError`` when it is not a Chrome trace."""
+    from diageval.bundle.attribution import AttributionCollector, share_rows  # it builds on this module's collectors
+
     path = Path(path)
     state = StreamState()
     started = time.perf_counter()
     collector = StatsCollector()
     defects = DefectObserver()
+    attribution = AttributionCollector()
     names = Names()
     try:
         for window in iter_trace_windows(path, state):
             timed, names = timed_window(window, names)
             collector.add_window(timed)
             defects.add_window(timed)
+            attribution.add_window(timed)
     except UnicodeDecodeError as exc:
         raise TraceFormatError(f"{path}: not UTF-8 JSON: {exc}") from exc
     steps, whole = collector.measure()
@@ -872,6 +891,9 @@ def trace_stats(path: Path) -> TraceStats:
         defects=defects.findings() + [why for why in [clock_disagreement(steps)] if why],
         steps=steps,
         whole_trace=whole,
+        time_table=share_rows(attribution.attribute(
+            attribution.device_span() if whole else [(s.number, s.start_us, s.dur_us) for s in steps]))
+        if collector.has_device_events else [],
     )
 
 
@@ -886,5 +908,5 @@ def trace_files_of(path: Path) -> list[Path]:
     return find_trace_files([path])
 
 
-__all__ = ["trace_files_of", "Names", "IdTable", "TimedWindow", "timed_window", "step_markers", "merge_sorted", "NAMES_LIMIT", "tid_strings", "by_tid", "StatsCollector", "TimeRange", "JOIN_PENDING_LIMIT", "Coverage", "StepStats", "TraceStats", "ThreadStats", "BlockingStats",
+__all__ = ["trace_files_of", "Names", "IdTable", "TimedWindow", "timed_window", "step_markers", "merge_sorted", "NAMES_LIMIT", "tid_strings", "by_tid", "StatsCollector", "TimeRange", "JOIN_PENDING_LIMIT", "Coverage", "StepStats", "TimeShare", "TraceStats", "ThreadStats", "BlockingStats",
            "trace_stats", "quantile", "GAP_BINS_US", "SHORT_GAP_US", "BLOCKING_KINDS"]
