@@ -3,8 +3,10 @@
 Each rank's steps (or the windows of a step-less trace) are split into device work and, for every device-idle
 instant, what the launching threads were doing. A host-side cause is the idle it explains:
 
-* ``data wait`` (the loop waiting on its DataLoader) and ``cpu work`` (the launching thread in CPU ops that
-  queue no device work: decoding, resizing, tokenising inline in the step): ``input.dataloader_starvation``;
+* ``data wait`` (the loop waiting on its DataLoader) and ``input work`` (before the step's first device work,
+  the launching thread in CPU ops that queue none: decoding, resizing, tokenising inline in the step):
+  ``input.dataloader_starvation``; CPU work after the first kernel (``cpu work``: the model's own bookkeeping,
+  post-processing) is shown in the table and named as nothing;
 * ``sync``: ``host.device_sync``; ``memory`` (cudaFree/hipFree, raw allocations): ``memory.allocator_churn``;
 * ``launch`` (idle in short gaps, or while an op dispatches, the next kernel having found an empty queue):
   ``launch.kernel_launch_overhead``, when the rank's kernels also start a median under ``QUEUE_EMPTY_DELAY_US``
@@ -32,15 +34,16 @@ from diageval.diagnosis import Finding
 
 CAUSE_OF_PART = {
     "data wait": "input.dataloader_starvation",
-    "cpu work": "input.dataloader_starvation",
+    "input work": "input.dataloader_starvation",
     "sync": "host.device_sync",
     "memory": "memory.allocator_churn",
     "launch": "launch.kernel_launch_overhead",
 }
 SUMMARY = {
     "data wait": "the device idles while the loop waits for its next batch (DataLoader __next__): {share:.0%} of the time",
-    "cpu work": "the device idles while the launching thread runs CPU work that queues nothing on it (input work"
-                " inline in the step: decoding, resizing, tokenising): {share:.0%} of the time",
+    "input work": "before each step's first device work the device idles while the launching thread runs CPU work"
+                  " that queues nothing on it (input made inline in the step: decoding, resizing, tokenising):"
+                  " {share:.0%} of the time",
     "sync": "the host blocks in {calls} while the device idles: {share:.0%} of the time",
     "memory": "the host frees or allocates device memory (cudaFree/hipFree, raw allocations) while the device idles:"
               " {share:.0%} of the time",

@@ -71,7 +71,7 @@ def find_local_causes(ev: RunEvidence, host_side: RunEvidence | None = None) -> 
     """Causes each rank's own trace can show without its peers: the input pipeline, dispatch overhead,
     host/device synchronisation, allocator churn. ``host_side``: the evidence the input-pipeline judge reads
     (host events alone), when it holds more than ``ev`` (a trace whose device clock alone is off)."""
-    host_side = (ev if host_side is None else host_side).without_attributed()
+    host_side = (ev if host_side is None else host_side).without_attributed(ev)
     counted = ev.without_attributed()  # ranks with device events are judged by their time table (attributed.py)
     findings = [
         *judge_data_wait(measure_data_wait(host_side), host_side),

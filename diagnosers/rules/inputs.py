@@ -59,9 +59,13 @@ class RunEvidence(BaseModel):
     attribution: dict[int, Attribution] = Field(
         default_factory=dict, description="rank -> its units' time tables (ranks with device events; attributed.py)")
 
-    def without_attributed(self) -> "RunEvidence":
-        """The same evidence less the ranks judged by their time table (what the step-counting judges still read)."""
-        return self.model_copy(update={"traces": {r: s for r, s in self.traces.items() if r not in self.attribution}})
+    def without_attributed(self, judged: "RunEvidence | None" = None) -> "RunEvidence":
+        """The same evidence less the ranks judged by their time table in ``judged`` (default: this evidence): what the
+        step-counting judges still read. A rank left out of ``judged`` (its device clock disagrees, so its table would
+        misplace the device's idle) keeps its host side here."""
+        judged = self if judged is None else judged
+        table = {r for r in judged.attribution if r in judged.traces}
+        return self.model_copy(update={"traces": {r: s for r, s in self.traces.items() if r not in table}})
 
     def units(self, rank: int) -> list[StepSummary]:
         """What the per-rank rules judge on ``rank``: its profiler steps, else the windows of its step-less trace."""

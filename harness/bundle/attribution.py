@@ -20,8 +20,12 @@ The parts, in the order they claim an idle instant (an instant belongs to the fi
 * ``launch``: the host is dispatching with an empty queue: the idle falls in a short gap between device
   activities (at most ``trace_stats.SHORT_GAP_US``: launch latency and per-op dispatch, not a stall), or a
   thread is inside a CPU op that queued device work;
-* ``cpu work``: a launching thread is inside a CPU op that queued no device work (work outside the model's
-  device work: decoding, resizing, tokenising, CPU-side math);
+* ``cpu work``: a launching thread is inside a top-level CPU op of at least ``SHORT_GAP_US`` that queued no
+  device work (work outside the model's device work: decoding, resizing, tokenising, CPU-side math); a
+  shorter op that queues nothing (a view, an empty tensor: the model's own dispatch) counts as ``launch``.
+  Before the unit's first device activity it is ``input work``: a step's input is made before the model
+  consumes it (decoding, resizing, tokenising inline, with no DataLoader); after it, the CPU work sits inside
+  or after the model's own work (bookkeeping, post-processing) and stays ``cpu work``;
 * ``untraced``: none of the above: the host is outside every recorded op (Python between ops, code the
   profiler does not record, or a trace without host events).
 
@@ -51,7 +55,8 @@ QUEUE_EMPTY_DELAY_US = 50.0
 """A device activity that starts within this of the call that queued it found the queue empty (launch latency is
 5-20 us on CUDA and ROCm; ``rules.thresholds.QUEUE_EMPTY_DELAY_US`` gives the reasoning and reads this value)."""
 
-PARTS = ("compute", "communication", "sync", "memory", "data wait", "collective", "queued", "launch", "cpu work", "untraced")
+PARTS = ("compute", "communication", "sync", "memory", "data wait", "collective", "queued", "launch", "input work",
+         "cpu work", "untraced")
 DEVICE_PARTS = PARTS[:2]
 IDLE_PARTS = PARTS[2:]
 WHAT = {
@@ -63,13 +68,14 @@ WHAT = {
     "data wait": "device idle, loop waiting for its next batch (DataLoader)",
     "collective": "device idle, host inside a host-side collective",
     "launch": "device idle, host dispatching with an empty queue",
+    "input work": "device idle before the step's first device work, launching thread in CPU ops that queue none",
     "cpu work": "device idle, launching thread in CPU ops that queue no device work",
     "untraced": "device idle, host outside every recorded op",
 }
 OCCURRENCE = {
     "compute": "device intervals", "communication": "device intervals", "queued": "device gaps", "sync": "blocking calls",
     "memory": "free/alloc calls", "data wait": "waits", "collective": "collectives", "launch": "device gaps",
-    "cpu work": "CPU ops", "untraced": "device gaps",
+    "input work": "CPU ops", "cpu work": "CPU ops", "untraced": "device gaps",
 }
 COLLECTIVE_PREFIXES = (K.GLOO_COLLECTIVE_PREFIX, "nccl:", "c10d::", "record_param_comms")
 
@@ -135,6 +141,24 @@ def _merged(ts: array, dur: array) -> tuple[np.ndarray, np.ndarray]:
     s = s[order]
     e = s + np.where(d[order] > 0.0, d[order], 0.0)
     return merge_sorted(s, e)
+
+
+def _top_level(ts: array, dur: array) -> tuple[np.ndarray, np.ndarray]:
+    """Top-level op intervals of one thread: ops nested in another join it; ops that merely touch (one ends where the
+    next starts) stay apart, so that a CPU op that queues nothing is not merged into the launching op after it."""
+    s = np.frombuffer(ts, dtype=np.float64) if len(ts) else np.zeros(0)
+    d = np.frombuffer(dur, dtype=np.float64) if len(dur) else np.zeros(0)
+    if not len(s):
+        return s, s
+    order = np.argsort(s, kind="stable")
+    s = s[order]
+    e = s + np.where(d[order] > 0.0, d[order], 0.0)
+    reach = np.maximum.accumulate(e)
+    first = np.empty(len(s), dtype=bool)
+    first[0] = True
+    np.greater_equal(s[1:], reach[:-1], out=first[1:])
+    at = np.flatnonzero(first)
+    return s[at], np.maximum.reduceat(e, at)
 
 
 def _member(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -233,6 +257,12 @@ class AttributionCollector:
             return max(sorted(self.ops), key=lambda t: len(self.ops[t][0]))
         return None
 
+    def step_windows(self) -> list[tuple[int | None, float, float]]:
+        """The main thread's profiler steps (number, start, duration) in time order; without markers, ``device_span``."""
+        main = self.main_tid()
+        steps = sorted(((n, t, d) for n, t, d, tid in self.steps if tid == main), key=lambda s: s[1])
+        return steps or self.device_span()
+
     def device_span(self) -> list[tuple[int | None, float, float]]:
         """One window from the first device activity's start to the last one's end (none without device events): what
         a trace without step markers is judged over. Before the first kernel a job creates its context, builds its
@@ -316,11 +346,17 @@ class AttributionCollector:
         part[hit] = PARTS.index("cpu work")
         occ[hit] = idx[hit]
         free &= ~hit
+        # before its unit's first device activity, CPU work is the step's input being made
+        w_lo = np.array([w[1] for w in windows])
+        w_hi = np.array([w[1] + w[2] for w in windows])
+        first = dev_s[np.minimum(np.searchsorted(dev_s, w_lo), len(dev_s) - 1)] if len(dev_s) else w_hi
+        first = np.where((first >= w_lo) & (first < w_hi), first, w_hi)
+        u = np.maximum(np.searchsorted(w_lo, mid, side="right") - 1, 0)
+        before = hit & (mid < first[u])
+        part[before] = PARTS.index("input work")
         part[free] = PARTS.index("untraced")
         occ[free] = k[free] + 1
 
-        w_lo = np.array([w[1] for w in windows])
-        w_hi = np.array([w[1] + w[2] for w in windows])
         unit = np.searchsorted(w_lo, mid, side="right") - 1
         ok = (unit >= 0) & (mid < w_hi[np.maximum(unit, 0)])
         unit, part_k, occ_k, length = unit[ok], part[ok], occ[ok] + 1, length[ok]
@@ -374,18 +410,22 @@ class AttributionCollector:
         return np.nan_to_num(d, nan=0.0) > QUEUE_EMPTY_DELAY_US
 
     def _op_cover(self) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        """Merged top-level CPU op intervals of every thread that queued device work in them (``launch``), and of the
-        launching threads (the main thread and every thread with a launch) that queued none (``cpu work``)."""
+        """Top-level CPU op intervals of every thread that queued device work in them or are too short to be work
+        (``launch``), and those of the launching threads (the main thread and every thread with a launch) that ran at
+        least ``SHORT_GAP_US`` and queued none (``cpu work``)."""
         main = self.main_tid()
         launching = [(np.zeros(0), np.zeros(0))]
         idle = [(np.zeros(0), np.zeros(0))]
         for tid, (ts, dur) in sorted(self.ops.items()):
-            s, e = _merged(ts, dur)
+            s, e = _top_level(ts, dur)
             calls = np.sort(np.frombuffer(self.launch_ts[tid])) if tid in self.launch_ts and len(self.launch_ts[tid]) else np.zeros(0)
             n = np.searchsorted(calls, e) - np.searchsorted(calls, s)
-            launching.append((s[n > 0], e[n > 0]))
+            # an op that queues nothing is CPU work when it runs long enough to be work (SHORT_GAP_US: a visible
+            # stall); shorter ones (views, allocations of the model's own dispatch) are the launch path
+            dispatch = (n > 0) | (e - s < SHORT_GAP_US)
+            launching.append((s[dispatch], e[dispatch]))
             if tid == main or n.any():
-                idle.append((s[n == 0], e[n == 0]))
+                idle.append((s[~dispatch], e[~dispatch]))
         return _union(launching), _union(idle)
 
 
