@@ -24,7 +24,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from diageval.bundle.attribution import OCCURRENCE, WHAT, UnitAttribution, share_rows
-from diageval.bundle.trace_stats import TimeShare
+from diageval.bundle.attribution import TimeShare
 from diageval.diagnosers.rules import thresholds as T
 from diageval.diagnosers.rules.host_sync import WHAT as BLOCKING_WHAT
 from diageval.diagnosers.rules.host_sync import SYNC_KINDS

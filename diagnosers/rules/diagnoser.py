@@ -7,16 +7,22 @@ Order of reasoning (each analyser is independent; see its module):
    for whom, recurring stalls that show on one rank and are paid on another) cannot be answered. The
    per-rank questions (input pipeline, dispatch-bound steps, blocking calls) still can, on the intact traces
    present: a cause they find is reported with the gap named in its summary.
-2. Input pipeline (``data_wait``), recurring stalls outside ops (``spikes``), dispatch-bound steps
-   (``launch``: the device queue on GPU traces, op counts on CPU ones), the host blocked while the device
-   idles (``host_sync``: synchronising calls, or frees of allocator churn), who waits for whom in
+2. On a rank with device events, the time table (``attributed``; the table is ``diageval.bundle.attribution``, the
+   one ``diageval trace stats`` prints): each step's (or the span's) wall time split into device work and, for every
+   device-idle instant, what the launching threads did; the input pipeline (a DataLoader wait, or CPU work before
+   the step's first kernel), synchronising calls, frees and allocations, and dispatch with an empty queue are
+   named from their share, with a standard error from the occurrences they are made of. On CPU traces:
+   input pipeline (``data_wait``), dispatch-bound steps (``launch``: op counts). On every trace: recurring stalls
+   outside ops (``spikes``), who waits for whom in
    collectives (``collectives``: straggler vs stall), and whether one rank is handed more work
    (``load_imbalance``: larger operator input shapes); a straggler claim on a rank whose extra work explains
    its lateness is dropped. A trace without step markers is judged in windows (``windows``). Confidence is
    graded (``stats.graded_confidence``): a run just under a cut is named just under 0.5, with the symptom
    it shows beside it.
-3. No cause found: is that health, or does the evidence not say (``evidence``)? When some rank has too few
-   steps (or windows) with evidence in them to tell a cause from noise, or ranks are missing, the diagnosis
+3. No cause found: is that health, or does the evidence not say (``evidence``)? On a rank with device events the
+   evidence is too little only where a share that would matter cannot be told from none (its occurrences too
+   few or too uneven), or where the idle sits outside every recorded host op; on a CPU trace, where a rank has
+   too few steps (or windows) with evidence in them. With too little evidence, or ranks missing, the diagnosis
    is healthy only if every present rank's own trace bounds what could hide (device idle plus exposed
    communication under the smallest cause worth naming); otherwise it abstains, saying why.
 4. What the run looks like (``observed``), reported as ``kind: symptom``.
@@ -116,7 +122,7 @@ def below_cut_symptoms(causes: list[Finding], symptoms: list[Finding]) -> list[F
 
 class RulesDiagnoser:
     name: ClassVar[str] = "rules"
-    version: ClassVar[str] = "0.5.1"
+    version: ClassVar[str] = "0.6.0"
     # the causes its judges can name (the coverage table judges it on these as well as on all causes)
     claims: ClassVar[tuple[str, ...]] = (
         "input.dataloader_starvation", "checkpoint.blocking_save", "comm.collective_stall",

@@ -35,6 +35,10 @@ intervals. ``share_rows`` turns the units of a rank into shares with a standard 
 occurrences (a compound-Poisson total: the square root of the sum of squared occurrence totals) and from the
 spread over units (the ratio estimator's), whichever is larger: a one-step trace of thousands of gaps is
 measured tightly, one long wait in one step is not.
+
+Size: the collector's columns, the split (one vectorised sweep over the instants where any part changes) and the
+shares with their errors are one unit: the parts are defined once, here, for ``trace stats`` and ``rules`` alike,
+and splitting them would spread one definition of a part over several modules.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from diageval.bundle import kineto as K
-from diageval.bundle.trace_stats import SHORT_GAP_US, IdTable, TimeShare, TimedWindow, merge_sorted, step_markers, tid_strings
+from diageval.bundle.trace_ids import SHORT_GAP_US, IdTable, merge_sorted, step_markers, tid_strings
 from diageval.bundle.trace_stream import correlations
 
 QUEUE_EMPTY_DELAY_US = 50.0
@@ -108,6 +112,18 @@ def _kind(cat: str | None, name: str | None) -> tuple:
         coll = name.startswith(COLLECTIVE_PREFIXES)
         return (_OP if cat in K.CPU_OP_CATEGORIES else _ANNOT, None, data, coll)
     return (_NONE, None, False, False)
+
+
+class TimeShare(BaseModel):
+    """One part of the time table (``diageval.bundle.attribution``) over a trace's steps: its share of their summed
+    time and that share's standard error."""
+
+    part: str
+    us: float
+    share: float
+    se: float
+    occurrences: int = Field(description="The waits, calls, gaps or ops the time is made of")
+    units: int = Field(description="Steps (or windows) summed")
 
 
 class PartTime(BaseModel):
@@ -190,7 +206,8 @@ class AttributionCollector:
         self.host_starts = array("d")
         self.steps: list[tuple[Any, Any, Any, str]] = []
 
-    def add_window(self, w: TimedWindow) -> None:
+    def add_window(self, w: Any) -> None:
+        """One window of the read (``trace_stats.timed_window``)."""
         table = self.table
         table.update(w.names)
         ids = w.ids
@@ -475,5 +492,5 @@ def format_rows(rows: list[TimeShare], unit_name: str = "steps") -> list[tuple[s
     return out
 
 
-__all__ = ["Attribution", "PARTS", "DEVICE_PARTS", "IDLE_PARTS", "WHAT", "OCCURRENCE", "AttributionCollector", "UnitAttribution",
+__all__ = ["TimeShare", "Attribution", "PARTS", "DEVICE_PARTS", "IDLE_PARTS", "WHAT", "OCCURRENCE", "AttributionCollector", "UnitAttribution",
            "PartTime", "TimeShare", "share_rows", "format_rows"]
