@@ -176,3 +176,9 @@ ATTRIBUTED_CAUSE_SHARE = MIN_CAUSE_SHARE
 # A cause share that would matter (from the cut's lower edge) but is not told from its absence is the only
 # "too little evidence" on such a trace.
 ABSENCE_SIGMAS = 1.645
+# The table's own splits use two numbers defined beside it (diageval.bundle): a gap between device activities of at
+# most trace_stats.SHORT_GAP_US (1 ms, a visible stall; 50-200x a launch's latency) is the host dispatching, longer
+# ones are charged to what the host was doing; and a CPU op that queues no device work is work of its own (input made
+# inline before the step's first kernel, else the model's host work) only when it runs at least SHORT_GAP_US, shorter
+# ones being the model's own dispatch (views, empty tensors). A gap is "queued" (the device's own, not the host's)
+# when the activity that ends it was queued more than QUEUE_EMPTY_DELAY_US before it started.
