@@ -475,9 +475,9 @@ def share_rows(att: Attribution) -> list[TimeShare]:
     return rows
 
 
-def format_rows(rows: list[TimeShare], unit_name: str = "steps") -> list[tuple[str, str]]:
-    """(line name, value) lines of the table: each part's time, share, standard error and occurrences; parts with no
-    time left out but for ``compute``, and a last line with the total (the parts sum to it)."""
+def format_rows(rows: list[TimeShare], over: str) -> list[tuple[str, str]]:
+    """(line name, value) lines of the table: each part's time, share, standard error and occurrences (parts with no
+    time left out, but for ``compute``), then the total the parts sum to, ``over`` what (``"4 steps"``)."""
     out = []
     for r in rows:
         if r.us <= 0 and r.part != "compute":
@@ -486,9 +486,7 @@ def format_rows(rows: list[TimeShare], unit_name: str = "steps") -> list[tuple[s
                  f" {OCCURRENCE[r.part]}): {WHAT[r.part]}")
         out.append((f"time: {r.part}", value))
     if rows:
-        total = sum(r.us for r in rows)
-        out.append(("time: total", f"{total / 1e3:.2f} ms over {rows[0].units} {unit_name}" if unit_name[0].isalpha()
-                    and not unit_name.startswith("the ") else f"{total / 1e3:.2f} ms over {unit_name}"))
+        out.append(("time: total", f"{sum(r.us for r in rows) / 1e3:.2f} ms over {over}"))
     return out
 
 

@@ -85,7 +85,7 @@ def summary_rows(stats: TraceStats) -> list[tuple[str, str]]:
                      f" in an op {pct(busy)} of the step"))
     # the time table the rules name causes from (diageval.bundle.attribution): sums over the steps, not medians
     rows += format_rows(stats.time_table, "the span with device work (no step markers)" if stats.whole_trace else
-                        "step" if len(steps) == 1 else "steps")
+                        f"{len(steps)} step{'s' if len(steps) != 1 else ''}")
     return rows
 
 
