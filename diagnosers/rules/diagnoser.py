@@ -7,16 +7,22 @@ Order of reasoning (each analyser is independent; see its module):
    for whom, recurring stalls that show on one rank and are paid on another) cannot be answered. The
    per-rank questions (input pipeline, dispatch-bound steps, blocking calls) still can, on the intact traces
    present: a cause they find is reported with the gap named in its summary.
-2. Input pipeline (``data_wait``), recurring stalls outside ops (``spikes``), dispatch-bound steps
-   (``launch``: the device queue on GPU traces, op counts on CPU ones), the host blocked while the device
-   idles (``host_sync``: synchronising calls, or frees of allocator churn), who waits for whom in
+2. On a rank with device events, the time table (``attributed``; the table is ``diageval.bundle.attribution``, the
+   one ``diageval trace stats`` prints): each step's (or the span's) wall time split into device work and, for every
+   device-idle instant, what the launching threads did; the input pipeline (a DataLoader wait, or CPU work before
+   the step's first kernel), synchronising calls, frees and allocations, and dispatch with an empty queue are
+   named from their share, with a standard error from the occurrences they are made of. On CPU traces:
+   input pipeline (``data_wait``), dispatch-bound steps (``launch``: op counts). On every trace: recurring stalls
+   outside ops (``spikes``), who waits for whom in
    collectives (``collectives``: straggler vs stall), and whether one rank is handed more work
    (``load_imbalance``: larger operator input shapes); a straggler claim on a rank whose extra work explains
    its lateness is dropped. A trace without step markers is judged in windows (``windows``). Confidence is
    graded (``stats.graded_confidence``): a run just under a cut is named just under 0.5, with the symptom
    it shows beside it.
-3. No cause found: is that health, or does the evidence not say (``evidence``)? When some rank has too few
-   steps (or windows) with evidence in them to tell a cause from noise, or ranks are missing, the diagnosis
+3. No cause found: is that health, or does the evidence not say (``evidence``)? On a rank with device events the
+   evidence is too little only where a share that would matter cannot be told from none (its occurrences too
+   few or too uneven), or where the idle sits outside every recorded host op; on a CPU trace, where a rank has
+   too few steps (or windows) with evidence in them. With too little evidence, or ranks missing, the diagnosis
    is healthy only if every present rank's own trace bounds what could hide (device idle plus exposed
    communication under the smallest cause worth naming); otherwise it abstains, saying why.
 4. What the run looks like (``observed``), reported as ``kind: symptom``.
@@ -34,6 +40,7 @@ from typing import ClassVar
 
 from diageval.bundle.fleet import read_fleet
 from diageval.bundle.model import EvidenceBundle
+from diageval.diagnosers.rules.attributed import judge_attributed, measure_tables, thin_parts, unexplained
 from diageval.diagnosers.rules.collectives import judge_stall, judge_straggler, measure_collectives
 from diageval.diagnosers.rules.data_wait import judge_data_wait, measure_data_wait
 from diageval.diagnosers.rules.evidence import bounded_below_a_cause, describe_bound, reach, too_little_evidence
@@ -73,13 +80,15 @@ def find_local_causes(ev: RunEvidence, host_side: RunEvidence | None = None) -> 
     """Causes each rank's own trace can show without its peers: the input pipeline, dispatch overhead,
     host/device synchronisation, allocator churn. ``host_side``: the evidence the input-pipeline judge reads
     (host events alone), when it holds more than ``ev`` (a trace whose device clock alone is off)."""
-    host_side = ev if host_side is None else host_side
+    host_side = (ev if host_side is None else host_side).without_attributed(ev)
+    counted = ev.without_attributed()  # ranks with device events are judged by their time table (attributed.py)
     findings = [
         *judge_data_wait(measure_data_wait(host_side), host_side),
-        *judge_launch(measure_launch(ev), ev),
-        *judge_gpu_launch(measure_gpu_launch(ev), ev),
-        *judge_host_sync(measure_host_sync(ev), ev),
-        *judge_allocator_churn(measure_allocator_churn(ev), ev),
+        *judge_launch(measure_launch(counted), counted),
+        *judge_gpu_launch(measure_gpu_launch(counted), counted),
+        *judge_host_sync(measure_host_sync(counted), counted),
+        *judge_allocator_churn(measure_allocator_churn(counted), counted),
+        *judge_attributed(measure_tables(ev), ev),
     ]
     return sorted(findings, key=lambda f: -f.confidence)
 
@@ -124,7 +133,7 @@ def cited(finding: Finding) -> Finding:
 
 class RulesDiagnoser:
     name: ClassVar[str] = "rules"
-    version: ClassVar[str] = "0.5.1"
+    version: ClassVar[str] = "0.6.0"
     # the causes its judges can name (the coverage table judges it on these as well as on all causes)
     claims: ClassVar[tuple[str, ...]] = (
         "input.dataloader_starvation", "checkpoint.blocking_save", "comm.collective_stall",
@@ -152,10 +161,12 @@ class RulesDiagnoser:
         if any(f.confidence >= 0.5 for f in causes):
             return Diagnosis(findings=[*causes, *symptoms])
         # no cause named with confidence: healthy, or does the evidence not say?
-        rows = reach(judged)
-        thin = too_little_evidence(rows)
-        gaps = [why for why in (reason, thin) if why]
-        if not gaps or bounded_below_a_cause(rows):
+        tables = measure_tables(judged)
+        rows = reach(judged, {t.rank: 1.0 - t.rows["compute"].share for t in tables})
+        thin = too_little_evidence(rows, {t.rank: thin_parts(t, judged) for t in tables})
+        gaps = [why for why in (reason, thin, *[unexplained(t) for t in tables]) if why]
+        blind = any(t.host_events == 0 for t in tables)  # nothing bounds what a window without host events misses
+        if not gaps or (bounded_below_a_cause(rows) and not blind):
             return Diagnosis(findings=[*causes, *symptoms])
         if rows and reason is not None and thin is None:
             gaps.append(f"what the present traces bound is too large to call the job healthy: {describe_bound(rows)}")

@@ -64,7 +64,10 @@ def _peer_share(st: StepSummary, on_device: bool) -> float:
     return min(1.0, st.collective_us / st.dur_us)
 
 
-def reach(ev: RunEvidence) -> list[RankReach]:
+def reach(ev: RunEvidence, bounds: dict[int, float] | None = None) -> list[RankReach]:
+    """``bounds``: rank -> its peer bound measured otherwise (a time table's idle plus exposed communication over all
+    its time, which a median over units would hide when the idle sits in a few of them)."""
+    bounds = bounds or {}
     rows = []
     for rank, s in sorted(ev.traces.items()):
         units = ev.units(rank)
@@ -80,19 +83,25 @@ def reach(ev: RunEvidence) -> list[RankReach]:
             kernels=sum(st.kernels for st in counted),
             logged_steps=len(ev.step_log.get(rank, [])),
             on_device=on_device,
-            peer_bound=median(shares) if shares else None,
+            peer_bound=bounds[rank] if rank in bounds else median(shares) if shares else None,
             unit_name=ev.unit_name(rank),
         ))
     return rows
 
 
-def too_little_evidence(rows: list[RankReach]) -> str | None:
-    """Why the traces are too thin to tell a cause from noise, or None when every rank has enough."""
-    thin = [r for r in rows if not r.enough]
-    if not rows or not thin:
+def too_little_evidence(rows: list[RankReach], tables: dict[int, list[str]] | None = None) -> str | None:
+    """Why the traces are too thin to tell a cause from noise, or None when every rank has enough.
+
+    ``tables``: rank -> why its time table cannot separate a cause from its absence (``attributed.thin_parts``), for
+    the ranks with device events: those are judged by the repeated units their table holds, not by a step count."""
+    tables = tables or {}
+    counted = [r for r in rows if r.rank not in tables and not r.enough]
+    parts = [f"rank {rank}: " + "; ".join(why) for rank, why in sorted(tables.items()) if why]
+    if counted:
+        parts.append("; ".join(r.describe() for r in counted) + f" (a pattern needs {T.MIN_PATTERN_STEPS})")
+    if not rows or not parts:
         return None
-    return ("too little evidence to tell a cause from noise: " + "; ".join(r.describe() for r in thin)
-            + f" (a pattern needs {T.MIN_PATTERN_STEPS})")
+    return "too little evidence to tell a cause from noise: " + "; ".join(parts)
 
 
 def bounded_below_a_cause(rows: list[RankReach]) -> bool:

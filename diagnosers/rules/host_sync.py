@@ -29,7 +29,7 @@ from diageval.diagnosers.rules.inputs import RunEvidence
 from diageval.diagnosers.rules.stats import claimable, graded_confidence, lower_edge, median, median_standard_error
 from diageval.diagnosis import Finding
 
-_WHAT = {
+WHAT = {
     "sync": "device/stream/event synchronize calls",
     "sync_copy": "synchronous copies",
     "pageable_copy": "copies to or from pageable host memory (synchronous despite the async API)",
@@ -151,7 +151,7 @@ def judge_host_sync(rows: list[SyncRow], ev: RunEvidence) -> list[Finding]:
             steps=_step_range(hit),
             impact=round(min(1.0, share), 3),
             summary=(
-                f"the host blocks in {_WHAT.get(top_kind, top_kind)} every step while the device idles"
+                f"the host blocks in {WHAT.get(top_kind, top_kind)} every step while the device idles"
                 f" ({share:.0%} of the step)"
             ),
             evidence=[_evidence(r, ev) for r in hit],

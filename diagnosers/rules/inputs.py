@@ -30,6 +30,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from diageval.bundle.attribution import Attribution, AttributionCollector
 from diageval.bundle.model import WORLD_SIZE_LIMIT, EvidenceBundle, StepRecord
 from diageval.bundle.trace_defects import DefectObserver, clock_disagreement
 from diageval.bundle.trace_stream import TraceFormatError
@@ -55,6 +56,16 @@ class RunEvidence(BaseModel):
     no_windows: dict[int, str] = Field(default_factory=dict, description="rank -> why its step-less trace has no windows")
     work: dict[int, dict[int, RankStepWork]] = Field(
         default_factory=dict, description="rank -> profiler step -> the arithmetic of its counted ops (load_imbalance)")
+    attribution: dict[int, Attribution] = Field(
+        default_factory=dict, description="rank -> its units' time tables (ranks with device events; attributed.py)")
+
+    def without_attributed(self, judged: "RunEvidence | None" = None) -> "RunEvidence":
+        """The same evidence less the ranks judged by their time table in ``judged`` (default: this evidence): what the
+        step-counting judges still read. A rank left out of ``judged`` (its device clock disagrees, so its table would
+        misplace the device's idle) keeps its host side here."""
+        judged = self if judged is None else judged
+        table = {r for r in judged.attribution if r in judged.traces}
+        return self.model_copy(update={"traces": {r: s for r, s in self.traces.items() if r not in table}})
 
     def units(self, rank: int) -> list[StepSummary]:
         """What the per-rank rules judge on ``rank``: its profiler steps, else the windows of its step-less trace."""
@@ -180,11 +191,13 @@ def gather_evidence(bundle: EvidenceBundle) -> RunEvidence:
     work: dict[int, dict[int, RankStepWork]] = {}
     defects: dict[int, str] = {}
     clock_only: list[int] = []
+    attributors: dict[int, AttributionCollector] = {}
     for rank, path in bundle.trace_paths().items():
         collector = WorkCollector()  # measured in the same read: each trace is read once here
         defect = DefectObserver()
+        attributor = attributors[rank] = AttributionCollector()
         try:
-            traces[rank] = summarize_trace(path, observers=[collector, defect])
+            traces[rank] = summarize_trace(path, observers=[collector, defect, attributor])
         except (TraceFormatError, OSError) as exc:
             unreadable[rank] = str(exc)
             continue
@@ -212,7 +225,7 @@ def gather_evidence(bundle: EvidenceBundle) -> RunEvidence:
             windows[rank], sources[rank] = cut.units, cut.source
         else:
             no_windows[rank] = cut.why_none or "no windows"
-    return RunEvidence(
+    ev = RunEvidence(
         world_size=world_size,
         traces=traces,
         unreadable=unreadable,
@@ -226,3 +239,13 @@ def gather_evidence(bundle: EvidenceBundle) -> RunEvidence:
         no_windows=no_windows,
         work=work,
     )
+    for rank, s in traces.items():  # a rank with device events: its steps' time table (attributed.py)
+        units = ev.units(rank)
+        if not s.has_device or s.truncated or not units:
+            continue
+        if ev.windowed(rank) and sources.get(rank) != "step log":  # no steps: the span with device work, as trace stats
+            windows = attributors[rank].device_span()
+        else:
+            windows = [(st.number, st.start_us - s.base_time_us, st.dur_us) for st in units]
+        ev.attribution[rank] = attributors[rank].attribute(windows)
+    return ev

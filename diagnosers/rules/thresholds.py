@@ -8,6 +8,8 @@ showed a principle missing, the principle was added and is written next to its n
 moved by looking at the recorded cases (cases/recorded/): those are the check that the rules transfer.
 """
 
+from diageval.bundle.attribution import QUEUE_EMPTY_DELAY_US as QUEUE_EMPTY_DELAY
+
 # Data loading: a step that spends a third of its time waiting for the next batch is input-bound by any
 # reasonable standard (a healthy pipeline with prefetching hides the load almost entirely).
 DATA_WAIT_SHARE = 0.30
@@ -83,7 +85,7 @@ SYNC_IDLE_SHARE = MIN_CAUSE_SHARE
 # 2. the device idles in many short gaps between kernels (each at most trace_stats.SHORT_GAP_US, so not a
 #    few long stalls, which have causes of their own), for at least MIN_CAUSE_SHARE of the step, after
 #    taking out the idle that DataLoader waits and blocking calls already explain.
-QUEUE_EMPTY_DELAY_US = 50.0
+QUEUE_EMPTY_DELAY_US = QUEUE_EMPTY_DELAY  # 50 us, defined where the time table splits device gaps by it
 LAUNCH_GAP_SHARE = MIN_CAUSE_SHARE
 
 # Launch overhead on CPU traces (there is no device to idle, so no queue to measure);
@@ -157,3 +159,26 @@ MAX_CONFIDENCE = 0.95
 # the step is all compute), its compute must take SKEW_SHARE of the step longer (its peers wait that long,
 # the straggler's bar), on PERSISTENT_SHARE of a block of steps; and the extra work, at its peers' speed,
 # must account for COMPUTE_EXPLAINS_SKEW of its extra compute time for it to replace a straggler claim.
+
+# --- time attribution (attributed.py; the table is diageval.bundle.attribution) ----------------------------
+# On a trace with device events each rank's wall time is split into what the device did and, for every instant it
+# idled, what the launching threads were doing; a cause is named from its share of that table. Every host-side
+# cause costs the step only the device idle it explains, so one bar serves them all: MIN_CAUSE_SHARE, the smallest
+# loss worth naming (a tenth of the step), compared fuzzily (graded_confidence). The loader's own cut above
+# (DATA_WAIT_SHARE, a third of a step's wall time) is for CPU traces, where a wait is not split from the work it may
+# overlap; on a GPU trace only the wait the device idles through is counted, so the general bar applies.
+ATTRIBUTED_CAUSE_SHARE = MIN_CAUSE_SHARE
+# A share is told from its absence when it is at least this many standard errors above zero: a one-sided test at
+# 5% (a share cannot be negative, so only "more than none" is asked), z = 1.645. The standard error comes from the occurrences the share is made of (waits, blocking
+# calls, device gaps, CPU ops: the square root of the sum of their squared times, a compound-Poisson total) or
+# from its spread over steps/windows, whichever is larger. n equal occurrences give share / se = sqrt(n): one wait
+# (1.0) or two (1.4) cannot be told from a stray event, three (1.7) can, wherever they sit (one step or thirty).
+# A cause share that would matter (from the cut's lower edge) but is not told from its absence is the only
+# "too little evidence" on such a trace.
+ABSENCE_SIGMAS = 1.645
+# The table's own splits use two numbers defined beside it (diageval.bundle): a gap between device activities of at
+# most trace_stats.SHORT_GAP_US (1 ms, a visible stall; 50-200x a launch's latency) is the host dispatching, longer
+# ones are charged to what the host was doing; and a CPU op that queues no device work is work of its own (input made
+# inline before the step's first kernel, else the model's host work) only when it runs at least SHORT_GAP_US, shorter
+# ones being the model's own dispatch (views, empty tensors). A gap is "queued" (the device's own, not the host's)
+# when the activity that ends it was queued more than QUEUE_EMPTY_DELAY_US before it started.

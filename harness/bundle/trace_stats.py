@@ -47,12 +47,10 @@ from pydantic import BaseModel, Field
 
 from diageval.bundle import kineto as K
 from diageval.bundle.trace_defects import DefectObserver, clock_disagreement
+from diageval.bundle.attribution import AttributionCollector, TimeShare, share_rows
+from diageval.bundle.trace_ids import GAP_BINS_US, SHORT_GAP_US, IdTable, merge_sorted, step_markers, tid_strings
 from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, correlations, iter_trace_windows
 
-GAP_BINS_US = (10.0, 50.0, 1000.0)
-SHORT_GAP_US = 1000.0
-"""Device idle gaps are counted when longer than each of these (a kernel launch costs ~5 us on the
-host, so a gap over 10 us is more than one launch's worth; over 1 ms is a visible stall)."""
 
 BLOCKING_KINDS = ("sync", "sync_copy", "pageable_copy", "free")
 _KIND_OF_CALL: dict[str, str] = {
@@ -62,17 +60,6 @@ _KIND_OF_CALL: dict[str, str] = {
 }
 
 
-def merge_sorted(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The disjoint union of intervals sorted by start: one joins the interval before it where it starts at or
-    before the furthest end so far."""
-    if not len(starts):
-        return starts, ends
-    reach = np.maximum.accumulate(ends)
-    first = np.empty(len(starts), dtype=bool)
-    first[0] = True
-    np.greater(starts[1:], reach[:-1], out=first[1:])
-    at = np.flatnonzero(first)
-    return starts[at], np.maximum.reduceat(ends, at)
 
 
 def _doubles(values: np.ndarray) -> array:
@@ -183,6 +170,9 @@ class TraceStats(BaseModel):
     whole_trace: bool = Field(False, description="No ProfilerStep markers: steps holds one whole-trace window")
     defects: list[str] = Field(default_factory=list, description="What the trace's own events say is wrong with it "
                                "(trace_defects.py: several ranks merged, steps recorded twice, lost timestamps)")
+    time_table: list[TimeShare] = Field(default_factory=list, description="Where the steps' time went: device work and,"
+                                        " for every device-idle instant, what the launching threads did (attribution.py;"
+                                        " traces with device events)")
 
     @property
     def mb_per_s(self) -> float:
@@ -425,11 +415,6 @@ def timed_window(window: list[TraceEvent], names: Names) -> tuple[TimedWindow, N
     return TimedWindow(events, ts, dur, ids, names), names
 
 
-def step_markers(w: TimedWindow, kinds: list[tuple], is_step: np.ndarray) -> list[tuple[Any, Any, Any, str]]:
-    """(number, start, duration, thread) of the step markers of ``w`` (where ``is_step``; item 1 of a step's kind
-    is its number), the columns' one shape of a step marker."""
-    steps = w.select(is_step)
-    return [(kinds[i][1], ev.ts, ev.dur, str(ev.tid)) for i, ev in zip(steps.ids.tolist(), steps.events)]
 
 
 def _fits_float(x: Any) -> bool:
@@ -440,14 +425,6 @@ def _fits_float(x: Any) -> bool:
     return True
 
 
-def tid_strings(events: list[TraceEvent]) -> list[str]:
-    """``[str(ev.tid) for ev in events]``, converting each distinct thread id once."""
-    raw = [ev.tid for ev in events]
-    try:
-        as_str = {t: str(t) for t in set(raw)}
-    except TypeError:  # an unhashable tid (a list...): one at a time
-        return [str(t) for t in raw]
-    return [as_str[t] for t in raw]
 
 
 def tid_set(events: Iterable[TraceEvent]) -> set[str]:
@@ -471,37 +448,8 @@ def by_tid(tids: list[str]) -> list[tuple[str, np.ndarray | None]]:
     return [(t, arr == t) for t in dict.fromkeys(tids)]
 
 
-class IdTable:
-    """A collector's reading of each (category, name) id of a :class:`Names` (``kind_of`` turns a pair into a
-    tuple whose first item is its kind), grown as new ids appear: ``kind[ids]`` is a window's kinds at once."""
-
-    def __init__(self, kind_of: Any) -> None:
-        self.kind_of = kind_of
-        self.names: Names | None = None
-        self.kinds: list[tuple] = []
-        self.kind = np.zeros(0, dtype=np.int8)
-        self.flags: dict[int, np.ndarray] = {}
-
-    def update(self, names: Names) -> None:
-        if names is not self.names:  # a fresh Names (a new read, or past NAMES_LIMIT): its ids start again at 0
-            self.names, self.kinds, self.kind, self.flags = names, [], np.zeros(0, dtype=np.int8), {}
-        if len(self.kinds) < len(names.keys):
-            new = [self.kind_of(*key) for key in names.keys[len(self.kinds):]]
-            self.kinds += new
-            self.kind = np.concatenate([self.kind, np.array([k[0] for k in new], dtype=np.int8)])
-            # the flags grow by the new ids (a table made elsewhere, under a negative item, is made again)
-            self.flags = {item: np.concatenate([f, _flags(new, item)]) for item, f in self.flags.items() if item >= 0}
-
-    def flag(self, item: int) -> np.ndarray:
-        """Per id: bool(item ``item`` of its kind) (False where the kind is shorter)."""
-        f = self.flags.get(item)
-        if f is None:
-            f = self.flags[item] = _flags(self.kinds, item)
-        return f
 
 
-def _flags(kinds: list[tuple], item: int) -> np.ndarray:
-    return np.array([len(k) > item and bool(k[item]) for k in kinds], dtype=bool)
 
 
 class StatsCollector:
@@ -876,12 +824,14 @@ def trace_stats(path: Path) -> TraceStats:
     started = time.perf_counter()
     collector = StatsCollector()
     defects = DefectObserver()
+    attribution = AttributionCollector()
     names = Names()
     try:
         for window in iter_trace_windows(path, state):
             timed, names = timed_window(window, names)
             collector.add_window(timed)
             defects.add_window(timed)
+            attribution.add_window(timed)
     except UnicodeDecodeError as exc:
         raise TraceFormatError(f"{path}: not UTF-8 JSON: {exc}") from exc
     steps, whole = collector.measure()
@@ -907,8 +857,11 @@ def trace_stats(path: Path) -> TraceStats:
         defects=defects.findings() + [why for why in [clock_disagreement(steps)] if why],
         steps=steps,
         whole_trace=whole,
+        time_table=share_rows(attribution.attribute(
+            attribution.device_span() if whole else [(s.number, s.start_us, s.dur_us) for s in steps]))
+        if collector.has_device_events else [],
     )
 
 
-__all__ = ["Names", "IdTable", "TimedWindow", "timed_window", "step_markers", "merge_sorted", "NAMES_LIMIT", "tid_strings", "by_tid", "StatsCollector", "TimeRange", "JOIN_PENDING_LIMIT", "Coverage", "StepStats", "TraceStats", "ThreadStats", "BlockingStats",
+__all__ = ["Names", "IdTable", "TimedWindow", "timed_window", "step_markers", "merge_sorted", "NAMES_LIMIT", "tid_strings", "by_tid", "StatsCollector", "TimeRange", "JOIN_PENDING_LIMIT", "Coverage", "StepStats", "TimeShare", "TraceStats", "ThreadStats", "BlockingStats",
            "trace_stats", "quantile", "sorted_doubles", "GAP_BINS_US", "SHORT_GAP_US", "BLOCKING_KINDS"]

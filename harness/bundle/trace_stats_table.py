@@ -1,6 +1,7 @@
 """``diageval trace stats`` for people: the figures of :mod:`diageval.bundle.trace_stats` as named lines.
 
-``summary_rows`` gives (line name, value) pairs, medians over the profiler steps; the table and the
+``summary_rows`` gives (line name, value) pairs, medians over the profiler steps (the ``time:`` lines: sums over
+them, the table the rules name causes from, each part with its standard error); the table and the
 side-by-side comparison print them. Recorded cases quote these lines verbatim (``recorded.measured``),
 so a reviewer re-derives a label's figures with one command and a test checks they still match.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from diageval.bundle.attribution import format_rows
 from diageval.bundle.trace_stats import BLOCKING_KINDS, GAP_BINS_US, TraceStats, quantile
 
 
@@ -81,6 +83,9 @@ def summary_rows(stats: TraceStats) -> list[tuple[str, str]]:
         auto = any(t.autograd for s in steps for t in s.threads if t.tid == tid)
         rows.append((f"host thread #{n} by busy time", f"tid {tid}{' (autograd)' if auto else ''}: {ops:.0f} ops/step,"
                      f" in an op {pct(busy)} of the step"))
+    # the time table the rules name causes from (diageval.bundle.attribution): sums over the steps, not medians
+    rows += format_rows(stats.time_table, "the span with device work (no step markers)" if stats.whole_trace else
+                        f"{len(steps)} step{'s' if len(steps) != 1 else ''}")
     return rows
 
 

@@ -80,15 +80,28 @@ def test_a_rank_waiting_in_communication_does_not_speak_for_its_absent_peers(tmp
 # --- too little evidence ---------------------------------------------------------------------------------------
 
 
-def test_two_steps_of_fourteen_kernels_are_too_little_evidence(tmp_path):
-    d = diagnose(tmp_path, steps=2, kernels=7, delay_us=10.0)
+def test_one_wait_is_too_little_evidence_however_long(tmp_path):
+    """Issue 38: evidence is counted in the occurrences a cause is made of, not in steps. One step whose one wait
+    idles the device for 40% of it cannot tell a pattern from a stray wait (its standard error is its size)."""
+    d = diagnose(tmp_path, steps=1, kernels=25, kernel_us=150.0, gap_us=5.0, delay_us=300.0, wait_us=4_000.0)
     assert d.abstain is not None and "too little evidence" in d.abstain.reason
+    assert "data wait" in d.abstain.reason and "1 waits" in d.abstain.reason
     assert not [c for c, p in causes(d).items() if p >= 0.5]
 
 
-def test_one_long_step_is_too_little_evidence(tmp_path):
-    d = diagnose(tmp_path, steps=1, kernels=25, delay_us=10.0)
-    assert d.abstain is not None and "too little evidence" in d.abstain.reason and "1 of 1 steps" in d.abstain.reason
+def test_one_step_of_many_short_gaps_is_a_pattern(tmp_path):
+    """Issue 38: one profiled step of 25 kernels, each found the queue empty and left a short gap: 25 occurrences of
+    one pattern, named from one step ("1 of 1 steps ... a pattern needs 3" was the old answer)."""
+    d = diagnose(tmp_path, steps=1, kernels=25, delay_us=10.0, wait_us=0.0)
+    assert d.abstain is None and causes(d).get("launch.kernel_launch_overhead", 0.0) > 0.8
+    (f,) = [f for f in d.causes if f.category == "launch.kernel_launch_overhead"]
+    assert any("standard error" in e and "device gaps" in e and "1 step" in e for e in f.evidence)
+
+
+def test_two_steps_of_few_kernels_are_judged_by_their_gaps(tmp_path):
+    """Two steps of 7 kernels: 14 short gaps on an empty queue, enough to name a pattern at a margin-graded confidence."""
+    d = diagnose(tmp_path, steps=2, kernels=7, delay_us=10.0, wait_us=0.0)
+    assert d.abstain is None and 0.5 < causes(d)["launch.kernel_launch_overhead"] <= T.MAX_CONFIDENCE
 
 
 def test_too_few_steps_are_enough_when_the_device_leaves_no_room_for_a_cause(tmp_path):
@@ -110,7 +123,7 @@ def test_frees_that_idle_the_device_are_allocator_churn_not_a_sync(tmp_path):
 
 
 def test_pageable_copies_stay_a_sync_and_are_not_churn(tmp_path):
-    d = diagnose(tmp_path, steps=6, delay_us=500.0, pageable_block_us=2_500.0)
+    d = diagnose(tmp_path, steps=6, delay_us=500.0, pageable_block_us=2_500.0, wait_us=0.0)
     assert set(causes(d)) == {"host.device_sync"}
 
 
@@ -130,22 +143,24 @@ def test_a_few_frees_of_set_up_before_the_loop_are_not_churn(tmp_path):
 # --- step-less traces --------------------------------------------------------------------------------------------
 
 
-def test_a_step_less_trace_is_judged_in_windows(tmp_path):
+def test_a_step_less_trace_is_judged_over_its_span_with_device_work(tmp_path):
     d = diagnose(tmp_path, _no_markers, steps=12, kernels=10, wait_us=4_000.0, delay_us=3_000.0)
     assert d.abstain is None
     (f,) = d.causes
     assert f.category == "input.dataloader_starvation" and f.confidence > 0.5 and f.steps is None
-    assert any("windows" in e for e in f.evidence)
+    # the span runs from the first kernel: the wait before it (the job's first batch) is not the loop's
+    assert any("the span with device work" in e and "11 waits" in e for e in f.evidence)
 
 
 def test_a_step_less_launch_bound_trace(tmp_path):
-    d = diagnose(tmp_path, _no_markers, steps=10, delay_us=10.0)
+    d = diagnose(tmp_path, _no_markers, steps=10, delay_us=10.0, wait_us=0.0)
     assert set(causes(d)) == {"launch.kernel_launch_overhead"}
 
 
-def test_a_step_less_trace_with_too_few_kernels_is_too_little_evidence(tmp_path):
-    d = diagnose(tmp_path, _no_markers, steps=2, kernels=4, delay_us=10.0)
-    assert d.abstain is not None and "too little evidence" in d.abstain.reason and "windows" in d.abstain.reason
+def test_a_step_less_trace_with_two_waits_is_too_little_evidence(tmp_path):
+    d = diagnose(tmp_path, _no_markers, steps=3, kernels=30, kernel_us=150.0, gap_us=5.0, wait_us=3_000.0,
+                 delay_us=300.0)
+    assert d.abstain is not None and "too little evidence" in d.abstain.reason and "2 waits" in d.abstain.reason
 
 
 # --- graded confidence ---------------------------------------------------------------------------------------------
@@ -164,10 +179,11 @@ def test_graded_confidence_is_smooth_through_the_cut():
 
 
 def test_a_wait_just_under_the_cut_is_named_just_under_a_coin_flip_with_its_symptom(tmp_path):
-    """A step that waits 29.6% of its time for data (cut 30%): a cause at a confidence just under 0.5, and the
-    symptom it shows; at 39% the same cause is named with confidence."""
-    just_under = diagnose(tmp_path / "a", steps=8, wait_us=0.296 * STEP_US, delay_us=3_000.0)
-    well_over = diagnose(tmp_path / "b", steps=8, wait_us=0.39 * STEP_US, delay_us=3_000.0)
+    """On a GPU trace a wait costs the device idle it explains, against the smallest loss worth naming (a tenth of
+    the step): 9.6% is named just under a coin flip, with the symptom it shows; 29.6% (issue 38: once a hedge
+    against a 30% cut) with confidence."""
+    just_under = diagnose(tmp_path / "a", steps=8, wait_us=0.096 * STEP_US, delay_us=3_000.0)
+    well_over = diagnose(tmp_path / "b", steps=8, wait_us=0.296 * STEP_US, delay_us=3_000.0)
     under = causes(just_under)["input.dataloader_starvation"]
     assert 0.35 < under < 0.5 and just_under.abstain is None
     assert "symptom.slow_step" in {f.category for f in just_under.findings if f.kind == "symptom"}
@@ -187,7 +203,7 @@ def test_a_cause_under_its_cut_brings_its_symptom_when_nothing_else_shows_it():
 
 
 def test_confidence_follows_the_measured_share_without_a_step(tmp_path):
-    shares = [0.20, 0.26, 0.29, 0.31, 0.34, 0.40]
+    shares = [0.02, 0.08, 0.09, 0.105, 0.115, 0.13]
     conf = [causes(diagnose(tmp_path / f"s{i}", steps=8, wait_us=s * STEP_US, delay_us=3_000.0))
             .get("input.dataloader_starvation", 0.0) for i, s in enumerate(shares)]
     assert conf[0] == 0.0  # far under the cut: not claimed

@@ -21,7 +21,7 @@ def _causes(d):
 
 
 def test_empty_queue_and_fragmented_idle_is_launch_bound(tmp_path):
-    d = RulesDiagnoser().diagnose(_bundle(tmp_path, delay_us=10.0))
+    d = RulesDiagnoser().diagnose(_bundle(tmp_path, delay_us=10.0, wait_us=0.0))
     assert set(_causes(d)) == {"launch.kernel_launch_overhead"}
     f = _causes(d)["launch.kernel_launch_overhead"]
     assert f.ranks == [0] and 0.5 < f.confidence <= 0.95 and "10 us" in f.summary

@@ -1,0 +1,183 @@
+"""Causes named from the time table of a GPU rank (``diageval.bundle.attribution``; issue 38).
+
+Each rank's steps (or the windows of a step-less trace) are split into device work and, for every device-idle
+instant, what the launching threads were doing. A host-side cause is the idle it explains:
+
+* ``data wait`` (the loop waiting on its DataLoader) and ``input work`` (before the step's first device work,
+  the launching thread in CPU ops that queue none: decoding, resizing, tokenising inline in the step):
+  ``input.dataloader_starvation``; CPU work after the first kernel (``cpu work``: the model's own bookkeeping,
+  post-processing) is shown in the table and named as nothing;
+* ``sync``: ``host.device_sync``; ``memory`` (cudaFree/hipFree, raw allocations): ``memory.allocator_churn``;
+* ``launch`` (idle in short gaps, or while an op dispatches, the next kernel having found an empty queue):
+  ``launch.kernel_launch_overhead``, when the rank's kernels also start a median under ``QUEUE_EMPTY_DELAY_US``
+  after their launch (the host does not run ahead of the device for most of the step: the gaps are the rule,
+  not the few places where a deep queue ran dry).
+
+Confidence is ``graded_confidence(share, ATTRIBUTED_CAUSE_SHARE, se)``: smooth in the margin over its uncertainty.
+A share is claimed only when told from its absence (``ABSENCE_SIGMAS`` standard errors above zero); a share
+that would matter but is not told from its absence is "too little evidence" (``thin_parts``), as is a table
+whose idle the trace cannot explain (``untraced``: the host outside every recorded op).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from diageval.bundle.attribution import OCCURRENCE, WHAT, UnitAttribution, share_rows
+from diageval.bundle.attribution import TimeShare
+from diageval.diagnosers.rules import thresholds as T
+from diageval.diagnosers.rules.host_sync import WHAT as BLOCKING_WHAT
+from diageval.diagnosers.rules.host_sync import SYNC_KINDS
+from diageval.diagnosers.rules.inputs import RunEvidence
+from diageval.diagnosers.rules.stats import claimable, graded_confidence, lower_edge, median, median_standard_error
+from diageval.diagnosis import Finding
+
+CAUSE_OF_PART = {
+    "data wait": "input.dataloader_starvation",
+    "input work": "input.dataloader_starvation",
+    "sync": "host.device_sync",
+    "memory": "memory.allocator_churn",
+    "launch": "launch.kernel_launch_overhead",
+}
+SUMMARY = {
+    "data wait": "the device idles while the loop waits for its next batch (DataLoader __next__): {share:.0%} of the time",
+    "input work": "before each step's first device work the device idles while the launching thread runs CPU work"
+                  " that queues nothing on it (input made inline in the step: decoding, resizing, tokenising):"
+                  " {share:.0%} of the time",
+    "sync": "the host blocks in {calls} while the device idles: {share:.0%} of the time",
+    "memory": "the host frees or allocates device memory (cudaFree/hipFree, raw allocations) while the device idles:"
+              " {share:.0%} of the time",
+    "launch": "the host cannot keep the device fed: it idles {share:.0%} of the time in short gaps, each kernel"
+              " starting a median {delay:.0f} us after its launch (an empty queue)",
+}
+
+
+class RankTable(BaseModel):
+    rank: int
+    rows: dict[str, TimeShare]
+    units: list[UnitAttribution]
+    delay_us: float | None  # median over units of the unit's median launch-to-start delay
+    delay_ratio: float  # QUEUE_EMPTY_DELAY_US / delay (1 at the cut, larger = emptier queue)
+    se_delay_ratio: float
+    host_events: int
+
+    def separated(self, part: str) -> bool:
+        r = self.rows[part]
+        return r.share > 0 and r.share >= T.ABSENCE_SIGMAS * r.se
+
+    def confidence(self, part: str) -> float:
+        r = self.rows[part]
+        c = graded_confidence(r.share, T.ATTRIBUTED_CAUSE_SHARE, r.se)
+        if part == "launch":
+            c = round(c * graded_confidence(self.delay_ratio, 1.0, self.se_delay_ratio), 3)
+        return c
+
+
+def measure_tables(ev: RunEvidence) -> list[RankTable]:
+    out = []
+    for rank in sorted(ev.attribution):
+        att = ev.attribution[rank]
+        units = [u for u in att.units if u.dur_us > 0]
+        rows = {r.part: r for r in share_rows(att)}
+        if not rows or rank not in ev.traces:
+            continue
+        steps = [st for st in ev.units(rank) if st.gpu is not None and st.gpu.launch_delay_median_us is not None]
+        delays = [st.gpu.launch_delay_median_us for st in steps]
+        ratios = [T.QUEUE_EMPTY_DELAY_US / max(d, 1e-3) for d in delays]
+        out.append(RankTable(
+            rank=rank, rows=rows, units=units,
+            delay_us=median(delays) if delays else None,
+            delay_ratio=median(ratios) if ratios else 0.0,
+            se_delay_ratio=median_standard_error(ratios),
+            host_events=sum(u.host_events for u in units),
+        ))
+    return out
+
+
+def thin_parts(t: RankTable, ev: RunEvidence) -> list[str]:
+    """Why this rank's table cannot separate a cause from its absence (empty: it can)."""
+    if t.host_events == 0:
+        return [f"{unit_words(ev, t)} holds no host events (no CPU op, annotation or runtime call): what the launching"
+                " thread did, and whether it covers a whole step, cannot be seen"]
+    out = []
+    for part in (*CAUSE_OF_PART, "untraced"):
+        r = t.rows[part]
+        if r.share >= lower_edge(T.ATTRIBUTED_CAUSE_SHARE) and not t.separated(part):
+            out.append(f"{part} {r.share:.0%} of the time from {r.occurrences} {OCCURRENCE[part]}"
+                       f" (standard error {r.se:.0%}: not told from none)")
+    return out
+
+
+def unexplained(t: RankTable) -> str | None:
+    """The idle the trace cannot explain, when it could hide a cause (the host outside every recorded op)."""
+    r = t.rows["untraced"]
+    if t.separated("untraced") and graded_confidence(r.share, T.ATTRIBUTED_CAUSE_SHARE, r.se) >= 0.5:
+        return (f"rank {t.rank}: the device idles {r.share:.0%} of the time (standard error {r.se:.0%}, {r.occurrences}"
+                " device gaps) while the host is outside every recorded op: the trace does not show what it waited for")
+    return None
+
+
+def unit_words(ev: RunEvidence, t: RankTable) -> str:
+    if ev.windowed(t.rank) and ev.window_source.get(t.rank) != "step log":
+        return "the span with device work (no step markers)"
+    return f"{len(t.units)} {ev.unit_name(t.rank) if len(t.units) != 1 else ev.unit_name(t.rank, plural=False)}"
+
+
+def evidence_line(ev: RunEvidence, t: RankTable, part: str) -> str:
+    r = t.rows[part]
+    total = sum(u.dur_us for u in t.units)
+    busy = t.rows["compute"].share + t.rows["communication"].share
+    line = (f"{ev.trace_file(t.rank)}: {WHAT[part]}: {r.us / 1e3:.1f} ms of {total / 1e3:.1f} ms over"
+            f" {unit_words(ev, t)}"
+            f" ({r.share:.0%}, standard error {r.se:.1%} from {r.occurrences} {OCCURRENCE[part]}); device busy {busy:.0%}")
+    if part == "launch" and t.delay_us is not None:
+        line += f"; median launch-to-start delay {t.delay_us:.1f} us (an empty queue under {T.QUEUE_EMPTY_DELAY_US:.0f} us)"
+    return line + " (diageval trace stats: time table)"
+
+
+def _blocking_calls(ev: RunEvidence, ranks: list[int]) -> str:
+    """What the synchronising calls are, by the kind that idles the device longest (trace_stats' blocking figures)."""
+    idle: dict[str, float] = {}
+    for rank in ranks:
+        for st in ev.units(rank):
+            for kind, b in (st.gpu.blocking.items() if st.gpu is not None else ()):
+                if kind in SYNC_KINDS:
+                    idle[kind] = idle.get(kind, 0.0) + b.device_idle_us
+    top = max(sorted(idle), key=idle.get) if idle else None
+    return BLOCKING_WHAT[top] if top else "synchronising calls"
+
+
+def judge_attributed(tables: list[RankTable], ev: RunEvidence) -> list[Finding]:
+    """One finding per cause category, over the ranks whose table names it (the part that names it best per rank)."""
+    hits: dict[str, list[tuple[RankTable, str, float]]] = {}
+    for t in tables:
+        best: dict[str, tuple[str, float]] = {}
+        for part, category in CAUSE_OF_PART.items():
+            if not t.separated(part):
+                continue
+            c = t.confidence(part)
+            if claimable(c) and c > best.get(category, ("", -1.0))[1]:
+                best[category] = (part, c)
+        for category, (part, c) in best.items():
+            hits.setdefault(category, []).append((t, part, c))
+    findings = []
+    for category, hit in hits.items():
+        share = median([t.rows[p].share for t, p, _ in hit])
+        part = max(hit, key=lambda h: h[2])[1]
+        delay = median([t.delay_us for t, _, _ in hit if t.delay_us is not None] or [0.0])
+        ranges = [ev.step_range(t.rank, ev.units(t.rank)[0], ev.units(t.rank)[-1]) for t, _, _ in hit if ev.units(t.rank)]
+        ranges = [x for x in ranges if x is not None]
+        findings.append(Finding(
+            category=category,
+            confidence=median([c for _, _, c in hit]),
+            ranks=[t.rank for t, _, _ in hit],
+            steps=(min(a for a, _ in ranges), max(b for _, b in ranges)) if ranges else None,
+            impact=round(min(1.0, share), 3),
+            summary=f"rank(s) {[t.rank for t, _, _ in hit]}: " + SUMMARY[part].format(
+                share=share, delay=delay, calls=_blocking_calls(ev, [t.rank for t, _, _ in hit])),
+            evidence=[evidence_line(ev, t, p) for t, p, _ in hit],
+        ))
+    return findings
+
+
+__all__ = ["CAUSE_OF_PART", "RankTable", "measure_tables", "thin_parts", "unexplained", "judge_attributed"]

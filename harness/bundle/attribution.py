@@ -1,0 +1,494 @@
+"""Where a GPU rank's time went: one table per rank that sums to its wall time (issue 38).
+
+For every unit (a profiler step, a window of a step-less trace) the wall time is split into what the device
+did and, for each interval in which the device idled, what the launching threads were doing. One pass: an
+observer of the streaming reader (``add_window``, beside ``trace_stats.StatsCollector`` and the summary's
+columns) keeps compact columns; ``attribute`` splits any list of windows afterwards.
+
+The parts, in the order they claim an idle instant (an instant belongs to the first that holds):
+
+* ``compute``: some device activity other than communication kernels runs;
+* ``communication``: only communication kernels run (exposed communication);
+* ``sync``: a host thread is blocked in a synchronising call (device/stream/event synchronize, a synchronous
+  copy, an async copy whose host side is pageable memory);
+* ``memory``: a host thread is inside cudaFree/hipFree (each synchronises the device) or a raw allocation;
+* ``data wait``: the loop waits for its next batch (``enumerate(DataLoader)...__next__``);
+* ``collective``: a host thread is inside a host-side collective (gloo, c10d, nccl record functions);
+* ``queued``: none of the host states above, and the activity that ends the gap had been queued more than
+  ``QUEUE_EMPTY_DELAY_US`` before it started (launch-to-start delay, matched by correlation): the device
+  waited on something other than the host (a stream or event dependency, another process, a clock offset);
+* ``launch``: the host is dispatching with an empty queue: the idle falls in a short gap between device
+  activities (at most ``trace_stats.SHORT_GAP_US``: launch latency and per-op dispatch, not a stall), or a
+  thread is inside a CPU op that queued device work;
+* ``cpu work``: a launching thread is inside a top-level CPU op of at least ``SHORT_GAP_US`` that queued no
+  device work (work outside the model's device work: decoding, resizing, tokenising, CPU-side math); a
+  shorter op that queues nothing (a view, an empty tensor: the model's own dispatch) counts as ``launch``.
+  Before the unit's first device activity it is ``input work``: a step's input is made before the model
+  consumes it (decoding, resizing, tokenising inline, with no DataLoader); after it, the CPU work sits inside
+  or after the model's own work (bookkeeping, post-processing) and stays ``cpu work``;
+* ``untraced``: none of the above: the host is outside every recorded op (Python between ops, code the
+  profiler does not record, or a trace without host events).
+
+Each part is a sum of occurrences: for host states the merged host intervals (each wait, each blocking call,
+each CPU op), for ``launch`` and ``untraced`` the device gaps, for the device parts the merged device
+intervals. ``share_rows`` turns the units of a rank into shares with a standard error taken from those
+occurrences (a compound-Poisson total: the square root of the sum of squared occurrence totals) and from the
+spread over units (the ratio estimator's), whichever is larger: a one-step trace of thousands of gaps is
+measured tightly, one long wait in one step is not.
+
+Size: the collector's columns, the split (one vectorised sweep over the instants where any part changes) and the
+shares with their errors are one unit: the parts are defined once, here, for ``trace stats`` and ``rules`` alike,
+and splitting them would spread one definition of a part over several modules.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from diageval.bundle import kineto as K
+from diageval.bundle.trace_ids import SHORT_GAP_US, IdTable, merge_sorted, step_markers, tid_strings
+from diageval.bundle.trace_stream import correlations
+
+QUEUE_EMPTY_DELAY_US = 50.0
+"""A device activity that starts within this of the call that queued it found the queue empty (launch latency is
+5-20 us on CUDA and ROCm; ``rules.thresholds.QUEUE_EMPTY_DELAY_US`` gives the reasoning and reads this value)."""
+
+PARTS = ("compute", "communication", "sync", "memory", "data wait", "collective", "queued", "launch", "input work",
+         "cpu work", "untraced")
+DEVICE_PARTS = PARTS[:2]
+IDLE_PARTS = PARTS[2:]
+WHAT = {
+    "compute": "the device computes",
+    "communication": "the device runs only communication kernels",
+    "queued": "device idle with work queued (the next kernel was launched long before it started)",
+    "sync": "device idle, host blocked in a synchronising call",
+    "memory": "device idle, host freeing or allocating device memory",
+    "data wait": "device idle, loop waiting for its next batch (DataLoader)",
+    "collective": "device idle, host inside a host-side collective",
+    "launch": "device idle, host dispatching with an empty queue",
+    "input work": "device idle before the step's first device work, launching thread in CPU ops that queue none",
+    "cpu work": "device idle, launching thread in CPU ops that queue no device work",
+    "untraced": "device idle, host outside every recorded op",
+}
+OCCURRENCE = {
+    "compute": "device intervals", "communication": "device intervals", "queued": "device gaps", "sync": "blocking calls",
+    "memory": "free/alloc calls", "data wait": "waits", "collective": "collectives", "launch": "device gaps",
+    "input work": "CPU ops", "cpu work": "CPU ops", "untraced": "device gaps",
+}
+COLLECTIVE_PREFIXES = (K.GLOO_COLLECTIVE_PREFIX, "nccl:", "c10d::", "record_param_comms")
+
+# what one (category, name) pair is to this collector
+_NONE, _DEV, _LAUNCH, _BLOCK, _ASYNC, _MEM, _STEP, _OP, _ANNOT = range(9)
+
+
+def _kind(cat: str | None, name: str | None) -> tuple:
+    """(kind, detail, data wait, collective): detail is a device event's communication flag and pageable mark,
+    a step marker's number."""
+    name = name if isinstance(name, str) else str(name)
+    if cat in K.DEVICE_CATEGORIES:
+        comm = cat in K.KERNEL_CATEGORIES and K.is_comm_kernel(name)
+        return (_DEV, comm, cat in K.MEMCPY_CATEGORIES and K.PAGEABLE_MARK in name, False)
+    if cat in K.RUNTIME_CATEGORIES:
+        if name in K.LAUNCH_NAMES:
+            return (_LAUNCH, None, False, False)
+        if name in K.SYNC_NAMES or name in K.SYNC_COPY_NAMES:
+            return (_BLOCK, None, False, False)
+        if name in K.ASYNC_COPY_NAMES:
+            return (_ASYNC, None, False, False)
+        if name in K.FREE_NAMES or name in K.ALLOC_NAMES:
+            return (_MEM, None, False, False)
+        return (_NONE, None, False, False)
+    if cat in K.HOST_OP_CATEGORIES:
+        if name.startswith(K.PROFILER_STEP_PREFIX):
+            n = K.profiler_step_number(name) if cat in K.STEP_MARKER_CATEGORIES else None
+            return (_NONE, None, False, False) if n is None else (_STEP, n, False, False)
+        data = name.startswith(K.DATALOADER_NEXT_PREFIX)
+        coll = name.startswith(COLLECTIVE_PREFIXES)
+        return (_OP if cat in K.CPU_OP_CATEGORIES else _ANNOT, None, data, coll)
+    return (_NONE, None, False, False)
+
+
+class TimeShare(BaseModel):
+    """One part of the time table (``diageval.bundle.attribution``) over a trace's steps: its share of their summed
+    time and that share's standard error."""
+
+    part: str
+    us: float
+    share: float
+    se: float
+    occurrences: int = Field(description="The waits, calls, gaps or ops the time is made of")
+    units: int = Field(description="Steps (or windows) summed")
+
+
+class PartTime(BaseModel):
+    us: float = 0.0
+    occurrences: int = Field(0, description="Distinct occurrences (waits, calls, gaps, ops) the time is made of")
+    sq_us2: float = Field(0.0, description="Sum of the squared time of each occurrence (its variance as a total)")
+
+
+class UnitAttribution(BaseModel):
+    """One unit's wall time split into ``PARTS`` (they sum to ``dur_us``)."""
+
+    number: int | None
+    start_us: float
+    dur_us: float
+    kernels: int = 0
+    host_events: int = Field(0, description="CPU ops, annotations and runtime calls that start in the unit")
+    parts: dict[str, PartTime] = Field(default_factory=dict)
+
+
+class Attribution(BaseModel):
+    """A rank's units, and each part's occurrences over all of them (an occurrence cut by a unit's edge counts once)."""
+
+    units: list[UnitAttribution] = Field(default_factory=list)
+    occurrences: dict[str, PartTime] = Field(default_factory=dict)
+
+
+def _merged(ts: array, dur: array) -> tuple[np.ndarray, np.ndarray]:
+    s = np.frombuffer(ts, dtype=np.float64) if len(ts) else np.zeros(0)
+    d = np.frombuffer(dur, dtype=np.float64) if len(dur) else np.zeros(0)
+    order = np.argsort(s, kind="stable")
+    s = s[order]
+    e = s + np.where(d[order] > 0.0, d[order], 0.0)
+    return merge_sorted(s, e)
+
+
+def _top_level(ts: array, dur: array) -> tuple[np.ndarray, np.ndarray]:
+    """Top-level op intervals of one thread: ops nested in another join it; ops that merely touch (one ends where the
+    next starts) stay apart, so that a CPU op that queues nothing is not merged into the launching op after it."""
+    s = np.frombuffer(ts, dtype=np.float64) if len(ts) else np.zeros(0)
+    d = np.frombuffer(dur, dtype=np.float64) if len(dur) else np.zeros(0)
+    if not len(s):
+        return s, s
+    order = np.argsort(s, kind="stable")
+    s = s[order]
+    e = s + np.where(d[order] > 0.0, d[order], 0.0)
+    reach = np.maximum.accumulate(e)
+    first = np.empty(len(s), dtype=bool)
+    first[0] = True
+    np.greater_equal(s[1:], reach[:-1], out=first[1:])
+    at = np.flatnonzero(first)
+    return s[at], np.maximum.reduceat(e, at)
+
+
+def _member(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each instant ``t``: inside the merged intervals, and the index of the interval (-1 outside)."""
+    if not len(starts):
+        return np.zeros(len(t), dtype=bool), np.full(len(t), -1)
+    k = np.searchsorted(starts, t, side="right") - 1
+    inside = (k >= 0) & (ends[np.maximum(k, 0)] > t)
+    return inside, np.where(inside, k, -1)
+
+
+class AttributionCollector:
+    """Observer of one trace's read (``add_window``); ``attribute(windows)`` afterwards."""
+
+    def __init__(self) -> None:
+        self.table = IdTable(_kind)
+        self.dev = (array("d"), array("d"))
+        self.noncomm = (array("d"), array("d"))
+        self.dev_corr: list[Any] = []
+        self.call_ts: dict[Any, float] = {}
+        self.launch_ts: dict[str, array] = defaultdict(lambda: array("d"))
+        self.block = (array("d"), array("d"))
+        self.async_copies: list[tuple[float, float, Any]] = []
+        self.pageable: set[Any] = set()
+        self.mem = (array("d"), array("d"))
+        self.data = (array("d"), array("d"))
+        self.coll = (array("d"), array("d"))
+        self.ops: dict[str, tuple[array, array]] = defaultdict(lambda: (array("d"), array("d")))
+        self.host_starts = array("d")
+        self.steps: list[tuple[Any, Any, Any, str]] = []
+
+    def add_window(self, w: Any) -> None:
+        """One window of the read (``trace_stats.timed_window``)."""
+        table = self.table
+        table.update(w.names)
+        ids = w.ids
+        code = table.kind[ids]
+        ts, dur = w.ts, w.dur
+
+        def put(cols: tuple[array, array], mask: np.ndarray) -> None:
+            if mask.any():
+                cols[0].frombytes(ts[mask].tobytes())
+                cols[1].frombytes(dur[mask].tobytes())
+
+        is_dev = code == _DEV
+        if is_dev.any():
+            put(self.dev, is_dev)
+            self.dev_corr.extend(correlations(w.select(is_dev).events))
+            put(self.noncomm, is_dev & ~table.flag(1)[ids])
+            pageable = is_dev & table.flag(2)[ids]
+            if pageable.any():
+                self.pageable.update(c for c in correlations(w.select(pageable).events) if c is not None)
+        put(self.block, code == _BLOCK)
+        put(self.mem, code == _MEM)
+        is_async = code == _ASYNC
+        queuing = (code == _LAUNCH) | (code == _BLOCK) | is_async
+        if queuing.any():
+            sel = w.select(queuing)
+            self.call_ts.update(zip(correlations(sel.events), sel.ts.tolist()))
+            self.call_ts.pop(None, None)
+        if is_async.any():
+            sel = w.select(is_async)
+            self.async_copies.extend(zip(sel.ts.tolist(), sel.dur.tolist(), correlations(sel.events)))
+        host = (code == _OP) | (code == _ANNOT) | (code == _LAUNCH) | (code == _BLOCK) | (code == _MEM) | is_async
+        if host.any():
+            self.host_starts.frombytes(ts[host].tobytes())
+        put(self.data, ((code == _OP) | (code == _ANNOT)) & table.flag(2)[ids])
+        put(self.coll, ((code == _OP) | (code == _ANNOT)) & table.flag(3)[ids])
+        is_step = code == _STEP
+        if is_step.any():
+            self.steps.extend(step_markers(w, table.kinds, is_step))
+        for kind, target in ((_LAUNCH, None), (_OP, self.ops)):
+            mask = code == kind
+            if not mask.any():
+                continue
+            sel = w.select(mask)
+            tids = tid_strings(sel.events)
+            for tid in dict.fromkeys(tids):
+                m = np.array([t == tid for t in tids], dtype=bool)
+                if target is None:
+                    self.launch_ts[tid].frombytes(sel.ts[m].tobytes())
+                else:
+                    cols = target[tid]
+                    cols[0].frombytes(sel.ts[m].tobytes())
+                    cols[1].frombytes(sel.dur[m].tobytes())
+
+    def main_tid(self) -> str | None:
+        """The thread that drives the loop: the one with the most step markers, else the most launches."""
+        counts: dict[str, int] = defaultdict(int)
+        for *_, tid in self.steps:
+            counts[tid] += 1
+        if counts:
+            return max(sorted(counts), key=counts.get)
+        if self.launch_ts:
+            return max(sorted(self.launch_ts), key=lambda t: len(self.launch_ts[t]))
+        if self.ops:
+            return max(sorted(self.ops), key=lambda t: len(self.ops[t][0]))
+        return None
+
+    def step_windows(self) -> list[tuple[int | None, float, float]]:
+        """The main thread's profiler steps (number, start, duration) in time order; without markers, ``device_span``."""
+        main = self.main_tid()
+        steps = sorted(((n, t, d) for n, t, d, tid in self.steps if tid == main), key=lambda s: s[1])
+        return steps or self.device_span()
+
+    def device_span(self) -> list[tuple[int | None, float, float]]:
+        """One window from the first device activity's start to the last one's end (none without device events): what
+        a trace without step markers is judged over. Before the first kernel a job creates its context, builds its
+        model or loads its first batch, which is not the loop a cause is about (``rules.windows`` reasons alike)."""
+        if not len(self.dev[0]):
+            return []
+        ts, dur = np.frombuffer(self.dev[0]), np.frombuffer(self.dev[1])
+        lo, hi = float(ts.min()), float((ts + np.where(dur > 0.0, dur, 0.0)).max())
+        return [(None, lo, hi - lo)] if hi > lo else []
+
+    def attribute(self, windows: list[tuple[int | None, float, float]]) -> Attribution:
+        """Each window ``(number, start, duration)`` (the trace's own clock, not overlapping) split into ``PARTS``."""
+        windows = sorted(windows, key=lambda w: w[1])
+        if not windows:
+            return Attribution()
+        dev_s, dev_e = _merged(*self.dev)
+        noncomm = _merged(*self.noncomm)
+        # blocking: synchronising calls, plus async copies whose device copy touches pageable memory
+        blk = (array("d", self.block[0]), array("d", self.block[1]))
+        for t, d, corr in self.async_copies:
+            if corr is not None and corr in self.pageable:
+                blk[0].append(t)
+                blk[1].append(d)
+        sets = {
+            "sync": _merged(*blk),
+            "memory": _merged(*self.mem),
+            "data wait": _merged(*self.data),
+            "collective": _merged(*self.coll),
+        }
+        launching, idle_ops = self._op_cover()
+        sets["launch ops"] = launching
+        sets["cpu work"] = idle_ops
+
+        lo_all = windows[0][1]
+        hi_all = max(w[1] + w[2] for w in windows)
+        bounds = [np.array([w[1] for w in windows] + [w[1] + w[2] for w in windows])]
+        for s, e in [(dev_s, dev_e), noncomm, *sets.values()]:
+            bounds += [s, e]
+        b = np.unique(np.concatenate(bounds))
+        b = b[(b >= lo_all) & (b <= hi_all)]
+        if len(b) < 2:
+            return Attribution(units=[UnitAttribution(number=n, start_us=lo, dur_us=d) for n, lo, d in windows])
+        seg_lo, seg_hi = b[:-1], b[1:]
+        length = seg_hi - seg_lo
+        mid = (seg_lo + seg_hi) / 2
+        busy, dev_k = _member(dev_s, dev_e, mid)
+        computing, _ = _member(*noncomm, mid)
+        # the device gap an idle instant lies in: between device interval k and k+1 (k = -1 before the first)
+        k = np.searchsorted(dev_s, mid, side="right") - 1
+        has_prev, has_next = k >= 0, k + 1 < len(dev_s)
+        queued = self._queued_after(dev_s)[np.minimum(k + 1, max(len(dev_s) - 1, 0))] if len(dev_s) else np.zeros(len(mid), dtype=bool)
+        queued &= has_next
+        short = np.zeros(len(mid), dtype=bool)
+        if len(dev_s):
+            gap_len = dev_s[np.minimum(k + 1, len(dev_s) - 1)] - dev_e[np.maximum(k, 0)]
+            short = has_prev & has_next & (gap_len <= SHORT_GAP_US)
+        part = np.full(len(mid), -1, dtype=np.int64)
+        occ = np.full(len(mid), -1, dtype=np.int64)
+        part[busy & computing] = PARTS.index("compute")
+        part[busy & ~computing] = PARTS.index("communication")
+        occ[busy] = dev_k[busy]
+        idle = ~busy
+        free = idle.copy()
+        for name in ("sync", "memory", "data wait", "collective"):
+            inside, idx = _member(*sets[name], mid)
+            hit = free & inside
+            part[hit] = PARTS.index(name)
+            occ[hit] = idx[hit]
+            free &= ~hit
+        hit = free & queued
+        part[hit] = PARTS.index("queued")
+        occ[hit] = k[hit] + 1
+        free &= ~hit
+        in_launch, _ = _member(*sets["launch ops"], mid)
+        hit = free & (short | in_launch)
+        part[hit] = PARTS.index("launch")
+        occ[hit] = k[hit] + 1
+        free &= ~hit
+        inside, idx = _member(*sets["cpu work"], mid)
+        hit = free & inside
+        part[hit] = PARTS.index("cpu work")
+        occ[hit] = idx[hit]
+        free &= ~hit
+        # before its unit's first device activity, CPU work is the step's input being made
+        w_lo = np.array([w[1] for w in windows])
+        w_hi = np.array([w[1] + w[2] for w in windows])
+        first = dev_s[np.minimum(np.searchsorted(dev_s, w_lo), len(dev_s) - 1)] if len(dev_s) else w_hi
+        first = np.where((first >= w_lo) & (first < w_hi), first, w_hi)
+        u = np.maximum(np.searchsorted(w_lo, mid, side="right") - 1, 0)
+        before = hit & (mid < first[u])
+        part[before] = PARTS.index("input work")
+        part[free] = PARTS.index("untraced")
+        occ[free] = k[free] + 1
+
+        unit = np.searchsorted(w_lo, mid, side="right") - 1
+        ok = (unit >= 0) & (mid < w_hi[np.maximum(unit, 0)])
+        unit, part_k, occ_k, length = unit[ok], part[ok], occ[ok] + 1, length[ok]
+        width = int(occ_k.max()) + 1 if len(occ_k) else 1
+        key = (unit * len(PARTS) + part_k) * width + occ_k
+        keys, inverse = np.unique(key, return_inverse=True)
+        sums = np.bincount(inverse, weights=length)
+        out = [UnitAttribution(number=n, start_us=lo, dur_us=d, parts={p: PartTime() for p in PARTS})
+               for n, lo, d in windows]
+        merged: dict[tuple[int, int], float] = defaultdict(float)  # (part, occurrence) -> time over every unit
+        for kk, total in zip(keys.tolist(), sums.tolist()):
+            u, rest = divmod(kk, len(PARTS) * width)
+            pt = out[u].parts[PARTS[rest // width]]
+            pt.us += total
+            pt.occurrences += 1
+            pt.sq_us2 += total * total
+            merged[divmod(rest, width)] += total
+        occurrences = {p: PartTime() for p in PARTS}
+        for (p, _), total in sorted(merged.items()):
+            pt = occurrences[PARTS[p]]
+            pt.us += total
+            pt.occurrences += 1
+            pt.sq_us2 += total * total
+        kernel_starts = np.sort(np.frombuffer(self.dev[0])) if len(self.dev[0]) else np.zeros(0)
+        host_starts = np.sort(np.frombuffer(self.host_starts)) if len(self.host_starts) else np.zeros(0)
+        for u, ua in enumerate(out):
+            lo, hi = ua.start_us, ua.start_us + ua.dur_us
+            ua.kernels = int(np.searchsorted(kernel_starts, hi) - np.searchsorted(kernel_starts, lo))
+            ua.host_events = int(np.searchsorted(host_starts, hi) - np.searchsorted(host_starts, lo))
+            # a unit's parts cover it whole (segments are cut at its edges); rounding aside, they sum to its time
+            for pt in ua.parts.values():
+                pt.us = round(pt.us, 3)
+                pt.sq_us2 = round(pt.sq_us2, 3)
+        for pt in occurrences.values():
+            pt.us = round(pt.us, 3)
+            pt.sq_us2 = round(pt.sq_us2, 3)
+        return Attribution(units=out, occurrences=occurrences)
+
+    def _queued_after(self, dev_s: np.ndarray) -> np.ndarray:
+        """Per merged device interval: its first activity was queued more than QUEUE_EMPTY_DELAY_US before it started
+        (False where no call matches it)."""
+        ts = np.frombuffer(self.dev[0]) if len(self.dev[0]) else np.zeros(0)
+        call = self.call_ts
+        delay = np.array([t - call[c] if c is not None and c in call else np.nan
+                          for t, c in zip(ts.tolist(), self.dev_corr)], dtype=np.float64)
+        order = np.argsort(ts, kind="stable")
+        ts, delay = ts[order], delay[order]
+        first = np.minimum(np.searchsorted(ts, dev_s), max(len(ts) - 1, 0))
+        # the first activity of the interval: among activities starting at its start, the least delayed
+        d = delay[first]
+        return np.nan_to_num(d, nan=0.0) > QUEUE_EMPTY_DELAY_US
+
+    def _op_cover(self) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """Top-level CPU op intervals of every thread that queued device work in them or are too short to be work
+        (``launch``), and those of the launching threads (the main thread and every thread with a launch) that ran at
+        least ``SHORT_GAP_US`` and queued none (``cpu work``)."""
+        main = self.main_tid()
+        launching = [(np.zeros(0), np.zeros(0))]
+        idle = [(np.zeros(0), np.zeros(0))]
+        for tid, (ts, dur) in sorted(self.ops.items()):
+            s, e = _top_level(ts, dur)
+            calls = np.sort(np.frombuffer(self.launch_ts[tid])) if tid in self.launch_ts and len(self.launch_ts[tid]) else np.zeros(0)
+            n = np.searchsorted(calls, e) - np.searchsorted(calls, s)
+            # an op that queues nothing is CPU work when it runs long enough to be work (SHORT_GAP_US: a visible
+            # stall); shorter ones (views, allocations of the model's own dispatch) are the launch path
+            dispatch = (n > 0) | (e - s < SHORT_GAP_US)
+            launching.append((s[dispatch], e[dispatch]))
+            if tid == main or n.any():
+                idle.append((s[~dispatch], e[~dispatch]))
+        return _union(launching), _union(idle)
+
+
+def _union(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    s = np.concatenate([p[0] for p in parts])
+    e = np.concatenate([p[1] for p in parts])
+    order = np.argsort(s, kind="stable")
+    return merge_sorted(s[order], e[order])
+
+
+def share_rows(att: Attribution) -> list[TimeShare]:
+    """Each part's share of the units' summed time, with its standard error (module doc): the larger of the
+    occurrences' compound-Poisson error and the ratio estimator's error over units."""
+    units = [u for u in att.units if u.dur_us > 0]
+    total = sum(u.dur_us for u in units)
+    if total <= 0:
+        return []
+    n = len(units)
+    rows = []
+    for p in PARTS:
+        us = [u.parts[p].us if p in u.parts else 0.0 for u in units]
+        share = sum(us) / total
+        occ = att.occurrences.get(p)
+        poisson = math.sqrt(occ.sq_us2) / total if occ else 0.0
+        spread = 0.0
+        if n >= 2:
+            spread = math.sqrt(n / (n - 1) * sum((x - share * u.dur_us) ** 2 for x, u in zip(us, units))) / total
+        rows.append(TimeShare(part=p, us=sum(us), share=share, se=max(poisson, spread),
+                             occurrences=occ.occurrences if occ else 0, units=n))
+    return rows
+
+
+def format_rows(rows: list[TimeShare], over: str) -> list[tuple[str, str]]:
+    """(line name, value) lines of the table: each part's time, share, standard error and occurrences (parts with no
+    time left out, but for ``compute``), then the total the parts sum to, ``over`` what (``"4 steps"``)."""
+    out = []
+    for r in rows:
+        if r.us <= 0 and r.part != "compute":
+            continue
+        value = (f"{r.us / 1e3:.2f} ms ({r.share:.1%}, standard error {r.se:.1%}, from {r.occurrences}"
+                 f" {OCCURRENCE[r.part]}): {WHAT[r.part]}")
+        out.append((f"time: {r.part}", value))
+    if rows:
+        out.append(("time: total", f"{sum(r.us for r in rows) / 1e3:.2f} ms over {over}"))
+    return out
+
+
+__all__ = ["TimeShare", "Attribution", "PARTS", "DEVICE_PARTS", "IDLE_PARTS", "WHAT", "OCCURRENCE", "AttributionCollector", "UnitAttribution",
+           "PartTime", "TimeShare", "share_rows", "format_rows"]

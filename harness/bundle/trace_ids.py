@@ -1,0 +1,85 @@
+"""The small pieces the one-pass trace collectors share (``trace_stats``, ``attribution``): the device-gap bins, ids
+of (category, name) pairs read once per id, merged intervals, step markers and thread ids of a window.
+
+Apart from ``trace_stats`` so that a collector built on them (``attribution``) can feed ``trace_stats``' own read
+without an import cycle; ``trace_stats`` re-exports every name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from diageval.bundle.trace_stream import TraceEvent
+
+GAP_BINS_US = (10.0, 50.0, 1000.0)
+SHORT_GAP_US = 1000.0
+"""Device idle gaps are counted when longer than each of these (a kernel launch costs ~5 us on the
+host, so a gap over 10 us is more than one launch's worth; over 1 ms is a visible stall)."""
+
+
+def merge_sorted(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The disjoint union of intervals sorted by start: one joins the interval before it where it starts at or
+    before the furthest end so far."""
+    if not len(starts):
+        return starts, ends
+    reach = np.maximum.accumulate(ends)
+    first = np.empty(len(starts), dtype=bool)
+    first[0] = True
+    np.greater(starts[1:], reach[:-1], out=first[1:])
+    at = np.flatnonzero(first)
+    return starts[at], np.maximum.reduceat(ends, at)
+
+
+def step_markers(w: Any, kinds: list[tuple], is_step: np.ndarray) -> list[tuple[Any, Any, Any, str]]:
+    """(number, start, duration, thread) of the step markers of ``w`` (where ``is_step``; item 1 of a step's kind
+    is its number), the columns' one shape of a step marker."""
+    steps = w.select(is_step)
+    return [(kinds[i][1], ev.ts, ev.dur, str(ev.tid)) for i, ev in zip(steps.ids.tolist(), steps.events)]
+
+
+def tid_strings(events: list[TraceEvent]) -> list[str]:
+    """``[str(ev.tid) for ev in events]``, converting each distinct thread id once."""
+    raw = [ev.tid for ev in events]
+    try:
+        as_str = {t: str(t) for t in set(raw)}
+    except TypeError:  # an unhashable tid (a list...): one at a time
+        return [str(t) for t in raw]
+    return [as_str[t] for t in raw]
+
+
+class IdTable:
+    """A collector's reading of each (category, name) id of a :class:`Names` (``kind_of`` turns a pair into a
+    tuple whose first item is its kind), grown as new ids appear: ``kind[ids]`` is a window's kinds at once."""
+
+    def __init__(self, kind_of: Any) -> None:
+        self.kind_of = kind_of
+        self.names: Any = None
+        self.kinds: list[tuple] = []
+        self.kind = np.zeros(0, dtype=np.int8)
+        self.flags: dict[int, np.ndarray] = {}
+
+    def update(self, names: Any) -> None:
+        if names is not self.names:  # a fresh Names (a new read, or past NAMES_LIMIT): its ids start again at 0
+            self.names, self.kinds, self.kind, self.flags = names, [], np.zeros(0, dtype=np.int8), {}
+        if len(self.kinds) < len(names.keys):
+            new = [self.kind_of(*key) for key in names.keys[len(self.kinds):]]
+            self.kinds += new
+            self.kind = np.concatenate([self.kind, np.array([k[0] for k in new], dtype=np.int8)])
+            # the flags grow by the new ids (a table made elsewhere, under a negative item, is made again)
+            self.flags = {item: np.concatenate([f, _flags(new, item)]) for item, f in self.flags.items() if item >= 0}
+
+    def flag(self, item: int) -> np.ndarray:
+        """Per id: bool(item ``item`` of its kind) (False where the kind is shorter)."""
+        f = self.flags.get(item)
+        if f is None:
+            f = self.flags[item] = _flags(self.kinds, item)
+        return f
+
+
+def _flags(kinds: list[tuple], item: int) -> np.ndarray:
+    return np.array([len(k) > item and bool(k[item]) for k in kinds], dtype=bool)
+
+
+__all__ = ["GAP_BINS_US", "SHORT_GAP_US", "merge_sorted", "step_markers", "tid_strings", "IdTable"]

@@ -1,0 +1,107 @@
+"""The time table (issue 38): one table per GPU rank that sums to its time, what each idle instant is charged to,
+the standard error from the occurrences, and ``trace stats`` printing the same table the rules name causes from."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+from gpu_traces import STEP_US, gpu_trace
+
+from diageval.bundle.attribution import PARTS, AttributionCollector, share_rows
+from diageval.bundle.trace_stats import Names, timed_window, trace_stats
+from diageval.bundle.trace_stats_table import format_table
+from diageval.bundle.trace_stream import StreamState, iter_trace_windows
+
+
+def _table(path: Path):
+    c = AttributionCollector()
+    names = Names()
+    for w in iter_trace_windows(path, StreamState()):
+        timed, names = timed_window(w, names)
+        c.add_window(timed)
+    return c, c.attribute(c.step_windows())
+
+
+def _write(path: Path, events: list[dict]) -> Path:
+    with gzip.open(path, "wt") as fh:
+        json.dump({"schemaVersion": 1, "traceEvents": events}, fh)
+    return path
+
+
+def test_every_step_sums_to_its_time(tmp_path):
+    path = gpu_trace(tmp_path / "r.json.gz", steps=3, pageable_block_us=2_000.0, comm_us=500.0, delay_us=10.0)
+    _, att = _table(path)
+    assert len(att.units) == 3
+    for u in att.units:
+        assert set(u.parts) == set(PARTS)
+        assert abs(sum(p.us for p in u.parts.values()) - u.dur_us) < 1e-3 * u.dur_us
+    rows = {r.part: r for r in share_rows(att)}
+    assert abs(sum(r.share for r in rows.values()) - 1.0) < 1e-6
+    # the fixture: a 1 ms DataLoader wait, a 2 ms pageable copy and a 0.5 ms NCCL kernel in each 10 ms step
+    assert 0.09 < rows["data wait"].share < 0.11 and rows["data wait"].occurrences == 3
+    assert 0.18 < rows["sync"].share < 0.21
+    assert 0.04 < rows["communication"].share < 0.06
+
+
+def test_what_the_launching_thread_did_while_the_device_idled(tmp_path):
+    """A step: 4 ms of a CPU op that queues nothing (inline decode), then kernels that found an empty queue, a 2 ms
+    cudaFree, and the rest with no recorded host op at all."""
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 10_000}]
+    ev.append({"ph": "X", "cat": "cpu_op", "name": "decode_jpeg", "pid": 1, "tid": 1, "ts": 0, "dur": 4_000})
+    t, corr = 4_000.0, 0
+    for _ in range(10):  # 10 kernels of 100 us, 150 us apart: short gaps, each kernel 10 us after its launch
+        corr += 1
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 1, "tid": 1, "ts": t, "dur": 20})
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t + 2,
+                   "dur": 5, "args": {"correlation": corr}})
+        ev.append({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": t + 12, "dur": 100,
+                   "args": {"correlation": corr}})
+        t += 250
+    ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaFree", "pid": 1, "tid": 1, "ts": 6_500, "dur": 2_000})
+    _, att = _table(_write(tmp_path / "r.json.gz", ev))
+    (u,) = att.units
+    parts = {p: round(v.us) for p, v in u.parts.items()}
+    assert parts["compute"] == 1_000
+    # the decode runs before the step's first kernel: the step's input, made inline
+    assert parts["input work"] == 4_000 and u.parts["input work"].occurrences == 1 and parts["cpu work"] == 0
+    assert parts["memory"] == 2_000
+    # after the last kernel (6362) nothing is recorded but the cudaFree (6500-8500): 138 + 1500 us untraced
+    assert parts["untraced"] == 1_638
+    # the 9 short gaps between the kernels, and the 12 us before the first while its op launched it
+    assert parts["launch"] == 9 * 150 + 12
+
+
+def test_a_gap_before_a_kernel_queued_long_before_is_not_the_host(tmp_path):
+    """A deep queue: each kernel launched 5 ms before it runs; the idle between them is the device's own."""
+    path = gpu_trace(tmp_path / "r.json.gz", steps=3, delay_us=5_000.0, wait_us=0.0)
+    _, att = _table(path)
+    rows = {r.part: r for r in share_rows(att)}
+    assert rows["queued"].share > 0.3 and rows["launch"].share < 0.05
+
+
+def test_one_occurrence_has_a_standard_error_of_its_own_size(tmp_path):
+    path = gpu_trace(tmp_path / "r.json.gz", steps=1, wait_us=4_000.0, delay_us=300.0, kernel_us=150.0, gap_us=5.0,
+                     kernels=30)
+    _, att = _table(path)
+    row = {r.part: r for r in share_rows(att)}["data wait"]
+    assert row.occurrences == 1 and abs(row.se - row.share) < 1e-9
+
+
+def test_trace_stats_prints_the_table_the_rules_read(tmp_path):
+    path = gpu_trace(tmp_path / "r.json.gz", steps=4, delay_us=10.0)
+    stats = trace_stats(path)
+    table = format_table(stats)
+    assert "time: data wait" in table and "standard error" in table and "time: total" in table
+    wait = next(r for r in stats.time_table if r.part == "data wait")
+    assert abs(wait.share - 1_000.0 / STEP_US) < 0.01
+    total = next(line for line in table.splitlines() if line.startswith("time: total"))
+    assert "40.00 ms over 4 steps" in total
+
+
+def test_a_cpu_trace_has_no_time_table(tmp_path):
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 1_000},
+          {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 500}]
+    stats = trace_stats(_write(tmp_path / "r.json.gz", ev))
+    assert stats.time_table == [] and "time:" not in format_table(stats)
