@@ -162,7 +162,10 @@ def _null_cases(run: LoadedRun) -> tuple[CaseSet | None, list[Case], str]:
     if case_set.hash != run.info.case_set_hash:
         return None, [], (f"the case files at {run.info.cases_dir} changed since the run (case-set hash "
                           f"{case_set.hash[:12]}, the run's {run.info.case_set_hash[:12]})")
-    return case_set, [case_set.get(r.case_id).case for r in run.results if r.scored], ""
+    # each case as it was scored: its labels' ranks where its recording's draw put them, its factor values in the
+    # words its bundle showed (issues 44 and 39); the closed forms count those labels, as the scorer did
+    return case_set, [case_set.get(r.case_id).case.with_rank_draw(r.rank_draw).with_shown_values(r.shown_values)
+                      for r in run.results if r.scored], ""
 
 
 def spray_skills(case_set: CaseSet, cases: list[Case], counts: LabelCounts, *, ranks: bool

@@ -506,6 +506,20 @@ class Case(_Strict):
         labels = self.labels.model_copy(update={"causes": causes, "aliased": [ref(a) for a in self.labels.aliased]})
         return self.model_copy(update={"fleet": self.fleet.with_shown_values(shown), "labels": labels})
 
+    def with_rank_draw(self, ranks: list[int] | None) -> "Case":
+        """This case with its labels' ranks where a recording's draw put them (``ranks``: case rank r was recorded
+        as rank ``ranks[r]``; from a result line's ``rank_draw`` or a truth record, recording/draw.py): what a
+        drawn recording is scored against. Itself for None or the identity."""
+        if not ranks or ranks == sorted(ranks):
+            return self
+
+        def moved(r: int) -> int:
+            return ranks[r] if 0 <= r < len(ranks) else r
+
+        causes = [label.model_copy(update={"ranks": sorted(moved(r) for r in label.ranks)}) if label.ranks else label
+                  for label in self.labels.causes]
+        return self.model_copy(update={"labels": self.labels.model_copy(update={"causes": causes})})
+
     def fleet_members(self) -> list[tuple[FleetRun, "Case"]]:
         """Each run of an injected regression or fleet case, in start order, as the ordinary job case that records
         it: the base workload with the run's parameter overrides and the faults behind its factor values. Its

@@ -129,7 +129,7 @@ class RecordingDraw(BaseModel):
 
     @property
     def labeled_ranks(self) -> list[int] | None:
-        """Where the labels' ranks went (what a run scores against, :func:`scored_case`); None: where they were."""
+        """Where the labels' ranks went (what a run scores against, :meth:`~diageval.cases.model.Case.with_rank_draw`); None: where they were."""
         return self.ranks if self.labels_follow and self.ranks != sorted(self.ranks) else None
 
     def rank(self, r: int) -> int:
@@ -265,17 +265,6 @@ def drawn_case(case: Case, draw: RecordingDraw) -> Case:
     if case.manifest is not None and case.manifest.rank is not None and draw.labels_follow:
         update["manifest"] = case.manifest.model_copy(update={"rank": draw.rank(case.manifest.rank)})
     return case.model_copy(update=update)
-
-
-def scored_case(case: Case, ranks: list[int] | None) -> Case:
-    """``case`` with its labels' ranks where a recording's draw (``ranks``, from a result line or a truth record)
-    put them: what a run scores a drawn recording against. None: the case file's ranks."""
-    if not ranks or ranks == sorted(ranks):
-        return case
-    draw = RecordingDraw(seed=0, ranks=ranks, steps=0, declared_steps=0)
-    causes = [label.model_copy(update={"ranks": sorted(draw.rank(r) for r in label.ranks)}) if label.ranks else label
-              for label in case.labels.causes]
-    return case.model_copy(update={"labels": case.labels.model_copy(update={"causes": causes})})
 
 
 def cache_secret(cache: Path) -> str:

@@ -29,7 +29,7 @@ class PreparedEvidence(BaseModel):
                                          "('name=value') -> the words its bundle shows (drawn per assembly, kept in "
                                          "the truth record); the case is scored in them")
     draw: RecordingDraw | None = Field(None, description="A job case recorded here: what its recording drew (the "
-                                       "labels' ranks follow it: score it against diageval.recording.draw.scored_case)")
+                                       "labels' ranks follow it: score it against Case.with_rank_draw)")
 
 
 

@@ -38,7 +38,6 @@ from diageval.cases.load import CaseSet, load_case_set
 from diageval.cases.tiers import case_under_tier
 from diageval.diagnosis import DEFAULT_LIMITS, DiagnosisLimits, DiagnosisParseError, read_diagnosis_file
 from diageval.errors import DiagevalError
-from diageval.recording.draw import scored_case
 from diageval.fileio import atomic_write_text
 from diageval.run.store import RunInfo, RunReadError, RunStore
 from diageval.scoring.results import ANSWERED_STATUSES, CaseResult
@@ -102,7 +101,7 @@ def _rescored(store: RunStore, manifest: RunInfo, case_set: CaseSet, rows: list)
         case_id = row.case_id
         try:
             # as the run scored it: the labels' ranks where the recording put them, the tier's cut
-            case = case_under_tier(scored_case(case_set.get(case_id).case, row.rank_draw), manifest.evidence_tier)
+            case = case_under_tier(case_set.get(case_id).case.with_rank_draw(row.rank_draw), manifest.evidence_tier)
         except KeyError as exc:
             raise RescoreError(f"{store.results_path}: {exc.args[0]}") from None
         diagnosis = None

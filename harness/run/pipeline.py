@@ -495,12 +495,11 @@ class _Pipeline:
         then its results line."""
         from diageval.scoring.verdicts import score_case
 
-        from diageval.recording.draw import scored_case
-
+        
         store = store or self.store
         diagnosis = attempt.diagnosis if attempt is not None else None
         # the labels' ranks where the recording put them, then those the tier cannot show taken out
-        case = case_under_tier(scored_case(loaded.case, fields.get("rank_draw")), self.tier)
+        case = case_under_tier(loaded.case.with_rank_draw(fields.get("rank_draw")), self.tier)
         record, _ = store.read_trajectory(loaded.case.id) if attempt is not None else (None, None)
         usage = record.usage if record is not None else None  # an unreadable one is reported by the page, not trusted
         result = score_case(case, diagnosis, taxonomy=self.case_set.taxonomy, usage=usage, **fields)
@@ -536,11 +535,10 @@ def _under_tier(case_set: CaseSet, tier: EvidenceTier) -> CaseSet:
 def _as_drawn(case_set: CaseSet, draws: dict[str, list[int] | None]) -> CaseSet:
     """``case_set`` with each case of ``draws`` labeled as its recording drew it (what ``oracle`` and ``prior``
     are handed: the labels the run scores)."""
-    from diageval.recording.draw import scored_case
-
+    
     if not any(draws.values()):
         return case_set
-    cases = [lc.model_copy(update={"case": scored_case(lc.case, draws.get(lc.case.id))}) for lc in case_set.cases]
+    cases = [lc.model_copy(update={"case": lc.case.with_rank_draw(draws.get(lc.case.id))}) for lc in case_set.cases]
     return case_set.model_copy(update={"cases": cases})
 
 

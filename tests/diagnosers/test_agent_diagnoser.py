@@ -375,3 +375,76 @@ def test_scoring_reads_a_cap_hit_as_an_abstention_naming_the_cap():
     assert abstain and abstain[0].probability == 1.0
     with pytest.raises(ValueError, match="no diagnosis"):
         score_case(case, Diagnosis(), taxonomy=case_set.taxonomy, status="cap_hit")
+
+
+# --- the red team, given the agent's tools ------------------------------------------------------------------
+
+def _hunter(targets: list[str]):
+    """A model that hunts for the labels with the tools instead of diagnosing: it asks for every file the overview
+    lists and for every label store it can name (``targets``: the case files and the bundle cache, by absolute and by
+    relative path; the process's environment), then claims, at full confidence, every taxonomy cause id that any tool
+    answer contains. Reading no evidence, it can only score when a tool hands it a label."""
+    from diageval.cases.taxonomy import load_taxonomy
+    from diageval.paths import default_taxonomy_path
+
+    causes = [e.id for e in load_taxonomy(default_taxonomy_path()).entries if e.kind == "cause"]
+
+    def model(body: dict):
+        done = _tool_results(body)
+        if not done:
+            return ToolCalls([("overview", {})])
+        if len(done) == 1:
+            listed = [f["path"] for f in json.loads(done[0]).get("files", []) if not f["path"].endswith(".gz")]
+            asks = [("read_file", {"path": p}) for p in listed]
+            asks += [("read_file", {"path": t}) for t in targets]
+            asks += [("read_file", {"path": "../" * depth + t.lstrip("/")}) for t in targets for depth in (3, 8)]
+            asks += [("read_file", {"path": "/proc/self/environ"}), ("step_table", {"run": "../../.."})]
+            return ToolCalls(asks)
+        seen = " ".join(done)
+        found = [c for c in causes if c in seen]
+        return json.dumps({"findings": [{"category": c, "kind": "cause", "confidence": 1.0,
+                                         "summary": "named by a tool's answer"} for c in found]})
+
+    return model
+
+
+def test_a_label_hunting_model_given_the_tools_scores_like_null(monkeypatch, tmp_path):
+    """Issue 41's "done when": the red team given the agent's tools scores like null. The hunter asks the tools for the
+    case files and the cache by every path it can name; in the box every such ask is refused and it claims nothing.
+    Positive control: the same hunter on a bundle whose log names the cause claims it, so a null score here means the
+    routes are closed, not that the hunter is broken."""
+    monkeypatch.setenv("DIAGEVAL_HOME", str(tmp_path / "home"))
+    (tmp_path / "home" / "bundles").mkdir(parents=True)
+    case_set = make_case_set([make_case("hunt-straggler", ranks=[SLOW_RANK]),
+                              make_case("hunt-loader", cause="input.dataloader_starvation", fault="dataloader_starvation")])
+    (tmp_path / "cases").mkdir()
+    for lc in case_set.cases:  # the labeled case files, where a real corpus keeps them
+        (tmp_path / "cases" / f"{lc.case.id}.yaml").write_text(lc.case.model_dump_json(), encoding="utf-8")
+    (tmp_path / "home" / "bundles" / "index.jsonl").write_text(
+        "".join(json.dumps({"case_id": lc.case.id, "cause": lc.case.labels.causes[0].category}) + "\n"
+                for lc in case_set.cases), encoding="utf-8")
+    targets = [str(tmp_path / "cases" / "hunt-straggler.yaml"), str(tmp_path / "home" / "bundles" / "index.jsonl")]
+    hunter = _hunter(targets)
+
+    out, store = _run(tmp_path, monkeypatch, hunter, case_set)
+    results = store.read_results()
+    assert {r.status for r in results} == {"ok"}
+    assert [v for r in results for v in r.verdicts] == []  # no claim at all: null's score
+    assert {o.outcome for r in results for o in r.outcomes} == {"missed"}
+    for r in results:
+        record, _ = store.read_trajectory(r.case_id)
+        asked = [c for t in record.turns for c in t.tool_calls if c.name in ("read_file", "step_table")]
+        outside = [c for c in asked if any(t.lstrip("/") in c.arguments for t in targets)
+                   or "environ" in c.arguments or ".." in c.arguments]
+        assert outside and all(c.is_error for c in outside), [(c.arguments, c.result[:120]) for c in outside]
+
+    leaky = build_bundle(tmp_path / "leaky", straggler, n_steps=8)  # the control: a log that names the cause
+    (leaky / "logs").mkdir()
+    (leaky / "logs" / "rank0.log").write_text("step 3 done\ncompute.straggler_rank\n", encoding="utf-8")
+    from diageval.bundle.model import MANIFEST_NAME, BundleManifest, describe_files
+
+    manifest = BundleManifest.model_validate_json((leaky / MANIFEST_NAME).read_text())
+    manifest = manifest.model_copy(update={"files": describe_files(leaky)})
+    (leaky / MANIFEST_NAME).write_text(manifest.model_dump_json(indent=1))
+    attempt, _ = _diagnose(monkeypatch, tmp_path, leaky, hunter)
+    assert [f.category for f in attempt.diagnosis.findings] == ["compute.straggler_rank"]

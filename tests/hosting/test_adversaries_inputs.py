@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from locations import REPO
 from run_fakes import FakeEvidence, make_case, make_case_set
-from test_case_validation import HEALTHY  # the one minimal valid case file of the tests
+from tests.cases.test_case_validation import HEALTHY  # the one minimal valid case file of the tests
 
 from diageval.cli import main
 from diageval.diagnosis import DiagnosisLimits
@@ -63,7 +64,6 @@ def test_run_on_a_corpus_with_an_invalid_utf8_case_exits_with_one_line_per_probl
 
 EMIT = r"""
 import json, sys
-from locations import REPO
 what, out = sys.argv[1], sys.argv[2]
 if what == "big":
     data = json.dumps({"findings": [{"category": "compute.straggler_rank", "summary": "x" * 2_000_000}]})

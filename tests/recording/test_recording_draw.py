@@ -14,7 +14,7 @@ from run_fakes import FakeEvidence, FakePrepared
 from diageval.cases.load import check_case, load_case_set
 from diageval.recording.draw import (FIXED_RANK, RANK_PARAMS, SCALED_RANK_PARAMS, RecordingDraw, cache_secret,
                                      case_seed, draw_for, drawable, drawn_case, fixed_rank_reason, recorded_as,
-                                     scored_case, step_choices, step_spread)
+                                     step_choices, step_spread)
 from diageval.recording.faults import FAULTS
 
 
@@ -109,10 +109,10 @@ def test_a_draw_is_deterministic_per_secret_and_shared_with_the_derived_cases(co
     assert recorded_as(corpus.get("kineto-doc-trace-order-pair").case, one) == (corpus.get("kineto-doc-trace-order-pair").case, None)
 
 
-def test_scored_case_puts_the_labels_where_the_draw_did(corpus):
+def test_with_rank_draw_puts_the_labels_where_the_draw_did(corpus):
     case = corpus.get("straggler-and-starved-loader").case
-    assert scored_case(case, None) is case and scored_case(case, [0, 1]) is case
-    swapped = scored_case(case, [1, 0])
+    assert case.with_rank_draw(None) is case and case.with_rank_draw([0, 1]) is case
+    swapped = case.with_rank_draw([1, 0])
     assert [c.ranks for c in swapped.labels.causes] == [[0] if c.ranks == [1] else c.ranks for c in case.labels.causes]
 
 

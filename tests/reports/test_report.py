@@ -161,8 +161,9 @@ def test_report_errors_name_the_run(tmp_path, monkeypatch):
 ORACLE = [diag(cause(STRAGGLER, 1.0, ranks=[1])), diag(cause(LOADER, 1.0)), diag()]
 
 
-def write_board(root, runs, cases=CASES):
-    """Run folders written by the project's writers, over case files written to ``root/cases``."""
+def write_board(root, runs, cases=CASES, draws=None):
+    """Run folders written by the project's writers, over case files written to ``root/cases``; ``draws``: case id ->
+    the rank draw its recording made (the labels' ranks follow it, as a run scores a drawn recording)."""
     import shutil
     from datetime import datetime, timezone
 
@@ -189,8 +190,9 @@ def write_board(root, runs, cases=CASES):
                        env=RunEnv(python="3", torch=None, platform="test", host="test"), device="cpu", timeout_s=60,
                        jobs=1, started=datetime(2026, 1, 1, tzinfo=timezone.utc), status="complete")
         store.begin(info)
-        results = [score_case(case_set.get(c.id).case, d, taxonomy=case_set.taxonomy, seconds=1.0)
-                   for c, d in zip(cases, diagnoses)]
+        draws = draws or {}
+        results = [score_case(case_set.get(c.id).case.with_rank_draw(draws.get(c.id)), d, taxonomy=case_set.taxonomy,
+                              seconds=1.0, rank_draw=draws.get(c.id)) for c, d in zip(cases, diagnoses)]
         for r in results:
             store.append_result(r)
         store.summary_path.write_text(summarize(results, diagnoser=DiagnoserInfo(spec=name, name=name, version="1"),
@@ -211,6 +213,17 @@ def test_the_gate_passes_a_sound_board_on_its_closed_forms(tmp_path):
     measured = dict((c.split(":")[0], m) for c, _, m in checks)
     assert "skill -0.49999" in measured["null"] and "closed form -0.49999" in measured["null"]  # 1 - 2 / (4/3)
     assert "(3 cases, 2 labeled causes)" in measured["base-rate spray"]
+
+
+def test_the_gate_counts_the_labels_where_each_recording_put_them(tmp_path):
+    """Two stragglers labeled on rank 1, one recorded with its ranks swapped, so scored on rank 0 (issue 44's draw):
+    the gate's closed forms count the labels as scored, and null's skill (ranks) and the rank spray still meet them
+    (counted from the case files, rank 1 would hold both labels and the closed form would be another number)."""
+    cases = [make_case("p1", [{"category": STRAGGLER, "ranks": [1]}]), make_case("p3", [{"category": STRAGGLER, "ranks": [1]}]),
+             make_case("p2", [{"category": LOADER}]), make_case("h1")]
+    checks = dict((c.split(":")[0], (ok, m)) for c, ok, m in check_board(
+        write_board(tmp_path, {"null": [diag()] * 4}, cases=cases, draws={"p3": [1, 0]})))
+    assert checks["null"][0] and checks["base-rate spray with ranks"][0], checks
 
 
 def test_the_gate_fails_a_wrong_board(tmp_path):

@@ -258,7 +258,7 @@ def test_a_regression_is_scored_in_the_value_words_its_bundle_showed(tmp_path):
     """Issue 39 item 2: a regression bundle shows drawn value words (the map comes with the prepared evidence, from
     the truth record). The oracle is handed the map and names the drawn word: perfect; the result line keeps the
     map, so re-scoring judges the saved diagnosis in the same words."""
-    from test_fleet_cases import two_factor_regression
+    from tests.cases.test_fleet_cases import two_factor_regression
 
     from diageval.cases.model import Case
 
