@@ -22,7 +22,9 @@ How it reasons, in order:
    offers 6-10 values to pick from.
 3. **Aliased values are not separated.** Values held by exactly the same runs (every node-07 run is also a
    v2.5 run) have one effect; when the strongest effect belongs to such a group, the diagnosis abstains
-   naming every value of the group: no evidence in the fleet can say which one it is.
+   naming every value of the group: no evidence in the fleet can say which one it is. A regression whose
+   candidate changed several values is the exception (:func:`regression_of_changed_values`): its causes are
+   still read from the pair, and the slowdown is spread evenly over the changed values.
    When some value is claimable (over the claim floor after the correction) but none reaches 0.5, and the
    strongest effect is over that smallest slowdown in its point estimate (a regression smaller than the
    runs' spread), the diagnosis abstains, saying so: the fleet cannot confirm it, and naming it would be a
@@ -301,6 +303,29 @@ def explain(effect: Effect, slow: list[RunLevel], others: list[RunLevel], diagno
     return sorted(findings, key=lambda f: -f.confidence)
 
 
+def regression_of_changed_values(changed: list[FactorRef], runs: list[RunLevel], diagnose_job: JobDiagnoser) -> Diagnosis:
+    """A regression whose candidate changed several values at once (a release moves a version and a config
+    together): the pair cannot say which changed value slowed the candidate, but its evidence can still say why it
+    is slower. So the causes the candidate shows more than the baseline are named (step 5) without a value, and the
+    slowdown is placed behind each changed value at an equal share of its confidence: with no evidence that
+    separates them, each is as likely as the others, which is the forecast a proper score rewards, where
+    abstaining would also withhold the cause and the magnitude the pair does show. A fleet's aliased values are
+    still abstained on: there the same runs hold them, and nothing is named."""
+    effect = effect_of(changed[0], runs)
+    if effect is None or not claimable(effect.confidence):
+        return Diagnosis(findings=[])
+    slow = [r for r in runs if r.name in effect.runs]
+    others = [r for r in runs if r.name not in effect.runs]
+    causes = [f.model_copy(update={"factor": None}) for f in explain(effect, slow, others, diagnose_job, effect.ratio)]
+    share = round(effect.confidence / len(changed), 3)
+    where = [Finding(category="symptom.slow_step", kind="symptom", confidence=share, factor=ref, magnitude=effect.ratio,
+                     summary=f"{effect.describe()}; the candidate changed {len(changed)} values at once "
+                             f"({', '.join(f'{r.name}={r.value}' for r in changed)}), which the pair cannot tell apart: "
+                             f"1/{len(changed)} of the slowdown's confidence each")
+             for ref in changed]
+    return Diagnosis(findings=sorted([*causes, *where], key=lambda f: (f.kind != "cause", -f.confidence)))
+
+
 def diagnose_fleet(fleet: Fleet, diagnose_job: JobDiagnoser) -> Diagnosis:
     """The diagnosis of a regression pair or a fleet (module docstring)."""
     runs, notes = run_levels(fleet)
@@ -308,6 +333,8 @@ def diagnose_fleet(fleet: Fleet, diagnose_job: JobDiagnoser) -> Diagnosis:
         return Diagnosis(abstain=Abstention(reason="; ".join([*notes, f"{len(runs)} run(s) with a level: nothing "
                                                               "to compare"])))
     named, aliased, top = slow_values(runs)
+    if aliased and fleet.is_regression:
+        return regression_of_changed_values(aliased, runs, diagnose_job)
     if aliased:
         effect = effect_of(aliased[0], runs)
         values = ", ".join(f"{r.name}={r.value}" for r in aliased)

@@ -120,3 +120,19 @@ def test_a_slowdown_within_the_runs_spread_is_abstained_on(tmp_path):
         run["median_s"] = 0.1 * spread[runs.index(run)]
     quiet = RulesDiagnoser().diagnose(fleet_bundle(tmp_path / "quiet", runs))
     assert quiet.abstain is None and quiet.findings == []
+
+
+def test_a_regression_that_changed_two_values_names_its_cause_and_spreads_the_where(tmp_path):
+    """The candidate moved its host and its version at once (issue 39's regressions): the pair cannot tell which change
+    slowed it, but its evidence still says why. The cause is named without a value, the slowdown placed behind each
+    changed value at half its confidence, and nothing is abstained on."""
+    runs = [{"metadata": {"host": "node-01", "version": "v1"}, "median_s": 0.1, "noise": 0.03},
+            {"metadata": {"host": "node-02", "version": "v2"}, "median_s": 0.14, "noise": 0.03, "wide": True}]
+    d = RulesDiagnoser().diagnose(fleet_bundle(tmp_path, runs, roles=["baseline", "candidate"]))
+    assert d.abstain is None
+    [cause] = [f for f in d.causes if f.confidence >= 0.5]
+    assert cause.category == "compute.numeric_precision" and cause.factor is None
+    assert cause.magnitude == pytest.approx(1.4, rel=0.05)
+    where = {f.factor: f.confidence for f in d.findings if f.kind == "symptom"}
+    assert set(where) == {FactorRef(name="host", value="node-02"), FactorRef(name="version", value="v2")}
+    assert len(set(where.values())) == 1 and 0 < next(iter(where.values())) <= 0.5
