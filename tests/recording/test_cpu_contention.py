@@ -232,7 +232,7 @@ def test_recording_a_contended_case_prints_no_warning_and_no_traceback(tmp_path:
 # main thread, as a ^C would (only there: the ranks get no signal), and the launcher stops the ranks; then
 # it reports what is left.
 STOPPED_RECORDING = textwrap.dedent("""
-    import _thread, json, signal, sys, threading, time
+    import _thread, json, os, signal, sys, threading, time
     from pathlib import Path
     # the stop is a simulated SIGINT (_thread.interrupt_main), which does nothing where SIGINT is ignored: a background
     # job of a non-interactive shell (CI scripts, nohup) starts with it ignored, and Python then installs no handler
@@ -241,7 +241,7 @@ STOPPED_RECORDING = textwrap.dedent("""
     import psutil
     from diageval.cases.model import Case
     from diageval.recording.record import record_case
-    sys.path.insert(0, sys.argv[2])
+    sys.path[:0] = sys.argv[2].split(os.pathsep)  # this module's folder and the shared helpers'
     from test_cpu_contention import _live_competitors
 
     case = Case.model_validate({
@@ -304,7 +304,7 @@ def test_a_contended_recording_stopped_midway_leaves_nothing_and_prints_no_trace
     # never stopped runs its 10,000 steps. It was never stopped in two fresh-clone CI runs started in the background
     # (SIGINT ignored, so interrupt_main did nothing: the script now installs Python's handler itself). On a timeout
     # the failure shows each process of the recording (state, kernel wait channel, CPU time) and each rank log's tail.
-    proc = subprocess.Popen([sys.executable, "-c", STOPPED_RECORDING, str(tmp_path), str(TESTS)],
+    proc = subprocess.Popen([sys.executable, "-c", STOPPED_RECORDING, str(tmp_path), os.pathsep.join([str(Path(__file__).resolve().parent), str(TESTS)])],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         stdout, stderr = proc.communicate(timeout=240)
