@@ -31,7 +31,7 @@ Ctrl-C (or SIGTERM) kills the diagnoses in flight, discards their unfinished cas
 ``interrupted`` and keeps every finished case; running the same command again resumes. The default run
 id is ``<diagnoser name>-<case-set hash[:8]>`` so that it does.
 
-Size: ~590 lines, over the ~400 the project aims at: the run's two phases with their resume, interrupt
+Size: ~640 lines, over the ~400 the project aims at: the run's two phases with their resume, interrupt
 and re-record bookkeeping read best in one place; everything with a job of its own (hosting, the sandbox,
 the case folders, the store, grading) is a module of its own.
 
