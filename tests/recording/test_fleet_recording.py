@@ -337,7 +337,7 @@ def test_a_diagnosis_is_judged_in_the_words_its_bundle_showed():
     from diageval.cases.taxonomy import load_taxonomy
     from diageval.diagnosis import Diagnosis, Finding
     from diageval.scoring.verdicts import score_case
-    from tests.test_fleet_cases import two_factor_regression
+    from tests.cases.test_fleet_cases import two_factor_regression
 
     case = Case.model_validate(two_factor_regression())
     draw = draw_runs(case, 7)
