@@ -460,6 +460,17 @@ class AssembledEvidence:
         return _prepared(case, folder)
 
 
+def _gain_over_null(arena, spec: str, name: str, evidence: str, cases: list[str], source, **options):
+    """The cheater ``spec`` and null run in the box on ``cases`` from ``source``: the cheater's run and its skill over
+    null's (printed, for `pytest -s`)."""
+    null = run(arena, "null", f"{name}-null-{evidence}", case_ids=cases, evidence_fn=source)
+    cheat = run(arena, spec, f"{name}-{evidence}", case_ids=cases, evidence_fn=source, **options)
+    gain = cheat.summary.metrics.skill.value - null.summary.metrics.skill.value
+    print(f"{evidence}: {len(cases)} cases, {name} skill {cheat.summary.metrics.skill.value:.3f}, "
+          f"null {null.summary.metrics.skill.value:.3f}, gain {gain:+.3f}")
+    return cheat, gain
+
+
 def _lookup_cases(arena, data: Path | None) -> list[str]:
     """Every positive regression, fleet and recorded case that runs on a CPU machine (recorded ones only where the
     real traces are here): the cases whose labels a lookup would earn."""
@@ -498,11 +509,7 @@ def test_the_public_case_files_do_not_look_a_bundle_up(arena, evidence, monkeypa
     if evidence == "today":
         _today(monkeypatch)
     source = AssembledEvidence(tmp_path / "cache", data, monkeypatch)
-    null = run(arena, "null", f"lookup-null-{evidence}", case_ids=cases, evidence_fn=source)
-    cheat = run(arena, "cheaters:LookupCheater", f"lookup-{evidence}", case_ids=cases, evidence_fn=source)
-    gain = cheat.summary.metrics.skill.value - null.summary.metrics.skill.value
-    print(f"{evidence}: {len(cases)} cases, lookup skill {cheat.summary.metrics.skill.value:.3f}, "
-          f"null {null.summary.metrics.skill.value:.3f}, gain {gain:+.3f}")
+    cheat, gain = _gain_over_null(arena, "cheaters:LookupCheater", "lookup", evidence, cases, source)
     if evidence == "drawn":
         assert_scores_like_null(cheat)
         assert gain <= 0.01
@@ -613,12 +620,8 @@ def test_the_public_case_files_do_not_fingerprint_a_live_bundle(arena, evidence,
     cases = FINGERPRINTED + sorted(lc.case.id for lc in arena["case_set"].cases
                                    if lc.case.workload is not None and lc.case.workload.name == "transformer_lm")
     source = LiveEvidence(tmp_path / "cache", drawn=evidence == "drawn")
-    null = run(arena, "null", f"fingerprint-null-{evidence}", case_ids=cases, evidence_fn=source)
-    cheat = run(arena, "cheaters:FingerprintCheater", f"fingerprint-{evidence}", case_ids=cases, evidence_fn=source,
-                pass_env=("CHEATER_SCOPE", "CHEATER_MARKER", "CHEATER_STEPS"))
-    gain = cheat.summary.metrics.skill.value - null.summary.metrics.skill.value
-    print(f"{evidence}: {len(cases)} cases, fingerprint skill {cheat.summary.metrics.skill.value:.3f}, "
-          f"null {null.summary.metrics.skill.value:.3f}, gain {gain:+.3f}")
+    cheat, gain = _gain_over_null(arena, "cheaters:FingerprintCheater", "fingerprint", evidence, cases, source,
+                                  pass_env=("CHEATER_SCOPE", "CHEATER_MARKER", "CHEATER_STEPS"))
     if evidence == "drawn":
         assert_scores_like_null(cheat)
         assert gain <= 0.01
