@@ -38,6 +38,7 @@ import json
 import os
 from datetime import datetime, timezone
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from diageval.cases.model import Case
@@ -87,11 +88,26 @@ def recording_code_version(case: Case, members: list[Case] | None = None) -> str
         check = getattr(info, "check", None)
         h.update(json.dumps([kind, info.name, info.impl, info.params_model.__qualname__,
                              getattr(check, "__qualname__", None), list(getattr(info, "injects", ()))]).encode())
+    _hash_sources(h, _entries(case, plugins))
+    return h.hexdigest()
+
+
+def modules_code_version(modules: Sequence[str]) -> str:
+    """sha256 over the sources of ``modules`` (dotted names inside the package) and everything they import there
+    (:func:`_closure`, paths and bytes): the code a recording runs that no case names, such as an in-job monitor
+    loaded by its registry line (:mod:`diageval.recording.monitors.evidence`)."""
     root = str(_HARNESS)
-    for rel in _closure(root, _entries(case, plugins)):
+    h = hashlib.sha256()
+    _hash_sources(h, tuple(sorted({rel for m in modules if (rel := _module_path(root, m))})))
+    return h.hexdigest()
+
+
+def _hash_sources(h: Any, entries: tuple[str, ...]) -> None:
+    """Feed ``h`` the path and content hash of ``entries`` and every package module they import (:func:`_closure`)."""
+    root = str(_HARNESS)
+    for rel in _closure(root, entries):
         h.update(rel.encode())
         h.update(_source_hash(*_stamp(root, rel)).encode())
-    return h.hexdigest()
 
 
 def _members(case: Case) -> list[Case]:

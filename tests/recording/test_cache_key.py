@@ -112,3 +112,18 @@ def test_the_sources_a_recording_runs_are_read_from_its_imports(corpus):
             "recording/context.py", "recording/monitors/hooks.py", "recording/workloads/mlp.py"} <= set(sources)
     assert not {"recording/workloads/convnet.py", "recording/faults/__init__.py", "recording/verify.py"} & set(sources)
     assert not any(s.startswith("cases/") for s in sources)
+
+
+def test_a_change_to_an_in_job_monitor_re_records_its_bundles_only(corpus, harness):
+    """A monitor's in-job part is loaded by its registry line, which no case names: the plain key never reads it,
+    so its monitored key must (before, a change to ``monitors/nvrx.py`` left every monitored bundle in place)."""
+    from diageval.recording.monitors import MONITORS
+    from diageval.recording.monitors.evidence import monitored_key
+
+    case = next(c for c in corpus if c.fleet is None and c.workload is not None)
+    nvrx, traceml = MONITORS["nvrx-straggler"], MONITORS["traceml"]
+    before = (cache.cache_key(case, "cpu"), monitored_key(case, "cpu", nvrx), monitored_key(case, "cpu", traceml))
+    _change(harness, _module(nvrx.impl))
+    after = (cache.cache_key(case, "cpu"), monitored_key(case, "cpu", nvrx), monitored_key(case, "cpu", traceml))
+    assert after[0] == before[0] and after[2] == before[2]  # the plain bundle and the other monitor's stay
+    assert after[1] != before[1]

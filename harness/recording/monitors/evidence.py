@@ -4,9 +4,11 @@
 prepares each case as every run does (the plain bundle and, for a positive case, its manifestation check,
 both cached and shared with every other diagnoser) and then records the case once more with the monitor
 in the job: that bundle, with the monitor's raw output in ``monitor/``, is the one its adapter gets. Its
-cache key (:func:`monitored_key`) is the plain key plus the monitor's name and its tool's installed
-version, so the plain bundles never change. The manifestation check is the plain recording's: a monitor
-run is judged on the same verified cases.
+cache key (:func:`monitored_key`) is the plain key plus the monitor's name, its tool's installed version
+and the sources of its in-job part (its registry module and what that imports: no case names it, so the
+plain key does not read it), so the plain bundles never change and a change to the monitor re-records
+its bundles only. The manifestation check is the plain recording's: a monitor run is judged on the same
+verified cases.
 
 Which cases a monitor can be judged on (:func:`not_monitorable`): only live recordings. A recorded case
 (a real job's traces) ran elsewhere, with no monitor in it; a case whose evidence is an edit of the
@@ -37,13 +39,14 @@ def monitored_key(case: Case, device: str, monitor: MonitorInfo) -> str:
     """The cache key of ``case`` recorded with ``monitor`` installed (see the module docstring)."""
     from importlib import metadata
 
-    from diageval.recording.cache import cache_key
+    from diageval.recording.cache import cache_key, modules_code_version
 
     try:
         version = metadata.version(monitor.distribution)
     except metadata.PackageNotFoundError:
         version = "missing"
-    payload = f"{cache_key(case, device)}|monitor={monitor.name}|{monitor.distribution}={version}"
+    code = modules_code_version([monitor.impl.partition(":")[0]])  # the in-job part no case's key reads
+    payload = f"{cache_key(case, device)}|monitor={monitor.name}|{monitor.distribution}={version}|code={code}"
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
 
