@@ -66,8 +66,11 @@ the labeled steps.
 A healthy control's or confounder's shown recording is checked here too (:func:`control_support`): on every rank,
 as if a straggler were labeled there.
 
-Size: just over 400 lines because the positive cases' checks and the controls' share the per-rank means, the
-twin's spreads and the within-recording lift; split, the control check would import this module's internals.
+The recording a diagnoser is shown (repeat 0) is checked on its own too (:func:`shown_support`): the median over
+pairs can hold a label that the one shown pair does not.
+
+Size: ~480 lines because the positive cases' checks, the shown recording's and the controls' share the per-rank
+means, the twin's spreads and the within-recording lift; split, the other checks would import this module's internals.
 """
 
 from __future__ import annotations
@@ -345,7 +348,13 @@ def cause_support(label: CauseLabel, workload_steps: int, case: Sequence[Recordi
     step_range = label.steps if label.steps is not None else (0, workload_steps)
     pairs = [(c, t) for c, t in zip((rec.means(step_range) for rec in case), (rec.means(step_range) for rec in twin))
              if c and t]  # pair i: twin i, then case i (the checks compare some measures pair by pair)
-    case_means, twin_means = [c for c, _ in pairs], [t for _, t in pairs]
+    return _check_means(label, step_range, [c for c, _ in pairs], [t for _, t in pairs])
+
+
+def _check_means(label: CauseLabel, step_range: tuple[int, int], case_means: list[dict[int, RankMeans]],
+                 twin_means: list[dict[int, RankMeans]]) -> CauseSupport:
+    """One labeled cause, with its measure, against the twin's recordings (``case_means[i]`` paired with
+    ``twin_means[i]`` where a check compares pair by pair)."""
     if not case_means or not twin_means:
         return CauseSupport(category=label.category, ranks=label.ranks, measure=None, checked=False, supported=True,
                             detail=f"not checked: the traces hold none of the labeled steps [{step_range[0]}, {step_range[1]})")
@@ -356,21 +365,62 @@ def cause_support(label: CauseLabel, workload_steps: int, case: Sequence[Recordi
     return check_share(label, SHARE_MEASURES[label.category], case_means, twin_means)
 
 
-def label_support(case: Case, injected: Sequence[Path], healthy: Sequence[Path]) -> list[CauseSupport]:
-    """Every labeled cause of ``case`` checked against the bundle folders of its recordings (``injected``)
-    and of its healthy twin's (``healthy``), one per repeat (the first :data:`MAX_PAIRS` of each are read)."""
+Recordings = Sequence[Path] | Sequence[RecordingSteps]
+"""Bundle folders, or their per-step summaries already read (a verify reads them once for both checks)."""
+
+
+def read_recordings(recordings: Recordings) -> list[RecordingSteps]:
+    """The per-step summaries of the first :data:`MAX_PAIRS` recordings (those already read kept as they are)."""
+    return [r if isinstance(r, RecordingSteps) else RecordingSteps.read(r) for r in list(recordings)[:MAX_PAIRS]]
+
+
+def label_support(case: Case, injected: Recordings, healthy: Recordings) -> list[CauseSupport]:
+    """Every labeled cause of ``case`` checked against its recordings (``injected``) and its healthy twin's
+    (``healthy``), one per repeat (the first :data:`MAX_PAIRS` of each are read)."""
     if not injected or not healthy:
         raise ValueError(f"case {case.id}: label support needs the case's and its twin's recordings "
                          f"(got {len(injected)} and {len(healthy)})")
     skipped = {i: needs_check(case, c) for i, c in enumerate(case.labels.causes)}
     needed = any(why is None for why in skipped.values())
-    case_steps = [RecordingSteps.read(f) for f in injected[:MAX_PAIRS]] if needed else []
-    twin_steps = [RecordingSteps.read(f) for f in healthy[:MAX_PAIRS]] if needed else []
+    case_steps = read_recordings(injected) if needed else []
+    twin_steps = read_recordings(healthy) if needed else []
     steps = case.workload.steps if case.workload is not None else 0
     return [cause_support(c, steps, case_steps, twin_steps) if skipped[i] is None else
             CauseSupport(category=c.category, ranks=c.ranks, measure=None, checked=False, supported=True,
                          detail=f"not checked: {skipped[i]}")
             for i, c in enumerate(case.labels.causes)]
+
+
+
+def shown_support(case: Case, shown: Path | RecordingSteps, twins: Recordings) -> list[CauseSupport]:
+    """Every labeled cause :func:`label_support` checks, checked on the ONE recording a diagnoser is shown
+    (``shown``: the case's repeat 0, the case recording of the verification's pair 0) against the twin's recordings
+    (``twins``, in pair order; the first :data:`MAX_PAIRS` read), with the same measures and bars: the labeled rank's
+    own time against its own pair's twin (twin 0) and against its peers in the shown recording relative to the twins',
+    a share or a count against the twins' median, each beyond the twins' spread. :func:`label_support` takes the
+    median over pairs, so a label holds there while the one pair the diagnoser gets may sit inside the noise.
+
+    The causes :func:`needs_check` leaves to the manifestation check (a one-cause case's share or count cause) are
+    not checked here either: measured on the cached corpus (85 verified public job cases), the four such causes this
+    would have refused were inline-input decode cases whose wait is on the main thread, which the data-wait share
+    does not see (0% in case and twin alike), not shown recordings without the cause."""
+    skipped = [needs_check(case, c) for c in case.labels.causes]
+    if all(why is not None for why in skipped):
+        return [CauseSupport(category=c.category, ranks=c.ranks, measure=None, checked=False, supported=True,
+                             detail=f"not checked: {why}") for c, why in zip(case.labels.causes, skipped)]
+    (steps,), twin_steps = read_recordings([shown]), read_recordings(twins)  # type: ignore[list-item]
+    steps_total = case.workload.steps if case.workload is not None else 0
+    out = []
+    for c, why in zip(case.labels.causes, skipped):
+        if why is not None:
+            out.append(CauseSupport(category=c.category, ranks=c.ranks, measure=None, checked=False, supported=True,
+                                    detail=f"not checked: {why}"))
+            continue
+        step_range = c.steps if c.steps is not None else (0, steps_total)
+        in_shown = steps.means(step_range)
+        out.append(_check_means(c, step_range, [in_shown] if in_shown else [],
+                                [m for m in (t.means(step_range) for t in twin_steps) if m]))
+    return out
 
 
 CONTROL_PATTERNS = ("compute.straggler_rank",)

@@ -59,6 +59,10 @@ class Verification(BaseModel):
         None, description="Each labeled cause its evidence does not support, with the numbers "
         "(recording/label_support.py); any makes manifested false. Empty: every checked cause holds; None: not "
         "checked (the injection did not manifest, or a record made before the check, which is verified again)")
+    shown_checked: bool = Field(False, description="The labels were checked on the recording a diagnoser is shown "
+                                "(repeat 0; recording/label_support.py: shown_support), its problems among "
+                                "label_problems. False: a record made before that check (or one not manifested), "
+                                "whose repeat 0 may not hold its labels: verified again")
 
     @computed_field  # type: ignore[prop-decorator]
     @property

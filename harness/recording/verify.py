@@ -30,7 +30,8 @@ from diageval.bundle.model import EvidenceBundle, StepRecord
 from diageval.cases.model import Case
 from diageval.progress import Progress
 from diageval.recording.cache import cache_key, ensure_bundle, note_draw, read_truth, write_truth
-from diageval.recording.label_support import label_problems, label_support
+from diageval.recording.label_support import (label_problems, label_support, needs_check, read_recordings,
+                                              shown_support)
 from diageval.recording.manifest_test import LOOKS, WARMUP_STEPS, manifest_test, metric_of, pairs_needed, sequential_test
 from diageval.recording.truth import ControlCheck, TruthRecord, Verification
 
@@ -190,14 +191,35 @@ def verify_case(case: Case, *, repeats: int | None = None, device: str = "cpu", 
                 break
             record_up_to(pairs_needed(len(injected) + 1))
     if verification.manifested:  # does the evidence hold each labeled cause where its label puts it?
-        problems = label_problems(label_support(subject, case_folders, twin_folders))
+        problems = evidence_problems(subject, case_folders, twin_folders)
         if subject is not case:
             problems = [f"{p} (checked on the recording this bundle is derived from, on its ranks)" for p in problems]
-        verification = verification.model_copy(update={"label_problems": problems, "manifested": not problems})
+        verification = verification.model_copy(update={"label_problems": problems, "manifested": not problems,
+                                                       "shown_checked": True})
     key, _, _ = ensure_bundle(case, device, repeat=0, cache_dir=cache, force=force and subject is not case)
     truth = read_truth(cache, key) or TruthRecord(case_id=case.id, key=key, repeat=0, recorded=_now())
     write_truth(cache, truth.model_copy(update={"verification": verification, "case_id": case.id}))
     return verification
+
+
+def evidence_problems(subject: Case, case_folders: list[Path], twin_folders: list[Path]) -> list[str]:
+    """Each labeled cause the case's recordings do not hold (:func:`~diageval.recording.label_support.label_support`,
+    the median over pairs) and each the recording a diagnoser is shown does not hold
+    (:func:`~diageval.recording.label_support.shown_support`: repeat 0, pair 0's case recording; asked once the
+    recordings hold every label), with the numbers; the traces read once for both.
+
+    A shown recording that does not hold a label makes the case ``invalid``; another recorded repeat is not shown
+    instead (as a regression's pair is, fleet_verify.shown_pair): measured on the cached corpus, no verified public
+    job case's repeat 0 failed the check (85 checked), while showing another repeat would move the bundle's key
+    everywhere the shown bundle is resolved (the run's preparation, the evidence tiers, the bundles derived from it)."""
+    if all(needs_check(subject, c) is not None for c in subject.labels.causes):
+        return []
+    injected, healthy = read_recordings(case_folders), read_recordings(twin_folders)
+    problems = label_problems(label_support(subject, injected, healthy))
+    if problems:  # the recordings do not hold it: the shown one is not asked again
+        return problems
+    return [f"in the recording a diagnoser is shown (repeat 0, against the twin's {len(healthy)} recordings): {p}"
+            for p in label_problems(shown_support(subject, injected[0], healthy))]
 
 
 CONTROL_TWINS = 3

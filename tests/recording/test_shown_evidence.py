@@ -249,3 +249,71 @@ def test_a_control_whose_shown_evidence_does_not_hold_its_label_is_invalid_not_s
     results = {r.case_id: r for r in RunStore(out.run_dir).read_results()}
     assert results["h1"].status == "invalid" and "straggler_rank on rank 0" in results["h1"].error
     assert results["h2"].status == "ok" and out.summary.counts.invalid == 1
+
+
+# --- a positive job case: the one recording shown (repeat 0) ------------------------------------------------------
+
+def _straggler_case() -> Case:
+    from tests.recording.test_label_support import FROM_STEP, _case
+
+    return _case([{"category": "compute.straggler_rank", "ranks": [1], "steps": [FROM_STEP, 12]}])
+
+
+def _pair_recordings(tmp: Path, slow: list[float]) -> list[Path]:
+    """Case recordings whose rank 1 computes ``slow[i]`` times longer from FROM_STEP on in repeat i."""
+    from synthetic_traces import StepShape, build_bundle
+    from tests.recording.test_label_support import FROM_STEP
+
+    return [build_bundle(tmp / f"case{i}", lambda r, k, i=i, f=f: StepShape(
+        compute_us=4000 * (1 + 0.02 * i) * (f if r == 1 and k >= FROM_STEP else 1.0)), n_steps=12)
+        for i, f in enumerate(slow)]
+
+
+def test_a_label_the_pairs_hold_but_the_shown_recording_does_not_is_refused_there_with_the_numbers(tmp_path):
+    """The median over three pairs holds a 4x straggler on rank 1, so label_support passes; the recording a diagnoser
+    gets (repeat 0) has rank 1 at its twin's pace, and shown_support says so with the numbers."""
+    from diageval.recording.label_support import label_problems, label_support, shown_support
+    from tests.recording.test_label_support import _twins
+
+    case, twins = _straggler_case(), _twins(tmp_path)
+    recordings = _pair_recordings(tmp_path, [1.0, 4.0, 4.0])
+    assert label_problems(label_support(case, recordings, twins)) == []
+    [s] = shown_support(case, recordings[0], twins)
+    assert s.checked and not s.supported and "labeled rank(s) 1 not stretched" in s.detail and "twin spread" in s.detail
+    [held] = shown_support(case, _pair_recordings(tmp_path / "b", [4.0])[0], twins)
+    assert held.checked and held.supported, held.detail
+
+
+def test_a_one_cause_share_label_is_left_to_the_manifestation_check_in_the_shown_recording_too(tmp_path):
+    """As label_support does (needs_check): nothing read, nothing refused."""
+    from diageval.recording.label_support import shown_support
+    from tests.recording.test_label_support import _case
+
+    case = _case([{"category": "input.dataloader_starvation"}])
+    [s] = shown_support(case, tmp_path / "never-read", [tmp_path / "never-read"])
+    assert not s.checked and s.supported and "manifestation check" in s.detail
+
+
+def test_verify_refuses_a_case_whose_shown_recording_does_not_hold_its_label(tmp_path, monkeypatch):
+    """Through verify_case: six pairs, the straggler 4x in all but pair 0. The test manifests and the median over the
+    pairs holds the label; the case is not manifested because repeat 0, the bundle a diagnoser gets, does not."""
+    from synthetic_traces import StepShape, build_bundle
+
+    from diageval.recording import verify
+    from tests.recording.test_label_support import FROM_STEP
+
+    def stand_in(case, device, *, repeat=0, force=False, cache_dir=None, role="case"):
+        kind, i = ("case" if case.faults else "twin"), repeat % 100
+        slow = 1.0 if kind == "twin" or i == 0 else 4.0
+        folder = tmp_path / f"{kind}{repeat}"
+        if not folder.exists():
+            build_bundle(folder, lambda r, k: StepShape(compute_us=4000 * (1 + 0.02 * i) * (slow if r == 1 and k >= FROM_STEP else 1.0)),
+                         n_steps=12)
+        return f"{kind}{repeat}", folder, False
+
+    monkeypatch.setattr(verify, "ensure_bundle", stand_in)
+    v = verify.verify_case(_straggler_case(), repeats=6, cache_dir=tmp_path / "cache")
+    assert v.test is not None and v.test.manifested and v.shown_checked
+    assert not v.manifested
+    [problem] = v.label_problems
+    assert problem.startswith("in the recording a diagnoser is shown (repeat 0") and "rank 1" in problem
