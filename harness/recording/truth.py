@@ -106,9 +106,13 @@ factor value the word it shows. Kept
 class ControlCheck(BaseModel):
     """A healthy control's or confounder's shown evidence (its bundle, repeat 0) against its twin's recordings: does
     it show a labeled cause's pattern beyond the twin's spread? (recording/label_support.py:
-    :func:`~diageval.recording.label_support.control_support`)"""
+    :func:`~diageval.recording.label_support.control_support`). A healthy regression or fleet: does its bundle show a
+    slowdown beyond its noise? (recording/fleet_verify.py: ``healthy_fleet_check``)"""
 
-    twins: int = Field(description="Twin recordings the spread was measured on")
+    twins: int = Field(description="Twin recordings the spread was measured on (a healthy regression: its recorded "
+                                   "pairs; a healthy fleet: its runs)")
+    pair: int | None = Field(None, description="A healthy regression: the recorded pair its bundle shows (0: the first); "
+                                               "None otherwise")
     checked: list[str] = Field(description="What was checked, with the numbers, or why nothing was")
     problems: list[str] = Field(description="Each pattern the shown evidence holds beyond the twin's spread; any makes "
                                             "the case invalid (never scored)")

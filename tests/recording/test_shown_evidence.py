@@ -317,3 +317,102 @@ def test_verify_refuses_a_case_whose_shown_recording_does_not_hold_its_label(tmp
     assert not v.manifested
     [problem] = v.label_problems
     assert problem.startswith("in the recording a diagnoser is shown (repeat 0") and "rank 1" in problem
+
+
+# --- healthy regressions and fleets, and a fleet's unlabeled values ----------------------------------------------
+
+def _healthy_regression() -> Case:
+    """The candidate carries a change its label calls harmless (as regression-profiling-not-slower's does)."""
+    return Case.model_validate(regression_case(labels={"causes": [], "expect": "healthy"}, manifest=None))
+
+
+def test_a_healthy_regression_whose_first_pair_reads_as_a_regression_is_shown_from_one_that_does_not(tmp_path, monkeypatch):
+    from diageval.recording.cache import read_truth
+    from diageval.recording.fleet_verify import HEALTHY_PAIRS, fleet_evidence
+
+    calls = _fake_members(tmp_path, monkeypatch, lambda member, pair: 0.13 if member.faults and pair == 0 else 0.1)
+    case, cache = _healthy_regression(), tmp_path / "cache"
+    folder, verification = fleet_evidence(case, device="cpu", cache_dir=cache)
+    assert verification is None and _shown_ratio(folder) == pytest.approx(1.0, abs=0.03)
+    from diageval.recording.cache import cache_key
+    control = read_truth(cache, cache_key(case, "cpu")).control
+    assert control.pair == 1 and control.problems == [] and control.twins == HEALTHY_PAIRS
+    assert "1.30" in control.checked[0]
+    calls.clear()
+    again, _ = fleet_evidence(case, device="cpu", cache_dir=cache)  # stored: nothing recorded or assembled again
+    assert again == folder and _shown_ratio(again) == pytest.approx(1.0, abs=0.03)
+
+
+def test_a_healthy_regression_level_in_its_first_pair_records_nothing_more(tmp_path, monkeypatch):
+    from diageval.recording.cache import cache_key, read_truth
+    from diageval.recording.fleet_verify import fleet_evidence
+
+    calls = _fake_members(tmp_path, monkeypatch, lambda member, pair: 0.105 if member.faults else 0.1)
+    case = _healthy_regression()
+    fleet_evidence(case, device="cpu", cache_dir=tmp_path / "cache")
+    control = read_truth(tmp_path / "cache", cache_key(case, "cpu")).control
+    assert control.pair == 0 and control.problems == [] and control.twins == 1
+    assert {repeat % 1000 for _, repeat, _ in calls} == {0}
+
+
+def test_a_healthy_regression_slower_in_every_pair_does_not_hold_its_label(tmp_path, monkeypatch):
+    from diageval.recording.fleet_verify import healthy_pair
+
+    _fake_members(tmp_path, monkeypatch, lambda member, pair: 0.14 if member.faults else 0.1)
+    check = healthy_pair([1.4, 1.35, 1.45], baselines=[0.1, 0.1, 0.1])
+    (problem,) = check.problems
+    assert "1.40, 1.35, 1.45" in problem and "healthy label does not hold" in problem
+    # the bar is the larger of the baseline's spread and a tenth: a noisy baseline lets a larger reading through
+    assert healthy_pair([1.12], baselines=[0.1]).problems and not healthy_pair([1.12, 1.0], baselines=[0.1, 0.13]).problems
+
+
+def _wide_fleet(expect: str = "diagnose") -> Case:
+    """Twelve runs: hosts node-01..03 and node-07 (the labeled one, 3 runs), versions v2.5.0 (runs 0-5) and v2.5.1."""
+    from tests.cases.test_fleet_cases import HOSTS
+
+    runs = [{"name": f"job-{i:02d}", "metadata": {"host": HOSTS[i % 4], "version": "v2.5.0" if i < 6 else "v2.5.1"},
+             "start": i} for i in range(12)]
+    data = fleet_case()
+    data["fleet"]["runs"] = runs
+    if expect == "healthy":
+        data["fleet"]["faults"], data["labels"], data["manifest"] = [], {"causes": [], "expect": "healthy"}, None
+    return Case.model_validate(data)
+
+
+def test_a_fleet_value_no_label_names_whose_runs_are_slower_is_refused_with_the_numbers():
+    from diageval.recording.fleet_verify import unlabeled_values_check
+
+    case = _wide_fleet()
+    metric = {r.name: 0.3 if case.fleet.faults_of(r) else 0.1 * (1 + 0.01 * (i % 3)) for i, r in enumerate(case.fleet.runs)}
+    tested, problems = unlabeled_values_check(case, metric)
+    assert problems == [] and len(tested) == 5  # node-01..03 and both versions; the labeled node-07 is not tested
+    slower = {n: v * 1.5 if int(n[-2:]) >= 6 and v < 0.2 else v for n, v in metric.items()}  # v2.5.1's fault-free runs
+    _, problems = unlabeled_values_check(case, slower)
+    (problem,) = problems
+    assert "version=v2.5.1: its 4 fault-free run(s) 1.49x the other 5, p 0.008" in problem  # 1/126: the slowest 4 of 9
+
+
+def test_a_value_that_only_a_scan_of_every_value_finds_is_not_refused():
+    """Six fault-free runs: three of one version 1.5x slower is the best of 20 splits (p 0.05), which five values looked
+    at find by chance more often than a label's test named in advance would: not refused."""
+    from diageval.recording.fleet_verify import unlabeled_values_check
+
+    case = Case.model_validate(fleet_case())
+    metric = {r.name: 0.3 if case.fleet.faults_of(r) else (0.15 if r.metadata["version"] == "v2.5.1" else 0.1)
+              for r in case.fleet.runs}
+    tested, problems = unlabeled_values_check(case, metric)
+    assert problems == [] and any("p 0.050" in t for t in tested)
+
+
+def test_a_healthy_fleet_whose_runs_show_a_slow_value_does_not_hold_its_label(tmp_path, monkeypatch):
+    from diageval.recording.cache import cache_key, read_truth
+    from diageval.recording.fleet_verify import fleet_evidence
+
+    case = _wide_fleet("healthy")
+    slow_host = {i for i, r in enumerate(case.fleet.runs) if r.metadata["host"] == "node-02"}
+    _fake_members(tmp_path, monkeypatch, lambda member, pair: 0.2 if pair in slow_host else 0.1)
+    fleet_evidence(case, device="cpu", cache_dir=tmp_path / "cache")
+    control = read_truth(tmp_path / "cache", cache_key(case, "cpu")).control
+    (problem,) = control.problems
+    assert "host=node-02: its 3 fault-free run(s) 2.01x the other 9, p 0.005" in problem  # runs share one spec: run i
+    # is its repeat i, so node-02's runs 1, 5 and 9 are the slow ones
