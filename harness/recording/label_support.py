@@ -455,13 +455,15 @@ MATERIAL_SHARE = 0.10
 def control_support(case: Case, shown: Path, twins: Sequence[Path]) -> list[CauseSupport]:
     """A healthy control's or confounder's shown recording (``shown``, its bundle) against its twin's recordings
     (``twins``, the first :data:`MAX_PAIRS` read): each of :data:`CONTROL_PATTERNS` on each rank, as if labeled there.
-    A supported one is a pattern the evidence shows: the case's label (healthy) does not hold. One rank: nothing
-    compared, nothing checked."""
+    A supported one is a pattern the evidence shows: the case's label (healthy) does not hold. One rank: the share
+    measures only (:func:`_one_rank_support`)."""
     step_range = (0, case.workload.steps if case.workload is not None else 0)
     in_shown = RecordingSteps.read(shown).means(step_range)
     twin = [m for m in (RecordingSteps.read(f).means(step_range) for f in twins[:MAX_PAIRS]) if m]
-    if len(in_shown) < 2 or not twin:
+    if not in_shown or not twin:
         return []
+    if len(in_shown) < 2:
+        return _one_rank_support(in_shown, twin)
     out = []
     for category, rank in ((c, r) for c in CONTROL_PATTERNS for r in sorted(in_shown)):
         # the shown recording against each twin recording (its excess: the median over them); the spreads over all
@@ -478,6 +480,25 @@ def control_support(case: Case, shown: Path, twins: Sequence[Path]) -> list[Caus
             support = support.model_copy(update={"supported": False, "detail": f"not longer than its peers in the shown "
                                                  f"recording by more than the twin's spread and a tenth of the step: "
                                                  f"{'; '.join(hidden)}; {support.detail}"})
+        out.append(support)
+    return out
+
+
+def _one_rank_support(in_shown: dict[int, RankMeans], twin: list[dict[int, RankMeans]]) -> list[CauseSupport]:
+    """A one-rank control's shown recording: each cause measured as a share of the step (:data:`SHARE_MEASURES`) as
+    if labeled, with :func:`check_share`'s bar (above the twin's share by more than its spread) and the control's (by
+    at least :data:`MATERIAL_SHARE` of the step). Not the other measures: with one rank there is no peer in the
+    recording, and a rank's own time against the twin alone is a stretch the diagnoser, who sees no twin, cannot see
+    (and on a loaded machine the twin's own time moves by more than a straggler's); a count (host ops per step) has no
+    share of the step to call material, and a launch look-alike runs its many ops by design (deep-mlp-many-ops)."""
+    (rank,) = in_shown
+    out = []
+    for category, kind in SHARE_MEASURES.items():
+        support = check_share(CauseLabel(category=category, ranks=[rank]), kind, [in_shown], twin)
+        excess = in_shown[rank].share(kind) - statistics.median(t[rank].share(kind) for t in twin if rank in t)
+        if support.checked and support.supported and excess < MATERIAL_SHARE:
+            support = support.model_copy(update={"supported": False, "detail": f"above the twin's by less than a tenth "
+                                                 f"of the step ({excess * 100:.0f} points): {support.detail}"})
         out.append(support)
     return out
 

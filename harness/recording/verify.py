@@ -229,7 +229,8 @@ its MAX_PAIRS = 3): three give each rank's spread three values, two would give o
 
 def control_subject(case: Case) -> str | None:
     """Why ``case``'s shown evidence is not checked as a control (:func:`check_control`), or None when it is: a
-    healthy control or confounder recorded here, on more than one rank, whose bundle is its recording (a case
+    healthy control or confounder recorded here (one rank included: its share measures are checked) whose bundle is
+    its recording (a case
     derived by evidence edits shows its base recording, checked as the base case)."""
     from diageval.recording.cache import split_bundle_edits
 
@@ -237,8 +238,6 @@ def control_subject(case: Case) -> str | None:
         return f"expect {case.labels.expect}"
     if case.recorded is not None or case.fleet is not None or case.workload is None:
         return "not a job recorded here"
-    if case.workload.world_size < 2:
-        return "one rank: no rank to compare it with"
     if split_bundle_edits(case)[1]:
         return "derived by evidence edits from a recording checked as its own case"
     return None

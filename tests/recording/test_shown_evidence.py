@@ -217,7 +217,7 @@ def test_check_control_records_twins_stores_the_check_and_run_scores_it_invalid(
     monkeypatch.setattr(verify_module, "ensure_bundle", fake_ensure_bundle)
     monkeypatch.setattr(prepare_module, "ensure_bundle", fake_ensure_bundle)
     case = _control()
-    assert control_subject(case) is None and control_subject(_control(world_size=1)) is not None
+    assert control_subject(case) is None and control_subject(_control(world_size=1)) is None  # one rank: checked too
     assert control_subject(_control(expect="abstain")) is not None
     check = check_control(case, cache_dir=tmp_path / "cache")
     assert check.twins == CONTROL_TWINS == len([c for c in calls if c[0] == "twin"])
@@ -416,3 +416,33 @@ def test_a_healthy_fleet_whose_runs_show_a_slow_value_does_not_hold_its_label(tm
     (problem,) = control.problems
     assert "host=node-02: its 3 fault-free run(s) 2.01x the other 9, p 0.005" in problem  # runs share one spec: run i
     # is its repeat i, so node-02's runs 1, 5 and 9 are the slow ones
+
+
+def _one_rank(tmp: Path, name: str, data_us: float) -> Path:
+    from synthetic_traces import StepShape, build_bundle
+
+    return build_bundle(tmp / name, lambda r, k: StepShape(data_us=data_us, comm_us=0.0, collectives=0), world_size=1,
+                        n_steps=12)
+
+
+def test_a_one_rank_control_whose_shown_recording_waits_for_data_does_not_hold_its_label(tmp_path):
+    """One rank: no peer to compare own time with, but a starved loader's share of the step is seen in the recording.
+    Twins wait 300-360 us of a ~4.9 ms step (6-7%); the shown recording 3 ms of 7.5 (40%)."""
+    from diageval.recording.label_support import control_support
+
+    twins = [_one_rank(tmp_path, f"twin{i}", 300 * (1 + 0.1 * i)) for i in range(3)]
+    support = control_support(_control(world_size=1), _one_rank(tmp_path, "starved", 3000), twins)
+    held = [s for s in support if s.checked and s.supported]
+    assert [(s.category, s.ranks) for s in held] == [("input.dataloader_starvation", [0])]
+    assert "data wait as a share of the step: rank 0 40% vs twin 7%" in held[0].detail
+
+
+def test_a_one_rank_control_waiting_a_little_more_than_its_twins_holds_its_label(tmp_path):
+    """6 points above the twins' share: beyond their spread (the 5-point floor) but under a tenth of the step."""
+    from diageval.recording.label_support import control_support
+
+    twins = [_one_rank(tmp_path, f"twin{i}", 300 * (1 + 0.01 * i)) for i in range(3)]
+    support = control_support(_control(world_size=1), _one_rank(tmp_path, "waits", 720), twins)
+    assert not any(s.checked and s.supported for s in support), support
+    loader = next(s for s in support if s.category == "input.dataloader_starvation")
+    assert "less than a tenth of the step" in loader.detail
