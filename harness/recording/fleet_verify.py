@@ -30,6 +30,13 @@ runs are the ones verified, but the group test can pass with one of a faulty val
 run behind a labeled value must exceed the fault-free runs' median by more than their spread
 (:func:`labeled_runs_check`).
 
+A healthy regression's shown pair and every factor value no label names (in a healthy or a positive fleet) are checked
+the other way round: they must not show a slowdown beyond the noise (:func:`healthy_pair`,
+:func:`unlabeled_values_check`, :func:`healthy_fleet_check`).
+
+Size: ~440 lines because a fleet's checks of what is shown, positive and healthy, share the run metrics, the permutation
+test and the pair assembly with its verification; apart, each would import the other's internals.
+
 The result is a :class:`~diageval.recording.truth.Verification` (what the run pipeline reads: ``ratio`` is the
 magnitude, of the smallest effect when two values are at fault) and, beside the cache's truth file and never in
 the bundle, a :class:`FleetVerification` with every value's effect.
