@@ -446,3 +446,24 @@ def test_a_one_rank_control_waiting_a_little_more_than_its_twins_holds_its_label
     assert not any(s.checked and s.supported for s in support), support
     loader = next(s for s in support if s.category == "input.dataloader_starvation")
     assert "less than a tenth of the step" in loader.detail
+
+
+def test_a_positive_fleet_whose_unlabeled_value_shows_a_slowdown_is_not_manifested(tmp_path, monkeypatch):
+    """The labeled host's runs 3x slower (the label holds), and version v2.5.1's fault-free runs 1.5x: a diagnoser
+    naming the version would be right by the evidence, which the labels do not say."""
+    from diageval.recording.fleet_verify import fleet_evidence
+
+    # fault-free runs share one spec, recorded as its repeats 0..8 in run order: runs 6, 8, 9, 10 (v2.5.1) are 5..8
+    _fake_members(tmp_path, monkeypatch, lambda member, pair: 0.3 if member.faults else (0.15 if pair >= 5 else 0.1))
+    _, verification = fleet_evidence(_wide_fleet(), device="cpu", cache_dir=tmp_path / "cache")
+    assert verification.test.manifested and not verification.manifested
+    (problem,) = verification.label_problems
+    assert "no label names: version=v2.5.1" in problem
+
+
+def test_a_positive_fleet_with_level_fault_free_runs_holds_its_labels(tmp_path, monkeypatch):
+    from diageval.recording.fleet_verify import fleet_evidence
+
+    _fake_members(tmp_path, monkeypatch, lambda member, pair: 0.3 if member.faults else 0.1)
+    _, verification = fleet_evidence(_wide_fleet(), device="cpu", cache_dir=tmp_path / "cache")
+    assert verification.manifested and verification.label_problems == []
