@@ -269,11 +269,13 @@ HEALTHY_PAIRS = 3
 
 
 def unlabeled_values_check(case: Case, run_metric: dict[str, float]) -> tuple[list[str], list[str]]:
-    """(what was tested, problems): every factor value no label names, its fault-free runs against the other fault-free
-    runs, with the test a labeled value must pass (:func:`permutation_p`) and the smallest slowdown worth naming
-    (:data:`~diageval.recording.label_support.MATERIAL_SHARE`, a tenth, as for a control). A value whose runs are slower
-    by that, at ``FLEET_ALPHA`` divided by the values tested, is one a diagnoser reading the fleet right would name,
-    and the labels do not: a healthy fleet or a fleet's unlabeled runs that show it do not hold their labels.
+    """(what was tested, problems): every factor value no label names, its runs against the other runs, among the runs
+    no labeled value is behind (a positive fleet: its fault-free runs; a healthy fleet: every run, a benign change
+    behind a value included, as a profiling canary's), with the test a labeled value must pass (:func:`permutation_p`)
+    and the smallest slowdown worth naming (:data:`~diageval.recording.label_support.MATERIAL_SHARE`, a tenth, as for a
+    control). A value whose runs are slower by that, at ``FLEET_ALPHA`` divided by the values tested, is one a
+    diagnoser reading the fleet right would name, and the labels do not: a healthy fleet or a fleet's unlabeled runs
+    that show it do not hold their labels.
 
     Divided by the values tested (Bonferroni) because every value is looked at, where a label's test asks about one
     value named in advance: measured on the cached corpus at the undivided 0.05, 2 of the 8 positive fleets had an
@@ -283,8 +285,10 @@ def unlabeled_values_check(case: Case, run_metric: dict[str, float]) -> tuple[li
     gives (1 - 0.95^8 = 34% a fleet). A value held by one run is never refused: its smallest p is 1/runs, as a label
     needs two runs behind its value."""
     assert case.fleet is not None
-    clean = [r for r in case.fleet.runs if not case.fleet.faults_of(r)]
-    labeled = {(c.factor.name, c.factor.value) for c in case.labels.causes if c.factor is not None}
+    refs = [c.factor for c in case.labels.causes if c.factor is not None]
+    behind_labels = {r.name for ref in refs for r in case.fleet.runs_with(ref)}
+    clean = [r for r in case.fleet.runs if r.name not in behind_labels]
+    labeled = {(ref.name, ref.value) for ref in refs}
     tests = []
     for name, value in sorted({(k, v) for r in clean for k, v in r.metadata.items()} - labeled):
         held = [r.name for r in clean if r.metadata.get(name) == value]
@@ -295,7 +299,7 @@ def unlabeled_values_check(case: Case, run_metric: dict[str, float]) -> tuple[li
     tested, problems = [], []
     for name, value, held, rest in tests:
         stat, p, _ = permutation_p([math.log(run_metric[n]) for n in held], [math.log(run_metric[n]) for n in rest])
-        line = (f"{name}={value}: its {len(held)} fault-free run(s) {math.exp(stat):.2f}x the other {len(rest)}, "
+        line = (f"{name}={value}: its {len(held)} unlabeled run(s) {math.exp(stat):.2f}x the other {len(rest)}, "
                 f"p {p:.3f} (refused at p <= {alpha:.4f} and 1 + {MATERIAL_SHARE:g} or more)")
         tested.append(line)
         if p <= alpha and math.exp(stat) >= 1.0 + MATERIAL_SHARE:

@@ -389,7 +389,7 @@ def test_a_fleet_value_no_label_names_whose_runs_are_slower_is_refused_with_the_
     slower = {n: v * 1.5 if int(n[-2:]) >= 6 and v < 0.2 else v for n, v in metric.items()}  # v2.5.1's fault-free runs
     _, problems = unlabeled_values_check(case, slower)
     (problem,) = problems
-    assert "version=v2.5.1: its 4 fault-free run(s) 1.49x the other 5, p 0.008" in problem  # 1/126: the slowest 4 of 9
+    assert "version=v2.5.1: its 4 unlabeled run(s) 1.49x the other 5, p 0.008" in problem  # 1/126: the slowest 4 of 9
 
 
 def test_a_value_that_only_a_scan_of_every_value_finds_is_not_refused():
@@ -414,7 +414,7 @@ def test_a_healthy_fleet_whose_runs_show_a_slow_value_does_not_hold_its_label(tm
     fleet_evidence(case, device="cpu", cache_dir=tmp_path / "cache")
     control = read_truth(tmp_path / "cache", cache_key(case, "cpu")).control
     (problem,) = control.problems
-    assert "host=node-02: its 3 fault-free run(s) 2.01x the other 9, p 0.005" in problem  # runs share one spec: run i
+    assert "host=node-02: its 3 unlabeled run(s) 2.01x the other 9, p 0.005" in problem  # runs share one spec: run i
     # is its repeat i, so node-02's runs 1, 5 and 9 are the slow ones
 
 
@@ -467,3 +467,18 @@ def test_a_positive_fleet_with_level_fault_free_runs_holds_its_labels(tmp_path, 
     _fake_members(tmp_path, monkeypatch, lambda member, pair: 0.3 if member.faults else 0.1)
     _, verification = fleet_evidence(_wide_fleet(), device="cpu", cache_dir=tmp_path / "cache")
     assert verification.manifested and verification.label_problems == []
+
+
+def test_a_healthy_fleet_whose_benign_change_makes_its_runs_slower_does_not_hold_its_label():
+    """A canary behind version v2.5.1 labeled harmless (healthy): its runs are compared with the others too, not left
+    out as faulty; 1.5x slower, it is a slowdown a diagnoser would name."""
+    from diageval.recording.fleet_verify import unlabeled_values_check
+
+    data = _wide_fleet("healthy").model_dump(mode="json", exclude_none=True)
+    data["fleet"]["faults"] = [{"where": {"name": "version", "value": "v2.5.1"},
+                                "faults": [{"name": "cpu_contention", "params": {"contended_rank": 0, "duty_cycle": 0.8}}]}]
+    case = Case.model_validate(data)
+    metric = {r.name: 0.15 if r.metadata["version"] == "v2.5.1" else 0.1 * (1 + 0.01 * (i % 3))
+              for i, r in enumerate(case.fleet.runs)}
+    tested, problems = unlabeled_values_check(case, metric)
+    assert len(tested) == 6 and any("version=v2.5.1: its 6 unlabeled run(s)" in p for p in problems)
