@@ -34,7 +34,7 @@ A healthy regression's shown pair and every factor value no label names (in a he
 the other way round: they must not show a slowdown beyond the noise (:func:`healthy_pair`,
 :func:`unlabeled_values_check`, :func:`healthy_fleet_check`).
 
-Size: ~440 lines because a fleet's checks of what is shown, positive and healthy, share the run metrics, the permutation
+Size: ~460 lines because a fleet's checks of what is shown, positive and healthy, share the run metrics, the permutation
 test and the pair assembly with its verification; apart, each would import the other's internals.
 
 The result is a :class:`~diageval.recording.truth.Verification` (what the run pipeline reads: ``ratio`` is the
@@ -401,6 +401,20 @@ def fleet_evidence(case: Case, *, device: str = "auto", force: bool = False, ver
     assert truth is not None  # written by ensure_fleet_bundle
     write_truth(cache, truth.model_copy(update={"verification": verification, "case_id": case.id}))
     return folder, verification
+
+
+def fleet_control(case: Case, *, device: str = "auto", cache_dir: Path | None = None) -> ControlCheck | None:
+    """The stored check of a healthy regression's or fleet's shown evidence (made by :func:`fleet_evidence`; its
+    problems make the case invalid, as a control's do), or None when the case is not one or was not checked."""
+    from diageval.paths import bundle_cache_dir
+    from diageval.recording.cache import cache_key, read_truth
+    from diageval.recording.record import resolve_device
+
+    if case.fleet is None or case.workload is None or case.labels.expect != "healthy":
+        return None
+    cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
+    truth = read_truth(cache, cache_key(case, resolve_device(device, case)))
+    return truth.control if truth is not None else None
 
 
 def fleet_verification_path(cache_dir: Path, key: str) -> Path:

@@ -406,13 +406,14 @@ def test_a_value_that_only_a_scan_of_every_value_finds_is_not_refused():
 
 def test_a_healthy_fleet_whose_runs_show_a_slow_value_does_not_hold_its_label(tmp_path, monkeypatch):
     from diageval.recording.cache import cache_key, read_truth
-    from diageval.recording.fleet_verify import fleet_evidence
+    from diageval.recording.fleet_verify import fleet_control, fleet_evidence
 
     case = _wide_fleet("healthy")
     slow_host = {i for i, r in enumerate(case.fleet.runs) if r.metadata["host"] == "node-02"}
     _fake_members(tmp_path, monkeypatch, lambda member, pair: 0.2 if pair in slow_host else 0.1)
     fleet_evidence(case, device="cpu", cache_dir=tmp_path / "cache")
     control = read_truth(tmp_path / "cache", cache_key(case, "cpu")).control
+    assert fleet_control(case, device="cpu", cache_dir=tmp_path / "cache") == control  # what preparation hands the run
     (problem,) = control.problems
     assert "host=node-02: its 3 unlabeled run(s) 2.01x the other 9, p 0.005" in problem  # runs share one spec: run i
     # is its repeat i, so node-02's runs 1, 5 and 9 are the slow ones
