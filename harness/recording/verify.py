@@ -306,7 +306,8 @@ def verify_cases(case_ids: list[str], *, cases_dir: Path | None = None, repeats:
     Named cases that are not positive (healthy controls, confounders, abstain cases) are skipped with a
     note through ``progress``: they have no injection to verify; a named healthy control or confounder that
     :func:`check_control` checks gets its shown evidence checked instead, the verdict and its numbers through
-    ``progress`` (no result row: the table is of manifestation checks). Cases this machine cannot record on
+    ``progress`` (no result row: the table is of manifestation checks), and so does a named healthy regression or
+    fleet (:func:`diageval.recording.fleet_verify.healthy_fleet_check`). Cases this machine cannot record on
     ``device`` (``requires: {device: cuda}`` without a GPU; a CPU-only injection under ``--device cuda``)
     are skipped with the reason, named or not: never recorded on the wrong device, never failed.
     """
@@ -331,6 +332,20 @@ def verify_cases(case_ids: list[str], *, cases_dir: Path | None = None, repeats:
                 verdict = "INVALID: " + "; ".join(check.problems) if check.problems else "holds its label"
                 progress.line(f"{case.id}: a healthy control, its shown evidence against {check.twins} twin recordings "
                               f"{verdict}" + ("" if check.problems else "; " + "; ".join(check.checked)))
+                progress.advance("verify")
+            continue
+        if case_ids and case.labels.expect == "healthy" and case.fleet is not None and case.workload is not None \
+                and not device_problem(device, case):  # a named healthy regression or fleet: what it shows checked
+            from diageval.recording.fleet_verify import fleet_control, fleet_evidence
+
+            dev = resolve_device(device, case)
+            fleet_evidence(case, device=dev, force=force, cache_dir=cache_dir)
+            check = fleet_control(case, device=dev, cache_dir=cache)
+            if progress and check is not None:
+                verdict = "INVALID: " + "; ".join(check.problems) if check.problems else "holds its label"
+                progress.line(f"{case.id}: a healthy {case.kind}, its shown evidence {verdict}"
+                              + ("" if check.problems else "; " + "; ".join(check.checked)))
+            if progress:
                 progress.advance("verify")
             continue
         if case.labels.expect != "diagnose" or case.recorded is not None:

@@ -483,3 +483,26 @@ def test_a_healthy_fleet_whose_benign_change_makes_its_runs_slower_does_not_hold
               for i, r in enumerate(case.fleet.runs)}
     tested, problems = unlabeled_values_check(case, metric)
     assert len(tested) == 6 and any("version=v2.5.1: its 6 unlabeled run(s)" in p for p in problems)
+
+
+def test_verify_names_a_healthy_regression_check_with_its_numbers(tmp_path, monkeypatch):
+    """``diageval verify <id>`` on a healthy regression checks what it shows (it said 'nothing to verify' before)."""
+    import io
+
+    import yaml
+
+    from diageval.progress import Progress
+    from diageval.recording.verify import verify_cases
+
+    _fake_members(tmp_path, monkeypatch, lambda member, pair: 0.14 if member.faults else 0.1)
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    (cases / "r.yaml").write_text(yaml.safe_dump(_healthy_regression().model_dump(mode="json", exclude_none=True)))
+    out = io.StringIO()
+    with Progress(out, live=False) as show:
+        rows = verify_cases(["regression-example"], cases_dir=cases, device="cpu", cache_dir=tmp_path / "cache",
+                            progress=show)
+    assert rows == []
+    text = out.getvalue()  # a long line is shortened in its middle on a terminal's width
+    assert "regression-example: a healthy regression, its shown evidence INVALID: every recorded pair" in text
+    assert "the healthy label does not hold" in text
