@@ -30,6 +30,13 @@ runs are the ones verified, but the group test can pass with one of a faulty val
 run behind a labeled value must exceed the fault-free runs' median by more than their spread
 (:func:`labeled_runs_check`).
 
+A healthy regression's shown pair and every factor value no label names (in a healthy or a positive fleet) are checked
+the other way round: they must not show a slowdown beyond the noise (:func:`healthy_pair`,
+:func:`unlabeled_values_check`, :func:`healthy_fleet_check`).
+
+Size: ~460 lines because a fleet's checks of what is shown, positive and healthy, share the run metrics, the permutation
+test and the pair assembly with its verification; apart, each would import the other's internals.
+
 The result is a :class:`~diageval.recording.truth.Verification` (what the run pipeline reads: ``ratio`` is the
 magnitude, of the smallest effect when two values are at fault) and, beside the cache's truth file and never in
 the bundle, a :class:`FleetVerification` with every value's effect.
@@ -48,10 +55,10 @@ from diageval.bundle.model import EvidenceBundle, StepRecord
 from diageval.cases.model import Case
 from diageval.diagnosis import FactorRef
 from diageval.recording.fleet import members_with_repeats
-from diageval.recording.label_support import relative_spread
+from diageval.recording.label_support import MATERIAL_SHARE, relative_spread
 from diageval.recording.manifest_test import (LOOKS, WARMUP_STEPS, ManifestTest, metric_of, pairs_needed,
                                               sequential_test)
-from diageval.recording.truth import Verification
+from diageval.recording.truth import ControlCheck, Verification
 
 FLEET_ALPHA = 0.05
 """One-sided level of the permutation test of a factor value's runs against the fault-free runs."""
@@ -190,6 +197,7 @@ def verify_fleet(case: Case, *, device: str, cache_dir: Path, force: bool = Fals
     else:
         effects = fleet_effects(case, run_metric)
         shown = labeled_runs_check(case, run_metric)
+        shown = shown.model_copy(update={"problems": shown.problems + unlabeled_values_check(case, run_metric)[1]})
         manifested = bool(effects) and all(e.manifested for e in effects) and not shown.problems
         ratio = min(e.ratio for e in effects)
     faulty = [run_metric[r.name] for r in case.fleet.runs if case.fleet.faults_of(r)]
@@ -251,6 +259,111 @@ def labeled_runs_check(case: Case, run_metric: dict[str, float]) -> ShownCheck:
     return ShownCheck(spread=spread, shown=shown, problems=problems)
 
 
+HEALTHY_METRIC = "step_time_median"
+"""The metric a healthy regression or fleet (no manifest) is read with: the one most positive regressions and fleets
+name (18 of 21 public ones), a median, so that one descheduled step does not read as a slowdown."""
+
+HEALTHY_PAIRS = 3
+"""Pairs a healthy regression records at most when its first pair reads slower (as a control's twins,
+:data:`diageval.recording.verify.CONTROL_TWINS`: three give the baseline's spread three values)."""
+
+
+def unlabeled_values_check(case: Case, run_metric: dict[str, float]) -> tuple[list[str], list[str]]:
+    """(what was tested, problems): every factor value no label names, its runs against the other runs, among the runs
+    no labeled value is behind (a positive fleet: its fault-free runs; a healthy fleet: every run, a benign change
+    behind a value included, as a profiling canary's), with the test a labeled value must pass (:func:`permutation_p`)
+    and the smallest slowdown worth naming (:data:`~diageval.recording.label_support.MATERIAL_SHARE`, a tenth, as for a
+    control). A value whose runs are slower by that, at ``FLEET_ALPHA`` divided by the values tested, is one a
+    diagnoser reading the fleet right would name, and the labels do not: a healthy fleet or a fleet's unlabeled runs
+    that show it do not hold their labels.
+
+    Divided by the values tested (Bonferroni) because every value is looked at, where a label's test asks about one
+    value named in advance: measured on the cached corpus at the undivided 0.05, 2 of the 8 positive fleets had an
+    unlabeled value "slower" (version=v2.5.0 of fleet-contended-host, 3 of 9 fault-free runs 1.25x, p 0.012;
+    host=node-03 of fleet-slow-disk-host, 1.19x, p 0.024) from two fault-free members recorded at a loaded moment
+    (1.28x and 1.37x the median, shared by every fleet of that spec), among ~8 values tested each, about what chance
+    gives (1 - 0.95^8 = 34% a fleet). A value held by one run is never refused: its smallest p is 1/runs, as a label
+    needs two runs behind its value."""
+    assert case.fleet is not None
+    refs = [c.factor for c in case.labels.causes if c.factor is not None]
+    behind_labels = {r.name for ref in refs for r in case.fleet.runs_with(ref)}
+    clean = [r for r in case.fleet.runs if r.name not in behind_labels]
+    labeled = {(ref.name, ref.value) for ref in refs}
+    tests = []
+    for name, value in sorted({(k, v) for r in clean for k, v in r.metadata.items()} - labeled):
+        held = [r.name for r in clean if r.metadata.get(name) == value]
+        rest = [r.name for r in clean if r.metadata.get(name) != value]
+        if held and rest:
+            tests.append((name, value, held, rest))
+    alpha = FLEET_ALPHA / max(1, len(tests))
+    tested, problems = [], []
+    for name, value, held, rest in tests:
+        stat, p, _ = permutation_p([math.log(run_metric[n]) for n in held], [math.log(run_metric[n]) for n in rest])
+        line = (f"{name}={value}: its {len(held)} unlabeled run(s) {math.exp(stat):.2f}x the other {len(rest)}, "
+                f"p {p:.3f} (refused at p <= {alpha:.4f} and 1 + {MATERIAL_SHARE:g} or more)")
+        tested.append(line)
+        if p <= alpha and math.exp(stat) >= 1.0 + MATERIAL_SHARE:
+            problems.append(f"the fleet shows a slowdown no label names: {line}")
+    return tested, problems
+
+
+def healthy_pair(ratios: list[float], baselines: list[float]) -> ShownCheck:
+    """Which recorded pair a healthy regression's bundle shows: pair 0 when its candidate/baseline ratio (``ratios``,
+    per pair) exceeds 1 by no more than the baseline's spread over the pairs (``baselines``, per pair; the floor with
+    one pair) or a tenth (:data:`~diageval.recording.label_support.MATERIAL_SHARE`, the smallest slowdown worth
+    naming), whichever is larger; else the pair within that reads nearest 1; else pair 0 with the numbers as a problem:
+    a candidate slower than that in the pair shown is a regression a diagnoser reading it right would name."""
+    spread = relative_spread(baselines)
+    bar = max(spread, MATERIAL_SHARE)
+    shown = {f"pair {i}": r for i, r in enumerate(ratios)}
+    if ratios[0] - 1.0 <= bar:
+        return ShownCheck(spread=spread, shown=shown, pair=0)
+    within = [i for i, r in enumerate(ratios) if r - 1.0 <= bar]
+    if within:
+        return ShownCheck(spread=spread, shown=shown, pair=min(within, key=lambda i: abs(math.log(ratios[i]))))
+    reads = ", ".join(f"{r:.2f}" for r in ratios)
+    return ShownCheck(spread=spread, shown=shown, pair=0, problems=[
+        f"every recorded pair shows the candidate slower (candidate/baseline {reads}), above 1 by more than the "
+        f"baseline's spread over the pairs ({spread:.0%}) and a tenth of the step: the healthy label does not hold"])
+
+
+def healthy_fleet_check(case: Case, *, device: str, cache_dir: Path) -> ControlCheck:
+    """A healthy regression's or fleet's shown evidence against its noise (a regression's ``pair``: the recorded pair
+    its bundle is to show). A regression records pairs beyond the first only when the first reads slower than a tenth
+    (:func:`healthy_pair`); a fleet reads its bundle's runs (:func:`unlabeled_values_check`)."""
+    from diageval.bundle.fleet import read_fleet
+    from diageval.recording.cache import cache_key, ensure_bundle
+    from diageval.recording.fleet import case_run_names, ensure_fleet_bundle
+
+    assert case.fleet is not None and case.workload is not None
+    n_steps = case.workload.steps
+    if case.kind == "regression":
+        by_role = {run.role: (member, repeat) for run, member, repeat in members_with_repeats(case)}
+
+        def metric(role: str, i: int) -> float:
+            member, repeat = by_role[role]
+            _, folder, _ = ensure_bundle(member, device, repeat=repeat + i, cache_dir=cache_dir)
+            return run_steps_metric(EvidenceBundle.open(folder).steps(), HEALTHY_METRIC, n_steps)
+
+        baselines, ratios = [metric("baseline", 0)], [metric("candidate", 0) / metric("baseline", 0)]
+        if ratios[0] - 1.0 > MATERIAL_SHARE:  # the spread can only raise the bar: more pairs only when it may matter
+            for i in range(1, HEALTHY_PAIRS):
+                baselines.append(metric("baseline", i))
+                ratios.append(metric("candidate", i) / baselines[-1])
+        shown = healthy_pair(ratios, baselines)
+        checked = [f"candidate/baseline per pair: {', '.join(f'{r:.2f}' for r in ratios)}; the baseline's spread "
+                   f"{shown.spread:.0%}; shown: pair {shown.pair}"]
+        return ControlCheck(twins=len(ratios), checked=checked, problems=shown.problems, pair=shown.pair)
+    key, folder, _ = ensure_fleet_bundle(case, device, cache_dir=cache_dir)
+    fleet = read_fleet(EvidenceBundle.open(folder))
+    assert fleet is not None
+    names = case_run_names(cache_dir, cache_key(case, device))
+    run_metric = {names.get(r.name, r.name): run_steps_metric(fleet.open_run(r.name).steps(), HEALTHY_METRIC, n_steps)
+                  for r in fleet.runs}
+    tested, problems = unlabeled_values_check(case, run_metric)
+    return ControlCheck(twins=len(run_metric), checked=tested, problems=problems)
+
+
 def fleet_evidence(case: Case, *, device: str = "auto", force: bool = False, verify: bool = True,
                    cache_dir: Path | None = None, data_dir: Path | None = None) -> tuple[Path, Verification | None]:
     """A regression or fleet case's bundle folder (members recorded or reused, assembled) and, for a positive case,
@@ -263,6 +376,18 @@ def fleet_evidence(case: Case, *, device: str = "auto", force: bool = False, ver
     cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
     resolved = resolve_device(device, case) if case.workload is not None else "cpu"  # a recorded fleet: imported
     key, folder, _ = ensure_fleet_bundle(case, resolved, force=force, cache_dir=cache, data_dir=data_dir)
+    if verify and case.labels.expect == "healthy" and case.workload is not None:  # does what is shown hold "healthy"?
+        truth = read_truth(cache, key)
+        assert truth is not None  # written by ensure_fleet_bundle
+        control = truth.control
+        if control is None or force:
+            control = healthy_fleet_check(case, device=resolved, cache_dir=cache)
+        if control.pair:  # a healthy regression shown from a pair that does not read as a regression
+            key, folder, _ = ensure_fleet_bundle(case, resolved, cache_dir=cache, pair=control.pair)
+        truth = read_truth(cache, key)
+        if truth is not None and truth.control != control:
+            write_truth(cache, truth.model_copy(update={"control": control, "case_id": case.id}))
+        return folder, None
     if not verify or case.labels.expect != "diagnose" or case.workload is None:
         return folder, None
     truth = read_truth(cache, key)
@@ -276,6 +401,20 @@ def fleet_evidence(case: Case, *, device: str = "auto", force: bool = False, ver
     assert truth is not None  # written by ensure_fleet_bundle
     write_truth(cache, truth.model_copy(update={"verification": verification, "case_id": case.id}))
     return folder, verification
+
+
+def fleet_control(case: Case, *, device: str = "auto", cache_dir: Path | None = None) -> ControlCheck | None:
+    """The stored check of a healthy regression's or fleet's shown evidence (made by :func:`fleet_evidence`; its
+    problems make the case invalid, as a control's do), or None when the case is not one or was not checked."""
+    from diageval.paths import bundle_cache_dir
+    from diageval.recording.cache import cache_key, read_truth
+    from diageval.recording.record import resolve_device
+
+    if case.fleet is None or case.workload is None or case.labels.expect != "healthy":
+        return None
+    cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
+    truth = read_truth(cache, cache_key(case, resolve_device(device, case)))
+    return truth.control if truth is not None else None
 
 
 def fleet_verification_path(cache_dir: Path, key: str) -> Path:

@@ -59,6 +59,10 @@ class Verification(BaseModel):
         None, description="Each labeled cause its evidence does not support, with the numbers "
         "(recording/label_support.py); any makes manifested false. Empty: every checked cause holds; None: not "
         "checked (the injection did not manifest, or a record made before the check, which is verified again)")
+    shown_checked: bool = Field(False, description="The labels were checked on the recording a diagnoser is shown "
+                                "(repeat 0; recording/label_support.py: shown_support), its problems among "
+                                "label_problems. False: a record made before that check (or one not manifested), "
+                                "whose repeat 0 may not hold its labels: verified again")
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -102,9 +106,13 @@ factor value the word it shows. Kept
 class ControlCheck(BaseModel):
     """A healthy control's or confounder's shown evidence (its bundle, repeat 0) against its twin's recordings: does
     it show a labeled cause's pattern beyond the twin's spread? (recording/label_support.py:
-    :func:`~diageval.recording.label_support.control_support`)"""
+    :func:`~diageval.recording.label_support.control_support`). A healthy regression or fleet: does its bundle show a
+    slowdown beyond its noise? (recording/fleet_verify.py: ``healthy_fleet_check``)"""
 
-    twins: int = Field(description="Twin recordings the spread was measured on")
+    twins: int = Field(description="Twin recordings the spread was measured on (a healthy regression: its recorded "
+                                   "pairs; a healthy fleet: its runs)")
+    pair: int | None = Field(None, description="A healthy regression: the recorded pair its bundle shows (0: the first); "
+                                               "None otherwise")
     checked: list[str] = Field(description="What was checked, with the numbers, or why nothing was")
     problems: list[str] = Field(description="Each pattern the shown evidence holds beyond the twin's spread; any makes "
                                             "the case invalid (never scored)")

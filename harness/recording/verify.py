@@ -30,7 +30,8 @@ from diageval.bundle.model import EvidenceBundle, StepRecord
 from diageval.cases.model import Case
 from diageval.progress import Progress
 from diageval.recording.cache import cache_key, ensure_bundle, note_draw, read_truth, write_truth
-from diageval.recording.label_support import label_problems, label_support
+from diageval.recording.label_support import (label_problems, label_support, needs_check, read_recordings,
+                                              shown_support)
 from diageval.recording.manifest_test import LOOKS, WARMUP_STEPS, manifest_test, metric_of, pairs_needed, sequential_test
 from diageval.recording.truth import ControlCheck, TruthRecord, Verification
 
@@ -190,14 +191,36 @@ def verify_case(case: Case, *, repeats: int | None = None, device: str = "cpu", 
                 break
             record_up_to(pairs_needed(len(injected) + 1))
     if verification.manifested:  # does the evidence hold each labeled cause where its label puts it?
-        problems = label_problems(label_support(subject, case_folders, twin_folders))
+        problems = evidence_problems(subject, case_folders, twin_folders)
         if subject is not case:
             problems = [f"{p} (checked on the recording this bundle is derived from, on its ranks)" for p in problems]
-        verification = verification.model_copy(update={"label_problems": problems, "manifested": not problems})
+        verification = verification.model_copy(update={"label_problems": problems, "manifested": not problems,
+                                                       "shown_checked": True})
     key, _, _ = ensure_bundle(case, device, repeat=0, cache_dir=cache, force=force and subject is not case)
     truth = read_truth(cache, key) or TruthRecord(case_id=case.id, key=key, repeat=0, recorded=_now())
     write_truth(cache, truth.model_copy(update={"verification": verification, "case_id": case.id}))
     return verification
+
+
+def evidence_problems(subject: Case, case_folders: list[Path], twin_folders: list[Path]) -> list[str]:
+    """Each labeled cause the case's recordings do not hold (:func:`~diageval.recording.label_support.label_support`,
+    the median over pairs) and each the recording a diagnoser is shown does not hold
+    (:func:`~diageval.recording.label_support.shown_support`: repeat 0, pair 0's case recording; asked once the
+    recordings hold every label), with the numbers; the traces read once for both.
+
+    A shown recording that does not hold a label makes the case ``invalid``; another recorded repeat is not shown
+    instead (as a regression's pair is, fleet_verify.shown_pair): measured on a CI run's cache of the public corpus
+    (``python benchmarks/label_support.py HOME``), every one of the 42 causes checked in 38 cases held in repeat 0,
+    the narrowest by 45 points over the twin's spread, while showing another repeat would move the bundle's key
+    everywhere the shown bundle is resolved (the run's preparation, the evidence tiers, the bundles derived from it)."""
+    if all(needs_check(subject, c) is not None for c in subject.labels.causes):
+        return []
+    injected, healthy = read_recordings(case_folders), read_recordings(twin_folders)
+    problems = label_problems(label_support(subject, injected, healthy))
+    if problems:  # the recordings do not hold it: the shown one is not asked again
+        return problems
+    return [f"in the recording a diagnoser is shown (repeat 0, against the twin's {len(healthy)} recordings): {p}"
+            for p in label_problems(shown_support(subject, injected[0], healthy))]
 
 
 CONTROL_TWINS = 3
@@ -207,7 +230,8 @@ its MAX_PAIRS = 3): three give each rank's spread three values, two would give o
 
 def control_subject(case: Case) -> str | None:
     """Why ``case``'s shown evidence is not checked as a control (:func:`check_control`), or None when it is: a
-    healthy control or confounder recorded here, on more than one rank, whose bundle is its recording (a case
+    healthy control or confounder recorded here (one rank included: its share measures are checked) whose bundle is
+    its recording (a case
     derived by evidence edits shows its base recording, checked as the base case)."""
     from diageval.recording.cache import split_bundle_edits
 
@@ -215,8 +239,6 @@ def control_subject(case: Case) -> str | None:
         return f"expect {case.labels.expect}"
     if case.recorded is not None or case.fleet is not None or case.workload is None:
         return "not a job recorded here"
-    if case.workload.world_size < 2:
-        return "one rank: no rank to compare it with"
     if split_bundle_edits(case)[1]:
         return "derived by evidence edits from a recording checked as its own case"
     return None
@@ -284,7 +306,8 @@ def verify_cases(case_ids: list[str], *, cases_dir: Path | None = None, repeats:
     Named cases that are not positive (healthy controls, confounders, abstain cases) are skipped with a
     note through ``progress``: they have no injection to verify; a named healthy control or confounder that
     :func:`check_control` checks gets its shown evidence checked instead, the verdict and its numbers through
-    ``progress`` (no result row: the table is of manifestation checks). Cases this machine cannot record on
+    ``progress`` (no result row: the table is of manifestation checks), and so does a named healthy regression or
+    fleet (:func:`diageval.recording.fleet_verify.healthy_fleet_check`). Cases this machine cannot record on
     ``device`` (``requires: {device: cuda}`` without a GPU; a CPU-only injection under ``--device cuda``)
     are skipped with the reason, named or not: never recorded on the wrong device, never failed.
     """
@@ -309,6 +332,20 @@ def verify_cases(case_ids: list[str], *, cases_dir: Path | None = None, repeats:
                 verdict = "INVALID: " + "; ".join(check.problems) if check.problems else "holds its label"
                 progress.line(f"{case.id}: a healthy control, its shown evidence against {check.twins} twin recordings "
                               f"{verdict}" + ("" if check.problems else "; " + "; ".join(check.checked)))
+                progress.advance("verify")
+            continue
+        if case_ids and case.labels.expect == "healthy" and case.fleet is not None and case.workload is not None \
+                and not device_problem(device, case):  # a named healthy regression or fleet: what it shows checked
+            from diageval.recording.fleet_verify import fleet_control, fleet_evidence
+
+            dev = resolve_device(device, case)
+            fleet_evidence(case, device=dev, force=force, cache_dir=cache_dir)
+            check = fleet_control(case, device=dev, cache_dir=cache)
+            if progress and check is not None:
+                verdict = "INVALID: " + "; ".join(check.problems) if check.problems else "holds its label"
+                progress.line(f"{case.id}: a healthy {case.kind}, its shown evidence {verdict}"
+                              + ("" if check.problems else "; " + "; ".join(check.checked)))
+            if progress:
                 progress.advance("verify")
             continue
         if case.labels.expect != "diagnose" or case.recorded is not None:

@@ -197,7 +197,7 @@ def test_verify_records_pairs_until_the_test_decides(tmp_path, monkeypatch):
 
     monkeypatch.setattr(verify, "ensure_bundle", fake_bundle)
     monkeypatch.setattr(verify, "EvidenceBundle", FakeBundle)
-    monkeypatch.setattr(verify, "label_support", lambda case, injected, healthy: [])  # no traces behind the fakes
+    monkeypatch.setattr(verify, "evidence_problems", lambda case, injected, healthy: [])  # no traces behind the fakes
     v = verify.verify_case(_case(), cache_dir=tmp_path)
     assert v.manifested and v.repeats == 4 and v.test is not None and v.test.pairs == 4
     assert v.ratio == pytest.approx(1.35, rel=0.01)

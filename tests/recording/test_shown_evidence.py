@@ -217,7 +217,7 @@ def test_check_control_records_twins_stores_the_check_and_run_scores_it_invalid(
     monkeypatch.setattr(verify_module, "ensure_bundle", fake_ensure_bundle)
     monkeypatch.setattr(prepare_module, "ensure_bundle", fake_ensure_bundle)
     case = _control()
-    assert control_subject(case) is None and control_subject(_control(world_size=1)) is not None
+    assert control_subject(case) is None and control_subject(_control(world_size=1)) is None  # one rank: checked too
     assert control_subject(_control(expect="abstain")) is not None
     check = check_control(case, cache_dir=tmp_path / "cache")
     assert check.twins == CONTROL_TWINS == len([c for c in calls if c[0] == "twin"])
@@ -249,3 +249,260 @@ def test_a_control_whose_shown_evidence_does_not_hold_its_label_is_invalid_not_s
     results = {r.case_id: r for r in RunStore(out.run_dir).read_results()}
     assert results["h1"].status == "invalid" and "straggler_rank on rank 0" in results["h1"].error
     assert results["h2"].status == "ok" and out.summary.counts.invalid == 1
+
+
+# --- a positive job case: the one recording shown (repeat 0) ------------------------------------------------------
+
+def _straggler_case() -> Case:
+    from tests.recording.test_label_support import FROM_STEP, _case
+
+    return _case([{"category": "compute.straggler_rank", "ranks": [1], "steps": [FROM_STEP, 12]}])
+
+
+def _pair_recordings(tmp: Path, slow: list[float]) -> list[Path]:
+    """Case recordings whose rank 1 computes ``slow[i]`` times longer from FROM_STEP on in repeat i."""
+    from synthetic_traces import StepShape, build_bundle
+    from tests.recording.test_label_support import FROM_STEP
+
+    return [build_bundle(tmp / f"case{i}", lambda r, k, i=i, f=f: StepShape(
+        compute_us=4000 * (1 + 0.02 * i) * (f if r == 1 and k >= FROM_STEP else 1.0)), n_steps=12)
+        for i, f in enumerate(slow)]
+
+
+def test_a_label_the_pairs_hold_but_the_shown_recording_does_not_is_refused_there_with_the_numbers(tmp_path):
+    """The median over three pairs holds a 4x straggler on rank 1, so label_support passes; the recording a diagnoser
+    gets (repeat 0) has rank 1 at its twin's pace, and shown_support says so with the numbers."""
+    from diageval.recording.label_support import label_problems, label_support, shown_support
+    from tests.recording.test_label_support import _twins
+
+    case, twins = _straggler_case(), _twins(tmp_path)
+    recordings = _pair_recordings(tmp_path, [1.0, 4.0, 4.0])
+    assert label_problems(label_support(case, recordings, twins)) == []
+    [s] = shown_support(case, recordings[0], twins)
+    assert s.checked and not s.supported and "labeled rank(s) 1 not stretched" in s.detail and "twin spread" in s.detail
+    [held] = shown_support(case, _pair_recordings(tmp_path / "b", [4.0])[0], twins)
+    assert held.checked and held.supported, held.detail
+
+
+def test_a_one_cause_share_label_is_left_to_the_manifestation_check_in_the_shown_recording_too(tmp_path):
+    """As label_support does (needs_check): nothing read, nothing refused."""
+    from diageval.recording.label_support import shown_support
+    from tests.recording.test_label_support import _case
+
+    case = _case([{"category": "input.dataloader_starvation"}])
+    [s] = shown_support(case, tmp_path / "never-read", [tmp_path / "never-read"])
+    assert not s.checked and s.supported and "manifestation check" in s.detail
+
+
+def test_verify_refuses_a_case_whose_shown_recording_does_not_hold_its_label(tmp_path, monkeypatch):
+    """Through verify_case: six pairs, the straggler 4x in all but pair 0. The test manifests and the median over the
+    pairs holds the label; the case is not manifested because repeat 0, the bundle a diagnoser gets, does not."""
+    from synthetic_traces import StepShape, build_bundle
+
+    from diageval.recording import verify
+    from tests.recording.test_label_support import FROM_STEP
+
+    def stand_in(case, device, *, repeat=0, force=False, cache_dir=None, role="case"):
+        kind, i = ("case" if case.faults else "twin"), repeat % 100
+        slow = 1.0 if kind == "twin" or i == 0 else 4.0
+        folder = tmp_path / f"{kind}{repeat}"
+        if not folder.exists():
+            build_bundle(folder, lambda r, k: StepShape(compute_us=4000 * (1 + 0.02 * i) * (slow if r == 1 and k >= FROM_STEP else 1.0)),
+                         n_steps=12)
+        return f"{kind}{repeat}", folder, False
+
+    monkeypatch.setattr(verify, "ensure_bundle", stand_in)
+    v = verify.verify_case(_straggler_case(), repeats=6, cache_dir=tmp_path / "cache")
+    assert v.test is not None and v.test.manifested and v.shown_checked
+    assert not v.manifested
+    [problem] = v.label_problems
+    assert problem.startswith("in the recording a diagnoser is shown (repeat 0") and "rank 1" in problem
+
+
+# --- healthy regressions and fleets, and a fleet's unlabeled values ----------------------------------------------
+
+def _healthy_regression() -> Case:
+    """The candidate carries a change its label calls harmless (as regression-profiling-not-slower's does)."""
+    return Case.model_validate(regression_case(labels={"causes": [], "expect": "healthy"}, manifest=None))
+
+
+def test_a_healthy_regression_whose_first_pair_reads_as_a_regression_is_shown_from_one_that_does_not(tmp_path, monkeypatch):
+    from diageval.recording.cache import read_truth
+    from diageval.recording.fleet_verify import HEALTHY_PAIRS, fleet_evidence
+
+    calls = _fake_members(tmp_path, monkeypatch, lambda member, pair: 0.13 if member.faults and pair == 0 else 0.1)
+    case, cache = _healthy_regression(), tmp_path / "cache"
+    folder, verification = fleet_evidence(case, device="cpu", cache_dir=cache)
+    assert verification is None and _shown_ratio(folder) == pytest.approx(1.0, abs=0.03)
+    from diageval.recording.cache import cache_key
+    control = read_truth(cache, cache_key(case, "cpu")).control
+    assert control.pair == 1 and control.problems == [] and control.twins == HEALTHY_PAIRS
+    assert "1.30" in control.checked[0]
+    calls.clear()
+    again, _ = fleet_evidence(case, device="cpu", cache_dir=cache)  # stored: nothing recorded or assembled again
+    assert again == folder and _shown_ratio(again) == pytest.approx(1.0, abs=0.03)
+
+
+def test_a_healthy_regression_level_in_its_first_pair_records_nothing_more(tmp_path, monkeypatch):
+    from diageval.recording.cache import cache_key, read_truth
+    from diageval.recording.fleet_verify import fleet_evidence
+
+    calls = _fake_members(tmp_path, monkeypatch, lambda member, pair: 0.105 if member.faults else 0.1)
+    case = _healthy_regression()
+    fleet_evidence(case, device="cpu", cache_dir=tmp_path / "cache")
+    control = read_truth(tmp_path / "cache", cache_key(case, "cpu")).control
+    assert control.pair == 0 and control.problems == [] and control.twins == 1
+    assert {repeat % 1000 for _, repeat, _ in calls} == {0}
+
+
+def test_a_healthy_regression_slower_in_every_pair_does_not_hold_its_label(tmp_path, monkeypatch):
+    from diageval.recording.fleet_verify import healthy_pair
+
+    _fake_members(tmp_path, monkeypatch, lambda member, pair: 0.14 if member.faults else 0.1)
+    check = healthy_pair([1.4, 1.35, 1.45], baselines=[0.1, 0.1, 0.1])
+    (problem,) = check.problems
+    assert "1.40, 1.35, 1.45" in problem and "healthy label does not hold" in problem
+    # the bar is the larger of the baseline's spread and a tenth: a noisy baseline lets a larger reading through
+    assert healthy_pair([1.12], baselines=[0.1]).problems and not healthy_pair([1.12, 1.0], baselines=[0.1, 0.13]).problems
+
+
+def _wide_fleet(expect: str = "diagnose") -> Case:
+    """Twelve runs: hosts node-01..03 and node-07 (the labeled one, 3 runs), versions v2.5.0 (runs 0-5) and v2.5.1."""
+    from tests.cases.test_fleet_cases import HOSTS
+
+    runs = [{"name": f"job-{i:02d}", "metadata": {"host": HOSTS[i % 4], "version": "v2.5.0" if i < 6 else "v2.5.1"},
+             "start": i} for i in range(12)]
+    data = fleet_case()
+    data["fleet"]["runs"] = runs
+    if expect == "healthy":
+        data["fleet"]["faults"], data["labels"], data["manifest"] = [], {"causes": [], "expect": "healthy"}, None
+    return Case.model_validate(data)
+
+
+def test_a_fleet_value_no_label_names_whose_runs_are_slower_is_refused_with_the_numbers():
+    from diageval.recording.fleet_verify import unlabeled_values_check
+
+    case = _wide_fleet()
+    metric = {r.name: 0.3 if case.fleet.faults_of(r) else 0.1 * (1 + 0.01 * (i % 3)) for i, r in enumerate(case.fleet.runs)}
+    tested, problems = unlabeled_values_check(case, metric)
+    assert problems == [] and len(tested) == 5  # node-01..03 and both versions; the labeled node-07 is not tested
+    slower = {n: v * 1.5 if int(n[-2:]) >= 6 and v < 0.2 else v for n, v in metric.items()}  # v2.5.1's fault-free runs
+    _, problems = unlabeled_values_check(case, slower)
+    (problem,) = problems
+    assert "version=v2.5.1: its 4 unlabeled run(s) 1.49x the other 5, p 0.008" in problem  # 1/126: the slowest 4 of 9
+
+
+def test_a_value_that_only_a_scan_of_every_value_finds_is_not_refused():
+    """Six fault-free runs: three of one version 1.5x slower is the best of 20 splits (p 0.05), which five values looked
+    at find by chance more often than a label's test named in advance would: not refused."""
+    from diageval.recording.fleet_verify import unlabeled_values_check
+
+    case = Case.model_validate(fleet_case())
+    metric = {r.name: 0.3 if case.fleet.faults_of(r) else (0.15 if r.metadata["version"] == "v2.5.1" else 0.1)
+              for r in case.fleet.runs}
+    tested, problems = unlabeled_values_check(case, metric)
+    assert problems == [] and any("p 0.050" in t for t in tested)
+
+
+def test_a_healthy_fleet_whose_runs_show_a_slow_value_does_not_hold_its_label(tmp_path, monkeypatch):
+    from diageval.recording.cache import cache_key, read_truth
+    from diageval.recording.fleet_verify import fleet_control, fleet_evidence
+
+    case = _wide_fleet("healthy")
+    slow_host = {i for i, r in enumerate(case.fleet.runs) if r.metadata["host"] == "node-02"}
+    _fake_members(tmp_path, monkeypatch, lambda member, pair: 0.2 if pair in slow_host else 0.1)
+    fleet_evidence(case, device="cpu", cache_dir=tmp_path / "cache")
+    control = read_truth(tmp_path / "cache", cache_key(case, "cpu")).control
+    assert fleet_control(case, device="cpu", cache_dir=tmp_path / "cache") == control  # what preparation hands the run
+    (problem,) = control.problems
+    assert "host=node-02: its 3 unlabeled run(s) 2.01x the other 9, p 0.005" in problem  # runs share one spec: run i
+    # is its repeat i, so node-02's runs 1, 5 and 9 are the slow ones
+
+
+def _one_rank(tmp: Path, name: str, data_us: float) -> Path:
+    from synthetic_traces import StepShape, build_bundle
+
+    return build_bundle(tmp / name, lambda r, k: StepShape(data_us=data_us, comm_us=0.0, collectives=0), world_size=1,
+                        n_steps=12)
+
+
+def test_a_one_rank_control_whose_shown_recording_waits_for_data_does_not_hold_its_label(tmp_path):
+    """One rank: no peer to compare own time with, but a starved loader's share of the step is seen in the recording.
+    Twins wait 300-360 us of a ~4.9 ms step (6-7%); the shown recording 3 ms of 7.5 (40%)."""
+    from diageval.recording.label_support import control_support
+
+    twins = [_one_rank(tmp_path, f"twin{i}", 300 * (1 + 0.1 * i)) for i in range(3)]
+    support = control_support(_control(world_size=1), _one_rank(tmp_path, "starved", 3000), twins)
+    held = [s for s in support if s.checked and s.supported]
+    assert [(s.category, s.ranks) for s in held] == [("input.dataloader_starvation", [0])]
+    assert "data wait as a share of the step: rank 0 40% vs twin 7%" in held[0].detail
+
+
+def test_a_one_rank_control_waiting_a_little_more_than_its_twins_holds_its_label(tmp_path):
+    """6 points above the twins' share: beyond their spread (the 5-point floor) but under a tenth of the step."""
+    from diageval.recording.label_support import control_support
+
+    twins = [_one_rank(tmp_path, f"twin{i}", 300 * (1 + 0.01 * i)) for i in range(3)]
+    support = control_support(_control(world_size=1), _one_rank(tmp_path, "waits", 720), twins)
+    assert not any(s.checked and s.supported for s in support), support
+    loader = next(s for s in support if s.category == "input.dataloader_starvation")
+    assert "less than a tenth of the step" in loader.detail
+
+
+def test_a_positive_fleet_whose_unlabeled_value_shows_a_slowdown_is_not_manifested(tmp_path, monkeypatch):
+    """The labeled host's runs 3x slower (the label holds), and version v2.5.1's fault-free runs 1.5x: a diagnoser
+    naming the version would be right by the evidence, which the labels do not say."""
+    from diageval.recording.fleet_verify import fleet_evidence
+
+    # fault-free runs share one spec, recorded as its repeats 0..8 in run order: runs 6, 8, 9, 10 (v2.5.1) are 5..8
+    _fake_members(tmp_path, monkeypatch, lambda member, pair: 0.3 if member.faults else (0.15 if pair >= 5 else 0.1))
+    _, verification = fleet_evidence(_wide_fleet(), device="cpu", cache_dir=tmp_path / "cache")
+    assert verification.test.manifested and not verification.manifested
+    (problem,) = verification.label_problems
+    assert "no label names: version=v2.5.1" in problem
+
+
+def test_a_positive_fleet_with_level_fault_free_runs_holds_its_labels(tmp_path, monkeypatch):
+    from diageval.recording.fleet_verify import fleet_evidence
+
+    _fake_members(tmp_path, monkeypatch, lambda member, pair: 0.3 if member.faults else 0.1)
+    _, verification = fleet_evidence(_wide_fleet(), device="cpu", cache_dir=tmp_path / "cache")
+    assert verification.manifested and verification.label_problems == []
+
+
+def test_a_healthy_fleet_whose_benign_change_makes_its_runs_slower_does_not_hold_its_label():
+    """A canary behind version v2.5.1 labeled harmless (healthy): its runs are compared with the others too, not left
+    out as faulty; 1.5x slower, it is a slowdown a diagnoser would name."""
+    from diageval.recording.fleet_verify import unlabeled_values_check
+
+    data = _wide_fleet("healthy").model_dump(mode="json", exclude_none=True)
+    data["fleet"]["faults"] = [{"where": {"name": "version", "value": "v2.5.1"},
+                                "faults": [{"name": "cpu_contention", "params": {"contended_rank": 0, "duty_cycle": 0.8}}]}]
+    case = Case.model_validate(data)
+    metric = {r.name: 0.15 if r.metadata["version"] == "v2.5.1" else 0.1 * (1 + 0.01 * (i % 3))
+              for i, r in enumerate(case.fleet.runs)}
+    tested, problems = unlabeled_values_check(case, metric)
+    assert len(tested) == 6 and any("version=v2.5.1: its 6 unlabeled run(s)" in p for p in problems)
+
+
+def test_verify_names_a_healthy_regression_check_with_its_numbers(tmp_path, monkeypatch):
+    """``diageval verify <id>`` on a healthy regression checks what it shows (it said 'nothing to verify' before)."""
+    import io
+
+    import yaml
+
+    from diageval.progress import Progress
+    from diageval.recording.verify import verify_cases
+
+    _fake_members(tmp_path, monkeypatch, lambda member, pair: 0.14 if member.faults else 0.1)
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    (cases / "r.yaml").write_text(yaml.safe_dump(_healthy_regression().model_dump(mode="json", exclude_none=True)))
+    out = io.StringIO()
+    with Progress(out, live=False) as show:
+        rows = verify_cases(["regression-example"], cases_dir=cases, device="cpu", cache_dir=tmp_path / "cache",
+                            progress=show)
+    assert rows == []
+    text = out.getvalue()  # a long line is shortened in its middle on a terminal's width
+    assert "regression-example: a healthy regression, its shown evidence INVALID: every recorded pair" in text
+    assert "the healthy label does not hold" in text
