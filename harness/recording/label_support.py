@@ -455,8 +455,8 @@ steps, in every one, and the check refused 1 of the 6: the median of 12 steps, h
 the slowest plain step and the fastest save, and crosses the bars by chance. Not the first write (every save in the
 window costs) and not the drawn step count (a 2-step period puts 6 saves in any 12-step window, and the shown
 recording and its twins share the draw). The evidence holds a material save, so that case's healthy label is wrong
-(its saves are dear at any storage speed tried: 5.1 and 8.3 ms a save at 4000 MB/s); the case, not this check, has to
-change. A mean-based pattern (``checkpoint.blocking_save``, as its label is measured) would see it but, measured on the
+(its saves are dear at any storage speed tried: 5.1 and 8.3 ms a save at 4000 MB/s); the case, not this check, had to
+change: it now saves every 10 steps, a few percent of the run (held its label against 3 twins after the change). A mean-based pattern (``checkpoint.blocking_save``, as its label is measured) would see it but, measured on the
 21 cached controls, also refuses one-rank-late-once (one paused step dominates a 12-step mean) and
 mlp-ddp-healthy-in-process-loading (+17%), whose labels are right."""
 

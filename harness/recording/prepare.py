@@ -51,15 +51,18 @@ def prepare_evidence(loaded: LoadedCase, *, device: str = "auto", force: bool = 
         return PreparedEvidence(case_id=loaded.case.id, bundle_dir=folder, bundle_id=EvidenceBundle.open(folder).bundle_id,
                                 manifest_sha256=sha256_file(folder / MANIFEST_NAME), verification=None)
     if loaded.case.fleet is not None:  # a regression or fleet (issue 24): its runs recorded as shared members
-        from diageval.recording.fleet_verify import fleet_evidence
+        from diageval.recording.fleet_verify import fleet_control, fleet_evidence
 
         from diageval.recording.fleet import shown_values_of
 
         folder, verification = fleet_evidence(loaded.case, device=device, force=force, verify=verify, cache_dir=cache_dir,
                                               data_dir=data_dir)
+        # a healthy regression or fleet: its shown evidence checked against its noise by fleet_evidence (issue 44
+        # item 3); problems make it invalid, as a healthy control's do
+        control = fleet_control(loaded.case, device=device, cache_dir=cache_dir) if verify else None
         return PreparedEvidence(case_id=loaded.case.id, bundle_dir=folder, bundle_id=EvidenceBundle.open(folder).bundle_id,
                                 manifest_sha256=sha256_file(folder / MANIFEST_NAME), verification=verification,
-                                shown_values=shown_values_of(folder))
+                                control=control, shown_values=shown_values_of(folder))
     from diageval.paths import bundle_cache_dir
     from diageval.recording.record import resolve_device
     from diageval.recording.verify import check_control, control_subject, verify_case
@@ -71,11 +74,13 @@ def prepare_evidence(loaded: LoadedCase, *, device: str = "auto", force: bool = 
     verified_now = False
     if verify and case.labels.expect == "diagnose":
         truth = read_truth(cache, cache_key(case, resolved))
-        if truth is not None and truth.verification is not None and truth.verification.test is not None and not force \
-                and (truth.verification.label_problems is not None or not truth.verification.manifested):
-            verification = truth.verification
+        stored = truth.verification if truth is not None and not force else None
+        if stored is not None and stored.test is not None \
+                and (not stored.manifested or (stored.label_problems is not None and stored.shown_checked)):
+            verification = stored
         else:  # records every repeat pair, repeat 0 (the bundle returned below) included; a record without the
-            # manifestation test's measurement is re-verified (its recordings are reused)
+            # manifestation test's measurement, or whose labels were not checked on the shown recording (made
+            # before that check, issue 44 item 3), is verified again (its recordings are reused)
             verification = verify_case(case, device=resolved, cache_dir=cache, force=force)
             verified_now = True
     key, folder, _ = ensure_bundle(case, resolved, force=force and not verified_now, cache_dir=cache)

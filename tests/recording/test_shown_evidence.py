@@ -506,3 +506,51 @@ def test_verify_names_a_healthy_regression_check_with_its_numbers(tmp_path, monk
     text = out.getvalue()  # a long line is shortened in its middle on a terminal's width
     assert "regression-example: a healthy regression, its shown evidence INVALID: every recorded pair" in text
     assert "the healthy label does not hold" in text
+
+
+def test_preparation_hands_a_healthy_regressions_refused_check_to_the_run(tmp_path, monkeypatch):
+    """What fleet_evidence found on a healthy regression's shown pairs reaches the pipeline as the case's control
+    check, whose problems make the case invalid (before, prepare_evidence dropped it: the case was scored)."""
+    from diageval.cases.load import LoadedCase
+    from diageval.recording.prepare import prepare_evidence
+
+    _fake_members(tmp_path, monkeypatch, lambda member, pair: 0.14 if member.faults else 0.1)
+    prepared = prepare_evidence(LoadedCase(case=_healthy_regression(), path=Path("r.yaml"), file_sha256=""),
+                                device="cpu", cache_dir=tmp_path / "cache")
+    assert prepared.control is not None and prepared.control.problems
+    assert "healthy label does not hold" in prepared.control.problems[0]
+
+
+class _Reached(Exception):
+    pass
+
+
+@pytest.mark.parametrize("shown_checked, verifies_again", [(False, True), (True, False)])
+def test_a_stored_verification_made_before_the_shown_check_is_verified_again(tmp_path, monkeypatch, shown_checked,
+                                                                             verifies_again):
+    """A cached record whose labels held over the pairs but were never checked on the shown recording is verified
+    again (reusing its recordings); one checked there is reused."""
+    import diageval.recording.prepare as prepare_module
+    import diageval.recording.verify as verify_module
+    from diageval.cases.load import load_case_set
+    from diageval.recording.prepare import prepare_evidence
+    from diageval.recording.truth import TruthRecord, Verification
+
+    stored = Verification(metric="step_time", min_ratio=1.2, injected=1.5, healthy=1.0, ratio=1.5, noise=0.05, impact=0.3,
+                          repeats=3, manifested=True, label_problems=[], shown_checked=shown_checked,
+                          test=ManifestTest.model_construct())
+    truth = TruthRecord.model_construct(verification=stored, control=None)
+
+    def verify_again(*_, **__):
+        raise _Reached("verify_case")
+
+    def bundle(*_, **__):
+        raise _Reached("ensure_bundle")
+
+    monkeypatch.setattr(prepare_module, "read_truth", lambda *_: truth)
+    monkeypatch.setattr(prepare_module, "ensure_bundle", bundle)
+    monkeypatch.setattr(verify_module, "verify_case", verify_again)
+    loaded = load_case_set().get("straggler-rank1")
+    with pytest.raises(_Reached) as reached:
+        prepare_evidence(loaded, device="cpu", cache_dir=tmp_path / "cache")
+    assert str(reached.value) == ("verify_case" if verifies_again else "ensure_bundle")
