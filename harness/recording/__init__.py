@@ -25,28 +25,67 @@ model, so reading them through it would be an import cycle):
 Inside: the launcher and rank worker (:mod:`.launcher`, :mod:`.rank_worker`, :mod:`.record`), the bundle writer,
 the cache and its key (:mod:`.cache`), the draw (:mod:`.draw`), verification (:mod:`.verify`, :mod:`.manifest_test`,
 :mod:`.label_support`, :mod:`.fleet_verify`, :mod:`.truth`), regressions and fleets (:mod:`.fleet`), recorded
-cases (:mod:`.recorded`, :mod:`.fetch`), in-job monitors (:mod:`.monitors`), the workloads and faults. Importing
-this package does not import torch.
+cases (:mod:`.recorded`, :mod:`.fetch`), in-job monitors (:mod:`.monitors`), the workloads and faults.
+
+The face loads what a name needs when the name is first used (:data:`_EXPORTS`, read by :func:`__getattr__`; the
+same imports, spelled out under ``TYPE_CHECKING``, are what type checkers and the architecture test read): every
+process that imports one module of the package (a rank worker, a box's worker, a case check reading the fault
+registry) imports this file first, and importing all the face's modules costs ~1 s on a loaded 2-core machine
+(the case model, the cache, the trace importer behind fetch; measured with ``python -X importtime``), where those
+processes need ~0.2 s. Importing this package does not import torch.
 """
 
-from diageval.recording.cache import bundles_root, derive_bundle, truth_path, write_truth
-from diageval.recording.draw import SECRET_NAME, cache_secret
-from diageval.recording.faults import FAULTS
-from diageval.recording.fetch import FetchError, default_mirror, fetch_command, fetch_files, plan_fetch
-from diageval.recording.launcher import MP_PREFIX, RecordingError, die_with_parent
-from diageval.recording.monitors import monitor_for_spec
-from diageval.recording.policy import Device, EvidenceFn, PreparedEvidence, RecordingPolicy
-from diageval.recording.prepare import CaseEnd, Evidence, prepare_case, prepare_evidence, record_cases, seed_keys
-from diageval.recording.record import cuda_device_count
-from diageval.recording.recorded import unavailable_cases
-from diageval.recording.truth import TruthRecord, Verification
-from diageval.recording.verify import RUN_TO_RUN_MARGIN, VERIFY_COLUMNS, narrow_margin, verification_row, verify_cases
+from __future__ import annotations
 
-__all__ = [
-    "FAULTS", "MP_PREFIX", "RUN_TO_RUN_MARGIN", "SECRET_NAME", "VERIFY_COLUMNS", "CaseEnd", "Device", "Evidence",
-    "EvidenceFn", "FetchError", "PreparedEvidence", "RecordingError", "RecordingPolicy", "TruthRecord", "Verification",
-    "bundles_root", "cache_secret", "cuda_device_count", "default_mirror", "derive_bundle", "die_with_parent",
-    "fetch_command", "fetch_files", "monitor_for_spec", "narrow_margin", "plan_fetch", "prepare_case",
-    "prepare_evidence", "record_cases", "seed_keys", "truth_path", "unavailable_cases", "verification_row",
-    "verify_cases", "write_truth",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS: dict[str, str] = {  # name -> the module that defines it
+    **dict.fromkeys(("bundles_root", "derive_bundle", "truth_path", "write_truth"), "diageval.recording.cache"),
+    **dict.fromkeys(("SECRET_NAME", "cache_secret"), "diageval.recording.draw"),
+    "FAULTS": "diageval.recording.faults",
+    **dict.fromkeys(("FetchError", "default_mirror", "fetch_command", "fetch_files", "plan_fetch"),
+                    "diageval.recording.fetch"),
+    **dict.fromkeys(("MP_PREFIX", "RecordingError", "die_with_parent"), "diageval.recording.launcher"),
+    "monitor_for_spec": "diageval.recording.monitors",
+    **dict.fromkeys(("Device", "EvidenceFn", "PreparedEvidence", "RecordingPolicy"), "diageval.recording.policy"),
+    **dict.fromkeys(("CaseEnd", "Evidence", "prepare_case", "prepare_evidence", "record_cases", "seed_keys"),
+                    "diageval.recording.prepare"),
+    "cuda_device_count": "diageval.recording.record",
+    "unavailable_cases": "diageval.recording.recorded",
+    **dict.fromkeys(("TruthRecord", "Verification"), "diageval.recording.truth"),
+    **dict.fromkeys(("RUN_TO_RUN_MARGIN", "VERIFY_COLUMNS", "narrow_margin", "verification_row", "verify_cases"),
+                    "diageval.recording.verify"),
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """A name of the face, imported from its module on first use (then kept here)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from diageval.recording.cache import bundles_root, derive_bundle, truth_path, write_truth
+    from diageval.recording.draw import SECRET_NAME, cache_secret
+    from diageval.recording.faults import FAULTS
+    from diageval.recording.fetch import FetchError, default_mirror, fetch_command, fetch_files, plan_fetch
+    from diageval.recording.launcher import MP_PREFIX, RecordingError, die_with_parent
+    from diageval.recording.monitors import monitor_for_spec
+    from diageval.recording.policy import Device, EvidenceFn, PreparedEvidence, RecordingPolicy
+    from diageval.recording.prepare import CaseEnd, Evidence, prepare_case, prepare_evidence, record_cases, seed_keys
+    from diageval.recording.record import cuda_device_count
+    from diageval.recording.recorded import unavailable_cases
+    from diageval.recording.truth import TruthRecord, Verification
+    from diageval.recording.verify import (
+        RUN_TO_RUN_MARGIN,
+        VERIFY_COLUMNS,
+        narrow_margin,
+        verification_row,
+        verify_cases,
+    )

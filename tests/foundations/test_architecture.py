@@ -160,6 +160,22 @@ def test_nothing_outside_recording_imports_past_its_face():
     assert bad == []
 
 
+def test_recordings_face_loads_what_it_names_and_names_what_it_imports():
+    """Recording's face loads a name's module on first use (``_EXPORTS``); the imports spelled out under its
+    ``TYPE_CHECKING`` (what this file's graph and type checkers read) are exactly that table, and every name
+    resolves to what its module defines."""
+    import importlib
+
+    import diageval.recording as face
+
+    tree = ast.parse(MODULES["diageval.recording"].read_text(encoding="utf-8"))
+    [guarded] = [n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", None) == "TYPE_CHECKING"]
+    spelled = {a.name: node.module for node in guarded.body if isinstance(node, ast.ImportFrom) for a in node.names}
+    assert spelled == face._EXPORTS
+    for name, module in face._EXPORTS.items():
+        assert getattr(face, name) is getattr(importlib.import_module(module), name), name
+
+
 def test_scoring_takes_the_evidence_facts_whole():
     """``score_case`` receives what recording found as one ``EvidenceFacts`` (defined in scoring, which never
     imports recording), not as loose keywords the run copies field by field."""
