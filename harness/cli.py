@@ -159,8 +159,7 @@ def cases_list_cmd(cases_dir: Path | None, as_json: bool, data_dir: Path | None)
     """List the cases: id, title, tags, expect, requires; name the recorded cases whose traces are absent."""
     from diageval.cases.load import CaseLoadError, load_case_set
     from diageval.paths import data_dirs
-    from diageval.recording.fetch import fetch_command
-    from diageval.recording.recorded import unavailable_cases
+    from diageval.recording import fetch_command, unavailable_cases
 
     try:
         case_set = load_case_set(cases_dir)
@@ -316,7 +315,7 @@ def data_fetch_cmd(case_ids: tuple[str, ...], cases_dir: Path | None, data_dir: 
     from diageval.paths import data_dir as fetch_dir
     from diageval.paths import data_dirs
     from diageval.progress import Progress
-    from diageval.recording.fetch import FetchError, default_mirror, fetch_files, plan_fetch
+    from diageval.recording import FetchError, default_mirror, fetch_files, plan_fetch
     from diageval.run.pipeline import sigterm_as_interrupt  # SIGTERM removes the temporary file as Ctrl-C does
 
     try:
@@ -442,8 +441,7 @@ def record_cmd(case_ids: tuple[str, ...], cases_dir: Path | None, out_dir: Path 
     """Record cases live into evidence bundles (cached); print each bundle folder."""
     from diageval.cases.load import CaseLoadError
     from diageval.progress import Progress
-    from diageval.recording.launcher import RecordingError
-    from diageval.recording.prepare import record_cases
+    from diageval.recording import RecordingError, record_cases
 
     try:
         with Progress("stderr") as progress:
@@ -469,10 +467,10 @@ def verify_cmd(case_ids: tuple[str, ...], cases_dir: Path | None, repeats: int |
     """Check that positive cases manifest against their healthy twins (no ids = all). Exit 1 if any did not."""
     from diageval.cases.load import CaseLoadError
     from diageval.progress import Progress
-    from diageval.recording.launcher import RecordingError
-    from diageval.recording.verify import (
+    from diageval.recording import (
         RUN_TO_RUN_MARGIN,
         VERIFY_COLUMNS,
+        RecordingError,
         narrow_margin,
         verification_row,
         verify_cases,
@@ -524,7 +522,7 @@ KIND_WORDS = {
 def _kind(row: dict) -> str:
     """What a listed diagnoser is, from what the harness knows of it: its role in the harness's own table
     (self-test, reference), the in-job monitor registry, its declared ``needs_network``; else offline."""
-    from diageval.recording.monitors import monitor_for_spec
+    from diageval.recording import monitor_for_spec
 
     if row["self_test"]:
         return "self-test"
@@ -694,12 +692,9 @@ def run_cmd(spec: str, cases_dir: Path | None, case_ids: tuple[str, ...], tags: 
             run_id: str | None, jobs: int, device: str, executor: str, data_dir: Path | None, evidence: str,
             repeats: int, **host: object) -> None:
     """Run a diagnoser on the cases (recording evidence as needed), score it, and save runs/<run_id>/."""
-    import functools
-
     from diageval.cases.load import CaseLoadError, load_case_set
     from diageval.executors import ExecutorSpec
-    from diageval.recording.fetch import fetch_command
-    from diageval.recording.prepare import prepare_evidence
+    from diageval.recording import RecordingPolicy, fetch_command
     from diageval.reports.run_outcome import format_run_outcome
     from diageval.run.pipeline import RunOptions, run_diagnoser, sigterm_as_interrupt
 
@@ -712,11 +707,10 @@ def run_cmd(spec: str, cases_dir: Path | None, case_ids: tuple[str, ...], tags: 
     except CaseLoadError as err:
         raise click.ClickException(f"the corpus has invalid cases (run `diageval cases validate`):\n{err}")
     options = RunOptions(case_ids=case_ids, tags=tags, cases_dir=cases_dir, out_dir=out_dir, run_id=run_id, jobs=jobs,
-                         device=device, evidence=evidence, executor=executor_spec,
-                         repeats=repeats)  # type: ignore[arg-type]
+                         evidence=evidence, executor=executor_spec, repeats=repeats)  # type: ignore[arg-type]
     with sigterm_as_interrupt():
         outcome = run_diagnoser(spec, case_set, options, _host_policy(**host),  # type: ignore[arg-type]
-                                evidence_fn=functools.partial(prepare_evidence, data_dir=data_dir))
+                                recording=RecordingPolicy(device=device, data_dir=data_dir))  # type: ignore[arg-type]
     click.echo(inert(format_run_outcome(outcome, fetch_command=fetch_command(data=data_dir, cases=cases_dir))))
 
 

@@ -168,6 +168,33 @@ class ManifestationMeasure(_Record):
     manifested: bool
 
 
+class EvidenceFacts(_Record):
+    """What a case's evidence is, as recording found it (``diageval.recording``'s face makes it, the run hands it
+    to :func:`~diageval.scoring.verdicts.score_case` whole): facts scoring copies into the result, never judges.
+    Every field is None (empty) where the case ended before its evidence said it: a recording that failed has
+    no bundle."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bundle_id: str | None = Field(None, description="The bundle's opaque id (of the tier the diagnoser got)")
+    bundle_sha256: str | None = Field(None, description="The sha256 of that bundle's bundle.json")
+    measured_impact: float | None = Field(None, description="The verification's measured fraction of step time lost")
+    measured_magnitude: float | None = Field(None, description="A regression: the verification's candidate/baseline "
+                                             "ratio")
+    difficulty: Literal["easy", "medium", "hard"] | None = Field(None, description="The verification's effect "
+                                                                 "over noise, in words")
+    manifestation: ManifestationMeasure | None = Field(None, description="What the manifestation test measured")
+    shown_values: dict[str, str] = Field(default_factory=dict, description="A regression or fleet: its factor "
+                                         "values -> the words its bundle shows")
+    rank_draw: list[int] | None = Field(None, description="A job case recorded here: where its recording put the "
+                                        "case's ranks")
+
+    @classmethod
+    def of(cls, result: "CaseResult") -> "EvidenceFacts":
+        """The facts a result line kept (re-scoring reads them back)."""
+        return cls(**{name: getattr(result, name) for name in cls.model_fields})
+
+
 class CaseResult(_Record):
     scoring_version: Literal[3, 5] = Field(description="The judging rules that wrote this result (SCORING_VERSION)")
     case_id: str

@@ -64,8 +64,6 @@ is a few lines of the one pass over a diagnosis's claims); split, they would pas
 
 from __future__ import annotations
 
-from typing import Literal
-
 from diageval.cases.model import Case, CauseLabel
 from diageval.cases.taxonomy import Taxonomy, is_symptom_id
 from diageval.diagnosers.agent_record import Usage
@@ -80,8 +78,8 @@ from diageval.scoring.results import (
     CaseResult,
     CauseOutcome,
     ClaimVerdict,
+    EvidenceFacts,
     Forecast,
-    ManifestationMeasure,
     Status,
 )
 
@@ -92,22 +90,16 @@ def score_case(
     *,
     taxonomy: Taxonomy,
     status: Status = "ok",
-    measured_impact: float | None = None,
-    measured_magnitude: float | None = None,
-    difficulty: Literal["easy", "medium", "hard"] | None = None,
     seconds: float | None = None,
     error: str | None = None,
-    bundle_id: str | None = None,
-    bundle_sha256: str | None = None,
-    manifestation: ManifestationMeasure | None = None,
     usage: Usage | None = None,
-    shown_values: dict[str, str] | None = None,
-    rank_draw: list[int] | None = None,
+    evidence: EvidenceFacts = EvidenceFacts(),
 ) -> CaseResult:
-    """Judge ``diagnosis`` against ``case``'s labels (see the module docstring for the rules). ``shown_values``: the
-    factor value words the case's bundle showed (``name=value`` -> drawn word, issue 39); the case is judged in
-    them (:meth:`~diageval.cases.model.Case.with_shown_values`) and the map is kept in the result."""
-    case = case.with_shown_values(shown_values or {})
+    """Judge ``diagnosis`` against ``case``'s labels (see the module docstring for the rules). ``evidence``: what
+    recording found the case's evidence to be, copied into the result; of it, ``shown_values`` (the factor value
+    words the case's bundle showed, ``name=value`` -> drawn word, issue 39) is the one fact judged: the case is
+    judged in them (:meth:`~diageval.cases.model.Case.with_shown_values`)."""
+    case = case.with_shown_values(evidence.shown_values)
     if status in ABSTAINING_STATUSES:  # cap_hit: scored as an abstention naming the cap; the status stays
         if diagnosis is not None:
             raise ValueError(f"case {case.id}: status {status!r} means there is no diagnosis to score, yet one was given")
@@ -124,7 +116,7 @@ def score_case(
         case_id=case.id,
         status=status,
         expect=case.labels.expect,
-        difficulty=difficulty,
+        difficulty=evidence.difficulty,
         evidence=case.evidence_kind,
         tags=list(case.tags),
         split=case.split,
@@ -134,16 +126,16 @@ def score_case(
         fleet_factors=len(fleet_values(case)),
         blamable=_slots(case),
         aliased=[factor_key(ref) for ref in case.labels.aliased],
-        measured_magnitude=measured_magnitude,
+        measured_magnitude=evidence.measured_magnitude,
         categories=[label.category for label in case.labels.causes],
-        measured_impact=measured_impact,
-        manifestation=manifestation,
+        measured_impact=evidence.measured_impact,
+        manifestation=evidence.manifestation,
         seconds=seconds,
         usage=usage,
-        bundle_id=bundle_id,
-        bundle_sha256=bundle_sha256,
-        shown_values=dict(shown_values or {}),
-        rank_draw=rank_draw,
+        bundle_id=evidence.bundle_id,
+        bundle_sha256=evidence.bundle_sha256,
+        shown_values=dict(evidence.shown_values),
+        rank_draw=evidence.rank_draw,
         error=error,
         taxonomy_causes=len(taxonomy.causes),
     )

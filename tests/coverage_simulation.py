@@ -45,7 +45,7 @@ from diageval.cases.taxonomy import Taxonomy, TaxonomyEntry, load_taxonomy
 from diageval.diagnosis import Abstention, Diagnosis, Finding
 from diageval.scoring.intervals import jeffreys
 from diageval.scoring.metrics import METRICS
-from diageval.scoring.results import CaseResult
+from diageval.scoring.results import CaseResult, EvidenceFacts
 from diageval.scoring.summary import DiagnoserInfo, headline_metrics, summarize
 from diageval.scoring.verdicts import score_case
 
@@ -173,7 +173,7 @@ class Simulator:
                 d = self.diagnose_near_perfect(case, rng, measured)
             seconds = self.timeout_seconds if d is None else rng.lognormvariate(0.0, 0.5)
             r = score_case(case, d, taxonomy=self.taxonomy, status="timeout" if d is None else "ok",
-                           measured_impact=measured, seconds=seconds)
+                           evidence=EvidenceFacts(measured_impact=measured), seconds=seconds)
             out.append(r.model_copy(update={"case_id": f"{prefix}{i:06d}"}))
         return out
 

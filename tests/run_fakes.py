@@ -18,6 +18,7 @@ from diageval.cases.load import CaseSet, LoadedCase
 from diageval.cases.model import Case
 from diageval.cases.taxonomy import load_taxonomy
 from diageval.paths import default_taxonomy_path
+from diageval.recording import PreparedEvidence, RecordingPolicy, Verification
 
 
 def make_case(case_id: str, expect: str = "diagnose", cause: str = "compute.straggler_rank", ranks=None, fault: str = "slow_rank") -> Case:
@@ -69,23 +70,11 @@ def write_bundle(root: Path, bundle_id: str, *, trace_text: str = "", log_text: 
     return root
 
 
-@dataclass
-class FakeVerification:
-    manifested: bool
-    impact: float | None = 0.4
-    ratio: float | None = 1.8
-    noise: float | None = 0.05
-    min_ratio: float = 1.5
-    repeats: int = 3
-
-
-@dataclass
-class FakePrepared:
-    case_id: str
-    bundle_dir: Path
-    bundle_id: str
-    manifest_sha256: str
-    verification: FakeVerification | None
+def fake_verification(manifested: bool, *, impact: float | None = 0.4) -> Verification:
+    """A positive case's check as recording makes it (made before the sequential test: no ``test``), its injection
+    1.8x the twin's 1.0 s over 3 repeats, against a 1.5 minimum."""
+    return Verification(metric="step_time_median", min_ratio=1.5, injected=1.8, healthy=1.0, ratio=1.8, noise=0.05,
+                        repeats=3, manifested=manifested, impact=impact)
 
 
 @dataclass
@@ -103,7 +92,7 @@ class FakeEvidence:
     def bundle_id(case_id: str) -> str:
         return hashlib.sha256(case_id.encode()).hexdigest()[:16]
 
-    def __call__(self, loaded: LoadedCase, *, device: str = "auto", force: bool = False) -> FakePrepared:
+    def __call__(self, loaded: LoadedCase, policy: RecordingPolicy = RecordingPolicy()) -> PreparedEvidence:
         case = loaded.case
         self.calls.append(case.id)
         if case.id in self.fail:
@@ -116,20 +105,22 @@ class FakeEvidence:
             )
         verification = None
         if case.labels.expect == "diagnose":
-            verification = FakeVerification(manifested=case.id not in self.not_manifested)
+            verification = fake_verification(case.id not in self.not_manifested)
         sha = hashlib.sha256((bundle_dir / "bundle.json").read_bytes()).hexdigest()
-        return FakePrepared(case.id, bundle_dir, bundle_id, sha, verification)
+        return PreparedEvidence(case_id=case.id, bundle_dir=bundle_dir, bundle_id=bundle_id, manifest_sha256=sha,
+                                verification=verification)
 
 
-RUN_OPTION_KEYS = ("case_ids", "tags", "cases_dir", "out_dir", "run_id", "jobs", "device", "seed", "evidence", "repeats")
-INJECTED_KEYS = ("evidence_fn", "cuda_device_count", "progress")
+RUN_OPTION_KEYS = ("case_ids", "tags", "cases_dir", "out_dir", "run_id", "jobs", "seed", "evidence", "repeats")
+INJECTED_KEYS = ("recording", "evidence_fn", "cuda_device_count", "progress")
 
 
 def run_with(spec: str, case_set: CaseSet, **kw):
     """``run_diagnoser`` with one flat set of keywords, as tests write them: the run's options
     (:class:`RunOptions` fields), the host policy's (``timeout`` = ``timeout_s``, ``isolation="none"`` =
     ``sandbox=False``, ``limits`` = ``output``, ``allow_network``, ``box``, ``pass_env``) and the stand-ins
-    (``evidence_fn``, ``cuda_device_count``, ``progress``)."""
+    (``evidence_fn``, ``cuda_device_count``, ``progress``); ``device`` alone is a recording policy's (else pass
+    ``recording``)."""
     from diageval.hosting import HostPolicy
     from diageval.run.pipeline import RunOptions, run_diagnoser
 
@@ -138,6 +129,8 @@ def run_with(spec: str, case_set: CaseSet, **kw):
         if k in options:
             options[k] = tuple(options[k])
     injected = {k: kw.pop(k) for k in INJECTED_KEYS if k in kw}
+    if "device" in kw:
+        injected["recording"] = RecordingPolicy(device=kw.pop("device"))
     policy = {}
     if "timeout" in kw:
         policy["timeout_s"] = kw.pop("timeout")

@@ -84,7 +84,7 @@ class LocalExecutor:
     def records(self, case: Any) -> bool:
         return False
 
-    def prepare(self, cases: list[Any], prepare: Any, on_done: Any, *, device: str) -> None:
+    def prepare(self, cases: list[Any], prepare: Any, on_done: Any, *, policy: Any) -> None:
         raise AssertionError("the local executor records nothing itself (records() is False)")
 
     def run(self, host: "Host", tasks: list[DiagnoseTask], on_done: OnDone, *, jobs: int,

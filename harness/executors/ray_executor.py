@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from diageval.cases.load import LoadedCase
     from diageval.cases.model import Case
     from diageval.hosting import Host
+    from diageval.recording import EvidenceFn, RecordingPolicy
 
 
 class RayExecutor:
@@ -36,8 +37,9 @@ class RayExecutor:
     def records(self, case: "Case") -> bool:
         return recorded_on_ray(case)
 
-    def prepare(self, cases: "list[LoadedCase]", prepare: Any, on_done: OnPrepared, *, device: str) -> None:
-        prepare_on_ray(cases, prepare, on_done, device=device, address=self.address)
+    def prepare(self, cases: "list[LoadedCase]", prepare: "EvidenceFn", on_done: OnPrepared, *,
+                policy: "RecordingPolicy") -> None:
+        prepare_on_ray(cases, prepare, on_done, policy=policy, address=self.address)
 
     def run(self, host: "Host", tasks: list[DiagnoseTask], on_done: OnDone, *, jobs: int,
             handover: dict[str, Any] | None, log_path: Path | None) -> None:

@@ -7,7 +7,7 @@ too), and Ray runs a task only where a unit is free: one recording per node at a
 declare it. The run's diagnoses start only after every recording is over (the pipeline's two phases).
 
 * **What goes**: the case (the recorder runs its workload and faults and verifies them, so it reads the case,
-  labels included, as this machine does when it records), the evidence function, the device asked for, and
+  labels included, as this machine does when it records), the evidence function, the recording policy, and
   this machine's cached bundles of the case (its repeats, its healthy twin's, its base, by content key) with
   its stored truth record, so a recorder records only what the cache lacks and reuses or redoes the
   verification exactly where this machine would, on the same recordings. Only a recording task receives
@@ -27,13 +27,13 @@ regressions and fleets (their runs are shared members of this machine's cache).
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from diageval.cases.load import LoadedCase
 from diageval.cases.model import Case
 from diageval.hosting import HostError
+from diageval.recording import EvidenceFn, RecordingPolicy
 from diageval.bundle.transfer import TransferDamaged, pack_bundle, receive_bundle
 from diageval.executors.tasks import OnPrepared, RecordingFailed
 from diageval.executors.recording_task import RECORDER_RESOURCE, Seeded, record_here
@@ -43,12 +43,12 @@ def recorded_on_ray(case: Case) -> bool:
     return case.recorded is None and case.fleet is None
 
 
-def prepare_on_ray(cases: list[LoadedCase], prepare: Callable[..., Any], on_done: OnPrepared, *, device: str,
-                   address: str | None, cache_dir: Path | None = None) -> None:
-    """Prepare every case's evidence with ``prepare`` on the recorder nodes of the Ray cluster at ``address``
-    (joined or started, as for the diagnoses), at most one per node at a time; call ``on_done(index, answer, s)``
-    here as each ends (with the seconds its task took there), ``answer`` the prepared evidence with its bundle in this machine's cache (``cache_dir``,
-    default the bundle cache), or a :class:`RecordingFailed`."""
+def prepare_on_ray(cases: list[LoadedCase], prepare: EvidenceFn, on_done: OnPrepared, *, policy: RecordingPolicy,
+                   address: str | None) -> None:
+    """Prepare every case's evidence with ``prepare`` under ``policy`` on the recorder nodes of the Ray cluster at
+    ``address`` (joined or started, as for the diagnoses), at most one per node at a time; call ``on_done(index,
+    answer, s)`` here as each ends (with the seconds its task took there), ``answer`` the prepared evidence with its
+    bundle in this machine's cache (``policy.cache_dir``, default the bundle cache), or a :class:`RecordingFailed`."""
     from diageval.executors.ray_pool import _connect, _first_line, _import_ray
     from diageval.paths import bundle_cache_dir
 
@@ -56,7 +56,7 @@ def prepare_on_ray(cases: list[LoadedCase], prepare: Callable[..., Any], on_done
         return
     ray = _import_ray()
     started = _connect(ray, address)
-    cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
+    cache = Path(policy.cache_dir) if policy.cache_dir else bundle_cache_dir()
     refs: dict[Any, int] = {}
     try:
         recorders = int(ray.cluster_resources().get(RECORDER_RESOURCE, 0))
@@ -72,8 +72,8 @@ def prepare_on_ray(cases: list[LoadedCase], prepare: Callable[..., Any], on_done
             while pending and len(refs) < 2 * recorders:  # Ray's resource runs one per recorder, the next one waits
                 # there; no more are sent, so the seeds held here and in the object store stay few
                 i = pending.popleft()
-                seeded, truths = _seeds(cases[i].case, device, cache)
-                refs[task.remote(prepare, cases[i], device, seeded, truths, _secret(cache))] = i
+                seeded, truths = _seeds(cases[i].case, policy, cache)
+                refs[task.remote(prepare, cases[i], policy, seeded, truths, _secret(cache))] = i
             [ref], _ = ray.wait(list(refs), num_returns=1)
             i = refs.pop(ref)
             try:
@@ -101,8 +101,7 @@ def prepare_on_ray(cases: list[LoadedCase], prepare: Callable[..., Any], on_done
 def _keep(answer: dict[str, Any], cache: Path) -> Any:
     """Put what a recorder sent back into ``cache``; the prepared evidence, pointing there, or the failure."""
     from diageval.fileio import append_jsonl
-    from diageval.recording.cache import bundles_root, write_truth
-    from diageval.recording.truth import TruthRecord
+    from diageval.recording import TruthRecord, bundles_root, write_truth
 
     node = answer.get("node", "?")
     if "error" in answer:
@@ -125,44 +124,28 @@ def _keep(answer: dict[str, Any], cache: Path) -> Any:
 def _secret(cache: Path) -> str:
     """This cache's draw secret: the recorder draws each case as this machine does (recording/draw.py), so its
     recordings are the ones this cache's keys name."""
-    from diageval.recording.draw import cache_secret
+    from diageval.recording import cache_secret
 
     return cache_secret(cache)
 
 
-def _seeds(case: Case, device: str, cache: Path) -> tuple[Seeded, dict[str, str]]:
-    """This machine's cached bundles that preparing ``case`` may read: the case's repeat 0 and its base (the
-    recording its evidence edits start from), and for a positive case every repeat pair of what its
-    verification records (:func:`~diageval.recording.verify.verification_subject` and its healthy twin), up to
-    the manifestation test's cap. Keyed by cache key, each with the sha256 of its ``bundle.json``; and the
-    truth record of the case's repeat 0 (what ``prepare_evidence`` reads), when there is one."""
+def _seeds(case: Case, policy: RecordingPolicy, cache: Path) -> tuple[Seeded, dict[str, str]]:
+    """This machine's cached bundles that preparing ``case`` may read (:func:`~diageval.recording.seed_keys`), keyed
+    by cache key, each with the sha256 of its ``bundle.json``; and the truth record that preparation reads, when
+    there is one."""
     import hashlib
 
     from diageval.bundle.model import MANIFEST_NAME
-    from diageval.recording.cache import bundles_root, cache_key, split_bundle_edits, truth_path
-    from diageval.recording.manifest_test import LOOKS
-    from diageval.recording.record import resolve_device
-    from diageval.recording.verify import twin_repeat, verification_subject
+    from diageval.recording import bundles_root, seed_keys, truth_path
 
-    from diageval.recording.draw import recorded_as
-
-    case = recorded_as(case, cache)[0]  # the drawn variant its recordings are
-    try:
-        resolved = resolve_device(device, case)
-    except Exception:  # the recorder says why, in its own words, on its own node
+    keys = seed_keys(case, policy.model_copy(update={"cache_dir": cache}))
+    if keys is None:
         return {}, {}
-    specs = [(case, 0), (split_bundle_edits(case)[0], 0)]
-    if case.labels.expect == "diagnose" and case.manifest is not None:
-        subject = verification_subject(case)
-        specs += [(subject, r) for r in range(LOOKS[-1])]
-        specs += [(subject.healthy_twin(), twin_repeat(subject, r)) for r in range(LOOKS[-1])]
     seeded: Seeded = {}
-    for c, r in specs:
-        key = cache_key(c, resolved, r)
+    for key in keys[0]:
         folder = bundles_root(cache) / key
-        if key not in seeded and (folder / MANIFEST_NAME).is_file():
+        if (folder / MANIFEST_NAME).is_file():
             packed = pack_bundle(folder)
             seeded[key] = (hashlib.sha256(packed[MANIFEST_NAME]).hexdigest(), packed)
-    key = cache_key(case, resolved, 0)
-    truth = truth_path(cache, key)
-    return seeded, ({key: truth.read_text(encoding="utf-8")} if truth.is_file() else {})
+    truth = truth_path(cache, keys[1])
+    return seeded, ({keys[1]: truth.read_text(encoding="utf-8")} if truth.is_file() else {})

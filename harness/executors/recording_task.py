@@ -22,11 +22,11 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from diageval.bundle.transfer import Packed, TransferDamaged, pack_bundle, receive_bundle
+from diageval.recording import EvidenceFn, RecordingPolicy
 
 RECORDER_RESOURCE = "diageval_recorder"
 """The custom resource a recording task takes one unit of: a node that declares ``{"diageval_recorder": 1}``
@@ -35,9 +35,9 @@ TEMP_PREFIX = "diageval-recorder-"
 Seeded = dict[str, tuple[str, Packed]]  # cache key -> (sha256 of its bundle.json, the packed bundle)
 
 
-def record_here(prepare: Callable[..., Any], loaded: Any, device: str, seeded: Seeded,
+def record_here(prepare: EvidenceFn, loaded: Any, policy: RecordingPolicy, seeded: Seeded,
                 truths: dict[str, str] | None = None, secret: str | None = None) -> dict[str, Any]:
-    """Prepare ``loaded``'s evidence with ``prepare(loaded, device=..., cache_dir=...)`` in a private cache
+    """Prepare ``loaded``'s evidence with ``prepare(loaded, policy)``, the policy's cache being a private one
     seeded with the bundles ``seeded`` and the truth records ``truths`` (cache key -> the record's text);
     answer what the cache gained (see the module's docstring). ``secret``: the driver's draw secret
     (recording/draw.py), so that this node draws each case as the driver does."""
@@ -48,21 +48,21 @@ def record_here(prepare: Callable[..., Any], loaded: Any, device: str, seeded: S
     cache = owned_temp_dir(Path(tempfile.gettempdir()), TEMP_PREFIX)
     try:
         if secret is not None:
-            from diageval.recording.draw import SECRET_NAME
+            from diageval.recording import SECRET_NAME
 
             (cache / SECRET_NAME).write_text(secret + "\n")
-        answer.update(_prepare_in(cache, prepare, loaded, device, seeded, truths or {}))
+        answer.update(_prepare_in(cache, prepare, loaded, policy, seeded, truths or {}))
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     answer["ended"] = time.time()
     return answer
 
 
-def _prepare_in(cache: Path, prepare: Callable[..., Any], loaded: Any, device: str, seeded: Seeded,
+def _prepare_in(cache: Path, prepare: EvidenceFn, loaded: Any, policy: RecordingPolicy, seeded: Seeded,
                 truths: dict[str, str]) -> dict[str, Any]:
     from diageval.bundle.model import MANIFEST_NAME
     from diageval.fileio import atomic_write_text, read_jsonl
-    from diageval.recording.cache import bundles_root, truth_path
+    from diageval.recording import bundles_root, truth_path
 
     root = bundles_root(cache)
     root.mkdir(parents=True)
@@ -74,7 +74,7 @@ def _prepare_in(cache: Path, prepare: Callable[..., Any], loaded: Any, device: s
     for key, text in truths.items():
         atomic_write_text(truth_path(cache, key), text)
     try:
-        prepared = prepare(loaded, device=device, cache_dir=cache)
+        prepared = prepare(loaded, policy.model_copy(update={"cache_dir": cache}))
     except Exception as exc:  # the driver makes it the case's harness_error, naming the node
         return {"error": f"{type(exc).__name__}: {exc}"}
     folder = Path(prepared.bundle_dir)

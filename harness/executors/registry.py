@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from diageval.cases.load import LoadedCase
     from diageval.cases.model import Case
     from diageval.hosting import Host
+    from diageval.recording import EvidenceFn, RecordingPolicy
 
 # name -> "module:Class"; ``--executor NAME[:ADDRESS]`` picks one (diageval.executors.tasks.ExecutorSpec)
 EXECUTORS: dict[str, str] = {
@@ -30,11 +31,11 @@ class Executor(Protocol):
     def records(self, case: "Case") -> bool:
         """Whether this executor records ``case``'s evidence itself (else the run prepares it here)."""
 
-    def prepare(self, cases: "list[LoadedCase]", prepare: Callable[..., Any],
-                on_done: Callable[[int, Any, float], None], *, device: str) -> None:
-        """Prepare the evidence of ``cases`` (each one ``records`` said yes to) with ``prepare``; call
-        ``on_done(index, answer, seconds)`` as each ends, the answer being the prepared evidence or the
-        exception that replaces it."""
+    def prepare(self, cases: "list[LoadedCase]", prepare: "EvidenceFn",
+                on_done: Callable[[int, Any, float], None], *, policy: "RecordingPolicy") -> None:
+        """Prepare the evidence of ``cases`` (each one ``records`` said yes to) with ``prepare`` under ``policy``
+        (what to record, on which device; its cache is this machine's); call ``on_done(index, answer, seconds)``
+        as each ends, the answer being the prepared evidence or the exception that replaces it."""
 
     def run(self, host: "Host", tasks: list[Any], on_done: Callable[[int, Any], None], *, jobs: int,
             handover: dict[str, Any] | None, log_path: Path | None) -> None:

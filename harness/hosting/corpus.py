@@ -52,7 +52,7 @@ class PublicVocabulary(BaseModel):
 
     @classmethod
     def build(cls, taxonomy: Taxonomy) -> "PublicVocabulary":
-        from diageval.recording.faults import FAULTS
+        from diageval.recording import FAULTS
 
         faults = [FaultWords(name=name, params=sorted(info.params_model.model_fields), injects=list(info.injects))
                   for name, info in sorted(FAULTS.items())]

@@ -187,7 +187,7 @@ def remove_stale_boxes(parent: Path | None = None) -> list[Path]:
     named with a dead owner's pid that a SIGKILL leaves (``diagnose``'s output folder; a recording launcher's, with
     multiprocessing's ``pymp-*`` inside); return them. A reused pid keeps a leftover: never a live owner's folder.
     Looks in ``parent``, or wherever they may be: :func:`box_parent` and the system's temp folder."""
-    from diageval.recording.launcher import MP_PREFIX
+    from diageval.recording import MP_PREFIX
 
     parents = [Path(parent)] if parent else list(dict.fromkeys([box_parent(), Path(tempfile.gettempdir())]))
     prefixes = (HOST_PREFIX, DIAGNOSE_PREFIX, MP_PREFIX)

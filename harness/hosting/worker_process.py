@@ -285,7 +285,7 @@ def _reply(status: str, start: float, seconds: float | None = None, *, error: st
 
 
 def main() -> None:
-    from diageval.recording.launcher import die_with_parent
+    from diageval.recording import die_with_parent
 
     die_with_parent()  # without a box (isolation: none) a killed harness must not leave a worker behind
     for name in ONE_THREAD:  # before numpy, torch or BLAS load: their pools would make the worker unforkable

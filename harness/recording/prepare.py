@@ -1,48 +1,153 @@
 """Evidence for a case, as the run pipeline asks for it: the cached bundle, and for a positive case the
 :class:`~diageval.recording.truth.Verification` that its injection manifested (see
-:mod:`diageval.recording.verify`)."""
+:mod:`diageval.recording.verify`).
+
+:func:`prepare_evidence` records (or reuses) and raises when it cannot (what runs on a recorder node, answered as
+data); :func:`prepare_case`, the face's one call, turns a case into :class:`Evidence` (its bundle and the
+:class:`~diageval.scoring.results.EvidenceFacts` scoring copies) or a :class:`CaseEnd` (the case ends at its
+evidence, never diagnosed: why, in the result line's own status and words).
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict
 
 from diageval.cases.load import LoadedCase
+from diageval.cases.model import Case
 from diageval.fileio import sha256_file
 from diageval.progress import Progress
 from diageval.recording.cache import cache_key, ensure_bundle, note_draw, read_truth
-from diageval.recording.draw import RecordingDraw, recorded_as
-from diageval.recording.truth import ControlCheck, Verification
+from diageval.recording.draw import recorded_as
+from diageval.recording.policy import EvidenceFn, PreparedEvidence, RecordingPolicy
+from diageval.recording.truth import Verification
+from diageval.scoring.results import EvidenceFacts, ManifestationMeasure
 
 
-class PreparedEvidence(BaseModel):
-    case_id: str
+class Evidence(BaseModel):
+    """A case's evidence, ready for a diagnoser: its bundle folder (checked readable) and what scoring copies."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
     bundle_dir: Path
-    bundle_id: str
-    manifest_sha256: str
-    verification: Verification | None = Field(description="None for healthy and abstain cases")
-    control: ControlCheck | None = Field(None, description="A healthy control or confounder: its shown evidence checked "
-                                                           "for a labeled cause's pattern (problems make it invalid); "
-                                                           "None for every other case or when not verified")
-    shown_values: dict[str, str] = Field(default_factory=dict, description="A regression or fleet: its factor values "
-                                         "('name=value') -> the words its bundle shows (drawn per assembly, kept in "
-                                         "the truth record); the case is scored in them")
-    draw: RecordingDraw | None = Field(None, description="A job case recorded here: what its recording drew (the "
-                                       "labels' ranks follow it: score it against Case.with_rank_draw)")
+    facts: EvidenceFacts
 
 
+class CaseEnd(BaseModel):
+    """A case that ends at its evidence, never diagnosed nor blamed on the diagnoser: ``unavailable`` (a recorded
+    case's traces are not on this machine, or no in-job monitor can watch it), ``harness_error`` (its recording
+    failed, its cached files fail their checksums, its bundle is unreadable or its path names the case) or
+    ``invalid`` (a positive case whose injection did not manifest or was never checked, a labeled cause its
+    evidence does not show, a healthy control whose shown evidence shows a cause). ``error`` says which, as the
+    result line says it."""
 
-def prepare_evidence(loaded: LoadedCase, *, device: str = "auto", force: bool = False, verify: bool = True,
-                     cache_dir: Path | None = None, data_dir: Path | None = None) -> PreparedEvidence:
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    status: Literal["unavailable", "harness_error", "invalid"]
+    error: str
+    facts: EvidenceFacts = EvidenceFacts()
+
+
+def prepare_case(loaded: LoadedCase, policy: RecordingPolicy, *, prepare: EvidenceFn | None = None) -> Evidence | CaseEnd:
+    """The face's one call: ``loaded``'s evidence under ``policy`` (recorded or reused, checked) or how the case ends
+    at it. ``prepare``: what prepares it (default :func:`prepare_evidence`, wrapped to record ``policy.monitor``
+    into the job when one is named). KeyboardInterrupt passes; any other failure of the preparation is a
+    ``harness_error`` naming it."""
+    from diageval.bundle.model import EvidenceBundle
+    from diageval.recording.recorded import EvidenceChecksumError, EvidenceUnavailable
+
+    prepare = prepare or prepare_evidence
+    if policy.monitor is not None:
+        from diageval.recording.monitors.evidence import monitored_evidence
+
+        prepare = monitored_evidence(prepare, policy.monitor)
+    case = loaded.case
+    try:
+        prepared = prepare(loaded, policy)
+    except KeyboardInterrupt:
+        raise
+    except EvidenceUnavailable as exc:  # a recorded case's traces are not on this machine: reported apart
+        return CaseEnd(status="unavailable", error=str(exc))
+    except EvidenceChecksumError as exc:  # names the file
+        return CaseEnd(status="harness_error", error=str(exc))
+    except Exception as exc:
+        return CaseEnd(status="harness_error", error=f"recording failed: {type(exc).__name__}: {exc}")
+    bundle_dir = Path(prepared.bundle_dir)
+    ids = EvidenceFacts(bundle_id=prepared.bundle_id, bundle_sha256=prepared.manifest_sha256)
+    try:
+        EvidenceBundle.open(bundle_dir)
+    except Exception as exc:
+        return CaseEnd(status="harness_error", error=f"unreadable bundle: {exc}", facts=ids)
+    if re.search(rf"(?<![a-z0-9]){re.escape(case.id)}(?![a-z0-9])", str(bundle_dir.resolve()).lower()):
+        return CaseEnd(status="harness_error", error=f"the bundle path {bundle_dir} reveals the case id", facts=ids)
+    # the labels' ranks follow the recording's draw (recording/draw.py)
+    ids = ids.model_copy(update={"rank_draw": prepared.draw.labeled_ranks if prepared.draw is not None else None})
+    verification = prepared.verification
+    impact = verification.impact if verification is not None else None
+    measure = _measure(verification)
+    if case.labels.expect == "diagnose" and case.recorded is None:  # recorded: labeled from measurements
+        if verification is None:
+            return CaseEnd(status="invalid", error="no manifestation check was recorded for this positive case", facts=ids)
+        if not verification.manifested:
+            return CaseEnd(status="invalid", error=f"the injection did not manifest: {_why_not_manifested(verification)}",
+                           facts=ids.model_copy(update={"measured_impact": impact, "manifestation": measure}))
+    control = prepared.control  # a healthy control or confounder whose shown evidence shows a cause
+    if control is not None and control.problems:
+        return CaseEnd(status="invalid", error="the healthy label does not hold: " + "; ".join(control.problems),
+                       facts=ids)
+    return Evidence(bundle_dir=bundle_dir, facts=ids.model_copy(update={
+        "measured_impact": impact,
+        "difficulty": verification.difficulty if verification is not None else None,
+        "manifestation": measure,
+        "measured_magnitude": verification.ratio if verification is not None and case.kind == "regression" else None,
+        "shown_values": dict(prepared.shown_values),
+    }))
+
+
+def _measure(v: Verification | None) -> ManifestationMeasure | None:
+    """The manifestation test's measurement as results carry it (None without a verification)."""
+    if v is None:
+        return None
+    test = v.test
+    return ManifestationMeasure(
+        metric=v.metric, min_ratio=v.min_ratio, ratio=v.ratio, noise=v.noise, effect_to_noise=v.effect_to_noise,
+        statistic=test.statistic if test else None, p_value=test.p_value if test else None,
+        alpha=test.alpha if test else None, repeats=v.repeats, manifested=v.manifested,
+    )
+
+
+def _why_not_manifested(v: Verification) -> str:
+    """Which condition of the manifestation test failed: the minimum effect, the p-value, or both; or which
+    labeled cause its evidence does not support."""
+    if v.label_problems:
+        return "a labeled cause is not in the evidence: " + "; ".join(v.label_problems)
+    test = v.test
+    if test is None:  # a record made before the test
+        return f"ratio {v.ratio:.3g} against min_ratio {v.min_ratio:g} over {v.repeats} repeats (twin noise {v.noise:.2f})"
+    why = []
+    if test.estimate < test.min_ratio:
+        why.append(f"estimated ratio {test.estimate:.3g} below min_ratio {test.min_ratio:g}")
+    if test.p_value >= test.alpha:
+        why.append(f"p-value {test.p_value:.2g} not below {test.alpha:g} (z {test.statistic:.2f}; per-pair ratios "
+                   + ", ".join(f"{r:.2f}" for r in test.pair_shifts) + ")")
+    return f"{' and '.join(why)} after {test.pairs} repeat pairs"
+
+
+def prepare_evidence(loaded: LoadedCase, policy: RecordingPolicy = RecordingPolicy()) -> PreparedEvidence:
     """Record (or reuse) the case's bundle; for a positive case also verify that its injection manifested.
 
     Verification reuses a stored one unless ``force``; it records repeat pairs of the case and of its healthy
     twin (all cached) until the sequential manifestation test decides. Raises ``RecordingError`` when a recording fails.
-    A recorded case's traces are imported instead (:mod:`diageval.recording.recorded`; ``data_dir`` is
+    A recorded case's traces are imported instead (:mod:`diageval.recording.recorded`; ``policy.data_dir`` is
     where its files are), raising ``EvidenceUnavailable`` when they are absent; it has no verification.
+    ``policy.monitor`` is not read here (:func:`prepare_case` wraps this for it).
     """
     from diageval.bundle.model import MANIFEST_NAME, EvidenceBundle
+
+    device, force, verify, cache_dir, data_dir = policy.device, policy.force, policy.verify, policy.cache_dir, policy.data_dir
 
     if loaded.case.recorded is not None:
         from diageval.recording.recorded import import_recorded
@@ -95,6 +200,33 @@ def prepare_evidence(loaded: LoadedCase, *, device: str = "auto", force: bool = 
         case_id=case.id, bundle_dir=folder, bundle_id=bundle.bundle_id,
         manifest_sha256=sha256_file(folder / MANIFEST_NAME), verification=verification, control=control, draw=draw,
     )
+
+
+def seed_keys(case: Case, policy: RecordingPolicy) -> tuple[list[str], str] | None:
+    """The cache keys of the recordings that preparing ``case`` under ``policy`` may read from the policy's cache
+    (what an executor recording elsewhere sends along): the case's repeat 0 and its base (the recording its
+    evidence edits start from), and for a positive case every repeat pair of what its verification records
+    (:func:`~diageval.recording.verify.verification_subject` and its healthy twin), up to the manifestation test's
+    cap; and the key whose truth record :func:`prepare_evidence` reads. None when the device cannot be resolved
+    here (the recorder says why, in its own words, on its own node)."""
+    from diageval.paths import bundle_cache_dir
+    from diageval.recording.cache import split_bundle_edits
+    from diageval.recording.manifest_test import LOOKS
+    from diageval.recording.record import resolve_device
+    from diageval.recording.verify import twin_repeat, verification_subject
+
+    cache = Path(policy.cache_dir) if policy.cache_dir else bundle_cache_dir()
+    case = recorded_as(case, cache)[0]  # the drawn variant its recordings are
+    try:
+        resolved = resolve_device(policy.device, case)
+    except Exception:
+        return None
+    specs = [(case, 0), (split_bundle_edits(case)[0], 0)]
+    if case.labels.expect == "diagnose" and case.manifest is not None:
+        subject = verification_subject(case)
+        specs += [(subject, r) for r in range(LOOKS[-1])]
+        specs += [(subject.healthy_twin(), twin_repeat(subject, r)) for r in range(LOOKS[-1])]
+    return list(dict.fromkeys(cache_key(c, resolved, r) for c, r in specs)), cache_key(case, resolved, 0)
 
 
 def record_cases(case_ids: list[str], *, cases_dir: Path | None = None, device: str = "auto", force: bool = False,

@@ -1,7 +1,7 @@
 """A case's bundle cut down to an evidence tier (:mod:`diageval.cases.tiers`), for ``diageval run --evidence``.
 
 The tier bundle is an evidence edit of the finished bundle, derived by the one function that derives
-bundles from bundles (:func:`diageval.recording.cache.derive_bundle`: copy, edit, fresh ``bundle.json``
+bundles from bundles (:func:`diageval.recording.derive_bundle`: copy, edit, fresh ``bundle.json``
 with the files present and their checksums, atomic), the way the cache derives ``cases/noise/`` from
 their recording. Why not a filter inside the private copy a diagnoser gets (``diageval.hosting``)? That
 copy's one job is to check the cached bundle and hand it over unchanged; cutting it there would make a
@@ -102,7 +102,7 @@ class TierFilter:
 def tier_bundle(source: Path, tier: EvidenceTier) -> Path:
     """The bundle ``source`` cut to ``tier`` (derived now unless already there); ``full`` is ``source``."""
     from diageval.fileio import sha256_file
-    from diageval.recording.cache import derive_bundle
+    from diageval.recording import derive_bundle
 
     source = Path(source)
     if tier_index(tier) == tier_index(FULL):

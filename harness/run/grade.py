@@ -40,7 +40,7 @@ from diageval.diagnosis import DEFAULT_LIMITS, DiagnosisLimits, DiagnosisParseEr
 from diageval.errors import DiagevalError
 from diageval.fileio import atomic_write_text
 from diageval.run.store import RunInfo, RunReadError, RunStore
-from diageval.scoring.results import ANSWERED_STATUSES, CaseResult
+from diageval.scoring.results import ANSWERED_STATUSES, CaseResult, EvidenceFacts
 from diageval.scoring.summary import DiagnoserInfo, Summary, summarize
 from diageval.scoring.verdicts import score_case
 
@@ -121,17 +121,10 @@ def _rescored(store: RunStore, manifest: RunInfo, case_set: CaseSet, rows: list)
             diagnosis,
             taxonomy=case_set.taxonomy,
             status=status,
-            measured_impact=row.measured_impact,
-            measured_magnitude=row.measured_magnitude,
-            manifestation=row.manifestation,
-            difficulty=row.difficulty,
             seconds=row.seconds,
             usage=row.usage,
             error=row.error,
-            bundle_id=row.bundle_id,
-            bundle_sha256=row.bundle_sha256,
-            shown_values=row.shown_values,
-            rank_draw=row.rank_draw,
+            evidence=EvidenceFacts.of(row),
         )
         rescored.append(result)
     return rescored

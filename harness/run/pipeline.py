@@ -2,8 +2,9 @@
 
 The pipeline, in two phases:
 
-1. **Evidence**, one case after another in this process: :func:`diageval.recording.prepare.prepare_evidence`
-   records (or finds cached) the bundle and its manifestation check. A recording that fails is a
+1. **Evidence**, one case after another in this process: :func:`diageval.recording.prepare_case` records (or
+   finds cached) the bundle and its manifestation check, under the run's
+   :class:`~diageval.recording.RecordingPolicy` (device, data folder, in-job monitor). A recording that fails is a
    ``harness_error``, a positive case whose injection did not manifest is ``invalid``; both are saved
    at once and never blamed on the diagnoser. Evidence comes first, all of it, because a recording is a
    timing measurement: a diagnoser busy on the same cores would distort it.
@@ -31,9 +32,9 @@ Ctrl-C (or SIGTERM) kills the diagnoses in flight, discards their unfinished cas
 ``interrupted`` and keeps every finished case; running the same command again resumes. The default run
 id is ``<diagnoser name>-<case-set hash[:8]>`` so that it does.
 
-Size: ~640 lines, over the ~400 the project aims at: the run's two phases with their resume, interrupt
-and re-record bookkeeping read best in one place; everything with a job of its own (hosting, the sandbox,
-the case folders, the store, grading) is a module of its own.
+Size: ~560 lines, over the ~400 the project aims at: the run's two phases with their resume, interrupt
+and re-record bookkeeping read best in one place; everything with a job of its own (recording and its checks of
+the evidence, hosting, the sandbox, the case folders, the store, grading) is a module of its own.
 
 Evidence tiers (``--evidence``, :mod:`diageval.cases.tiers`): the diagnoser gets the case's bundle cut to
 the tier (:mod:`diageval.run.evidence_tiers`), and each case is scored as
@@ -61,7 +62,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TextIO
+from typing import Any, Literal, TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -73,18 +74,23 @@ from diageval.fileio import atomic_write_text
 from diageval.executors import DiagnoseTask, ExecutorSpec, HarnessFailure, executor_for
 from diageval.hosting import Attempt, Host, HostPolicy, remove_stale_boxes
 from diageval.progress import Progress
+from diageval.recording import (
+    CaseEnd,
+    EvidenceFn,
+    PreparedEvidence,
+    RecordingPolicy,
+    monitor_for_spec,
+    prepare_case,
+    prepare_evidence,
+)
 from diageval.run.evidence_tiers import EvidenceSize, TierSourceDamaged, evidence_size, tier_bundle
 from diageval.run.grade import summarize_run
 from diageval.run.store import RunDiagnoser, RunInfo, RunStore, SkippedCase, git_sha, now, run_env
+from diageval.scoring.results import EvidenceFacts, Status
 
-if TYPE_CHECKING:
-    from diageval.recording.truth import Verification
-
-Device = Literal["auto", "cpu", "cuda"]
 MAX_REPEATS = 20
 """--repeats' bound: the repeats view judges consistency (stable, flaky, catastrophic); a few repeats already show
 a flaky case, and each repeat is a whole run's diagnoses (an agent's dollars K times over)."""
-EvidenceFn = Callable[..., Any]  # (LoadedCase, *, device) -> PreparedEvidence
 
 
 class RunError(DiagevalError):
@@ -92,7 +98,8 @@ class RunError(DiagevalError):
 
 
 class RunOptions(BaseModel):
-    """What to run and where to keep it (what the diagnoser is allowed is the :class:`HostPolicy`)."""
+    """What to run and where to keep it (what the diagnoser is allowed is the :class:`HostPolicy`, what recording
+    does, on which device, the :class:`~diageval.recording.RecordingPolicy`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -102,7 +109,6 @@ class RunOptions(BaseModel):
     out_dir: Path | None = Field(None, description="the folder of run folders (default: ./runs)")
     run_id: str | None = None
     jobs: int = Field(1, ge=1)
-    device: Device = "auto"
     seed: int | None = Field(None, description="the shuffle of the cases (default: drawn at random, or the resumed run's)")
     evidence: EvidenceTier = Field(FULL, description="the evidence tier the diagnoser gets (diageval.cases.tiers)")
     executor: ExecutorSpec = Field(ExecutorSpec(), description="where diagnoses run: local, ray or ray:ADDRESS (diageval.executors)")
@@ -126,19 +132,13 @@ class RunOutcome:
 
 @dataclass
 class _Ready:
-    """A case whose evidence is ready for the diagnoser."""
+    """A case whose evidence is ready for the diagnoser: the bundle of its tier, what scoring copies (its ids
+    those of that bundle) and what the bundle weighs."""
 
     loaded: LoadedCase
     bundle_dir: Path
-    bundle_id: str
-    bundle_sha256: str
-    measured_impact: float | None
-    difficulty: str | None  # measured (the verification's effect over noise); None for cases without an injection
-    size: EvidenceSize | None = None  # what the bundle the diagnoser gets weighs
-    manifestation: Any = None  # ManifestationMeasure: what the manifestation test measured (injected positives)
-    measured_magnitude: float | None = None  # regression cases: the verification's candidate/baseline ratio
-    shown_values: dict[str, str] | None = None  # a regression or fleet: the value words its bundle shows (issue 39)
-    rank_draw: list[int] | None = None  # a job case recorded here: where its recording put the case's ranks
+    facts: EvidenceFacts
+    size: EvidenceSize | None = None
 
 
 def default_run_id(diagnoser_name: str, case_set_hash: str, evidence: EvidenceTier = FULL) -> str:
@@ -168,13 +168,15 @@ def run_diagnoser(
     options: RunOptions = RunOptions(),
     policy: HostPolicy = HostPolicy(),
     *,
+    recording: RecordingPolicy = RecordingPolicy(),
     evidence_fn: EvidenceFn | None = None,
     cuda_device_count: Callable[[], int] | None = None,
     progress: TextIO | Literal["stderr"] | None = "stderr",
 ) -> RunOutcome:
     """Run the diagnoser ``spec`` on the selected cases of ``case_set`` into ``<out_dir>/<run_id>``
     (resuming it), hosted under ``policy`` (its ``runs_dir`` and ``cases_dir`` are this run's, whatever
-    the caller set: they are what the box must hide).
+    the caller set: they are what the box must hide), its evidence prepared under ``recording`` (its ``monitor`` is
+    this run's: set when ``spec`` is an in-job monitor, whatever the caller set).
 
     ``progress``: a stream (a live bar on a terminal, one line per case otherwise; :mod:`diageval.progress`),
     ``"stderr"`` (whatever ``sys.stderr`` is when a line is written) or None for silence. ``evidence_fn``
@@ -188,8 +190,8 @@ def run_diagnoser(
         raise RunError(str(exc.args[0])) from None
     if not selected:
         raise RunError(f"no case matches (cases: {list(options.case_ids) or 'all'}, tags: {list(options.tags) or 'any'})")
-    runnable, skipped = _split_by_device(selected, options.device, cuda_device_count or _cuda_device_count)
-    runnable, skipped, evidence_fn = _for_monitor(spec, runnable, skipped, evidence_fn, options.evidence)
+    runnable, skipped = _split_by_device(selected, recording.device, cuda_device_count or _cuda_device_count)
+    recording = _for_monitor(spec, recording, options.evidence)
     runs_root = Path(options.out_dir or default_runs_dir())
     cases_dir = Path(options.cases_dir or default_cases_dir())
     policy = policy.model_copy(update={"runs_dir": runs_root, "cases_dir": cases_dir})
@@ -201,20 +203,20 @@ def run_diagnoser(
         store = RunStore(runs_root / (options.run_id or default_run_id(host.name, case_set.hash, options.evidence)))
         with store.lock():
             return _run_locked(host, case_set, store, show, runnable=runnable, skipped=skipped, cases_dir=cases_dir,
-                               options=options, evidence_fn=evidence_fn)
+                               options=options, recording=recording, evidence_fn=evidence_fn)
     finally:
         host.close()
         show.close()
 
 
 def _run_locked(hosted: Host, case_set: CaseSet, store: RunStore, show: Progress, *, runnable: list[LoadedCase],
-                skipped: list[SkippedCase], cases_dir: Path, options: RunOptions,
+                skipped: list[SkippedCase], cases_dir: Path, options: RunOptions, recording: RecordingPolicy,
                 evidence_fn: EvidenceFn | None) -> RunOutcome:
     previous = store.read_info() if store.info_path.is_file() else None
     seed = options.seed
     if seed is None:
         seed = previous.seed if previous is not None and previous.seed is not None else secrets.randbits(32)
-    jobs, device, policy = options.jobs, options.device, hosted.policy
+    jobs, policy = options.jobs, hosted.policy
     isolation, note = hosted.isolation.kind, hosted.isolation.note
     if previous is not None and previous.isolation == "none" and isolation != "none":  # a run is as isolated as its weakest part
         isolation, note = "none", f"an earlier part of this run had no sandbox ({previous.isolation_note})"
@@ -232,7 +234,7 @@ def _run_locked(hosted: Host, case_set: CaseSet, store: RunStore, show: Progress
             taxonomy_version=case_set.taxonomy.version,
             cases_dir=str(cases_dir.resolve()),
             env=_env_with_executor(options.executor),
-            device=device,
+            device=recording.device,
             timeout_s=policy.timeout_s,
             jobs=jobs,
             isolation=isolation,
@@ -266,16 +268,14 @@ def _run_locked(hosted: Host, case_set: CaseSet, store: RunStore, show: Progress
     counts = {"resumed": len(runnable) - len(todo), "prepared": 0, "diagnosed": 0, "skipped": len(skipped)}
     if counts["resumed"]:
         show.line(f"resuming {store.root}: {counts['resumed']} case(s) already done, {len(todo)} to go")
-    from diageval.recording.monitors import monitor_for_spec
-
-    record_there = monitor_for_spec(hosted.spec) is None  # a monitor's cases are recorded here, with it in the job
-    evidence_fn = evidence_fn or _default_evidence_fn()
-    pipeline = _Pipeline(hosted, case_set, store, jobs=jobs, show=show, tier=options.evidence, executor=options.executor)
+    record_there = recording.monitor is None  # a monitor's cases are recorded here, with it in the job
+    pipeline = _Pipeline(hosted, case_set, store, jobs=jobs, show=show, tier=options.evidence, executor=options.executor,
+                         recording=recording)
     pipeline.needs = {lc.case.id: [each for each, done in zip(stores, done_by) if lc.case.id not in done] for lc in todo}
     try:
         by_id = {lc.case.id: lc for lc in todo}
         with (pipeline.executor.session() if todo else contextlib.nullcontext()):  # one Ray for both phases
-            prepared = pipeline.prepare_all([by_id[cid] for cid in evidence_order], evidence_fn, device,
+            prepared = pipeline.prepare_all([by_id[cid] for cid in evidence_order], evidence_fn,
                                             record_there=record_there)
             ready = sorted(prepared, key=lambda r: order[r.loaded.case.id])
             sizes = {**manifest.evidence_sizes, **{r.loaded.case.id: r.size for r in ready if r.size is not None}}
@@ -284,7 +284,7 @@ def _run_locked(hosted: Host, case_set: CaseSet, store: RunStore, show: Progress
             counts["prepared"] = len(todo)
             for each, done in zip(stores, done_by):  # recorded once above; only the diagnosis repeats
                 counts["diagnosed"] += pipeline.diagnose_all([r for r in ready if r.loaded.case.id not in done], each)
-        pipeline.record_damaged_again(evidence_fn, device)
+        pipeline.record_damaged_again(evidence_fn)
         results, summary = summarize_run(store, manifest)
     except KeyboardInterrupt:
         store.write_info(manifest.model_copy(update={"status": "interrupted", "finished": now()}))
@@ -320,8 +320,10 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 class _Pipeline:
     def __init__(self, hosted: Host, case_set: CaseSet, store: RunStore, *, jobs: int, show: Progress,
-                 tier: EvidenceTier = FULL, executor: ExecutorSpec = ExecutorSpec()):
+                 tier: EvidenceTier = FULL, executor: ExecutorSpec = ExecutorSpec(),
+                 recording: RecordingPolicy = RecordingPolicy()):
         self.hosted = hosted
+        self.recording = recording
         self.executor = executor_for(executor)
         self.tier = tier
         self.case_set = _under_tier(case_set, tier)  # as scored and as handed to prior and oracle
@@ -332,7 +334,7 @@ class _Pipeline:
         self.damaged: list[LoadedCase] = []  # cached bundles that failed their checksums: recorded again
         self.needs: dict[str, list[RunStore]] = {}  # case id -> the repeats' stores still without its line
 
-    def prepare_all(self, todo: list[LoadedCase], evidence_fn: EvidenceFn, device: Device, *,
+    def prepare_all(self, todo: list[LoadedCase], evidence_fn: EvidenceFn | None, *,
                     record_there: bool = False) -> list[_Ready]:
         """Every case's evidence, here one after another; with ``record_there``, the cases the executor records
         itself on its own machines (``ray``: the live cases, on the cluster's recorder nodes, one per node at a
@@ -343,16 +345,16 @@ class _Pipeline:
         here = [lc for lc in todo if not (record_there and self.executor.records(lc.case))]
         shown = 0
 
-        def finish(loaded: LoadedCase, fn: EvidenceFn, start: float) -> None:
+        def finish(loaded: LoadedCase, fn: EvidenceFn | None, start: float) -> None:
             nonlocal shown
-            outcome = self._prepare(loaded, fn, device)
+            outcome = self._prepare(loaded, fn)
             if isinstance(outcome, _Ready):
                 ready.append(outcome)
                 status = "ready"
             else:
-                status = outcome["status"]
+                status = outcome.status
                 for each in self.needs.get(loaded.case.id, [self.store]):  # every repeat that needs it ends so
-                    self._save(loaded, None, outcome, each)
+                    self._save(loaded, None, outcome.status, outcome.facts, error=outcome.error, store=each)
             shown += 1
             self.show.step("evidence", shown, len(todo), loaded.case.id, status, time.perf_counter() - start)
 
@@ -362,68 +364,38 @@ class _Pipeline:
             def answered(i: int, answer: Any, seconds: float) -> None:  # seconds: the recording's, on its node
                 finish(there[i], _answered(answer), time.perf_counter() - seconds)
 
-            self.executor.prepare(there, evidence_fn, answered, device=device)
+            self.executor.prepare(there, evidence_fn or prepare_evidence, answered, policy=self.recording)
         sharing: dict[str, list[str]] = {}
         for r in ready:
-            sharing.setdefault(r.bundle_id, []).append(r.loaded.case.id)
+            sharing.setdefault(r.facts.bundle_id, []).append(r.loaded.case.id)
         for bundle_id, ids in sharing.items():
             if len(ids) > 1:  # identical recording specs: one piece of evidence, judged against several labels
                 self.show.line(f"note: cases {', '.join(ids)} share bundle {bundle_id} (identical workload and faults)")
         return ready
 
-    def _prepare(self, loaded: LoadedCase, evidence_fn: EvidenceFn, device: Device) -> "_Ready | dict[str, Any]":
-        from diageval.recording.recorded import EvidenceChecksumError, EvidenceUnavailable
-
-        case = loaded.case
-        try:
-            prepared = evidence_fn(loaded, device=device)
-        except KeyboardInterrupt:
-            raise
-        except EvidenceUnavailable as exc:  # a recorded case's traces are not on this machine: reported apart
-            return {"status": "unavailable", "error": str(exc)}
-        except EvidenceChecksumError as exc:  # names the file
-            return {"status": "harness_error", "error": str(exc)}
-        except Exception as exc:
-            return {"status": "harness_error", "error": f"recording failed: {type(exc).__name__}: {exc}"}
-        bundle_dir = Path(prepared.bundle_dir)
-        ids = {"bundle_id": prepared.bundle_id, "bundle_sha256": prepared.manifest_sha256}
-        try:
-            EvidenceBundle.open(bundle_dir)
-        except Exception as exc:
-            return {"status": "harness_error", "error": f"unreadable bundle: {exc}", **ids}
-        if re.search(rf"(?<![a-z0-9]){re.escape(case.id)}(?![a-z0-9])", str(bundle_dir.resolve()).lower()):
-            return {"status": "harness_error", "error": f"the bundle path {bundle_dir} reveals the case id", **ids}
-        draw = getattr(prepared, "draw", None)  # the labels' ranks follow the recording's draw (recording/draw.py)
-        ids["rank_draw"] = draw.labeled_ranks if draw is not None else None
-        verification = getattr(prepared, "verification", None)
-        impact = getattr(verification, "impact", None)
-        measure = _measure(verification)
-        if case.labels.expect == "diagnose" and case.recorded is None:  # recorded: labeled from measurements
-            if verification is None:
-                return {"status": "invalid", "error": "no manifestation check was recorded for this positive case", **ids}
-            if not verification.manifested:
-                return {"status": "invalid", "error": f"the injection did not manifest: {_why_not_manifested(verification)}", "measured_impact": impact, "manifestation": measure, **ids}
-        control = getattr(prepared, "control", None)  # a healthy control or confounder whose shown evidence shows a cause
-        if control is not None and control.problems:
-            return {"status": "invalid", "error": "the healthy label does not hold: " + "; ".join(control.problems), **ids}
-        difficulty = getattr(verification, "difficulty", None)
+    def _prepare(self, loaded: LoadedCase, evidence_fn: EvidenceFn | None) -> "_Ready | CaseEnd":
+        """The case's evidence (recording's face), then cut to the run's tier; or how the case ends there."""
+        evidence = prepare_case(loaded, self.recording, prepare=evidence_fn)
+        if isinstance(evidence, CaseEnd):
+            return evidence
+        bundle_dir, facts = evidence.bundle_dir, evidence.facts
+        ids = EvidenceFacts(bundle_id=facts.bundle_id, bundle_sha256=facts.bundle_sha256, rank_draw=facts.rank_draw)
         try:  # the tier the diagnoser gets: an evidence edit of the bundle (diageval.run.evidence_tiers)
             shown = tier_bundle(bundle_dir, self.tier)
         except TierSourceDamaged as exc:
             with self._write_lock:
                 self.damaged.append(loaded)
-            return {"status": "harness_error", "error": f"{exc}; the cache entry is recorded again after the diagnoses", **ids}
+            return CaseEnd(status="harness_error", error=f"{exc}; the cache entry is recorded again after the diagnoses",
+                           facts=ids)
         except (OSError, ValueError) as exc:
-            return {"status": "harness_error", "error": f"cutting the bundle to the {self.tier} tier failed: {exc}", **ids}
+            return CaseEnd(status="harness_error", error=f"cutting the bundle to the {self.tier} tier failed: {exc}",
+                           facts=ids)
         if shown != bundle_dir:
             from diageval.fileio import sha256_file
 
-            bundle_id, bundle_sha = EvidenceBundle.open(shown).bundle_id, sha256_file(shown / "bundle.json")
-        else:
-            bundle_id, bundle_sha = prepared.bundle_id, prepared.manifest_sha256
-        magnitude = getattr(verification, "ratio", None) if case.kind == "regression" else None
-        return _Ready(loaded, shown, bundle_id, bundle_sha, impact, difficulty, evidence_size(shown, bundle_dir), measure,
-                      magnitude, dict(getattr(prepared, "shown_values", None) or {}), ids["rank_draw"])
+            facts = facts.model_copy(update={"bundle_id": EvidenceBundle.open(shown).bundle_id,
+                                             "bundle_sha256": sha256_file(shown / "bundle.json")})
+        return _Ready(loaded, shown, facts, evidence_size(shown, bundle_dir))
 
     def diagnose_all(self, ready: list[_Ready], store: RunStore | None = None) -> int:
         """Diagnose ``ready`` with ``jobs`` slots on the run's executor (``local`` or ``ray``,
@@ -433,11 +405,12 @@ class _Pipeline:
         if not ready:
             return 0
         shown_ids = {r.loaded.case.id: secrets.token_hex(16) for r in ready}  # random per run
-        handover = self.hosted.handover(_as_drawn(self.case_set, {r.loaded.case.id: r.rank_draw for r in ready}),
+        handover = self.hosted.handover(_as_drawn(self.case_set, {r.loaded.case.id: r.facts.rank_draw for r in ready}),
                                         {shown_ids[r.loaded.case.id]: r.loaded.case.id for r in ready},
-                                        {shown_ids[r.loaded.case.id]: r.shown_values for r in ready if r.shown_values})
-        tasks = [DiagnoseTask(r.bundle_dir, r.bundle_sha256, shown_ids[r.loaded.case.id], store.case_dir(r.loaded.case.id))
-                 for r in ready]
+                                        {shown_ids[r.loaded.case.id]: r.facts.shown_values for r in ready
+                                         if r.facts.shown_values})
+        tasks = [DiagnoseTask(r.bundle_dir, r.facts.bundle_sha256, shown_ids[r.loaded.case.id],
+                              store.case_dir(r.loaded.case.id)) for r in ready]
         finished = 0
         total = len(ready)
         ended: dict[str, tuple[str, float | None]] = {}  # case id -> status, seconds: shown once every box is closed
@@ -446,9 +419,6 @@ class _Pipeline:
         def done(index: int, outcome: Attempt | HarnessFailure) -> None:
             nonlocal finished
             item = ready[index]
-            ids = {"bundle_id": item.bundle_id, "bundle_sha256": item.bundle_sha256, "measured_impact": item.measured_impact,
-                   "measured_magnitude": item.measured_magnitude, "manifestation": item.manifestation,
-                   "difficulty": item.difficulty, "shown_values": item.shown_values, "rank_draw": item.rank_draw}
             attempt = outcome if isinstance(outcome, Attempt) else None
             if isinstance(outcome, HarnessFailure):
                 error = outcome.error
@@ -456,10 +426,10 @@ class _Pipeline:
                     with self._write_lock:
                         self.damaged.append(item.loaded)
                     error += "; the cache entry is recorded again after the diagnoses"
-                fields = {"status": "harness_error", "error": error, **ids}
+                status = self._save(item.loaded, None, "harness_error", item.facts, error=error, store=store)
             else:
-                fields = {"status": outcome.status, "error": outcome.error, "seconds": outcome.seconds, **ids}
-            status = self._save(item.loaded, attempt, fields, store)
+                status = self._save(item.loaded, attempt, outcome.status, item.facts, error=outcome.error,
+                                    seconds=outcome.seconds, store=store)
             seconds = attempt.seconds if attempt else None
             with self._write_lock:
                 finished += 1
@@ -476,33 +446,31 @@ class _Pipeline:
             self.show.line(f"diagnosed {case_id:<40} {status:<15} {secs}".rstrip())
         return finished
 
-    def record_damaged_again(self, evidence_fn: EvidenceFn, device: Device) -> None:
+    def record_damaged_again(self, evidence_fn: EvidenceFn | None) -> None:
         """Record again (after the diagnoses: a recording is a timing measurement) every cached bundle
         that failed its checksums; those cases stay ``harness_error`` and are retried on resume."""
+        forced = self.recording.model_copy(update={"force": True})
         for loaded in self.damaged:
             start = time.perf_counter()
-            try:
-                evidence_fn(loaded, device=device, force=True)
-                status = "recorded again"
-            except KeyboardInterrupt:
-                raise
-            except Exception as exc:
-                status = f"recording failed: {type(exc).__name__}: {exc}"
+            again = prepare_case(loaded, forced, prepare=evidence_fn)
+            failed = isinstance(again, CaseEnd) and again.status != "invalid"  # invalid: recorded, judged so again
+            status = again.error if failed else "recorded again"
             self.show.step("re-record", 1, 1, loaded.case.id, status, time.perf_counter() - start)
 
-    def _save(self, loaded: LoadedCase, attempt: Attempt | None, fields: dict[str, Any], store: RunStore | None = None) -> str:
+    def _save(self, loaded: LoadedCase, attempt: Attempt | None, status: Status, facts: EvidenceFacts, *,
+              error: str | None = None, seconds: float | None = None, store: RunStore | None = None) -> str:
         """Score one finished case and record it into ``store`` (default the run folder): diagnosis file first,
         then its results line."""
         from diageval.scoring.verdicts import score_case
 
-        
         store = store or self.store
         diagnosis = attempt.diagnosis if attempt is not None else None
         # the labels' ranks where the recording put them, then those the tier cannot show taken out
-        case = case_under_tier(loaded.case.with_rank_draw(fields.get("rank_draw")), self.tier)
+        case = case_under_tier(loaded.case.with_rank_draw(facts.rank_draw), self.tier)
         record, _ = store.read_trajectory(loaded.case.id) if attempt is not None else (None, None)
         usage = record.usage if record is not None else None  # an unreadable one is reported by the page, not trusted
-        result = score_case(case, diagnosis, taxonomy=self.case_set.taxonomy, usage=usage, **fields)
+        result = score_case(case, diagnosis, taxonomy=self.case_set.taxonomy, status=status, seconds=seconds,
+                            error=error, usage=usage, evidence=facts)
         with self._write_lock:
             if diagnosis is not None:
                 atomic_write_text(store.diagnosis_path(loaded.case.id), diagnosis.model_dump_json(indent=2) + "\n")
@@ -513,10 +481,10 @@ class _Pipeline:
 # --- helpers ----------------------------------------------------------------------------------------
 
 
-def _answered(answer: Any) -> EvidenceFn:
+def _answered(answer: PreparedEvidence | BaseException) -> EvidenceFn:
     """An evidence function that gives ``answer`` (prepared elsewhere), or raises it when it is an exception."""
 
-    def given(loaded: LoadedCase, **_: Any) -> Any:
+    def given(loaded: LoadedCase, policy: RecordingPolicy) -> PreparedEvidence:
         if isinstance(answer, BaseException):
             raise answer
         return answer
@@ -549,7 +517,7 @@ def _env_with_executor(executor: ExecutorSpec) -> Any:
 
 
 def _split_by_device(
-    selected: list[LoadedCase], device: Device, cuda_device_count: Callable[[], int]
+    selected: list[LoadedCase], device: str, cuda_device_count: Callable[[], int]
 ) -> tuple[list[LoadedCase], list[SkippedCase]]:
     """Cases this machine can record on ``device``, and the rest with the reason (one CUDA device per rank)."""
     needs = [lc for lc in selected if lc.case.requires.device == "cuda" and lc.case.recorded is None]
@@ -579,61 +547,17 @@ def _split_by_device(
     return runnable, skipped
 
 
-def _for_monitor(spec: str, runnable: list[LoadedCase], skipped: list[SkippedCase], evidence_fn: EvidenceFn | None,
-                 tier: EvidenceTier) -> tuple[list[LoadedCase], list[SkippedCase], EvidenceFn | None]:
-    """For an in-job monitor's spec (:mod:`diageval.recording.monitors`): its evidence is each case recorded
+def _for_monitor(spec: str, recording: RecordingPolicy, tier: EvidenceTier) -> RecordingPolicy:
+    """For an in-job monitor's spec (:func:`diageval.recording.monitor_for_spec`): its evidence is each case recorded
     with the monitor installed (a case no monitor can watch ends ``unavailable``, saying why, so the run keeps
-    the board's case count). Any other spec: everything unchanged."""
-    from diageval.recording.monitors import monitor_for_spec
-
+    the board's case count). Any other spec: no monitor."""
     monitor = monitor_for_spec(spec)
-    if monitor is None:
-        return runnable, skipped, evidence_fn
-    if tier != FULL:
+    if monitor is not None and tier != FULL:
         raise RunError(f"{spec} is an in-job monitor: it watches the live job, so --evidence {tier} does not apply to it")
-    from diageval.recording.monitors.evidence import monitored_evidence
-
-    return runnable, skipped, monitored_evidence(evidence_fn or _default_evidence_fn(), monitor.name)
+    return recording.model_copy(update={"monitor": monitor.name if monitor is not None else None})
 
 
 def _cuda_device_count() -> int:
-    from diageval.recording.record import cuda_device_count
+    from diageval.recording import cuda_device_count
 
     return cuda_device_count()
-
-
-def _default_evidence_fn() -> EvidenceFn:
-    from diageval.recording.prepare import prepare_evidence
-
-    return prepare_evidence
-
-
-def _measure(v: "Verification | None") -> Any:
-    """The manifestation test's measurement as results carry it (None without a full verification)."""
-    from diageval.scoring.results import ManifestationMeasure
-
-    if v is None or not hasattr(v, "effect_to_noise"):  # a stand-in without the measurement (tests' fakes)
-        return None
-    test = getattr(v, "test", None)
-    return ManifestationMeasure(
-        metric=v.metric, min_ratio=v.min_ratio, ratio=v.ratio, noise=v.noise, effect_to_noise=v.effect_to_noise,
-        statistic=test.statistic if test else None, p_value=test.p_value if test else None,
-        alpha=test.alpha if test else None, repeats=v.repeats, manifested=v.manifested,
-    )
-
-
-def _why_not_manifested(v: Verification) -> str:
-    """Which condition of the manifestation test failed: the minimum effect, the p-value, or both; or which
-    labeled cause its evidence does not support."""
-    if getattr(v, "label_problems", None):
-        return "a labeled cause is not in the evidence: " + "; ".join(v.label_problems)
-    test = getattr(v, "test", None)
-    if test is None:  # a record made before the test
-        return f"ratio {v.ratio:.3g} against min_ratio {v.min_ratio:g} over {v.repeats} repeats (twin noise {v.noise:.2f})"
-    why = []
-    if test.estimate < test.min_ratio:
-        why.append(f"estimated ratio {test.estimate:.3g} below min_ratio {test.min_ratio:g}")
-    if test.p_value >= test.alpha:
-        why.append(f"p-value {test.p_value:.2g} not below {test.alpha:g} (z {test.statistic:.2f}; per-pair ratios "
-                   + ", ".join(f"{r:.2f}" for r in test.pair_shifts) + ")")
-    return f"{' and '.join(why)} after {test.pairs} repeat pairs"

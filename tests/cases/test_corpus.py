@@ -180,15 +180,16 @@ def test_two_live_faults_on_one_model_both_act_in_either_order(order, monkeypatc
 @pytest.mark.serial
 def test_a_positive_case_manifests_against_its_twin(corpus, tmp_path):
     from diageval.recording.manifest_test import LOOKS
-    from diageval.recording.prepare import prepare_evidence
+    from diageval.recording import RecordingPolicy, prepare_evidence
 
     lc = corpus.get("starved-loader-mlp")
-    ev = prepare_evidence(lc, device="cpu", cache_dir=tmp_path)
+    policy = RecordingPolicy(device="cpu", cache_dir=tmp_path)
+    ev = prepare_evidence(lc, policy)
     v = ev.verification
     assert v is not None and v.repeats in LOOKS  # the sequential test stops at one of its looks
     assert v.manifested, v
     assert v.ratio > 1.5 and 0.2 < v.impact < 1
-    again = prepare_evidence(lc, device="cpu", cache_dir=tmp_path)  # everything reused
+    again = prepare_evidence(lc, policy)  # everything reused
     assert (again.bundle_id, again.verification) == (ev.bundle_id, v)
-    healthy = prepare_evidence(corpus.get("mlp-ddp-healthy"), device="cpu", cache_dir=tmp_path)
+    healthy = prepare_evidence(corpus.get("mlp-ddp-healthy"), policy)
     assert healthy.verification is None

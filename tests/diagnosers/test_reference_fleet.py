@@ -12,6 +12,7 @@ from tests.scoring.test_scoring_factors import NODE2, NODE4, RACK2, _corpus, fle
 from diageval.cases.taxonomy import load_taxonomy
 from diageval.diagnosers.reference import NullDiagnoser, OracleDiagnoser, PriorDiagnoser
 from diageval.hosting.corpus import ReferenceCorpus
+from diageval.scoring.results import EvidenceFacts
 from diageval.scoring.summary import DiagnoserInfo, summarize
 from diageval.scoring.verdicts import score_case
 
@@ -90,7 +91,7 @@ def test_oracle_is_perfect_on_every_built_in_regression_and_fleet_in_drawn_words
                                    bundle_cases={f"b{i}": c.id for i, c in enumerate(multi)}, bundle_values=shown))
     for i, case in enumerate(multi):
         diagnosis = oracle.diagnose(SimpleNamespace(bundle_id=f"b{i}"))
-        result = score_case(case, diagnosis, taxonomy=case_set.taxonomy, shown_values=shown[f"b{i}"])
+        result = score_case(case, diagnosis, taxonomy=case_set.taxonomy, evidence=EvidenceFacts(shown_values=shown[f"b{i}"]))
         wrong = [f for f in result.forecasts if f.probability != float(f.outcome)]
         assert wrong == [], (case.id, wrong)
         named = {f.factor for f in diagnosis.findings if f.factor} | set(diagnosis.abstain.factors if diagnosis.abstain else [])

@@ -30,7 +30,7 @@ from diageval.executors.ray_recording import RecordingFailed, prepare_on_ray
 from diageval.executors.recording_task import record_here
 from diageval.executors.remote_slot import RemoteSlot
 from diageval.executors.tasks import DiagnoseTask, HarnessFailure
-from diageval.recording.prepare import PreparedEvidence
+from diageval.recording import PreparedEvidence, RecordingPolicy
 from diageval.run.pipeline import RunOptions, run_diagnoser
 from diageval.run.store import RunStore
 from locations import TESTS
@@ -65,12 +65,12 @@ class RecorderFake:
     fail: tuple[str, ...] = ()
     script: dict = field(default_factory=lambda: dict(SCRIPT))  # case id -> the fake diagnosers' instruction
 
-    def __call__(self, loaded, *, device="auto", force=False, cache_dir=None):
+    def __call__(self, loaded, policy=RecordingPolicy()):
         from diageval.recording.cache import bundles_root, cache_key, write_truth
         from diageval.recording.draw import recorded_as
         from diageval.recording.truth import TruthRecord, Verification
 
-        cache = Path(cache_dir) if cache_dir else self.home / "bundles"
+        cache = Path(policy.cache_dir) if policy.cache_dir else self.home / "bundles"
         case = loaded.case
         if case.id in self.fail:
             raise RuntimeError("the ranks did not start")
@@ -176,17 +176,17 @@ def test_a_recorder_records_only_what_its_seeds_lack_and_keeps_nothing(tmp_path)
     seed = pack_bundle(bundles_root(home / "bundles") / key)
     seeded = {key: (hashlib.sha256(seed["bundle.json"]).hexdigest(), seed)}
     truth = (home / "bundles" / f"{key}.truth.json").read_text()
-    answer = record_here(fake, cached, "cpu", seeded, {key: truth}, secret)
+    answer = record_here(fake, cached, RecordingPolicy(device="cpu"), seeded, {key: truth}, secret)
     assert answer["bundles"] == {} and answer["truths"] == []  # found in its seeds: nothing recorded, no truth changed
     assert answer["prepared"].bundle_dir == Path(key) and answer["prepared"].verification.manifested
-    answer = record_here(fake, fresh, "cpu", seeded, None, secret)
+    answer = record_here(fake, fresh, RecordingPolicy(device="cpu"), seeded, None, secret)
     [(new_key, (sha, packed))] = answer["bundles"].items()
     assert new_key == cache_key(recorded_as(fresh.case, home / "bundles")[0], "cpu") and sha == hashlib.sha256(packed["bundle.json"]).hexdigest()
     [truth] = answer["truths"]
     assert json.loads(truth)["case_id"] == "s2-fresh"
     assert not Path(json.loads(packed["recorded.json"])["cache"]).exists()  # the recorder's cache is gone
     assert answer["node"] == socket.gethostname() and answer["started"] <= answer["ended"]
-    failed = record_here(RecorderFake(home, fail=("s2-fresh",)), fresh, "cpu", {})
+    failed = record_here(RecorderFake(home, fail=("s2-fresh",)), fresh, RecordingPolicy(device="cpu"), {})
     assert failed["error"] == "RuntimeError: the ranks did not start" and "prepared" not in failed
 
 
@@ -285,8 +285,8 @@ def test_recordings_run_one_per_node_and_come_back_checked_with_their_truth_kept
     cases = make_case_set(_distinct([make_case(f"r{i}-live") for i in range(3)] + [make_case("r9-fails", expect="healthy")])).cases
     answers: dict[int, object] = {}
     prepare_on_ray(cases, RecorderFake(home, pause_s=0.5, fail=("r9-fails",)),
-                   lambda i, answer, seconds: answers.setdefault(i, answer), device="cpu", address=None,
-                   cache_dir=home / "bundles")
+                   lambda i, answer, seconds: answers.setdefault(i, answer),
+                   policy=RecordingPolicy(device="cpu", cache_dir=home / "bundles"), address=None)
     assert sorted(answers) == [0, 1, 2, 3]
     assert isinstance(answers[3], RecordingFailed)
     assert str(answers[3]) == f"on Ray node {socket.gethostname()}: RuntimeError: the ranks did not start"

@@ -146,6 +146,48 @@ def test_nothing_outside_hosting_imports_past_its_face():
     assert bad == []
 
 
+REGISTRIES = ("diageval.recording.faults", "diageval.recording.workloads")
+
+
+def test_nothing_outside_recording_imports_past_its_face():
+    """Recording has one face (``diageval.recording``'s ``__init__``): the run, the executors, hosting and the CLI
+    take a case's evidence through ``prepare_case`` under a ``RecordingPolicy`` and never reach into the cache,
+    the verification or the launcher. The one exception is the cases room, below recording, which reads the fault
+    and workload registries to check a case file (the face imports the case model: through it, a cycle)."""
+    bad = [f"{m} imports {d}" for m, deps in GRAPH.items() if not m.startswith("diageval.recording")
+           for d in sorted(deps) if d.startswith("diageval.recording.")
+           and not (_room(m) == "cases" and d in REGISTRIES)]
+    assert bad == []
+
+
+def test_recordings_face_loads_what_it_names_and_names_what_it_imports():
+    """Recording's face loads a name's module on first use (``_EXPORTS``); the imports spelled out under its
+    ``TYPE_CHECKING`` (what this file's graph and type checkers read) are exactly that table, and every name
+    resolves to what its module defines."""
+    import importlib
+
+    import diageval.recording as face
+
+    tree = ast.parse(MODULES["diageval.recording"].read_text(encoding="utf-8"))
+    [guarded] = [n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", None) == "TYPE_CHECKING"]
+    spelled = {a.name: node.module for node in guarded.body if isinstance(node, ast.ImportFrom) for a in node.names}
+    assert spelled == face._EXPORTS
+    for name, module in face._EXPORTS.items():
+        assert getattr(face, name) is getattr(importlib.import_module(module), name), name
+
+
+def test_scoring_takes_the_evidence_facts_whole():
+    """``score_case`` receives what recording found as one ``EvidenceFacts`` (defined in scoring, which never
+    imports recording), not as loose keywords the run copies field by field."""
+    import inspect
+
+    from diageval.scoring.results import EvidenceFacts
+    from diageval.scoring.verdicts import score_case
+
+    params = inspect.signature(score_case).parameters
+    assert "evidence" in params and not set(params) & set(EvidenceFacts.model_fields)
+
+
 def test_hosting_imports_nothing_of_the_run_scoring_or_reports():
     """Hosting knows diagnosers only by their protocol (``diageval.diagnosers.base``, in the worker)."""
     forbidden = ("diageval.run", "diageval.scoring", "diageval.reports", "diageval.diagnosers")
@@ -190,7 +232,7 @@ def test_each_face_exports_what_the_doc_says():
     import re
 
     doc = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
-    for package in ("diageval.hosting", "diageval.executors"):
+    for package in ("diageval.hosting", "diageval.executors", "diageval.recording"):
         listed = re.search(rf"`{re.escape(package)}` exports: ([^\n]+)", doc)
         assert listed, f"docs/architecture.md does not list what {package} exports"
         names = set(re.findall(r"`(\w+)`", listed.group(1)))

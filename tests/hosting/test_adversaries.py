@@ -20,16 +20,16 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from run_fakes import FakePrepared, FakeVerification, write_bundle
+from run_fakes import fake_verification, write_bundle
 
 from diageval.cases.load import load_case_set
 from diageval.fileio import append_jsonl
 from diageval.recording.cache import bundles_root, cache_key, write_truth
+from diageval.recording.policy import PreparedEvidence, RecordingPolicy
 from diageval.recording.truth import TruthRecord
 from diageval.run.pipeline import diagnosis_order
 from run_fakes import run_with
@@ -48,11 +48,11 @@ class CacheEvidence:
     def __init__(self, home: Path):
         self.cache = home / "bundles"
 
-    def __call__(self, loaded, *, device: str = "auto", force: bool = False) -> FakePrepared:
+    def __call__(self, loaded, policy: RecordingPolicy = RecordingPolicy()) -> PreparedEvidence:
         case = loaded.case
         key = cache_key(case, "cpu")
         folder = bundles_root(self.cache) / key
-        if force or not (folder / "bundle.json").is_file():
+        if policy.force or not (folder / "bundle.json").is_file():
             shutil.rmtree(folder, ignore_errors=True)
             write_bundle(folder, os.urandom(16).hex(), trace_text=os.urandom(8).hex())  # distinct, like real ones
             write_truth(self.cache, TruthRecord(case_id=case.id, key=key, repeat=0, recorded=datetime.now(timezone.utc)))
@@ -60,16 +60,17 @@ class CacheEvidence:
         return _prepared(case, folder)
 
 
-def _prepared(case, folder: Path) -> FakePrepared:
+def _prepared(case, folder: Path) -> PreparedEvidence:
     """What prepare_evidence hands the run for ``case``'s bundle ``folder``: verified when positive, and for a
     regression or fleet the value words its bundle shows (issue 39)."""
     bundle_id = json.loads((folder / "bundle.json").read_text())["bundle_id"]
-    verification = FakeVerification(manifested=True) if case.labels.expect == "diagnose" else None
-    prepared = FakePrepared(case.id, folder, bundle_id, "0" * 64, verification)
+    verification = fake_verification(True) if case.labels.expect == "diagnose" else None
+    prepared = PreparedEvidence(case_id=case.id, bundle_dir=folder, bundle_id=bundle_id, manifest_sha256="0" * 64,
+                                verification=verification)
     if case.fleet is not None:
         from diageval.recording.fleet import shown_values_of
 
-        prepared.shown_values = shown_values_of(folder)
+        prepared = prepared.model_copy(update={"shown_values": shown_values_of(folder)})
     return prepared
 
 
@@ -448,7 +449,7 @@ class AssembledEvidence:
 
         monkeypatch.setattr(cache_module, "ensure_bundle", fake_member)
 
-    def __call__(self, loaded, *, device: str = "auto", force: bool = False) -> FakePrepared:
+    def __call__(self, loaded, policy: RecordingPolicy = RecordingPolicy()) -> PreparedEvidence:
         from diageval.recording.fleet import ensure_fleet_bundle
         from diageval.recording.recorded import import_recorded
 
@@ -560,11 +561,6 @@ def test_an_in_process_diagnoser_keeps_nothing_from_one_case_to_the_next(arena, 
 FAMILY_OP = {"mlp_ddp": "aten::addmm", "convnet_allreduce": "aten::convolution", "transformer_lm": "aten::embedding"}
 
 
-@dataclass
-class DrawnFakePrepared(FakePrepared):
-    draw: object = None
-
-
 class LiveEvidence:
     """Synthetic bundles of live job cases showing what a recording shows of the job without analysis: its world
     size and device (``bundle.json``), every rank's steps (the recorded count), its workload's ops. ``drawn``: as
@@ -574,7 +570,7 @@ class LiveEvidence:
     def __init__(self, cache: Path, drawn: bool):
         self.cache, self.drawn, self.made = cache, drawn, {}
 
-    def __call__(self, loaded, *, device: str = "auto", force: bool = False) -> FakePrepared:
+    def __call__(self, loaded, policy: RecordingPolicy = RecordingPolicy()) -> PreparedEvidence:
         import gzip
 
         from diageval.bundle.model import BundleEnv, BundleManifest, describe_files
@@ -596,9 +592,10 @@ class LiveEvidence:
             (folder / "bundle.json").write_text(manifest.model_dump_json())
             self.made[case.id] = folder
         folder = self.made[case.id]
-        verification = FakeVerification(manifested=True) if case.labels.expect == "diagnose" else None
+        verification = fake_verification(True) if case.labels.expect == "diagnose" else None
         bundle_id = json.loads((folder / "bundle.json").read_text())["bundle_id"]
-        return DrawnFakePrepared(case.id, folder, bundle_id, "0" * 64, verification, draw)
+        return PreparedEvidence(case_id=case.id, bundle_dir=folder, bundle_id=bundle_id, manifest_sha256="0" * 64,
+                                verification=verification, draw=draw)
 
 
 FINGERPRINTED = ["contention-mlp-two", "niced-batch-job-lookalike", "one-rank-late-once", "straggler-rank1",

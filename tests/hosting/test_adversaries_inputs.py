@@ -177,13 +177,13 @@ def test_a_changed_cached_bundle_is_a_harness_error_naming_the_file_and_is_recor
     recorded: list[tuple[str, bool]] = []
 
     class Recording(FakeEvidence):
-        def __call__(self, loaded, *, device="auto", force=False):
-            recorded.append((loaded.case.id, force))
-            if force:  # a real recording replaces the folder
+        def __call__(self, loaded, policy):
+            recorded.append((loaded.case.id, policy.force))
+            if policy.force:  # a real recording replaces the folder
                 import shutil
 
                 shutil.rmtree(self.root / self.bundle_id(loaded.case.id))
-            return super().__call__(loaded, device=device)
+            return super().__call__(loaded, policy)
 
     kw = dict(cases_dir=tmp_path, out_dir=tmp_path / "runs", run_id="damaged", progress=None,
               evidence_fn=Recording(tmp_path / "bundles"), cuda_device_count=lambda: 0)

@@ -50,8 +50,7 @@ def hostile_run(tmp_path_factory):
     root = copy_real_cases(tmp / "cases", REAL_CASES)
     fake = FakeEvidence(tmp / "bundles")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("diageval.recording.prepare.prepare_evidence",
-                   lambda loaded, *, device="auto", force=False, data_dir=None: fake(loaded, device=device, force=force))
+        mp.setattr("diageval.recording.prepare.prepare_evidence", fake)
         out = CliRunner().invoke(main, ["run", "-d", SPEC, "--cases", str(root), "--out", str(tmp / "runs"), "--timeout", "60"])
     assert out.exit_code == 0, out.output[-3000:]
     [run_dir] = list((tmp / "runs").iterdir())

@@ -188,7 +188,7 @@ def test_a_run_names_the_absent_once_and_runs_them_when_resumed_after_the_fetch(
     from gpu_traces import gpu_trace
     from run_fakes import make_case_set
 
-    from diageval.recording.prepare import prepare_evidence
+    from diageval.recording import RecordingPolicy
     from diageval.reports.run_outcome import format_run_outcome
     from run_fakes import run_with
     from diageval.run.store import RunStore
@@ -200,7 +200,7 @@ def test_a_run_names_the_absent_once_and_runs_them_when_resumed_after_the_fetch(
     def run():
         return run_with(
             "null", case_set, cases_dir=tmp_path / "cases", out_dir=tmp_path / "runs", run_id="r",
-            evidence_fn=functools.partial(prepare_evidence, data_dir=data, cache_dir=tmp_path / "cache"),
+            recording=RecordingPolicy(data_dir=data, cache_dir=tmp_path / "cache"),
             progress=None, cuda_device_count=lambda: 0)
 
     outcome = run()

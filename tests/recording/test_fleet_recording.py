@@ -226,7 +226,7 @@ def test_a_recorded_pair_is_labeled_from_its_measured_figures(fleets, tmp_path):
     from diageval.bundle.trace_stats_table import summary_rows
     from diageval.cases.load import LoadedCase
     from diageval.paths import real_traces_dir
-    from diageval.recording.prepare import prepare_evidence
+    from diageval.recording import RecordingPolicy, prepare_evidence
 
     pairs = _recorded_pairs(fleets)
     assert pairs, "the corpus names no recorded regression"
@@ -246,8 +246,8 @@ def test_a_recorded_pair_is_labeled_from_its_measured_figures(fleets, tmp_path):
             durations.append(sorted((e["name"], round(e["ts"] - t0, 3), e["dur"]) for e in events))
         if case.labels.expect == "healthy":  # no regression: the same events, offsets and durations in both runs
             assert durations[0] == durations[1], case.id
-        prepared = prepare_evidence(LoadedCase(case=case, path=Path(f"{case.id}.yaml"), file_sha256=""), data_dir=data,
-                                    cache_dir=tmp_path)
+        prepared = prepare_evidence(LoadedCase(case=case, path=Path(f"{case.id}.yaml"), file_sha256=""),
+                                    RecordingPolicy(data_dir=data, cache_dir=tmp_path))
         bundle = EvidenceBundle.open(prepared.bundle_dir)
         fleet = read_fleet(bundle)
         assert bundle.verify_checksums() == [] and fleet.is_regression and prepared.verification is None
@@ -336,6 +336,7 @@ def test_a_diagnosis_is_judged_in_the_words_its_bundle_showed():
     the public case file's word for the same value names nothing the bundle showed, and is wrong."""
     from diageval.cases.taxonomy import load_taxonomy
     from diageval.diagnosis import Diagnosis, Finding
+    from diageval.scoring.results import EvidenceFacts
     from diageval.scoring.verdicts import score_case
     from tests.cases.test_fleet_cases import two_factor_regression
 
@@ -347,7 +348,7 @@ def test_a_diagnosis_is_judged_in_the_words_its_bundle_showed():
 
     def facts(ref):
         d = Diagnosis(findings=[Finding(category=label.category, kind="cause", confidence=1.0, factor=ref)])
-        result = score_case(case, d, taxonomy=load_taxonomy(), shown_values=draw.values)
+        result = score_case(case, d, taxonomy=load_taxonomy(), evidence=EvidenceFacts(shown_values=draw.values))
         return {f.event: (f.probability, f.outcome) for f in result.forecasts if f.kind == "factor"}, result
 
     right, result = facts(shown)

@@ -235,7 +235,7 @@ def test_a_verification_made_before_the_test_still_reads():
 
 
 def test_results_carry_the_measurement_and_older_results_read_without_it():
-    from diageval.run.pipeline import _measure
+    from diageval.recording.prepare import _measure
     from diageval.scoring.results import CaseResult
 
     pairs = pairs_of(random.Random(7), 2, effect=2.0, shift_sd=0.05)

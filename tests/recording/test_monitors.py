@@ -110,28 +110,27 @@ def test_a_monitored_recording_has_its_own_cache_key_per_monitor():
 
 
 def test_cases_no_monitor_can_watch_end_unavailable_saying_why_and_tiers_are_refused():
+    from diageval.recording import CaseEnd, RecordingPolicy, prepare_case
     from diageval.recording.monitors.evidence import UNWATCHABLE, not_monitorable
-    from diageval.recording.recorded import EvidenceUnavailable
     from diageval.run.pipeline import RunError, _for_monitor
 
     cases = load_case_set(None).cases
     calls = []
-    kept, skipped, fn = _for_monitor("traceml", list(cases), [], lambda lc, **kw: calls.append(lc), "full")
-    assert kept == list(cases) and skipped == []  # every case stays: the board compares runs with equal counts
+    policy = _for_monitor("traceml", RecordingPolicy(device="cpu"), "full")
+    assert policy == RecordingPolicy(device="cpu", monitor="traceml")
     why = {lc.case.id: not_monitorable(lc.case) for lc in cases}
     recorded = [lc for lc in cases if lc.case.recorded is not None]
     fleets = [lc for lc in cases if getattr(lc.case, "fleet", None) is not None]
     assert recorded and all("real job" in why[lc.case.id] for lc in recorded)
     assert all("fleet" in why[lc.case.id] for lc in fleets)
     assert any(w and "edit of the finished bundle" in w for w in why.values())
-    for lc in recorded[:1] + fleets[:1]:
-        with pytest.raises(EvidenceUnavailable, match=UNWATCHABLE):
-            fn(lc, device="cpu")
+    for lc in recorded[:1] + fleets[:1]:  # every case stays: the board compares runs with equal counts
+        end = prepare_case(lc, policy, prepare=lambda loaded, p: calls.append(loaded))
+        assert isinstance(end, CaseEnd) and end.status == "unavailable" and end.error.startswith(UNWATCHABLE)
     assert calls == []  # refused before any evidence is made
-    same = _for_monitor("rules", list(cases), [], None, "steps")
-    assert same[0] == list(cases) and same[1] == [] and same[2] is None
+    assert _for_monitor("rules", policy, "steps").monitor is None
     with pytest.raises(RunError, match="in-job monitor"):
-        _for_monitor("nvrx-straggler", list(cases), [], None, "steps")
+        _for_monitor("nvrx-straggler", RecordingPolicy(), "steps")
 
 
 def test_the_phase_clock_times_forward_backward_and_optimizer_through_public_hooks():

@@ -24,7 +24,7 @@ from diageval.diagnosers.base import DiagnoserFailed
 from diageval.diagnosers.rules.diagnoser import RulesDiagnoser
 from diageval.diagnosers.symptoms import SymptomsDiagnoser
 from diageval.paths import real_traces_dir
-from diageval.recording.prepare import prepare_evidence
+from diageval.recording import RecordingPolicy, prepare_evidence
 from diageval.recording.recorded import EvidenceChecksumError, EvidenceUnavailable
 
 
@@ -57,7 +57,9 @@ def _loaded(tmp_path, case: Case):
 def test_absent_file_is_unavailable_and_a_changed_file_an_error_naming_it(tmp_path):
     trace = gpu_trace(tmp_path / "data" / "job" / "rank0.json.gz")
     sha = hashlib.sha256(trace.read_bytes()).hexdigest()
-    prepare = functools.partial(prepare_evidence, cache_dir=tmp_path / "cache")
+    def prepare(loaded, data_dir):
+        return prepare_evidence(loaded, RecordingPolicy(cache_dir=tmp_path / "cache", data_dir=data_dir))
+
     ok = _loaded(tmp_path, Case.model_validate(_recorded("job/rank0.json.gz", sha)))
     prepared = prepare(ok, data_dir=tmp_path / "data")
     assert EvidenceBundle.open(prepared.bundle_dir).trace_paths().keys() == {0}
@@ -111,7 +113,7 @@ def test_run_reports_unavailable_apart(tmp_path):
     case = Case.model_validate(_recorded("job/rank0.json.gz", "0" * 64))
     outcome = run_with(
         "null", make_case_set([case]), cases_dir=tmp_path / "cases", out_dir=tmp_path / "runs",
-        evidence_fn=functools.partial(prepare_evidence, data_dir=tmp_path / "none", cache_dir=tmp_path / "cache"),
+        recording=RecordingPolicy(data_dir=tmp_path / "none", cache_dir=tmp_path / "cache"),
         progress=None, cuda_device_count=lambda: 0,
     )
     (result,) = RunStore(outcome.run_dir).read_results()
@@ -158,7 +160,7 @@ def test_the_figures_behind_each_label_re_derive(lc):
 @pytest.fixture(scope="module")
 def bundles(tmp_path_factory):
     cache = tmp_path_factory.mktemp("cache")
-    return {lc.case.id: EvidenceBundle.open(prepare_evidence(lc, data_dir=DATA, cache_dir=cache).bundle_dir)
+    return {lc.case.id: EvidenceBundle.open(prepare_evidence(lc, RecordingPolicy(data_dir=DATA, cache_dir=cache)).bundle_dir)
             for lc in RECORDED}
 
 
@@ -236,7 +238,8 @@ def test_a_derived_recorded_case_edits_a_copy_of_the_plain_import(tmp_path):
     plain = _loaded(tmp_path, Case.model_validate(_recorded("job/rank0.json.gz", sha)))
     edited = _loaded(tmp_path, Case.model_validate(_recorded(
         "job/rank0.json.gz", sha, faults=[{"name": "drop_device_events", "params": {}}], labels={"expect": "abstain"})))
-    prepare = functools.partial(prepare_evidence, cache_dir=tmp_path / "cache", data_dir=tmp_path / "data")
+    prepare = functools.partial(prepare_evidence, policy=RecordingPolicy(cache_dir=tmp_path / "cache",
+                                                                         data_dir=tmp_path / "data"))
     a, b = prepare(plain), prepare(edited)
     assert a.bundle_dir != b.bundle_dir and a.bundle_id != b.bundle_id
     cats = lambda d: {e.get("cat") for e in EvidenceBundle.open(d).load_trace(0)["traceEvents"]}  # noqa: E731

@@ -5,11 +5,10 @@ run and its re-scoring reading the labels' ranks from the draw, not from the cas
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from run_fakes import FakeEvidence, FakePrepared
+from run_fakes import FakeEvidence
 
 from diageval.cases.load import check_case, load_case_set
 from diageval.recording.draw import (FIXED_RANK, RANK_PARAMS, SCALED_RANK_PARAMS, RecordingDraw, cache_secret,
@@ -116,18 +115,12 @@ def test_with_rank_draw_puts_the_labels_where_the_draw_did(corpus):
     assert [c.ranks for c in swapped.labels.causes] == [[0] if c.ranks == [1] else c.ranks for c in case.labels.causes]
 
 
-@dataclass
-class DrawnPrepared(FakePrepared):
-    draw: RecordingDraw | None = None
-
-
 class DrawnEvidence(FakeEvidence):
     """FakeEvidence whose every recording drew its ranks reversed."""
 
-    def __call__(self, loaded, *, device: str = "auto", force: bool = False):
-        p = super().__call__(loaded, device=device, force=force)
+    def __call__(self, loaded, policy):
         draw = RecordingDraw(seed=1, ranks=[1, 0], steps=30, declared_steps=30)
-        return DrawnPrepared(p.case_id, p.bundle_dir, p.bundle_id, p.manifest_sha256, p.verification, draw)
+        return super().__call__(loaded, policy).model_copy(update={"draw": draw})
 
 
 def test_a_run_and_its_rescoring_judge_ranks_where_the_recording_put_them(tmp_path):

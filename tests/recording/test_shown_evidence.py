@@ -201,7 +201,7 @@ def test_check_control_records_twins_stores_the_check_and_run_scores_it_invalid(
     the truth and reused, and the pipeline's status ``invalid`` with the numbers (never blamed on the diagnoser)."""
     import diageval.recording.verify as verify_module
     from diageval.cases.load import LoadedCase
-    from diageval.recording.prepare import prepare_evidence
+    from diageval.recording import RecordingPolicy, prepare_evidence
     from diageval.recording.verify import CONTROL_TWINS, check_control, control_subject
 
     twins = _twin_bundles(tmp_path)
@@ -224,8 +224,8 @@ def test_check_control_records_twins_stores_the_check_and_run_scores_it_invalid(
     (problem,) = check.problems
     assert "rank 0" in problem and "compute.straggler_rank" in problem
     calls.clear()
-    prepared = prepare_evidence(LoadedCase(case=case, path=Path("c.yaml"), file_sha256=""), device="cpu",
-                                cache_dir=tmp_path / "cache")
+    prepared = prepare_evidence(LoadedCase(case=case, path=Path("c.yaml"), file_sha256=""),
+                                RecordingPolicy(device="cpu", cache_dir=tmp_path / "cache"))
     assert prepared.control == check and not [c for c in calls if c[0] == "twin"]  # stored, reused
 
 
@@ -235,11 +235,10 @@ def test_a_control_whose_shown_evidence_does_not_hold_its_label_is_invalid_not_s
     from diageval.recording.truth import ControlCheck
 
     class ControlEvidence(FakeEvidence):
-        def __call__(self, loaded, **kw):
-            prepared = super().__call__(loaded, **kw)
+        def __call__(self, loaded, policy):
             problems = ["the shown evidence holds compute.straggler_rank on rank 0"] if loaded.case.id == "h1" else []
-            prepared.control = ControlCheck(twins=3, checked=[], problems=problems)
-            return prepared
+            return super().__call__(loaded, policy).model_copy(
+                update={"control": ControlCheck(twins=3, checked=[], problems=problems)})
 
     case_set = make_case_set([make_case("h1", expect="healthy"), make_case("h2", expect="healthy")])
     out = run_with("oracle", case_set, cases_dir=tmp_path / "cases", out_dir=tmp_path / "runs",

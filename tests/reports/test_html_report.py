@@ -28,7 +28,7 @@ from diageval.reports.report import ReportError
 from diageval.run.grade import summarize_run
 from diageval.run.store import RunDiagnoser, RunEnv, RunInfo, RunStore
 from diageval.scoring.metrics import BOARD, METRICS
-from diageval.scoring.results import ManifestationMeasure
+from diageval.scoring.results import EvidenceFacts, ManifestationMeasure
 from diageval.scoring.verdicts import score_case
 
 CASE_FILES = {
@@ -164,7 +164,7 @@ def write_run(runs: Path, cases_dir: Path, name: str) -> Path:
         diagnosis = outcome if isinstance(outcome, Diagnosis) else None
         status = "ok" if diagnosis is not None else outcome
         result = score_case(lc.case, diagnosis, taxonomy=case_set.taxonomy, status=status, seconds=0.25,
-                            measured_impact=IMPACT.get(lc.case.id), manifestation=MEASURES.get(lc.case.id),
+                            evidence=EvidenceFacts(measured_impact=IMPACT.get(lc.case.id), manifestation=MEASURES.get(lc.case.id)),
                             error=None if diagnosis else "took too long")
         if diagnosis is not None:
             store.diagnosis_path(lc.case.id).parent.mkdir(parents=True, exist_ok=True)

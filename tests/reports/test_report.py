@@ -14,6 +14,7 @@ from diageval.reports.leaderboard import LeaderboardError, format_metric, render
 from diageval.reports.board_gate import check_board
 from diageval.reports.report import ReportError, report_runs
 from diageval.scoring.metrics import MetricValue
+from diageval.scoring.results import EvidenceFacts
 from diageval.scoring.summary import DiagnoserInfo, summarize
 from diageval.scoring.verdicts import score_case
 from locations import REPO
@@ -192,7 +193,7 @@ def write_board(root, runs, cases=CASES, draws=None):
         store.begin(info)
         draws = draws or {}
         results = [score_case(case_set.get(c.id).case.with_rank_draw(draws.get(c.id)), d, taxonomy=case_set.taxonomy,
-                              seconds=1.0, rank_draw=draws.get(c.id)) for c, d in zip(cases, diagnoses)]
+                              seconds=1.0, evidence=EvidenceFacts(rank_draw=draws.get(c.id))) for c, d in zip(cases, diagnoses)]
         for r in results:
             store.append_result(r)
         store.summary_path.write_text(summarize(results, diagnoser=DiagnoserInfo(spec=name, name=name, version="1"),

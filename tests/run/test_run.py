@@ -125,13 +125,12 @@ def test_a_bundle_path_naming_the_case_is_a_harness_error(tmp_path):
     case_set = make_case_set([make_case("n1-case")])
 
     class Revealing(FakeEvidence):
-        def __call__(self, loaded, *, device="auto"):
-            prepared = super().__call__(loaded, device=device)
+        def __call__(self, loaded, policy):
+            prepared = super().__call__(loaded, policy)
             target = self.root / f"bundle-of-{loaded.case.id}"
             if not target.exists():
                 prepared.bundle_dir.rename(target)
-            prepared.bundle_dir = target
-            return prepared
+            return prepared.model_copy(update={"bundle_dir": target})
 
     out = _run("null", case_set, tmp_path, Revealing(tmp_path / "bundles"))
     assert _statuses(out.run_dir) == {"n1-case": "harness_error"}
@@ -266,10 +265,8 @@ def test_a_regression_is_scored_in_the_value_words_its_bundle_showed(tmp_path):
     shown = {"loader_workers=2": "7", "loader_workers=4": "1", "version=v2.5.0": "v3.8.6", "version=v2.5.1": "v0.4.9"}
     fake = FakeEvidence(tmp_path / "bundles")
 
-    def evidence(loaded, **kw):
-        prepared = fake(loaded, **kw)
-        prepared.shown_values = shown
-        return prepared
+    def evidence(loaded, policy):
+        return fake(loaded, policy).model_copy(update={"shown_values": shown})
 
     case_set = make_case_set([case, make_case("plain")])
     out = _run("oracle", case_set, tmp_path, evidence)

@@ -19,6 +19,7 @@ from diageval.scoring.detection import (
     found_rate_curve,
     limit_of,
 )
+from diageval.scoring.results import EvidenceFacts
 from diageval.scoring.summary import DiagnoserInfo, summarize
 from diageval.scoring.verdicts import score_case
 
@@ -127,9 +128,9 @@ def ladder_summary(name: str = "x"):
     for i, impact in enumerate([0.1, 0.2, 0.3, 0.4, 0.5, 0.6]):
         case = make_case(f"s{i}", [{"category": STRAGGLER, "ranks": [1]}])
         claim = diag(cause(STRAGGLER, 0.9, ranks=[1])) if impact >= 0.4 else diag()
-        results.append(score_case(case, claim, taxonomy=tax, measured_impact=impact))
+        results.append(score_case(case, claim, taxonomy=tax, evidence=EvidenceFacts(measured_impact=impact)))
     for i, impact in enumerate([0.3, 0.6]):
-        results.append(score_case(make_case(f"l{i}", [{"category": LOADER}]), diag(), taxonomy=tax, measured_impact=impact))
+        results.append(score_case(make_case(f"l{i}", [{"category": LOADER}]), diag(), taxonomy=tax, evidence=EvidenceFacts(measured_impact=impact)))
     results.append(score_case(make_case("l-unmeasured", [{"category": LOADER}]), diag(), taxonomy=tax))
     return summarize(results, diagnoser=DiagnoserInfo(spec=name, name=name), case_set_hash="h", taxonomy_version="1",
                      n_boot=0)

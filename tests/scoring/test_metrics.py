@@ -9,6 +9,7 @@ from scoring_helpers import CHECKPOINT, LOADER, STALL, STRAGGLER, cause, diag, m
 
 from diageval.cases.taxonomy import load_taxonomy
 from diageval.scoring.metrics import METRICS, compute_metrics
+from diageval.scoring.results import EvidenceFacts
 from diageval.scoring.summary import DiagnoserInfo, Summary, summarize
 from diageval.scoring.tallies import tally_table
 from diageval.scoring.verdicts import score_case
@@ -23,7 +24,8 @@ def hand_set():
     (confidence, credited): p1 (0.9, 1); p2 (0.8, 0) (0.6, 1); p3 (0.7, 1); h1 (0.55, 0); a2 (0.6, 0) -> 6 claims,
     3 credited; p1's claim at 0.4 is a hedge (the proper score alone).
     """
-    s = lambda **kw: dict(taxonomy=TAX, **kw)  # noqa: E731
+    s = lambda difficulty=None, measured_impact=None, **kw: dict(  # noqa: E731
+        taxonomy=TAX, evidence=EvidenceFacts(difficulty=difficulty, measured_impact=measured_impact), **kw)
     return [
         score_case(make_case("p1", [{"category": STRAGGLER, "ranks": [1]}]),
                    diag(cause(STRAGGLER, 0.9, ranks=[1], impact=0.3),  # correct, localised
@@ -256,7 +258,7 @@ def _ladder(found_by_impact):
     out = []
     for i, (impact, found) in enumerate(found_by_impact):
         case = make_case(f"s{i:02d}", [{"category": LOADER}])
-        out.append(score_case(case, diag(cause(LOADER, 0.9)) if found else diag(), taxonomy=TAX, measured_impact=impact))
+        out.append(score_case(case, diag(cause(LOADER, 0.9)) if found else diag(), taxonomy=TAX, evidence=EvidenceFacts(measured_impact=impact)))
     return out
 
 

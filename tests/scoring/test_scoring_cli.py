@@ -15,6 +15,7 @@ from diageval.diagnosis import DiagnosisParseError as DiagnosisFileError
 from diageval.diagnosis import read_diagnosis_file as load_diagnosis_file
 from diageval.paths import default_taxonomy_path
 from diageval.scoring.explain import format_case_result
+from diageval.scoring.results import EvidenceFacts
 from diageval.scoring.verdicts import score_case
 
 HEALTHY_CASE = """\
@@ -87,7 +88,7 @@ def test_format_case_result_shows_every_verdict_and_outcome():
     tax = load_taxonomy()
     case = make_case("c1", [{"category": STRAGGLER, "ranks": [1]}, {"category": LOADER}])
     r = score_case(case, diag(cause(STRAGGLER, 0.8, ranks=[0], impact=0.2), cause(STALL, 0.6),
-                              symptom("symptom.slow_step"), cause(CHECKPOINT, 0.3)), taxonomy=tax, measured_impact=0.25)
+                              symptom("symptom.slow_step"), cause(CHECKPOINT, 0.3)), taxonomy=tax, evidence=EvidenceFacts(measured_impact=0.25))
     text = format_case_result(r)
     assert "#0 compute.straggler_rank ranks [0] (confidence 0.80): mislocated - " in text
     assert "#1 comm.collective_stall (confidence 0.60): wrong_cause - " in text

@@ -14,7 +14,7 @@ from scoring_helpers import CONTENTION, PROFILER, cause, diag, fleet_case, fleet
 from diageval.cases.model import Case
 from diageval.cases.taxonomy import load_taxonomy
 from diageval.diagnosis import Abstention, Diagnosis, FactorRef, Finding
-from diageval.scoring.results import CaseResult
+from diageval.scoring.results import CaseResult, EvidenceFacts
 from diageval.scoring.summary import DiagnoserInfo, summarize
 from diageval.scoring.tallies import REFERENCE, REFERENCE_RANKED, tally_table
 from diageval.scoring.verdicts import score_case
@@ -145,14 +145,14 @@ def test_factor_precision_and_recall_count_statements_at_the_found_threshold():
 def test_magnitude_error_is_the_log_ratio_against_the_measured_one():
     case = regression_case("ra")
     r = score_case(case, Diagnosis(findings=[claim(PROFILER, 0.8, V2, magnitude=1.65)]), taxonomy=TAX,
-                   measured_magnitude=1.5)
+                   evidence=EvidenceFacts(measured_magnitude=1.5))
     assert (r.claimed_magnitude, r.measured_magnitude) == (1.65, 1.5)
     m = _summary([r]).metrics
     assert m.magnitude_error.value == pytest.approx(math.log(1.1)) and m.magnitude_error.n == 1
     # a hedged magnitude is no claim; the most confident asserted claim stating one is judged
     two = Diagnosis(findings=[claim(PROFILER, 0.3, V2, magnitude=9.0), claim(CONTENTION, 0.6, magnitude=1.2),
                               claim(PROFILER, 0.9, V2, magnitude=1.5)])
-    assert score_case(case, two, taxonomy=TAX, measured_magnitude=1.5).claimed_magnitude == 1.5
+    assert score_case(case, two, taxonomy=TAX, evidence=EvidenceFacts(measured_magnitude=1.5)).claimed_magnitude == 1.5
 
 
 @pytest.mark.parametrize("confidence", [0.05, 0.1, 0.2, 0.3, 0.5])
@@ -187,7 +187,7 @@ def test_version_3_results_read_as_version_4_without_factors():
     """A result written by scoring 3 (no fleet case existed, no diagnosis named a factor) is read as it is and
     tallies exactly as the same case re-scored by scoring 4."""
     case = make_case("c1", [{"category": CONTENTION}])
-    r = score_case(case, diag(cause(CONTENTION, 0.7)), taxonomy=TAX, measured_impact=0.3)
+    r = score_case(case, diag(cause(CONTENTION, 0.7)), taxonomy=TAX, evidence=EvidenceFacts(measured_impact=0.3))
     old = r.model_dump(mode="json")
     for key in ("fleet_factors", "aliased", "claimed_magnitude", "measured_magnitude"):
         del old[key]

@@ -6,6 +6,7 @@ import pytest
 from scoring_helpers import CHECKPOINT, LOADER, STALL, STRAGGLER, cause, diag, make_case, symptom
 
 from diageval.cases.taxonomy import load_taxonomy
+from diageval.scoring.results import EvidenceFacts
 from diageval.scoring.verdicts import score_case
 
 TAX = load_taxonomy()
@@ -17,7 +18,7 @@ def verdicts(result):
 
 def test_correct_with_labeled_ranks_is_found_and_localized():
     case = make_case("c1", [{"category": STRAGGLER, "ranks": [1]}])
-    r = score_case(case, diag(cause(STRAGGLER, 0.8, ranks=[1], impact=0.3)), taxonomy=TAX, measured_impact=0.35)
+    r = score_case(case, diag(cause(STRAGGLER, 0.8, ranks=[1], impact=0.3)), taxonomy=TAX, evidence=EvidenceFacts(measured_impact=0.35))
     assert verdicts(r) == [(0, STRAGGLER, "correct")]
     (o,) = r.outcomes
     assert (o.outcome, o.localized, o.claim_index) == ("found", True, 0)
@@ -240,7 +241,7 @@ def test_result_round_trips_through_json():
     from diageval.scoring.results import CaseResult
 
     case = make_case("c1", [{"category": STRAGGLER, "ranks": [1]}])
-    r = score_case(case, diag(cause(STRAGGLER, 0.8, ranks=[1])), taxonomy=TAX, bundle_id="b", bundle_sha256="s")
+    r = score_case(case, diag(cause(STRAGGLER, 0.8, ranks=[1])), taxonomy=TAX, evidence=EvidenceFacts(bundle_id="b", bundle_sha256="s"))
     assert CaseResult.model_validate_json(r.model_dump_json()) == r
 
 

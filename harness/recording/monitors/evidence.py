@@ -22,7 +22,6 @@ keeps as many results as every other run on the board (which compares runs with 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -30,8 +29,7 @@ from typing import Any
 from diageval.cases.load import LoadedCase
 from diageval.cases.model import Case
 from diageval.recording.monitors import MONITORS, MonitorInfo
-
-EvidenceFn = Callable[..., Any]
+from diageval.recording.policy import EvidenceFn, RecordingPolicy
 UNWATCHABLE = "in-job monitor:"  # how an unavailable case's error starts when no monitor can watch it
 
 
@@ -83,12 +81,12 @@ def ensure_monitored_bundle(case: Case, device: str, monitor: MonitorInfo, *, fo
     return folder
 
 
-def monitored_evidence(base: EvidenceFn, name: str, *, cache_dir: Path | None = None) -> EvidenceFn:
+def monitored_evidence(base: EvidenceFn, name: str) -> EvidenceFn:
     """An evidence function for the pipeline: ``base`` (the plain evidence and its verification), then the
-    bundle of the case recorded with the monitor ``name`` in its place."""
+    bundle of the case recorded with the monitor ``name`` in its place (in the policy's cache)."""
     monitor = MONITORS[name]
 
-    def prepare(loaded: LoadedCase, *, device: str = "auto", force: bool = False, **kwargs: Any) -> Any:
+    def prepare(loaded: LoadedCase, policy: RecordingPolicy) -> Any:
         from diageval.bundle.model import MANIFEST_NAME, EvidenceBundle
         from diageval.fileio import sha256_file
         from diageval.recording.draw import drawn_case
@@ -99,10 +97,11 @@ def monitored_evidence(base: EvidenceFn, name: str, *, cache_dir: Path | None = 
         why = not_monitorable(loaded.case)
         if why:  # the pipeline's status: unavailable, with the reason
             raise EvidenceUnavailable(f"{UNWATCHABLE} {why}")
-        prepared = base(loaded, device=device, force=force, **kwargs)
-        draw = getattr(prepared, "draw", None)  # the monitored job is drawn as the plain one (its labels follow it)
+        prepared = base(loaded, policy)
+        draw = prepared.draw  # the monitored job is drawn as the plain one (its labels follow it)
         case = drawn_case(loaded.case, draw) if draw is not None else loaded.case
-        folder = ensure_monitored_bundle(case, resolve_device(device, case), monitor, force=force, cache_dir=cache_dir)
+        folder = ensure_monitored_bundle(case, resolve_device(policy.device, case), monitor, force=policy.force,
+                                         cache_dir=policy.cache_dir)
         return prepared.model_copy(update={"bundle_dir": folder, "bundle_id": EvidenceBundle.open(folder).bundle_id,
                                            "manifest_sha256": sha256_file(folder / MANIFEST_NAME)})
 
