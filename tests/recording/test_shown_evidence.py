@@ -13,6 +13,7 @@ from diageval.bundle.fleet import read_fleet
 from diageval.bundle.model import EvidenceBundle
 from diageval.cases.model import Case
 from diageval.recording.fleet_verify import labeled_runs_check, read_fleet_verification, shown_pair
+from diageval.recording import RecordingPolicy
 from diageval.recording.manifest_test import ManifestTest, metric_of
 from tests.fleet_fakes import member_bundle
 from tests.cases.test_fleet_cases import fleet_case, regression_case
@@ -515,7 +516,7 @@ def test_preparation_hands_a_healthy_regressions_refused_check_to_the_run(tmp_pa
 
     _fake_members(tmp_path, monkeypatch, lambda member, pair: 0.14 if member.faults else 0.1)
     prepared = prepare_evidence(LoadedCase(case=_healthy_regression(), path=Path("r.yaml"), file_sha256=""),
-                                device="cpu", cache_dir=tmp_path / "cache")
+                                RecordingPolicy(device="cpu", cache_dir=tmp_path / "cache"))
     assert prepared.control is not None and prepared.control.problems
     assert "healthy label does not hold" in prepared.control.problems[0]
 
@@ -551,5 +552,5 @@ def test_a_stored_verification_made_before_the_shown_check_is_verified_again(tmp
     monkeypatch.setattr(verify_module, "verify_case", verify_again)
     loaded = load_case_set().get("straggler-rank1")
     with pytest.raises(_Reached) as reached:
-        prepare_evidence(loaded, device="cpu", cache_dir=tmp_path / "cache")
+        prepare_evidence(loaded, RecordingPolicy(device="cpu", cache_dir=tmp_path / "cache"))
     assert str(reached.value) == ("verify_case" if verifies_again else "ensure_bundle")

@@ -42,7 +42,8 @@ def test_reference_diagnosers_on_real_bundles(tmp_path, monkeypatch):
         assert positive.measured_impact is not None
     else:
         assert "did not manifest" in positive.error
-    assert oracle.summary.metrics.false_alarm_rate.value == 0.0
+    # no healthy case scored when the control was invalid: the rate is undefined then, not zero
+    assert oracle.summary.metrics.false_alarm_rate.value == (0.0 if control.status == "ok" else None)
     assert all(r.bundle_id and r.bundle_sha256 for r in rows.values())
 
     # The bundles are cached now; leak must find no label word in them and score exactly like null.
