@@ -1,0 +1,148 @@
+"""The ``agent`` diagnoser over the corpus, end to end, with a scripted investigating model (issue 41's "done when").
+
+Serves ``tests/scripted_investigator.investigate`` (a test double of a chat model: it asks the real tools over MCP
+in the box and answers by one stated rule; see its docstring) on the loopback OpenAI-compatible server the tests use
+(``tests/fake_openai_server.py``), then runs ``diageval run --diagnoser agent --allow-network`` as a user would, over
+the corpus (or ``--tag``/``--case`` subsets), priced, with ``--repeats``, reading cached bundles. Then renders the
+board (``diageval report``: markdown and HTML) and prints its figures: cases, skill with its interval, recall and
+grounded recall, $/case, tokens, turns and tool calls per case, the statuses, the repeats' stable / flaky /
+catastrophic counts, the trajectories on the HTML page, the wall time and the machine's load.
+
+It also reads every tool answer of every trajectory for a route to the labels: a case id of the corpus, a taxonomy
+id or an injected fault's name in what a tool returned. A hit is a defect of the tools (labels never reach a
+diagnoser) and is printed as such; the exit status is 1 then.
+
+The endpoint sends no usage, so the agent estimates tokens at 4 characters a token (the trajectories say
+``estimated``), priced at ``--prices`` (default: USD 3 / 15 / 0.3 per million prompt / completion / cached tokens,
+an illustrative table, the one docs/diagnosers.md shows): dollars are what a model with that price would be billed
+for this conversation, not a measurement of any model.
+
+Usage: python benchmarks/agent_corpus.py [--repeats 2] [--jobs 1] [--tag TAG]... [--case ID]... [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+from fake_openai_server import FakeChatServer, Usage  # noqa: E402
+from scripted_investigator import investigate  # noqa: E402
+
+from diageval.run.store import RunStore  # noqa: E402
+
+MODEL = "scripted-investigator"
+PRICES = {"prompt": 3.0, "completion": 15.0, "cached": 0.3}
+RUN_ID = "agent-scripted"
+
+
+def label_words() -> dict[str, str]:
+    """Word (lower case) -> what it names: the corpus' case ids, taxonomy ids and fault names."""
+    from diageval.cases.load import load_case_set
+    from diageval.paths import default_cases_dir
+    from diageval.recording.faults import FAULTS
+
+    case_set = load_case_set(default_cases_dir())
+    words = {lc.case.id.lower(): "case id" for lc in case_set.cases}
+    words.update({e.id.lower(): "taxonomy id" for e in case_set.taxonomy.entries})
+    words.update({name.lower(): "fault name" for name in FAULTS})
+    return words
+
+
+def routes(run_dir: Path, words: dict[str, str]) -> list[str]:
+    """Each (case, tool, word) where a tool answer holds a label word, as a line."""
+    pattern = re.compile(r"(?<![a-z0-9_.-])(" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
+                         + r")(?![a-z0-9_-])")
+    found = []
+    for folder in [run_dir, *sorted((run_dir / "repeats").glob("*"))]:
+        store = RunStore(folder)
+        for r in store.read_results():
+            record, _ = store.read_trajectory(r.case_id)
+            for turn in (record.turns if record else []):
+                for call in turn.tool_calls:
+                    for m in pattern.finditer(call.result.lower()):
+                        found.append(f"{folder.name}/{r.case_id}: {call.name} answered {words[m.group(1)]} {m.group(1)!r}")
+    return found
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--tag", action="append", default=[])
+    ap.add_argument("--case", action="append", default=[])
+    ap.add_argument("--out", type=Path, default=None, help="folder for the run (default: a temporary one)")
+    ap.add_argument("--prices", default=json.dumps(PRICES), help="USD per million tokens, JSON")
+    args = ap.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="agent-corpus-"))
+    selection = [a for t in args.tag for a in ("--tag", t)] + [a for c in args.case for a in ("--case", c)]
+    load_before = os.getloadavg()
+    with FakeChatServer(model=investigate, usage=Usage(sent=False)) as server:
+        env = {**os.environ, "AGENT_DIAGNOSER_BASE_URL": server.base_url, "AGENT_DIAGNOSER_MODEL": MODEL,
+               "AGENT_DIAGNOSER_PRICES": json.dumps({MODEL: json.loads(args.prices)}),
+               "AGENT_DIAGNOSER_MAX_RETRIES": "0"}
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "diageval", "run", "--diagnoser", "agent", "--allow-network",
+                               "--repeats", str(args.repeats), "--jobs", str(args.jobs), "--out", str(out),
+                               "--run-id", RUN_ID, *selection], env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        requests = len(server.requests)
+    load_after = os.getloadavg()
+    if done.returncode != 0:
+        print(done.stdout[-4000:], done.stderr[-4000:], sep="\n")
+        print(f"diageval run exited {done.returncode}")
+        return 1
+    run_dir = out / RUN_ID
+    board, page = out / "leaderboard.md", out / "leaderboard.html"
+    subprocess.run([sys.executable, "-m", "diageval", "report", str(run_dir), "-o", str(board), "--html", str(page)],
+                   check=True, capture_output=True)
+    summary = RunStore(run_dir).read_summary()
+    m, rep = summary.metrics, summary.repeats
+    html = page.read_text(encoding="utf-8")
+
+    def fig(v, fmt=".3g") -> str:
+        if v is None or v.value is None:
+            return f"- n={getattr(v, 'n', 0)}"
+        lo, hi = v.ci or (None, None)
+        band = f" [{lo:{fmt}}, {hi:{fmt}}]" if lo is not None and hi is not None else ""
+        return f"{v.value:{fmt}}{band} n={v.n}"
+
+    print(f"run: {run_dir}  board: {board}  page: {page}")
+    print(f"wall: {wall:.0f} s for {summary.counts.scored} scored cases x {args.repeats} repeats, --jobs {args.jobs}"
+          f" ({wall / max(1, summary.counts.scored * args.repeats):.2f} s a diagnosis); model requests: {requests}")
+    print(f"load average (1, 5, 15 min): before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f},"
+          f" after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}; cores: {os.cpu_count()}")
+    print(f"statuses: {dict(sorted(summary.counts.statuses.items()))}")
+    print(f"skill: {fig(m.skill, '.2f')}")
+    print(f"recall: {fig(m.recall, '.2f')}   grounded recall: {fig(m.grounded_recall, '.2f')}"
+          f"   precision: {fig(m.precision, '.2f')}   false alarms: {fig(m.false_alarm_rate, '.2f')}")
+    print(f"$/case: {fig(m.dollars_per_case, '.3g')}   prompt tok/case: {fig(m.prompt_tokens_per_case, '.4g')}"
+          f"   completion tok/case: {fig(m.completion_tokens_per_case, '.3g')}")
+    print(f"turns/case: {fig(m.turns_per_case, '.2f')}   tool calls/case: {fig(m.tool_calls_per_case, '.3g')}"
+          f"   s/case: {fig(m.seconds_per_case, '.3g')}")
+    if rep is not None:
+        print(f"repeats: {rep.repeats} over {rep.cases} cases: stable {rep.stable}, flaky {rep.flaky},"
+              f" catastrophic {rep.catastrophic}; skill over repeats {fig(rep.skill, '.2f')};"
+              f" consistency {fig(rep.consistency, '.2f')}")
+    text = board.read_text(encoding="utf-8")
+    trajectories, figure = html.count('class="trajectory"'), 'id="cost-figure"' in html
+    print(f"board: Cost table {'### Cost' in text}, grounded column {'grounded R' in text};"
+          f" page: {trajectories} trajectories, cost figure {figure}")
+    found = routes(run_dir, label_words())
+    print(f"routes to labels in tool answers: {len(found)}")
+    for line in found[:50]:
+        print("  ROUTE", line)
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
