@@ -8,7 +8,7 @@ board (``diageval report``: markdown and HTML) and prints its figures: cases, sk
 grounded recall, $/case, tokens, turns and tool calls per case, the statuses, the repeats' stable / flaky /
 catastrophic counts, the trajectories on the HTML page, the wall time and the machine's load.
 
-It also reads every tool answer of every trajectory for a route to the labels: a case id of the corpus, a taxonomy
+It also reads every tool answer the model was sent for a route to the labels: a case id of the corpus, a taxonomy
 id or an injected fault's name in what a tool returned. A hit is a defect of the tools (labels never reach a
 diagnoser) and is printed as such; the exit status is 1 then.
 
@@ -58,19 +58,23 @@ def label_words() -> dict[str, str]:
     return words
 
 
-def routes(run_dir: Path, words: dict[str, str]) -> list[str]:
-    """Each (case, tool, word) where a tool answer holds a label word, as a line."""
+def routes(requests: list[dict], words: dict[str, str]) -> list[str]:
+    """Each tool answer the model was sent (whole, as the endpoint received it; a trajectory keeps a shortened copy)
+    that holds a label word, as a line: the tool, its arguments and the word."""
     pattern = re.compile(r"(?<![a-z0-9_.-])(" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
                          + r")(?![a-z0-9_-])")
+    asked: dict[str, str] = {}
+    seen: set[tuple[str, str]] = set()
     found = []
-    for folder in [run_dir, *sorted((run_dir / "repeats").glob("*"))]:
-        store = RunStore(folder)
-        for r in store.read_results():
-            record, _ = store.read_trajectory(r.case_id)
-            for turn in (record.turns if record else []):
-                for call in turn.tool_calls:
-                    for m in pattern.finditer(call.result.lower()):
-                        found.append(f"{folder.name}/{r.case_id}: {call.name} answered {words[m.group(1)]} {m.group(1)!r}")
+    for request in requests:
+        for m in request["body"]["messages"]:
+            for c in m.get("tool_calls") or []:
+                asked[c["id"]] = f"{c['function']['name']}({c['function']['arguments']})"
+            if m.get("role") != "tool" or (m["tool_call_id"], m["content"]) in seen:
+                continue
+            seen.add((m["tool_call_id"], m["content"]))
+            for hit in {h.group(1) for h in pattern.finditer(m["content"].lower())}:
+                found.append(f"{asked.get(m['tool_call_id'], '?')[:200]} answered {words[hit]} {hit!r}")
     return found
 
 
@@ -95,7 +99,7 @@ def main() -> int:
                                "--repeats", str(args.repeats), "--jobs", str(args.jobs), "--out", str(out),
                                "--run-id", RUN_ID, *selection], env=env, capture_output=True, text=True)
         wall = time.perf_counter() - start
-        requests = len(server.requests)
+        requests = list(server.requests)
     load_after = os.getloadavg()
     if done.returncode != 0:
         print(done.stdout[-4000:], done.stderr[-4000:], sep="\n")
@@ -118,7 +122,8 @@ def main() -> int:
 
     print(f"run: {run_dir}  board: {board}  page: {page}")
     print(f"wall: {wall:.0f} s for {summary.counts.scored} scored cases x {args.repeats} repeats, --jobs {args.jobs}"
-          f" ({wall / max(1, summary.counts.scored * args.repeats):.2f} s a diagnosis); model requests: {requests}")
+          f" ({wall / max(1, summary.counts.scored * args.repeats):.2f} s a diagnosis);"
+          f" model requests: {len(requests)}")
     print(f"load average (1, 5, 15 min): before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f},"
           f" after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}; cores: {os.cpu_count()}")
     print(f"statuses: {dict(sorted(summary.counts.statuses.items()))}")
@@ -137,7 +142,7 @@ def main() -> int:
     trajectories, figure = html.count('class="trajectory"'), 'id="cost-figure"' in html
     print(f"board: Cost table {'### Cost' in text}, grounded column {'grounded R' in text};"
           f" page: {trajectories} trajectories, cost figure {figure}")
-    found = routes(run_dir, label_words())
+    found = routes(requests, label_words())
     print(f"routes to labels in tool answers: {len(found)}")
     for line in found[:50]:
         print("  ROUTE", line)

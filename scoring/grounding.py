@@ -94,7 +94,8 @@ _TIME = re.compile(r"([0-9.]+) (ms|us)")
 
 def _figure_us(line: str, value: str) -> float:
     """The time a line measured, in us: the device idle during a blocking line's calls, else the line's first time."""
-    found = re.search(r"device idle meanwhile " + _TIME.pattern, value) if line.startswith("blocking:") else _TIME.search(value)
+    idle = re.compile(r"device idle meanwhile " + _TIME.pattern)
+    found = (idle if line.startswith("blocking:") else _TIME).search(value)
     if found is None:
         return 0.0
     return float(found.group(1)) * (1e3 if found.group(2) == "ms" else 1.0)

@@ -83,7 +83,8 @@ def _median(values: list[float]) -> float:
 
 
 def _busy_column(summaries: dict[int, dict]) -> str:
-    has_device = any(s.get("devices") or any(r.get("device_busy") for r in s.get("steps", [])) for s in summaries.values())
+    has_device = any(s.get("devices") or any(r.get("device_busy") for r in s.get("steps", []))
+                     for s in summaries.values())
     return "device_busy" if has_device else "host_busy"
 
 
@@ -114,7 +115,8 @@ def investigate(body: dict) -> object:
     if len(medians) >= 2 and not any(n == "compare_ranks" for n, _, _ in calls):
         slow, fast = max(medians, key=medians.get), min(medians, key=medians.get)
         return ToolCalls([("compare_ranks", {"rank_a": slow, "rank_b": fast}),
-                          ("top_ops", {"rank": slow, "kind": "kernel" if busy == "device_busy" else "host", "limit": 5})])
+                          ("top_ops", {"rank": slow, "kind": "kernel" if busy == "device_busy" else "host",
+                                       "limit": 5})])
     return json.dumps({"findings": _share_claims(summaries, _per_rank(calls, "time_table"))
                        + _straggler_claims(_first(calls, "compare_ranks"), busy, summaries, _first(calls, "top_ops"))})
 
@@ -129,7 +131,8 @@ def _share_claims(summaries: dict[int, dict], tables: dict[int, dict]) -> list[d
             for p in parts:
                 cause = CAUSE_OF_PART.get(p.get("part"))
                 if cause:
-                    shares.setdefault(cause, {})[rank] = shares.get(cause, {}).get(rank, 0.0) + float(p.get("share") or 0)
+                    by_rank = shares.setdefault(cause, {})
+                    by_rank[rank] = by_rank.get(rank, 0.0) + float(p.get("share") or 0)
         else:
             total = sum(float(s.get("ms") or 0) for s in steps)
             for column, cause in SUMMARY_PARTS.items():
