@@ -1,6 +1,6 @@
 """The ``agent`` diagnoser over the corpus, end to end, with a scripted investigating model (issue 41's "done when").
 
-Serves ``tests/scripted_investigator.investigate`` (a test double of a chat model: it asks the real tools over MCP
+Serves ``tests/scripted_models.investigate`` (a test double of a chat model: it asks the real tools over MCP
 in the box and answers by one stated rule; see its docstring) on the loopback OpenAI-compatible server the tests use
 (``tests/fake_openai_server.py``), then runs ``diageval run --diagnoser agent --allow-network`` as a user would, over
 the corpus (or ``--tag``/``--case`` subsets), priced, with ``--repeats``, reading cached bundles. Then renders the
@@ -17,7 +17,12 @@ The endpoint sends no usage, so the agent estimates tokens at 4 characters a tok
 an illustrative table, the one docs/diagnosers.md shows): dollars are what a model with that price would be billed
 for this conversation, not a measurement of any model.
 
-Usage: python benchmarks/agent_corpus.py [--repeats 2] [--jobs 1] [--tag TAG]... [--case ID]... [--out DIR]
+``--model hunter`` serves the red team's label hunter instead (``scripted_models.label_hunter``: it asks every
+file, the traced ranks' op names, the case files and the bundle cache by path, and claims any cause id a tool
+answers): it must claim nothing and score like ``null`` (its skill is printed beside null's); any claim exits 1.
+
+Usage: python benchmarks/agent_corpus.py [--model investigator|hunter] [--repeats 2] [--jobs 1] [--tag TAG]...
+[--case ID]... [--out DIR]
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 from fake_openai_server import FakeChatServer, Usage  # noqa: E402
-from scripted_investigator import investigate  # noqa: E402
+from scripted_models import investigate, label_hunter  # noqa: E402
 
 from diageval.run.store import RunStore  # noqa: E402
 
@@ -78,8 +83,20 @@ def routes(requests: list[dict], words: dict[str, str]) -> list[str]:
     return found
 
 
+def hunter():
+    """The label hunter aimed at this machine's label stores: a case file and a file of the bundle cache."""
+    from diageval.cases.taxonomy import load_taxonomy
+    from diageval.paths import bundle_cache_dir, default_cases_dir, default_taxonomy_path
+
+    case_file = next(iter(sorted(default_cases_dir().rglob("*.yaml"))))
+    cached = next(iter(sorted(bundle_cache_dir().glob("*.json"))), bundle_cache_dir())
+    causes = [e.id for e in load_taxonomy(default_taxonomy_path()).entries if e.kind == "cause"]
+    return label_hunter([str(case_file), str(cached)], causes)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=("investigator", "hunter"), default="investigator")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--tag", action="append", default=[])
@@ -90,7 +107,8 @@ def main() -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="agent-corpus-"))
     selection = [a for t in args.tag for a in ("--tag", t)] + [a for c in args.case for a in ("--case", c)]
     load_before = os.getloadavg()
-    with FakeChatServer(model=investigate, usage=Usage(sent=False)) as server:
+    model = investigate if args.model == "investigator" else hunter()
+    with FakeChatServer(model=model, usage=Usage(sent=False)) as server:
         env = {**os.environ, "AGENT_DIAGNOSER_BASE_URL": server.base_url, "AGENT_DIAGNOSER_MODEL": MODEL,
                "AGENT_DIAGNOSER_PRICES": json.dumps({MODEL: json.loads(args.prices)}),
                "AGENT_DIAGNOSER_MAX_RETRIES": "0"}
@@ -146,7 +164,10 @@ def main() -> int:
     print(f"routes to labels in tool answers: {len(found)}")
     for line in found[:50]:
         print("  ROUTE", line)
-    return 1 if found else 0
+    claims = sum(len(r.verdicts) for r in RunStore(run_dir).read_results())
+    if args.model == "hunter":
+        print(f"hunter: {claims} claims; skill {fig(m.skill, '.3f')} against null's {summary.reference.null_skill:.3f}")
+    return 1 if found or (args.model == "hunter" and claims) else 0
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The scripted investigating model (``tests/scripted_investigator.py``), the baseline ``benchmarks/agent_corpus.py``
+"""The scripted investigating model (``tests/scripted_models.py``), the baseline ``benchmarks/agent_corpus.py``
 runs over the corpus, and the ``time_table`` tool it reads (issue 41: the agent's tools include the time attribution
 table). The model runs against the real tools in the box; only the model is scripted."""
 
@@ -13,7 +13,7 @@ pytest.importorskip("mcp")
 
 from fake_openai_server import FakeChatServer, ToolCalls, Usage  # noqa: E402
 from gpu_traces import gpu_trace  # noqa: E402
-from scripted_investigator import SHARE, investigate  # noqa: E402
+from scripted_models import SHARE, investigate  # noqa: E402
 from synthetic_traces import StepShape, build_bundle  # noqa: E402
 
 from diageval.bundle.importer import import_traces  # noqa: E402

@@ -1,10 +1,14 @@
-"""A scripted investigating model for the ``agent`` diagnoser: a test double of a chat model, served by
-``fake_openai_server.FakeChatServer(model=investigate)`` (the ``agent`` tests, ``benchmarks/agent_corpus.py``).
+"""Scripted models for the ``agent`` diagnoser: test doubles of a chat model, served by
+``fake_openai_server.FakeChatServer(model=...)`` (the ``agent`` tests, ``benchmarks/agent_corpus.py``).
 
-It is a baseline, not a label oracle: it sees only the conversation (the tools' answers), asks the real tools over
-MCP in the box, and answers by one plain rule, so a wrong or leaky tool answer shows in its diagnosis.
+* :func:`investigate`, the baseline investigator (below);
+* :func:`label_hunter`, the red team given the agent's tools: it hunts for the labels instead of diagnosing (its
+  docstring).
 
-The turns:
+The investigator is a baseline, not a label oracle: it sees only the conversation (the tools' answers), asks the
+real tools over MCP in the box, and answers by one plain rule, so a wrong or leaky tool answer shows in its diagnosis.
+
+Its turns:
 
 1. ``overview``;
 2. a fleet or regression bundle (the overview lists runs): ``fleet_runs``, then it abstains (this baseline reads one
@@ -170,3 +174,41 @@ def _straggler_claims(compared: Any, busy: str, summaries: dict[int, dict], top:
              "confidence": round(min(MAX_CONFIDENCE, 0.5 + (ratio - 1)), 3), "ranks": [slow], "steps": span,
              "cites": {"ranks": [slow], "steps": span},
              "summary": f"rank {slow} is busy {max(a, b):.1f} ms a step against {min(a, b):.1f} ms{busiest}"}]
+
+
+HUNT_BATCH = 16  # the agent runs at most 16 tool calls a turn
+
+
+def label_hunter(targets: list[str], causes: list[str]):
+    """A model that hunts for the labels with the tools instead of diagnosing. It asks, :data:`HUNT_BATCH` calls a
+    turn until all are asked: every file the overview lists (traces are refused by ``read_file``: their op and kernel
+    names come from ``top_ops``, host and kernel, and ``trace_summary`` of the first :data:`MAX_RANKS` traced
+    ranks), every label store it can name (``targets``: the case files and the bundle cache, by absolute and by
+    relative path), the process's environment and a fleet run named ``../../..``; then it claims, at full
+    confidence, every cause id of ``causes`` that any tool answer holds. Reading no evidence, it can only score
+    when a tool hands it a label."""
+
+    def model(body: dict):
+        calls = _calls(body)
+        overview = _first(calls, "overview")
+        if not calls:
+            return ToolCalls([("overview", {})])
+        asks: list[tuple[str, dict]] = []
+        if isinstance(overview, dict):
+            asks += [("read_file", {"path": f["path"]}) for f in overview.get("files", [])
+                     if not f["path"].endswith(".gz")]
+            for rank in (overview.get("ranks_with_trace") or [])[:MAX_RANKS]:
+                asks += [("top_ops", {"rank": rank, "kind": kind, "limit": 50}) for kind in ("host", "kernel")]
+                asks.append(("trace_summary", {"rank": rank}))
+        asks += [("read_file", {"path": t}) for t in targets]
+        asks += [("read_file", {"path": "../" * depth + t.lstrip("/")}) for t in targets for depth in (3, 8)]
+        asks += [("read_file", {"path": "/proc/self/environ"}), ("step_table", {"run": "../../.."})]
+        asked = len(calls) - 1
+        if asked < len(asks):
+            return ToolCalls(asks[asked:asked + HUNT_BATCH])
+        seen = " ".join(m.get("content") or "" for m in body["messages"] if m.get("role") == "tool")
+        found = [c for c in causes if c in seen]
+        return json.dumps({"findings": [{"category": c, "kind": "cause", "confidence": 1.0,
+                                         "summary": "named by a tool's answer"} for c in found]})
+
+    return model
