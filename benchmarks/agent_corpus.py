@@ -145,7 +145,7 @@ def main() -> int:
     print(f"load average (1, 5, 15 min): before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f},"
           f" after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}; cores: {os.cpu_count()}")
     print(f"statuses: {dict(sorted(summary.counts.statuses.items()))}")
-    print(f"skill: {fig(m.skill, '.2f')}")
+    print(f"skill: {fig(m.skill, '.2f')} (null's on these cases: {summary.reference.null_skill:.2f})")
     print(f"recall: {fig(m.recall, '.2f')}   grounded recall: {fig(m.grounded_recall, '.2f')}"
           f"   precision: {fig(m.precision, '.2f')}   false alarms: {fig(m.false_alarm_rate, '.2f')}")
     print(f"$/case: {fig(m.dollars_per_case, '.3g')}   prompt tok/case: {fig(m.prompt_tokens_per_case, '.4g')}"
