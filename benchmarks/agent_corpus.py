@@ -65,21 +65,31 @@ def label_words() -> dict[str, str]:
 
 def routes(requests: list[dict], words: dict[str, str]) -> list[str]:
     """Each tool answer the model was sent (whole, as the endpoint received it; a trajectory keeps a shortened copy)
-    that holds a label word, as a line: the tool, its arguments and the word."""
+    that holds a label word, as a line: the tool, its arguments and the word. What the call itself said (its argument
+    values: a refusal quotes the path it refuses) is taken out of the answer first: an echo of the model's own words
+    hands it nothing."""
     pattern = re.compile(r"(?<![a-z0-9_.-])(" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
                          + r")(?![a-z0-9_-])")
-    asked: dict[str, str] = {}
+    asked: dict[str, tuple[str, list[str]]] = {}
     seen: set[tuple[str, str]] = set()
     found = []
     for request in requests:
         for m in request["body"]["messages"]:
             for c in m.get("tool_calls") or []:
-                asked[c["id"]] = f"{c['function']['name']}({c['function']['arguments']})"
+                try:
+                    said = [str(v) for v in json.loads(c["function"]["arguments"] or "{}").values()]
+                except (ValueError, AttributeError):
+                    said = [c["function"]["arguments"]]
+                asked[c["id"]] = (f"{c['function']['name']}({c['function']['arguments']})", said)
             if m.get("role") != "tool" or (m["tool_call_id"], m["content"]) in seen:
                 continue
             seen.add((m["tool_call_id"], m["content"]))
-            for hit in {h.group(1) for h in pattern.finditer(m["content"].lower())}:
-                found.append(f"{asked.get(m['tool_call_id'], '?')[:200]} answered {words[hit]} {hit!r}")
+            call, said = asked.get(m["tool_call_id"], ("?", []))
+            text = m["content"]
+            for value in sorted(said, key=len, reverse=True):
+                text = text.replace(value, "") if value else text
+            for hit in {h.group(1) for h in pattern.finditer(text.lower())}:
+                found.append(f"{call[:200]} answered {words[hit]} {hit!r}")
     return found
 
 

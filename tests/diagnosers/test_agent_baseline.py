@@ -89,3 +89,21 @@ def test_the_scripted_model_in_the_box_names_what_the_real_tools_show(monkeypatc
     asked = {t["function"]["name"] for r in server.requests for m in r["body"]["messages"]
              for t in m.get("tool_calls") or []}
     assert {"overview", "step_table", "trace_summary", "time_table"} <= asked
+
+
+def test_the_corpus_benchmark_reports_a_label_a_tool_answered_and_not_the_models_own_words():
+    """benchmarks/agent_corpus.py's route check: a tool answer that names a label is a route; a refusal that quotes
+    the path the model asked for (a case file's, holding its id) hands the model nothing it did not say."""
+    import sys
+
+    from locations import REPO
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from agent_corpus import routes
+
+    path = "/work/cases/straggler-rank1.yaml"
+    messages = (_tool_message("a", "read_file", {"path": path}, f"refused: '{path}' is an absolute path")
+                + _tool_message("b", "step_table", {}, {"note": "compute.straggler_rank"}))
+    words = {"straggler-rank1": "case id", "compute.straggler_rank": "taxonomy id"}
+    found = routes([{"body": {"messages": messages[:2]}}, {"body": {"messages": messages}}], words)
+    assert found == ["step_table({}) answered taxonomy id 'compute.straggler_rank'"]
