@@ -60,6 +60,10 @@ def build_server(bundle_dir: Path) -> Any:
     def trace_stats(rank: int, run: str | None = None) -> str:
         return answer(tools.trace_stats, rank, run)
 
+    @server.tool(description=tools.time_table.__doc__, structured_output=False)
+    def time_table(rank: int, run: str | None = None) -> str:
+        return answer(tools.time_table, rank, run)
+
     @server.tool(description=tools.top_ops.__doc__, structured_output=False)
     def top_ops(rank: int, step: int | None = None, kind: str = "host", limit: int = 10, run: str | None = None) -> str:
         return answer(tools.top_ops, rank, step, kind, limit, run)

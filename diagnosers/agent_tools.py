@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from diageval.bundle import kineto as K
+from diageval.bundle.attribution import WHAT
 from diageval.bundle.fleet import read_fleet
 from diageval.bundle.model import EvidenceBundle
 from diageval.bundle.trace_stats import trace_stats as _trace_stats
@@ -151,6 +152,22 @@ class BundleTools:
                  "dataloader_wait": _ms(x.dataloader_wait_us), "comm_exposed": _ms(x.comm_exposed_us),
                  "allocations": x.allocations} for x in st.steps]
         return {"rank": rank, "has_device_events": st.has_device_events, "whole_trace": st.whole_trace, "steps": rows}
+
+    def time_table(self, rank: int, run: str | None = None) -> dict[str, Any]:
+        """Where one rank's profiled time went, summed over its steps (``diageval trace stats``' time table): the
+        device's work and, for every instant the device idled, what the launching threads were doing (waiting for
+        data, blocked in a sync, freeing memory, dispatching...), each part's ms, share of the summed step time,
+        its standard error and the occurrences it is made of. Traces with device events only; on a trace
+        without, ``trace_summary``'s columns say where the host's time went."""
+        _, path = self._trace(rank, run)
+        st = _stats(str(path))
+        if not st.time_table:
+            return {"rank": rank, "has_device_events": st.has_device_events, "parts": [],
+                    "note": "no device events in this trace: no device-idle time to split; see trace_summary"}
+        return {"rank": rank, "has_device_events": True, "whole_trace": st.whole_trace,
+                "units": st.time_table[0].units,
+                "parts": [{"part": r.part, "ms": _ms(r.us), "share": round(r.share, 4), "se": round(r.se, 4),
+                           "occurrences": r.occurrences, "what": WHAT[r.part]} for r in st.time_table if r.us > 0]}
 
     def top_ops(self, rank: int, step: int | None = None, kind: str = "host", limit: int = TOP_DEFAULT,
                 run: str | None = None) -> dict[str, Any]:

@@ -23,6 +23,7 @@ pytest.importorskip("mcp")
 
 from fake_openai_server import FakeChatServer, Stall, ToolCalls, Usage  # noqa: E402
 from run_fakes import FakeEvidence, make_case, make_case_set, run_with  # noqa: E402
+from scripted_models import label_hunter  # noqa: E402
 from synthetic_traces import StepShape, build_bundle  # noqa: E402
 
 from diageval.bundle.model import EvidenceBundle  # noqa: E402
@@ -380,32 +381,11 @@ def test_scoring_reads_a_cap_hit_as_an_abstention_naming_the_cap():
 # --- the red team, given the agent's tools ------------------------------------------------------------------
 
 def _hunter(targets: list[str]):
-    """A model that hunts for the labels with the tools instead of diagnosing: it asks for every file the overview
-    lists and for every label store it can name (``targets``: the case files and the bundle cache, by absolute and by
-    relative path; the process's environment), then claims, at full confidence, every taxonomy cause id that any tool
-    answer contains. Reading no evidence, it can only score when a tool hands it a label."""
+    """The red team's label hunter (``scripted_models.label_hunter``) claiming any cause id of the taxonomy."""
     from diageval.cases.taxonomy import load_taxonomy
     from diageval.paths import default_taxonomy_path
 
-    causes = [e.id for e in load_taxonomy(default_taxonomy_path()).entries if e.kind == "cause"]
-
-    def model(body: dict):
-        done = _tool_results(body)
-        if not done:
-            return ToolCalls([("overview", {})])
-        if len(done) == 1:
-            listed = [f["path"] for f in json.loads(done[0]).get("files", []) if not f["path"].endswith(".gz")]
-            asks = [("read_file", {"path": p}) for p in listed]
-            asks += [("read_file", {"path": t}) for t in targets]
-            asks += [("read_file", {"path": "../" * depth + t.lstrip("/")}) for t in targets for depth in (3, 8)]
-            asks += [("read_file", {"path": "/proc/self/environ"}), ("step_table", {"run": "../../.."})]
-            return ToolCalls(asks)
-        seen = " ".join(done)
-        found = [c for c in causes if c in seen]
-        return json.dumps({"findings": [{"category": c, "kind": "cause", "confidence": 1.0,
-                                         "summary": "named by a tool's answer"} for c in found]})
-
-    return model
+    return label_hunter(targets, [e.id for e in load_taxonomy(default_taxonomy_path()).entries if e.kind == "cause"])
 
 
 def test_a_label_hunting_model_given_the_tools_scores_like_null(monkeypatch, tmp_path):

@@ -8,7 +8,7 @@ from run_fakes import make_case, make_case_set
 
 from diageval.cases.model import Case
 from diageval.diagnosis import Citation, Diagnosis, parse_diagnosis_json
-from diageval.scoring.grounding import fault_ops, grounded
+from diageval.scoring.grounding import fault_ops, figure_ops, grounded
 from diageval.scoring.summary import DiagnoserInfo, summarize
 from diageval.scoring.verdicts import score_case
 
@@ -154,3 +154,52 @@ def test_a_summary_written_before_the_added_metrics_still_reads_them_undefined()
     old = Summary.model_validate(data)
     assert old.metrics.grounded_recall.value is None and old.metrics.grounded_recall.n == 0
     assert old.metrics.recall == s.metrics.recall
+
+
+# --- recorded cases: the figures name what they measured ----------------------------------------------------------
+
+
+def _recorded(name: str) -> Case:
+    from locations import REPO
+
+    from diageval.cases.load import parse_case_file
+
+    case, problems = parse_case_file(REPO / "cases" / "recorded" / f"{name}.yaml")
+    assert case is not None, problems
+    return case
+
+
+LOADER_OP = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+
+
+def test_a_recorded_case_grounds_a_claim_citing_the_op_its_figure_measured():
+    """rtx2080ti-resnet-loader-bound: one rank of one (ranks localise nothing), labeled from its figure "DataLoader
+    wait: 8204.99 ms (56% of step)"; the loop's DataLoader op is where the fault acted."""
+    case = _recorded("rtx2080ti-resnet-loader-bound")
+    starved = "input.dataloader_starvation"
+    assert figure_ops(case, case.labels.causes[0]) == ("enumerate(DataLoader)",)
+    assert _outcome(case, {"ops": [LOADER_OP]}, category=starved).grounded is True
+    assert _outcome(case, {"ranks": [0], "ops": [LOADER_OP]}, category=starved).grounded is True
+    assert _outcome(case, {"ranks": [0]}, category=starved).grounded is False  # the only rank: says nothing
+    every_op = [LOADER_OP] + [f"aten::op{i}" for i in range(40)] + ["cudaFree", "cudaMemcpyAsync"]
+    assert _outcome(case, {"ops": every_op}, category=starved).grounded is False
+    assert _outcome(case, {"ops": ["cudaFree"]}, category=starved).grounded is False  # another line's calls
+
+
+def test_a_recorded_figure_that_measured_a_sliver_or_nothing_grounds_nothing():
+    """a100-pageable-copy-sync: pageable copies idle the device 92.66 ms a step, 15 syncs 107 us: the copies are
+    where the fault acted, the syncs are not; a line quoted at zero names nothing."""
+    case = _recorded("a100-pageable-copy-sync")
+    sync = "host.device_sync"
+    assert _outcome(case, {"ranks": [0], "ops": ["Memcpy DtoH (Device -> Pageable)", "cudaMemcpyAsync"]},
+                    category=sync).grounded is True
+    assert _outcome(case, {"ranks": [0], "ops": ["cudaStreamSynchronize"]}, category=sync).grounded is False
+    assert _outcome(case, {"ranks": [0]}, category=sync).grounded is True  # 1 rank of 16: the rank alone grounds
+
+    loader = _recorded("v100-resnet50-loader-0-workers")
+    (measured,) = loader.recorded.measured.figures
+    zero = measured.model_copy(update={"figures": {**measured.figures, "DataLoader wait": "0.0 us (0% of step)"}})
+    loader = loader.model_copy(update={"recorded": loader.recorded.model_copy(update={
+        "measured": loader.recorded.measured.model_copy(update={"figures": [zero]})})})
+    assert figure_ops(loader, loader.labels.causes[0]) == ()
+    assert _outcome(loader, {"ops": [LOADER_OP]}, category="input.dataloader_starvation").grounded is None
