@@ -220,10 +220,10 @@ class _Columns:
             self.n_device += int(np.count_nonzero(code == _DEVICE))
             # collectives by name, device kernels and gloo annotations alike, in file order (the dict keeps that order)
             is_coll = table.flag(_COLLECTIVE)[ids]
-            if is_coll.any():
+            if np.count_nonzero(is_coll):
                 self.collective_names.update([kinds[i][1] for i in ids[is_coll].tolist()])
             is_step = code == _STEP
-            if is_step.any():
+            if np.count_nonzero(is_step):
                 self.steps.extend(step_markers(w, kinds, is_step))
         if not self.columns:
             return
@@ -235,28 +235,28 @@ class _Columns:
             code = table.kind[ids]
             is_coll = table.flag(_COLLECTIVE)[ids]
         is_dev = code == _DEVICE
-        if is_dev.any():
+        if np.count_nonzero(is_dev):
             self.device[0].frombytes(w.ts[is_dev].tobytes())
             self.device[1].frombytes(w.dur[is_dev].tobytes())
         is_launch = code == _LAUNCH
-        if is_launch.any():
+        if np.count_nonzero(is_launch):
             self.launches.frombytes(w.ts[is_launch].tobytes())
         is_sync = code == _SYNC
-        if is_sync.any():
+        if np.count_nonzero(is_sync):
             self.syncs.extend((ev.ts, ev.dur) for ev in w.select(is_sync).events)
-        if is_coll.any():
+        if np.count_nonzero(is_coll):
             colls = w.select(is_coll)
             self.collectives.extend(
                 (kinds[i][1], ev.ts, ev.dur, True, None) if kinds[i][0] == _DEVICE
                 else (kinds[i][1], ev.ts, ev.dur, False, _payload_bytes(ev.decoded_args()))
                 for i, ev in zip(colls.ids.tolist(), colls.events))
         is_host = code == _HOST
-        if not is_host.any():
+        if not np.count_nonzero(is_host):
             return
         host = w.select(is_host)
         tids = tid_strings(host.events)
         waits = table.flag(2)[host.ids]
-        if waits.any():
+        if np.count_nonzero(waits):
             self.data_waits.extend((ev.ts, ev.dur, tid) for ev, tid, wait in zip(host.events, tids, waits.tolist()) if wait)
         is_op = table.flag(1)[host.ids].astype(np.int8)
         for tid, sel in by_tid(tids):
@@ -678,7 +678,7 @@ class _Slice:
 
     def add(self, w: TimedWindow) -> None:
         reach = (w.ts < self.hi) & (w.ends() > self.lo)
-        if not reach.any():  # the window's span reaches the slice, none of its events do
+        if not np.count_nonzero(reach):  # the window's span reaches the slice, none of its events do
             return
         near = w.select(reach)
         self.cols.add_window(near)  # type: ignore[union-attr]
