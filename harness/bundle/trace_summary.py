@@ -85,14 +85,19 @@ measurement makes, held as arrays of doubles). (200 - 46) / 45 = 3.4 M; 3 M keep
 entries cost more (~180 MB). Issue 43: a trace up to ~550 MB of that shape is read once, not twice; the same
 trace repeated to 1 GB, read in slices at this budget, peaked at 126 MB.
 
-Why a 1 GB trace is still read twice: its one read would hold ~5.3 M entries, and the columns alone, right after the
-read, cost 33 bytes an entry (the 453 MB trace: 41 MB of interpreter, 120 MB after its read, 154 MB at the peak of the
-steps' build; measured after the build stopped making a Python list per main-thread op): 41 + 5.3 x 33 = 216 MB
-before any step is built, over issue 14's 200 MB. And the columns cannot be freed as the read goes: no step is
-complete before the file ends (the module notes). Most entries are host ops, and each is held by both collectors:
-17 bytes in ``_Columns`` (start, duration, a CPU-op flag) and 16-24 in ``trace_stats.StatsCollector`` (start,
-duration, and the start again for a CPU op); a host column the two shared is what would bring such a trace to one
-read."""
+Why a 1 GB trace is still read twice (issue 43, measured at 28852bc on the A100 trace repeated to 1011 MB, 5.3 M
+timed events): read once (``benchmarks/trace_reader.py --side-by-side``, the unlimited budget) it takes 0.211x
+``json.loads``' CPU time against 0.376x in two reads, but peaks at 265 MB against 130. Right after that one read the
+process holds 197 MB (41 of interpreter), ~29 bytes of RSS per column entry, already near issue 14's 200 MB before any
+step is built; the build and the device measures then add ~70 MB of sorted copies. Where the entries' bytes are: each
+host op is held by both collectors (17 bytes in ``_Columns``: start, duration, a CPU-op flag; 16-24 in
+``trace_stats.StatsCollector``: start, duration, and the start again for a CPU op), and the correlation-keyed columns
+of ``StatsCollector`` keep Python objects from the windows (a correlation int per device event, launch and call; the
+launch dict; a tuple per call). A host column the two shared and correlations held as int64 arrays would save ~40 MB
+of allocations at 1 GB (tracemalloc of the 25.8 MB trace after its read, scaled), against the 65 MB by which the
+one-read peak passes 200 MB: not shown to be enough. And for ``rules`` it would not be the bound: its time attribution (``attribution.py``, an observer of these reads) keeps
+columns of its own outside this budget, so ``rules`` peaks at 294 MB on the 453 MB trace and 553 MB on the 1 GB one
+(``--real-shapes``); bounding those comes first."""
 
 
 class EventObserver(Protocol):
