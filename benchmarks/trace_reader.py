@@ -5,6 +5,7 @@
     python benchmarks/trace_reader.py --side-by-side TRACE [--repeat 3]   # json.loads vs reader vs summary
     python benchmarks/trace_reader.py --real-shapes [--sizes 450 1000]   # issue 43: the real trace repeated
     python benchmarks/trace_reader.py --interleaved BUNDLE [--repeat 3]  # json.loads and rules in one process
+    python benchmarks/trace_reader.py --phases BUNDLE [--repeat 2]   # where rules' CPU time goes, phase by phase
 
 With no argument it reads the real traces in the real-traces folder (``$DIAGEVAL_DATA``, else
 shared/real-traces beside the checkout). Prints, per file: events, MB of JSON, MB/s of inflating alone
@@ -36,6 +37,13 @@ untimed) and the whole ``rules`` diagnoser on the bundle (its gzipped trace), in
 wall seconds and their ratios per round, the lowest and the median (issue 43's target is this ratio).
 ``benchmarks/big_trace.py --build-one SOURCE 450 OUT`` then ``diageval bundle import OUT --out BUNDLE`` makes the
 450 MB one.
+
+``--phases BUNDLE [--repeat 2]``: the whole ``rules`` diagnoser on a one-rank bundle, its CPU seconds split by phase
+(each phase's own time, a phase called inside another counted once, in the inner one): the reader (inflating and
+decoding, ``iter_trace_windows``), the timed windows the collectors share (``timed_window``), each collector and observer
+of the read (the summary's columns, ``trace stats``' collector, the time attribution's, the work and defect observers),
+the steps' build and measurement, the attribution's split, and the rest (freeing each window's events, rules' own
+judges). Timers around each call cost well under a percent of the total.
 
 ``--stages`` times the reader's stages alone on one file, in wall seconds and CPU seconds (on a loaded
 machine a process gets a fraction of a core; CPU time is what the code costs): the decompressed source
@@ -361,9 +369,80 @@ def interleaved(bundle: Path, repeat: int) -> int:
     return 0
 
 
+def phases(bundle: Path, repeat: int) -> int:
+    """``repeat`` rounds of ``rules`` on ``bundle``, each phase's own CPU seconds (see the module notes)."""
+    import functools
+    from collections import defaultdict
+
+    import diageval.bundle.attribution as att
+    import diageval.bundle.trace_defects as defects
+    import diageval.bundle.trace_stats as stats
+    import diageval.bundle.trace_summary as summary
+    import diageval.diagnosers.rules.work as work
+    from diageval.bundle.model import EvidenceBundle
+    from diageval.diagnosers.rules.diagnoser import RulesDiagnoser
+
+    own: dict[str, float] = defaultdict(float)
+    inner: list[float] = []
+
+    def timed(owner, name: str, label: str) -> None:
+        fn = getattr(owner, name)
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            c = time.process_time()
+            inner.append(0.0)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent = time.process_time() - c
+                own[label] += spent - inner.pop()
+                if inner:
+                    inner[-1] += spent
+        setattr(owner, name, wrapper)
+
+    windows = summary._windows
+
+    def timed_windows(path, state):  # the reader: CPU time spent producing each window
+        it = windows(path, state)
+        while True:
+            c = time.process_time()
+            window = next(it, None)
+            own["reader (inflate, decode)"] += time.process_time() - c
+            if window is None:
+                return
+            yield window
+
+    summary._windows = timed_windows
+    for owner, name, label in [
+        (summary, "timed_window", "timed windows"), (summary._Columns, "add_window", "summary columns"),
+        (stats.StatsCollector, "add_window", "trace stats collector"),
+        (att.AttributionCollector, "add_window", "attribution collector"),
+        (work.WorkCollector, "add_window", "work observer"), (defects.DefectObserver, "add_window", "defect observer"),
+        (summary, "_hull", "window spans"), (summary, "_build_steps", "steps' build"),
+        (stats.StatsCollector, "measure", "steps' device measures"),
+        (att.AttributionCollector, "attribute", "attribution split"),
+    ]:
+        timed(owner, name, label)
+    print(f"{bundle}: rules, CPU seconds by phase; load average before "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs", flush=True)
+    for n in range(repeat):
+        own.clear()
+        c = time.process_time()
+        RulesDiagnoser().diagnose(EvidenceBundle.open(bundle))
+        total = time.process_time() - c
+        rest = total - sum(own.values())
+        print(f"round {n + 1}: {total:.2f} cpu s; load {os.getloadavg()[0]:.1f}")
+        for label, spent in [*sorted(own.items(), key=lambda kv: -kv[1]), ("rest (freeing windows, judges)", rest)]:
+            print(f"  {label:32s} {spent:6.2f} {spent / total:6.1%}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--interleaved"] and len(argv) in (2, 4) and (len(argv) == 2 or argv[2] == "--repeat"):
         return interleaved(Path(argv[1]), int(argv[3]) if len(argv) == 4 else REPEAT)
+    if argv[:1] == ["--phases"] and len(argv) in (2, 4) and (len(argv) == 2 or argv[2] == "--repeat"):
+        return phases(Path(argv[1]), int(argv[3]) if len(argv) == 4 else 2)
     if argv[:1] == ["--real-shapes"]:
         import argparse
 

@@ -75,7 +75,7 @@ class DefectObserver:
         numbers = self._step_numbers(window.names)
         ids = window.ids
         is_step = self._is_step[ids]
-        if not is_step.any():
+        if not np.count_nonzero(is_step):
             return
         for i, ev in zip(ids[is_step].tolist(), compress(window.events, is_step.tolist())):
             number = numbers[i]

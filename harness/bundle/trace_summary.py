@@ -85,14 +85,19 @@ measurement makes, held as arrays of doubles). (200 - 46) / 45 = 3.4 M; 3 M keep
 entries cost more (~180 MB). Issue 43: a trace up to ~550 MB of that shape is read once, not twice; the same
 trace repeated to 1 GB, read in slices at this budget, peaked at 126 MB.
 
-Why a 1 GB trace is still read twice: its one read would hold ~5.3 M entries, and the columns alone, right after the
-read, cost 33 bytes an entry (the 453 MB trace: 41 MB of interpreter, 120 MB after its read, 154 MB at the peak of the
-steps' build; measured after the build stopped making a Python list per main-thread op): 41 + 5.3 x 33 = 216 MB
-before any step is built, over issue 14's 200 MB. And the columns cannot be freed as the read goes: no step is
-complete before the file ends (the module notes). Most entries are host ops, and each is held by both collectors:
-17 bytes in ``_Columns`` (start, duration, a CPU-op flag) and 16-24 in ``trace_stats.StatsCollector`` (start,
-duration, and the start again for a CPU op); a host column the two shared is what would bring such a trace to one
-read."""
+Why a 1 GB trace is still read twice (issue 43, measured at 28852bc on the A100 trace repeated to 1011 MB, 5.3 M
+timed events): read once (``benchmarks/trace_reader.py --side-by-side``, the unlimited budget) it takes 0.211x
+``json.loads``' CPU time against 0.376x in two reads, but peaks at 265 MB against 130. Right after that one read the
+process holds 197 MB (41 of interpreter), ~29 bytes of RSS per column entry, already near issue 14's 200 MB before any
+step is built; the build and the device measures then add ~70 MB of sorted copies. Where the entries' bytes are: each
+host op is held by both collectors (17 bytes in ``_Columns``: start, duration, a CPU-op flag; 16-24 in
+``trace_stats.StatsCollector``: start, duration, and the start again for a CPU op), and the correlation-keyed columns
+of ``StatsCollector`` keep Python objects from the windows (a correlation int per device event, launch and call; the
+launch dict; a tuple per call). A host column the two shared and correlations held as int64 arrays would save ~40 MB
+of allocations at 1 GB (tracemalloc of the 25.8 MB trace after its read, scaled), against the 65 MB by which the
+one-read peak passes 200 MB: not shown to be enough. And for ``rules`` it would not be the bound: its time attribution (``attribution.py``, an observer of these reads) keeps
+columns of its own outside this budget, so ``rules`` peaks at 294 MB on the 453 MB trace and 553 MB on the 1 GB one
+(``--real-shapes``); bounding those comes first."""
 
 
 class EventObserver(Protocol):
@@ -220,10 +225,10 @@ class _Columns:
             self.n_device += int(np.count_nonzero(code == _DEVICE))
             # collectives by name, device kernels and gloo annotations alike, in file order (the dict keeps that order)
             is_coll = table.flag(_COLLECTIVE)[ids]
-            if is_coll.any():
+            if np.count_nonzero(is_coll):
                 self.collective_names.update([kinds[i][1] for i in ids[is_coll].tolist()])
             is_step = code == _STEP
-            if is_step.any():
+            if np.count_nonzero(is_step):
                 self.steps.extend(step_markers(w, kinds, is_step))
         if not self.columns:
             return
@@ -235,28 +240,28 @@ class _Columns:
             code = table.kind[ids]
             is_coll = table.flag(_COLLECTIVE)[ids]
         is_dev = code == _DEVICE
-        if is_dev.any():
+        if np.count_nonzero(is_dev):
             self.device[0].frombytes(w.ts[is_dev].tobytes())
             self.device[1].frombytes(w.dur[is_dev].tobytes())
         is_launch = code == _LAUNCH
-        if is_launch.any():
+        if np.count_nonzero(is_launch):
             self.launches.frombytes(w.ts[is_launch].tobytes())
         is_sync = code == _SYNC
-        if is_sync.any():
+        if np.count_nonzero(is_sync):
             self.syncs.extend((ev.ts, ev.dur) for ev in w.select(is_sync).events)
-        if is_coll.any():
+        if np.count_nonzero(is_coll):
             colls = w.select(is_coll)
             self.collectives.extend(
                 (kinds[i][1], ev.ts, ev.dur, True, None) if kinds[i][0] == _DEVICE
                 else (kinds[i][1], ev.ts, ev.dur, False, _payload_bytes(ev.decoded_args()))
                 for i, ev in zip(colls.ids.tolist(), colls.events))
         is_host = code == _HOST
-        if not is_host.any():
+        if not np.count_nonzero(is_host):
             return
         host = w.select(is_host)
         tids = tid_strings(host.events)
         waits = table.flag(2)[host.ids]
-        if waits.any():
+        if np.count_nonzero(waits):
             self.data_waits.extend((ev.ts, ev.dur, tid) for ev, tid, wait in zip(host.events, tids, waits.tolist()) if wait)
         is_op = table.flag(1)[host.ids].astype(np.int8)
         for tid, sel in by_tid(tids):
@@ -373,23 +378,71 @@ def _sorted_index(values: Sequence[float]) -> tuple[array, array]:
     return array("d", v[idx].tobytes()), array("q", idx.astype(np.int64).tobytes())
 
 
-def _top_level(ts: list[float], dur: list[float]) -> int:
-    """How many of the intervals ``(ts[j], dur[j])`` (sorted by start) are not nested in an earlier one."""
+def _top_level(ts: np.ndarray, dur: np.ndarray) -> int:
+    """How many of the intervals ``(ts[j], dur[j])`` (sorted by start) are not nested in an earlier one: one starting
+    at or after the furthest end so far (an overlapping, not nested, one extends it: clock jitter)."""
+    if not len(ts):
+        return 0
+    if np.isnan(ts).any() or np.isnan(dur).any() or (dur < 0.0).any():  # no running maximum: walk them
+        return _top_level_walk(ts.tolist(), dur.tolist())
+    reach = np.maximum.accumulate(ts + dur)  # with no negative length, the walk's end is the furthest end so far
+    return 1 + int(np.count_nonzero(ts[1:] >= reach[:-1]))
+
+
+def _top_level_walk(ts: list[float], dur: list[float]) -> int:
     n = 0
     end = float("-inf")
     for t, d in zip(ts, dur):
         if t >= end:
             n += 1
             end = t + d
-        elif t + d > end:  # overlapping but not nested (clock jitter): extend the current one
+        elif t + d > end:
             end = t + d
     return n
 
 
-def _self_times(ts: list[float], dur: list[float]) -> tuple[list[float], list[bool]]:
+def _self_times(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Self time (duration minus directly nested intervals) of each interval ``(ts[j], dur[j])``, and whether it
-    is a leaf (no interval nested in it). Plain lists of one step's ops: reading a float from a list costs no
-    new object, as an index into an ``array`` does (this loop runs once per op of the training thread)."""
+    is a leaf (no interval nested in it), as arrays.
+
+    The walk this computes: intervals by start, the longer first, each nested in the top of a stack of open ones once
+    those ending at or before its start are popped. That top is the nearest earlier interval (in that order) ending
+    after the start (an earlier one still open is under it; every one between was popped, ending at or before a start
+    no later than this one), found for all intervals at once by halving jumps over a table of running maxima of the
+    ends (no Python per op: this ran once per op of the training thread). Each parent loses
+    ``min(child's duration, its end - child's start)`` in the walk's order (``np.subtract.at`` applies them in order:
+    the same floats). Starts or durations holding a NaN, which has no place in an order, are walked in Python."""
+    n = len(ts)
+    if np.isnan(ts).any() or np.isnan(dur).any():
+        self_l, leaf_l = _self_times_walk(ts.tolist(), dur.tolist())
+        return np.array(self_l, dtype=np.float64), np.array(leaf_l, dtype=bool)
+    order = np.lexsort((-dur, ts))  # by start, the longer first (stable: ties in column order, as ``sorted``)
+    t = ts[order]
+    e = t + dur[order]
+    # levels[k][i] = max(e[i : i + 2**k]); pos[q] ends as the smallest p with every e[p:q] <= t[q]: the parent is p - 1
+    levels = [e]
+    while (1 << len(levels)) <= n:
+        step = 1 << (len(levels) - 1)
+        levels.append(np.maximum(levels[-1][:-step], levels[-1][step:]))
+    pos = np.arange(n)
+    for k in range(len(levels) - 1, -1, -1):
+        cand = pos - (1 << k)
+        ok = cand >= 0
+        jump = ok & (levels[k][np.where(ok, cand, 0)] <= t)
+        pos = np.where(jump, cand, pos)
+    has = pos > 0
+    child = np.flatnonzero(has)
+    parent = pos[has] - 1
+    self_t = dur.astype(np.float64, copy=True)
+    leaf = np.ones(n, dtype=bool)
+    if len(child):
+        a, b = dur[order[child]], e[parent] - t[child]
+        np.subtract.at(self_t, order[parent], np.where(b < a, b, a))  # Python's min(a, b): b only when smaller
+        leaf[order[parent]] = False
+    return self_t, leaf
+
+
+def _self_times_walk(ts: list[float], dur: list[float]) -> tuple[list[float], list[bool]]:
     keys = list(zip(ts, [-d for d in dur]))
     order = sorted(range(len(ts)), key=keys.__getitem__)  # by start, the longer first
     self_t = list(dur)
@@ -440,13 +493,13 @@ def _build_steps(cols: _Columns, base_us: float, main_tid: str | None,
     steps: list[StepSummary] = []
     for number, ts, dur, _ in markers:
         lo, hi = ts, ts + dur
-        # the training thread's ops starting in the step, by start (ties in column order), as plain lists
+        # the training thread's ops starting in the step, by start (ties in column order)
         idx = h_idx[bisect_left(h_starts, lo) : bisect_left(h_starts, hi)]
-        op_ts, op_dur, is_op = h_ts[idx].tolist(), h_dur[idx].tolist(), h_op[idx].tolist()
+        op_ts, op_dur, is_op = h_ts[idx], h_dur[idx], h_op[idx]
         top = _top_level(op_ts, op_dur)
         self_t, leaf = _self_times(op_ts, op_dur)
-        n_leaves = sum([o and lf for o, lf in zip(is_op, leaf)])
-        short = [t for o, t in zip(is_op, self_t) if o and t < SHORT_OP_US]
+        n_leaves = int(np.count_nonzero(is_op & leaf))
+        short = self_t[is_op & (self_t < SHORT_OP_US)]
         wait_iv = [(waits[i][0], waits[i][0] + waits[i][1]) for i in _window(w_starts, w_order, lo, hi)]
         # device work is attributed to the step it starts in (kernels queued late may end after it)
         coll_idx = _window(c_starts, c_order, lo, hi)
@@ -479,11 +532,11 @@ def _build_steps(cols: _Columns, base_us: float, main_tid: str | None,
                 collective_us=coll_us,
                 host_busy_us=busy,
                 unexplained_us=max(0.0, dur - explained),
-                host_ops=sum(is_op),
+                host_ops=int(np.count_nonzero(is_op)),
                 top_level_ops=top,
                 leaf_ops=n_leaves,
                 short_ops=len(short),
-                short_ops_us=sum([max(0.0, t) for t in short]),
+                short_ops_us=sum(np.where(short > 0.0, short, 0.0).tolist()),  # as max(0.0, t), summed in order
                 device_busy_us=_union(dev_s[d0:d1], dev_e[d0:d1], lo, hi),
                 kernels=int(d1 - d0),
                 launches=bisect_left(l_sorted, hi) - bisect_left(l_sorted, lo),
@@ -630,7 +683,7 @@ class _Slice:
 
     def add(self, w: TimedWindow) -> None:
         reach = (w.ts < self.hi) & (w.ends() > self.lo)
-        if not reach.any():  # the window's span reaches the slice, none of its events do
+        if not np.count_nonzero(reach):  # the window's span reaches the slice, none of its events do
             return
         near = w.select(reach)
         self.cols.add_window(near)  # type: ignore[union-attr]

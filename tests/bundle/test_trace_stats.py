@@ -89,6 +89,23 @@ def test_a_timed_window_keeps_complete_events_with_numeric_times_in_file_order()
     assert [e.ts for e in w.select(w.dur > 0).events] == [1]
 
 
+def test_names_give_ids_on_first_sight_in_file_order_across_windows():
+    """Issue 43: a window whose pairs are all known is read by plain dict lookups; one holding a pair first met gives
+    it the next id where it first shows, before and after pairs already known, as one event at a time would."""
+    from diageval.bundle.trace_stream import event_from_dict
+
+    def window(pairs):
+        return [event_from_dict({"ph": "X", "cat": c, "name": n, "ts": 1, "dur": 1}) for c, n in pairs]
+
+    names = Names()
+    first, names = timed_window(window([("kernel", "a"), ("cpu_op", "a"), ("kernel", "a")]), names)
+    known, names = timed_window(window([("cpu_op", "a"), ("kernel", "a")]), names)
+    mixed, names = timed_window(window([("kernel", "a"), (None, "b"), ("cpu_op", None), (None, "b"), ("cpu_op", "a")]),
+                                names)
+    assert first.ids.tolist() == [0, 1, 0] and known.ids.tolist() == [1, 0] and mixed.ids.tolist() == [0, 2, 3, 2, 1]
+    assert names.keys == [("kernel", "a"), ("cpu_op", "a"), (None, "b"), ("cpu_op", None)]
+
+
 def test_names_past_their_limit_start_afresh_and_measure_the_same(tmp_path, monkeypatch):
     """A trace with more distinct (category, name) pairs than one Names holds (a hostile one) is measured the same:
     the ids start again at 0 in a fresh Names, and every collector's table follows (memory stays bounded)."""

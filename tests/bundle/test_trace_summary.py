@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 
+import numpy as np
 import pytest
 from synthetic_traces import BASE_NS, StepShape, build_events, write_trace
 
@@ -248,11 +249,36 @@ def test_one_steps_nesting_walk_is_the_same_on_plain_lists(seed):
     assert list(order) == sorted(range(len(ts)), key=ts.__getitem__) and list(starts) == sorted(ts)
     idx = list(order)
     want_self, want_leaves, want_top = _old_self_times(col_ts, col_dur, idx)
-    step_ts, step_dur = [ts[i] for i in idx], [dur[i] for i in idx]
+    step_ts, step_dur = np.array([ts[i] for i in idx]), np.array([dur[i] for i in idx])
     self_t, leaf = _self_times(step_ts, step_dur)
-    assert self_t == [want_self[i] for i in idx]
-    assert [i for i, lf in zip(idx, leaf) if lf] == [i for i in idx if i in want_leaves]
+    assert self_t.tolist() == [want_self[i] for i in idx]
+    assert [i for i, lf in zip(idx, leaf.tolist()) if lf] == [i for i in idx if i in want_leaves]
     assert _top_level(step_ts, step_dur) == want_top
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_vectorised_nesting_walk_gives_the_walks_floats(seed):
+    """Issue 43: self times, leaves and top-level ops found by numpy (no Python per op) are the walk's, float for
+    float (signed zeros too), on steps with ties, negative and zero lengths, partial overlaps, an infinite start and
+    a NaN (which the walk keeps)."""
+    import random
+
+    from diageval.bundle.trace_summary import _self_times, _top_level
+
+    rnd = random.Random(seed)
+    for trial in range(300):
+        n = rnd.choice([0, 1, 2, 5, 40, 300])
+        ts = sorted(float(rnd.randrange(0, 80)) / 2 + (1683564901548726.0 if trial % 2 else 0.0) for _ in range(n))
+        dur = [float(rnd.choice([0, 0.5, 1, 3, 7, 20, 60, -1, -0.0, 0.1])) for _ in range(n)]
+        if n and trial % 7 == 0:
+            ts[-1] = float("inf")
+        if n and trial % 11 == 0:
+            dur[rnd.randrange(n)] = float("nan")
+        want_self, want_leaves, want_top = _old_self_times(ts, dur, list(range(n)))
+        self_t, leaf = _self_times(np.array(ts), np.array(dur))
+        assert [repr(x) for x in self_t.tolist()] == [repr(want_self[i]) for i in range(n)]
+        assert [i for i in range(n) if leaf[i]] == [i for i in range(n) if i in want_leaves]
+        assert _top_level(np.array(ts), np.array(dur)) == want_top
 
 
 def test_numpy_sorts_give_pythons_order_and_a_nan_keeps_pythons_sort():
