@@ -23,15 +23,26 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from diageval.bundle.attribution import OCCURRENCE, WHAT, UnitAttribution, share_rows
+from diageval.bundle.attribution import HOST_OCCURRENCE, HOST_WHAT, OCCURRENCE, WHAT, UnitAttribution, share_rows
 from diageval.bundle.attribution import TimeShare
 from diageval.diagnosers.rules import thresholds as T
 from diageval.diagnosers.rules.host_sync import WHAT as BLOCKING_WHAT
 from diageval.diagnosers.rules.host_sync import SYNC_KINDS
 from diageval.diagnosers.rules.inputs import RunEvidence
-from diageval.diagnosers.rules.stats import claimable, graded_confidence, lower_edge, median, median_standard_error
+from diageval.diagnosers.rules.stats import (
+    claimable,
+    graded_confidence,
+    lower_edge,
+    median,
+    median_standard_error,
+    robust_sigma,
+)
 from diageval.diagnosis import Finding
 
+# On a host-only (CPU) trace the table names the input pipeline alone: its launch part (short gaps between ops) is
+# not told from a small model's own dispatch without a queue to find empty (thresholds.HOST_INPUT_SHARE), sync and
+# memory hold no device calls, and the op-counting judges keep those questions.
+HOST_CAUSE_OF_PART = {"data wait": "input.dataloader_starvation", "input work": "input.dataloader_starvation"}
 CAUSE_OF_PART = {
     "data wait": "input.dataloader_starvation",
     "input work": "input.dataloader_starvation",
@@ -52,6 +63,13 @@ SUMMARY = {
 }
 
 
+HOST_SUMMARY = {
+    "data wait": "the main thread waits for its next batch (DataLoader __next__): {share:.0%} of the time",
+    "input work": "before each step's first op the main thread runs Python outside the model's ops (input made inline"
+                  " in the step: decoding, resizing, tokenising): {share:.0%} of the time",
+}
+
+
 class RankTable(BaseModel):
     rank: int
     rows: dict[str, TimeShare]
@@ -60,6 +78,16 @@ class RankTable(BaseModel):
     delay_ratio: float  # QUEUE_EMPTY_DELAY_US / delay (1 at the cut, larger = emptier queue)
     se_delay_ratio: float
     host_events: int
+    host_only: bool = False  # no device events: the table splits the main thread's time (attribution._attribute_host)
+    log_typical_us: dict[str, float] = {}  # part -> the step log's typical step its share was checked against
+
+    @property
+    def causes(self) -> dict[str, str]:
+        return HOST_CAUSE_OF_PART if self.host_only else CAUSE_OF_PART
+
+    @property
+    def cut(self) -> float:
+        return T.HOST_INPUT_SHARE if self.host_only else T.ATTRIBUTED_CAUSE_SHARE
 
     def separated(self, part: str) -> bool:
         r = self.rows[part]
@@ -67,7 +95,7 @@ class RankTable(BaseModel):
 
     def confidence(self, part: str) -> float:
         r = self.rows[part]
-        c = graded_confidence(r.share, T.ATTRIBUTED_CAUSE_SHARE, r.se)
+        c = graded_confidence(r.share, self.cut, r.se)
         if part == "launch":
             c = round(c * graded_confidence(self.delay_ratio, 1.0, self.se_delay_ratio), 3)
         return c
@@ -84,14 +112,49 @@ def measure_tables(ev: RunEvidence) -> list[RankTable]:
         steps = [st for st in ev.units(rank) if st.gpu is not None and st.gpu.launch_delay_median_us is not None]
         delays = [st.gpu.launch_delay_median_us for st in steps]
         ratios = [T.QUEUE_EMPTY_DELAY_US / max(d, 1e-3) for d in delays]
+        host_only = not ev.traces[rank].has_device
+        checked = {}
+        if host_only:  # the job's step log, where it has one, measures what the occurrences model (logged_share)
+            checked = {part: c for part in HOST_CAUSE_OF_PART for c in [logged_share(ev, rank, units, part)] if c}
+            rows = {**rows, **{part: c[0] for part, c in checked.items()}}
         out.append(RankTable(
-            rank=rank, rows=rows, units=units,
+            rank=rank, rows=rows, units=units, log_typical_us={p: c[1] for p, c in checked.items()},
             delay_us=median(delays) if delays else None,
             delay_ratio=median(ratios) if ratios else 0.0,
             se_delay_ratio=median_standard_error(ratios),
             host_events=sum(u.host_events for u in units),
+            host_only=host_only,
         ))
     return out
+
+
+def logged_share(ev: RunEvidence, rank: int, units: list[UnitAttribution], part: str) -> tuple[TimeShare, float] | None:
+    """A host-only rank's ``part`` over profiled steps, checked against the job's step log (``steps.jsonl``, at least
+    ``MIN_PATTERN_STEPS`` rows): what recurs, with the log's spread as its error, and the log's typical step.
+
+    The table's own error asks whether the part could be a one-off of the profiled steps (one occurrence: an error as
+    large as itself). The log answers it by measurement: a one-off in a profiled step makes that step longer than the
+    job's typical one (the median logged step, spread ``robust_sigma``) by its size, so at most the step's excess
+    over the typical step can be a one-off; the rest recurs. The recurring share's error is the log's spread (one
+    sigma per profiled step, in quadrature) or the recurring share's spread over the profiled steps, whichever is
+    larger. None where the log cannot say (too few rows, or units that are not profiled steps)."""
+    rows = ev.step_log.get(rank, [])
+    if len(rows) < T.MIN_PATTERN_STEPS or ev.windowed(rank) or not units:
+        return None
+    durations = [(r.t_end - r.t_start) * 1e6 for r in rows if r.t_end > r.t_start]
+    if len(durations) < T.MIN_PATTERN_STEPS:
+        return None
+    typical, sigma = median(durations), robust_sigma(durations)
+    total = sum(u.dur_us for u in units)
+    recurring = [max(0.0, u.parts[part].us - max(0.0, u.dur_us - typical)) if part in u.parts else 0.0 for u in units]
+    share = sum(recurring) / total
+    n = len(units)
+    se = sigma * n ** 0.5 / total
+    if n >= 2:
+        spread = (n / (n - 1) * sum((x - share * u.dur_us) ** 2 for x, u in zip(recurring, units))) ** 0.5 / total
+        se = max(se, spread)
+    occurrences = sum(u.parts[part].occurrences for u in units if part in u.parts)
+    return TimeShare(part=part, us=sum(recurring), share=share, se=se, occurrences=occurrences, units=n), typical
 
 
 def thin_parts(t: RankTable, ev: RunEvidence) -> list[str]:
@@ -99,11 +162,18 @@ def thin_parts(t: RankTable, ev: RunEvidence) -> list[str]:
     if t.host_events == 0:
         return [f"{unit_words(ev, t)} holds no host events (no CPU op, annotation or runtime call): what the launching"
                 " thread did, and whether it covers a whole step, cannot be seen"]
+    recording = ev.windowed(t.rank) and ev.window_source.get(t.rank) != "step log"
+    if t.host_only and (len(t.units) >= T.MIN_PATTERN_STEPS
+                        or (not recording and len(ev.step_log.get(t.rank, [])) >= T.MIN_PATTERN_STEPS)):
+        # a host-only table of enough units: a share not told from none sits in a few of them, a one-off the units
+        # show to be one (a stalled step is the step-time judges'), not a pattern too thin to see; profiled steps of a
+        # job whose step log holds a pattern's steps: the log shows the step times beyond them (evidence.RankReach)
+        return []
     out = []
-    for part in (*CAUSE_OF_PART, "untraced"):
+    for part in (*t.causes, "untraced"):
         r = t.rows[part]
-        if r.share >= lower_edge(T.ATTRIBUTED_CAUSE_SHARE) and not t.separated(part):
-            out.append(f"{part} {r.share:.0%} of the time from {r.occurrences} {OCCURRENCE[part]}"
+        if r.share >= lower_edge(t.cut) and not t.separated(part):
+            out.append(f"{part} {r.share:.0%} of the time from {r.occurrences} {occurrence_words(t, part)}"
                        f" (standard error {r.se:.0%}: not told from none)")
     return out
 
@@ -111,9 +181,11 @@ def thin_parts(t: RankTable, ev: RunEvidence) -> list[str]:
 def unexplained(t: RankTable) -> str | None:
     """The idle the trace cannot explain, when it could hide a cause (the host outside every recorded op)."""
     r = t.rows["untraced"]
-    if t.separated("untraced") and graded_confidence(r.share, T.ATTRIBUTED_CAUSE_SHARE, r.se) >= 0.5:
-        return (f"rank {t.rank}: the device idles {r.share:.0%} of the time (standard error {r.se:.0%}, {r.occurrences}"
-                " device gaps) while the host is outside every recorded op: the trace does not show what it waited for")
+    if t.separated("untraced") and graded_confidence(r.share, t.cut, r.se) >= 0.5:
+        idle = "the main thread is outside every recorded op" if t.host_only else "the device idles"
+        return (f"rank {t.rank}: {idle} {r.share:.0%} of the time (standard error {r.se:.0%}, {r.occurrences}"
+                f" {occurrence_words(t, 'untraced')}){'' if t.host_only else ' while the host is outside every recorded op'}"
+                ": the trace does not show what it waited for")
     return None
 
 
@@ -123,13 +195,23 @@ def unit_words(ev: RunEvidence, t: RankTable) -> str:
     return f"{len(t.units)} {ev.unit_name(t.rank) if len(t.units) != 1 else ev.unit_name(t.rank, plural=False)}"
 
 
+def occurrence_words(t: RankTable, part: str) -> str:
+    return (HOST_OCCURRENCE if t.host_only else OCCURRENCE)[part]
+
+
 def evidence_line(ev: RunEvidence, t: RankTable, part: str) -> str:
     r = t.rows[part]
     total = sum(u.dur_us for u in t.units)
     busy = t.rows["compute"].share + t.rows["communication"].share
-    line = (f"{ev.trace_file(t.rank)}: {WHAT[part]}: {r.us / 1e3:.1f} ms of {total / 1e3:.1f} ms over"
+    what, busy_words = (HOST_WHAT[part], "main thread in the model's ops") if t.host_only else (WHAT[part], "device busy")
+    line = (f"{ev.trace_file(t.rank)}: {what}: {r.us / 1e3:.1f} ms of {total / 1e3:.1f} ms over"
             f" {unit_words(ev, t)}"
-            f" ({r.share:.0%}, standard error {r.se:.1%} from {r.occurrences} {OCCURRENCE[part]}); device busy {busy:.0%}")
+            f" ({r.share:.0%}, standard error {r.se:.1%} from {r.occurrences} {occurrence_words(t, part)});"
+            f" {busy_words} {busy:.0%}")
+    if part in t.log_typical_us:
+        line += (f"; the part that recurs: a profiled step's excess over the step log's typical"
+                 f" {t.log_typical_us[part] / 1e3:.1f} ms step could be a one-off, the rest recurs (standard error from the"
+                 " log's spread)")
     if part == "launch" and t.delay_us is not None:
         line += f"; median launch-to-start delay {t.delay_us:.1f} us (an empty queue under {T.QUEUE_EMPTY_DELAY_US:.0f} us)"
     return line + " (diageval trace stats: time table)"
@@ -152,7 +234,7 @@ def judge_attributed(tables: list[RankTable], ev: RunEvidence) -> list[Finding]:
     hits: dict[str, list[tuple[RankTable, str, float]]] = {}
     for t in tables:
         best: dict[str, tuple[str, float]] = {}
-        for part, category in CAUSE_OF_PART.items():
+        for part, category in t.causes.items():
             if not t.separated(part):
                 continue
             c = t.confidence(part)
@@ -173,11 +255,11 @@ def judge_attributed(tables: list[RankTable], ev: RunEvidence) -> list[Finding]:
             ranks=[t.rank for t, _, _ in hit],
             steps=(min(a for a, _ in ranges), max(b for _, b in ranges)) if ranges else None,
             impact=round(min(1.0, share), 3),
-            summary=f"rank(s) {[t.rank for t, _, _ in hit]}: " + SUMMARY[part].format(
+            summary=f"rank(s) {[t.rank for t, _, _ in hit]}: " + (HOST_SUMMARY if hit[0][0].host_only else SUMMARY)[part].format(
                 share=share, delay=delay, calls=_blocking_calls(ev, [t.rank for t, _, _ in hit])),
             evidence=[evidence_line(ev, t, p) for t, p, _ in hit],
         ))
     return findings
 
 
-__all__ = ["CAUSE_OF_PART", "RankTable", "measure_tables", "thin_parts", "unexplained", "judge_attributed"]
+__all__ = ["CAUSE_OF_PART", "HOST_CAUSE_OF_PART", "RankTable", "measure_tables", "thin_parts", "unexplained", "judge_attributed"]

@@ -81,7 +81,9 @@ def find_local_causes(ev: RunEvidence, host_side: RunEvidence | None = None) -> 
     host/device synchronisation, allocator churn. ``host_side``: the evidence the input-pipeline judge reads
     (host events alone), when it holds more than ``ev`` (a trace whose device clock alone is off)."""
     host_side = (ev if host_side is None else host_side).without_attributed(ev)
-    counted = ev.without_attributed()  # ranks with device events are judged by their time table (attributed.py)
+    # ranks with device events are judged by their time table (attributed.py); host-only ranks by theirs for the input
+    # pipeline alone, by the counting judges for the rest
+    counted = ev.without_attributed(host_only=False)
     findings = [
         *judge_data_wait(measure_data_wait(host_side), host_side),
         *judge_launch(measure_launch(counted), counted),
@@ -133,7 +135,7 @@ def cited(finding: Finding) -> Finding:
 
 class RulesDiagnoser:
     name: ClassVar[str] = "rules"
-    version: ClassVar[str] = "0.6.1"
+    version: ClassVar[str] = "0.7.0"
     # the causes its judges can name (the coverage table judges it on these as well as on all causes)
     claims: ClassVar[tuple[str, ...]] = (
         "input.dataloader_starvation", "checkpoint.blocking_save", "comm.collective_stall",
@@ -162,8 +164,11 @@ class RulesDiagnoser:
             return Diagnosis(findings=[*causes, *symptoms])
         # no cause named with confidence: healthy, or does the evidence not say?
         tables = measure_tables(judged)
-        rows = reach(judged, {t.rank: 1.0 - t.rows["compute"].share for t in tables})
-        thin = too_little_evidence(rows, {t.rank: thin_parts(t, judged) for t in tables})
+        rows = reach(judged, {t.rank: 1.0 - t.rows["compute"].share for t in tables if not t.host_only})
+        # a host-only rank whose table separates its parts keeps the step count's question (the table answers the
+        # input pipeline's alone); a device rank's table answers for every cause
+        thin = too_little_evidence(rows, {t.rank: why for t in tables
+                                          for why in [thin_parts(t, judged)] if why or not t.host_only})
         gaps = [why for why in (reason, thin, *[unexplained(t) for t in tables]) if why]
         blind = any(t.host_events == 0 for t in tables)  # nothing bounds what a window without host events misses
         if not gaps or (bounded_below_a_cause(rows) and not blind):

@@ -858,8 +858,7 @@ def trace_stats(path: Path) -> TraceStats:
         steps=steps,
         whole_trace=whole,
         time_table=share_rows(attribution.attribute(
-            attribution.device_span() if whole else [(s.number, s.start_us, s.dur_us) for s in steps]))
-        if collector.has_device_events else [],
+            attribution.span() if whole else [(s.number, s.start_us, s.dur_us) for s in steps])),
     )
 
 

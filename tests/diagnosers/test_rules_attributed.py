@@ -10,13 +10,24 @@ from pathlib import Path
 from diageval.bundle.importer import import_traces
 from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers.rules.diagnoser import RulesDiagnoser
+from tests.bundle.test_time_attribution import _cpu_steps
 
 
-def _diagnose(tmp_path: Path, events: list[dict]):
+def _diagnose(tmp_path: Path, events: list[dict], device: bool = True, step_log: list[float] | None = None):
+    """``step_log``: the job's logged step times (ms), written as its steps.jsonl."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "rank0.json.gz"
+    props = [{"name": "NVIDIA H100"}] if device else []
     with gzip.open(path, "wt") as fh:
-        json.dump({"schemaVersion": 1, "deviceProperties": [{"name": "NVIDIA H100"}], "traceEvents": events}, fh)
-    return RulesDiagnoser().diagnose(EvidenceBundle.open(import_traces([path], tmp_path / "b")))
+        json.dump({"schemaVersion": 1, "deviceProperties": props, "traceEvents": events}, fh)
+    root = import_traces([path], tmp_path / "b")
+    if step_log is not None:
+        t, rows = 1_000.0, []
+        for k, ms in enumerate(step_log):
+            rows.append({"rank": 0, "step": k, "t_start": t, "t_end": t + ms / 1e3})
+            t += ms / 1e3
+        (root / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return RulesDiagnoser().diagnose(EvidenceBundle.open(root))
 
 
 def _kernels(ev: list[dict], t: float, n: int, corr: int, *, kernel_us: float = 400.0, gap_us: float = 5.0,
@@ -83,3 +94,38 @@ def test_a_window_of_device_work_without_host_events_abstains(tmp_path):
           for k in range(562)]
     d = _diagnose(tmp_path, ev)
     assert d.abstain is not None and "no host events" in d.abstain.reason
+
+
+def test_inline_input_work_on_a_cpu_job_is_the_input_pipeline(tmp_path):
+    """Host only, no DataLoader: each of 5 steps runs 6 ms of Python before its first op (decoding inline), 65% of
+    the step; named from the main thread's table with its standard error."""
+    d = _diagnose(tmp_path, _cpu_steps(5, 6_000.0), device=False)
+    (f,) = [f for f in d.causes if f.category == "input.dataloader_starvation"]
+    assert f.confidence > 0.8 and d.abstain is None
+    assert "main thread" in f.summary and "standard error" in f.evidence[0] and "5 gaps" in f.evidence[0]
+
+
+def test_a_healthy_cpu_inference_loop_gets_no_claim(tmp_path):
+    """The same loop with its input ready (0.1 ms before the first op): no cause, no abstention."""
+    d = _diagnose(tmp_path, _cpu_steps(5, 100.0), device=False)
+    assert not d.causes and d.abstain is None
+
+
+def test_one_inline_gap_in_a_cpu_window_is_too_little_evidence(tmp_path):
+    """A window started by hand (the profiler's span, no step markers, no step log) whose one stretch of Python before
+    the model is 60% of it: one occurrence cannot be told from a stray pause."""
+    ev = _cpu_steps(1, 5_000.0, markers=False)
+    ev.append({"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": 1, "tid": 1, "ts": 0, "dur": 8_300})
+    d = _diagnose(tmp_path, ev, device=False)
+    assert d.abstain is not None and "too little evidence" in d.abstain.reason and "input work" in d.abstain.reason
+
+
+def test_the_step_log_tells_a_recurring_gap_from_a_one_off(tmp_path):
+    """One profiled step with 6 ms of inline Python: where the job's log says every step takes as long, the gap
+    recurs (named); where the profiled step is 6 ms longer than the log's typical step, it may be a one-off (not)."""
+    step_ms = 9.3
+    d = _diagnose(tmp_path / "a", _cpu_steps(1, 6_000.0), device=False, step_log=[step_ms] * 8)
+    (f,) = [f for f in d.causes if f.category == "input.dataloader_starvation"]
+    assert f.confidence > 0.8 and "step log" in f.evidence[0]
+    d = _diagnose(tmp_path / "b", _cpu_steps(1, 6_000.0), device=False, step_log=[step_ms - 6.0] * 8)
+    assert not [f for f in d.causes if f.confidence >= 0.5]
