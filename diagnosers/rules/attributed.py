@@ -1,4 +1,8 @@
-"""Causes named from the time table of a GPU rank (``diageval.bundle.attribution``; issue 38).
+"""Causes named from the time table of a rank (``diageval.bundle.attribution``; issue 38).
+
+On a host-only (CPU) rank the table splits the main thread's time and names the input pipeline alone (``data
+wait``, ``input work``: Python before the step's first op) against ``HOST_INPUT_SHARE``; where its occurrences are
+too few, the job's step log is asked whether the part recurs (``logged_share``). The rest of this note is the GPU's.
 
 Each rank's steps (or the windows of a step-less trace) are split into device work and, for every device-idle
 instant, what the launching threads were doing. A host-side cause is the idle it explains:
@@ -114,8 +118,9 @@ def measure_tables(ev: RunEvidence) -> list[RankTable]:
         ratios = [T.QUEUE_EMPTY_DELAY_US / max(d, 1e-3) for d in delays]
         host_only = not ev.traces[rank].has_device
         checked = {}
-        if host_only:  # the job's step log, where it has one, measures what the occurrences model (logged_share)
-            checked = {part: c for part in HOST_CAUSE_OF_PART for c in [logged_share(ev, rank, units, part)] if c}
+        if host_only:  # the log is asked where the occurrences are too few to tell the part from none (logged_share)
+            checked = {part: c for part in HOST_CAUSE_OF_PART if rows[part].share < T.ABSENCE_SIGMAS * rows[part].se
+                       for c in [logged_share(ev, rank, units, part)] if c}
             rows = {**rows, **{part: c[0] for part, c in checked.items()}}
         out.append(RankTable(
             rank=rank, rows=rows, units=units, log_typical_us={p: c[1] for p, c in checked.items()},
@@ -137,7 +142,11 @@ def logged_share(ev: RunEvidence, rank: int, units: list[UnitAttribution], part:
     job's typical one (the median logged step, spread ``robust_sigma``) by its size, so at most the step's excess
     over the typical step can be a one-off; the rest recurs. The recurring share's error is the log's spread (one
     sigma per profiled step, in quadrature) or the recurring share's spread over the profiled steps, whichever is
-    larger. None where the log cannot say (too few rows, or units that are not profiled steps)."""
+    larger. None where the log cannot say (too few rows, or units that are not profiled steps).
+
+    Asked only where the occurrences cannot separate the part (``measure_tables``): subtracting the excess over the
+    median step is right for a rare one-off and wrong for a part that recurs in every other step (the median then
+    falls between the short and the long steps), which many occurrences already show."""
     rows = ev.step_log.get(rank, [])
     if len(rows) < T.MIN_PATTERN_STEPS or ev.windowed(rank) or not units:
         return None

@@ -11,8 +11,10 @@ Order of reasoning (each analyser is independent; see its module):
    one ``diageval trace stats`` prints): each step's (or the span's) wall time split into device work and, for every
    device-idle instant, what the launching threads did; the input pipeline (a DataLoader wait, or CPU work before
    the step's first kernel), synchronising calls, frees and allocations, and dispatch with an empty queue are
-   named from their share, with a standard error from the occurrences they are made of. On CPU traces:
-   input pipeline (``data_wait``), dispatch-bound steps (``launch``: op counts). On every trace: recurring stalls
+   named from their share, with a standard error from the occurrences they are made of. On CPU traces the
+   same table splits the main thread's time and names the input pipeline (a DataLoader wait, or Python before the
+   step's first op); dispatch-bound steps stay with ``launch`` (op counts), and a CPU trace without a table
+   (truncated) with ``data_wait``. On every trace: recurring stalls
    outside ops (``spikes``), who waits for whom in
    collectives (``collectives``: straggler vs stall), and whether one rank is handed more work
    (``load_imbalance``: larger operator input shapes); a straggler claim on a rank whose extra work explains

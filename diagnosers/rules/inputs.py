@@ -243,7 +243,7 @@ def gather_evidence(bundle: EvidenceBundle) -> RunEvidence:
     )
     for rank, s in traces.items():  # every rank's time table (attributed.py); host-only ranks split the main thread's
         units = ev.units(rank)
-        if s.truncated or not units:
+        if s.truncated or not units or (s.has_accelerator and not s.has_device):  # no device to split, host not it
             continue
         if ev.windowed(rank) and sources.get(rank) != "step log":  # no steps: the span with device work (or the
             windows = attributors[rank].span()  # recording of a host-only trace), as trace stats

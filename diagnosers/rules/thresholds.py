@@ -197,4 +197,10 @@ ABSENCE_SIGMAS = 1.645
 # (MIN_HOST_OPS_PER_STEP) stays the CPU's launch judge. A host-only table of at least MIN_PATTERN_STEPS units whose
 # part is not told from none (ABSENCE_SIGMAS) holds that part in a few of its units: a one-off, not a pattern too
 # thin to see, so it is neither claimed nor "too little evidence" (fewer units: too little evidence, as on a GPU).
+# Where the occurrences are too few to separate an input part (one profiled step, one stretch of inline Python) and
+# the job's step log holds MIN_PATTERN_STEPS steps, the log is asked instead (attributed.logged_share): a one-off in a
+# profiled step makes it longer than the log's median step, so only the step's excess over the median can be a
+# one-off; the rest recurs, with the log's robust_sigma per profiled step as its error. No new number: the median,
+# robust_sigma and ABSENCE_SIGMAS are the ones used everywhere else. Profiled steps of such a job are likewise not
+# "too little evidence" (the log shows the step times beyond them, as evidence.RankReach already reads a CPU trace).
 HOST_INPUT_SHARE = DATA_WAIT_SHARE

@@ -1,4 +1,8 @@
-"""Where a GPU rank's time went: one table per rank that sums to its wall time (issue 38).
+"""Where a rank's time went: one table per rank that sums to its wall time (issue 38).
+
+A trace without device events (a job run on the CPU) is split by ``_attribute_host``: the main thread is the CPU's
+"device", its ops the compute, and its time outside every op the idle (input work before the unit's first op, launch
+in short gaps between ops, untraced in longer ones). The rest of this note is the GPU's split.
 
 For every unit (a profiler step, a window of a step-less trace) the wall time is split into what the device
 did and, for each interval in which the device idled, what the launching threads were doing. One pass: an
@@ -36,8 +40,8 @@ occurrences (a compound-Poisson total: the square root of the sum of squared occ
 spread over units (the ratio estimator's), whichever is larger: a one-step trace of thousands of gaps is
 measured tightly, one long wait in one step is not.
 
-Size: the collector's columns, the split (one vectorised sweep over the instants where any part changes) and the
-shares with their errors are one unit: the parts are defined once, here, for ``trace stats`` and ``rules`` alike,
+Size (~600 lines): the collector's columns, the two splits (device and host-only: one vectorised sweep each over the
+instants where any part changes, summed by one ``_tally``) and the shares with their errors are one unit: the parts are defined once, here, for ``trace stats`` and ``rules`` alike,
 and splitting them would spread one definition of a part over several modules.
 """
 
