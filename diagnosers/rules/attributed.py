@@ -1,8 +1,8 @@
 """Causes named from the time table of a rank (``diageval.bundle.attribution``; issue 38).
 
-On a host-only (CPU) rank the table splits the main thread's time and names the input pipeline alone (``data
-wait``, ``input work``: Python before the step's first op) against ``HOST_INPUT_SHARE``; where its occurrences are
-too few, the job's step log is asked whether the part recurs (``logged_share``). The rest of this note is the GPU's.
+On a host-only (CPU) rank the table splits the main thread's time and names input made inline alone (``input
+work``: Python before the step's first op, no DataLoader) against ``HOST_INPUT_SHARE``; where its occurrences are too
+few, the job's step log is asked whether it recurs (``logged_share``). The rest of this note is the GPU's.
 
 Each rank's steps (or the windows of a step-less trace) are split into device work and, for every device-idle
 instant, what the launching threads were doing. A host-side cause is the idle it explains:
@@ -43,10 +43,12 @@ from diageval.diagnosers.rules.stats import (
 )
 from diageval.diagnosis import Finding
 
-# On a host-only (CPU) trace the table names the input pipeline alone: its launch part (short gaps between ops) is
-# not told from a small model's own dispatch without a queue to find empty (thresholds.HOST_INPUT_SHARE), sync and
-# memory hold no device calls, and the op-counting judges keep those questions.
-HOST_CAUSE_OF_PART = {"data wait": "input.dataloader_starvation", "input work": "input.dataloader_starvation"}
+# On a host-only (CPU) trace the table names what the older judges cannot see, input made inline with no DataLoader
+# marker (``input work``). A DataLoader wait stays with ``data_wait`` (the same share of wall time against the same cut,
+# with its persistence over steps: one way of judging it); the launch part (short gaps between ops) is not told from
+# a small model's own dispatch without a queue to find empty (thresholds.HOST_INPUT_SHARE), sync and memory hold no
+# device calls, and the op-counting judges keep those questions.
+HOST_CAUSE_OF_PART = {"input work": "input.dataloader_starvation"}
 CAUSE_OF_PART = {
     "data wait": "input.dataloader_starvation",
     "input work": "input.dataloader_starvation",
@@ -68,7 +70,6 @@ SUMMARY = {
 
 
 HOST_SUMMARY = {
-    "data wait": "the main thread waits for its next batch (DataLoader __next__): {share:.0%} of the time",
     "input work": "before each step's first op the main thread runs Python outside the model's ops (input made inline"
                   " in the step: decoding, resizing, tokenising): {share:.0%} of the time",
 }
@@ -190,7 +191,9 @@ def thin_parts(t: RankTable, ev: RunEvidence) -> list[str]:
 def unexplained(t: RankTable) -> str | None:
     """The idle the trace cannot explain, when it could hide a cause (the host outside every recorded op)."""
     r = t.rows["untraced"]
-    if t.separated("untraced") and graded_confidence(r.share, t.cut, r.se) >= 0.5:
+    # on a host-only trace the step-time judges read unrecorded host time (spikes: a blocking save sits there), so it
+    # is theirs to name, not a reason to abstain before them
+    if not t.host_only and t.separated("untraced") and graded_confidence(r.share, t.cut, r.se) >= 0.5:
         idle = "the main thread is outside every recorded op" if t.host_only else "the device idles"
         return (f"rank {t.rank}: {idle} {r.share:.0%} of the time (standard error {r.se:.0%}, {r.occurrences}"
                 f" {occurrence_words(t, 'untraced')}){'' if t.host_only else ' while the host is outside every recorded op'}"

@@ -12,9 +12,8 @@ Order of reasoning (each analyser is independent; see its module):
    device-idle instant, what the launching threads did; the input pipeline (a DataLoader wait, or CPU work before
    the step's first kernel), synchronising calls, frees and allocations, and dispatch with an empty queue are
    named from their share, with a standard error from the occurrences they are made of. On CPU traces the
-   same table splits the main thread's time and names the input pipeline (a DataLoader wait, or Python before the
-   step's first op); dispatch-bound steps stay with ``launch`` (op counts), and a CPU trace without a table
-   (truncated) with ``data_wait``. On every trace: recurring stalls
+   same table splits the main thread's time and names input made inline (Python before the step's first op, no
+   DataLoader); the DataLoader wait stays with ``data_wait`` and dispatch-bound steps with ``launch`` (op counts). On every trace: recurring stalls
    outside ops (``spikes``), who waits for whom in
    collectives (``collectives``: straggler vs stall), and whether one rank is handed more work
    (``load_imbalance``: larger operator input shapes); a straggler claim on a rank whose extra work explains
@@ -82,7 +81,7 @@ def find_local_causes(ev: RunEvidence, host_side: RunEvidence | None = None) -> 
     """Causes each rank's own trace can show without its peers: the input pipeline, dispatch overhead,
     host/device synchronisation, allocator churn. ``host_side``: the evidence the input-pipeline judge reads
     (host events alone), when it holds more than ``ev`` (a trace whose device clock alone is off)."""
-    host_side = (ev if host_side is None else host_side).without_attributed(ev)
+    host_side = (ev if host_side is None else host_side).without_attributed(ev, host_only=False)
     # ranks with device events are judged by their time table (attributed.py); host-only ranks by theirs for the input
     # pipeline alone, by the counting judges for the rest
     counted = ev.without_attributed(host_only=False)

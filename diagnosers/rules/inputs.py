@@ -63,8 +63,8 @@ class RunEvidence(BaseModel):
         """The same evidence less the ranks judged by their time table in ``judged`` (default: this evidence): what the
         step-counting judges still read. A rank left out of ``judged`` (its device clock disagrees, so its table would
         misplace the device's idle) keeps its host side here. ``host_only=False`` keeps the host-only (CPU) ranks,
-        whose table names only the input pipeline (``attributed.HOST_CAUSE_OF_PART``): the other counting judges
-        still read them."""
+        whose table names only inline input work (``attributed.HOST_CAUSE_OF_PART``): the counting judges still
+        read them."""
         judged = self if judged is None else judged
         table = {r for r in judged.attribution if r in judged.traces and (host_only or judged.traces[r].has_device)}
         return self.model_copy(update={"traces": {r: s for r, s in self.traces.items() if r not in table}})

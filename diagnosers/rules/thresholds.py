@@ -184,14 +184,14 @@ ABSENCE_SIGMAS = 1.645
 # when the activity that ends it was queued more than QUEUE_EMPTY_DELAY_US before it started.
 
 # On a host-only (CPU) trace the table splits the main thread's time (attribution._attribute_host): the CPU is the
-# "device", the main thread outside the model's ops its idle. The input pipeline is named from its parts (the
-# DataLoader wait, and Python before the step's first op: input made inline) against DATA_WAIT_SHARE, the CPU
-# trace's own cut for the loader (a third of the step), not the GPU's MIN_CAUSE_SHARE: on a GPU an idle instant is
+# "device", the main thread outside the model's ops its idle. Input made inline (Python before the step's first op,
+# no DataLoader marker; a DataLoader wait stays with the data-wait judge and its DATA_WAIT_SHARE) is named against
+# DATA_WAIT_SHARE too, the CPU trace's own cut for the input pipeline (a third of the step), not the GPU's MIN_CAUSE_SHARE: on a GPU an idle instant is
 # lost outright (the device could have run); on a CPU job the input work runs on the same cores the model would use,
 # so moving it off the main thread saves only what it can overlap (at most min(input, model) of their sum), and a
-# job that decodes its input inline spends a fifth to a quarter of its step on it as a matter of course. The same
-# cut bounds the untraced part (a long stretch of Python the profiler does not record, inside or after the model's
-# work) before it makes the rules abstain. The table's launch part (gaps of at most SHORT_GAP_US between ops) is
+# job that decodes its input inline spends a fifth to a quarter of its step on it as a matter of course. The untraced
+# part (a long stretch of Python the profiler does not record, inside or after the model's work) makes the rules
+# abstain only on a table too short to show a pattern (below); with more units it is the step-time judges' (spikes). The table's launch part (gaps of at most SHORT_GAP_US between ops) is
 # shown, not named: on a GPU a launch claim also needs the queue found empty (QUEUE_EMPTY_DELAY_US); a CPU has no
 # queue, and the Python between a small model's ops costs a third of its step healthy or not, so the op count
 # (MIN_HOST_OPS_PER_STEP) stays the CPU's launch judge. A host-only table of at least MIN_PATTERN_STEPS units whose
