@@ -149,3 +149,14 @@ def test_a_cpu_window_without_markers_is_judged_over_the_recording(tmp_path):
     assert abs(sum(r.us for r in stats.time_table) - 7_300) < 1e-3
     assert "over the recording (no step markers)" in format_table(stats)
 
+
+
+def test_a_trace_with_an_accelerator_but_no_device_events_has_no_table(tmp_path):
+    """Its host is not the device and there is no device to split (rules calls such evidence incomplete)."""
+    ev = _cpu_steps(3, 2_000.0)
+    ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 2_010, "dur": 5})
+    path = tmp_path / "r.json.gz"
+    with gzip.open(path, "wt") as fh:
+        json.dump({"schemaVersion": 1, "deviceProperties": [{"name": "NVIDIA H100"}], "traceEvents": ev}, fh)
+    stats = trace_stats(path)
+    assert stats.time_table == [] and "time:" not in format_table(stats)

@@ -129,3 +129,16 @@ def test_the_step_log_tells_a_recurring_gap_from_a_one_off(tmp_path):
     assert f.confidence > 0.8 and "step log" in f.evidence[0]
     d = _diagnose(tmp_path / "b", _cpu_steps(1, 6_000.0), device=False, step_log=[step_ms - 6.0] * 8)
     assert not [f for f in d.causes if f.confidence >= 0.5]
+
+
+def test_one_long_pause_in_one_of_several_cpu_steps_is_neither_a_cause_nor_too_little_evidence(tmp_path):
+    """Four steps, one holding 30 ms of Python before its first op: the units show a one-off, not a pattern."""
+    ev = _cpu_steps(4, 100.0)
+    shift = 30_000.0 - 100.0
+    step2 = next(e for e in ev if e["name"] == "ProfilerStep#2")
+    for e in ev:
+        if e["ts"] > step2["ts"]:
+            e["ts"] += shift
+    step2["dur"] += shift
+    d = _diagnose(tmp_path, ev, device=False)
+    assert not [f for f in d.causes if f.confidence >= 0.5] and d.abstain is None
