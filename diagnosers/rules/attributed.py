@@ -1,8 +1,9 @@
 """Causes named from the time table of a rank (``diageval.bundle.attribution``; issue 38).
 
-On a host-only (CPU) rank the table splits the main thread's time and names input made inline alone (``input
-work``: Python before the step's first op, no DataLoader) against ``HOST_INPUT_SHARE``; where its occurrences are too
-few, the job's step log is asked whether it recurs (``logged_share``). The rest of this note is the GPU's.
+On a host-only (CPU) rank the table splits the main thread's time and names input made inline (``input work``:
+Python before the step's first op, no DataLoader) and dispatch (``launch``: short gaps between ops, where the op count
+does not name it) against ``HOST_CAUSE_SHARE``; where its occurrences are too few, the job's step log is asked whether
+a part recurs (``logged_share``). The rest of this note is the GPU's.
 
 Each rank's steps (or the windows of a step-less trace) are split into device work and, for every device-idle
 instant, what the launching threads were doing. A host-side cause is the idle it explains:
@@ -43,12 +44,12 @@ from diageval.diagnosers.rules.stats import (
 )
 from diageval.diagnosis import Finding
 
-# On a host-only (CPU) trace the table names what the older judges cannot see, input made inline with no DataLoader
-# marker (``input work``). A DataLoader wait stays with ``data_wait`` (the same share of wall time against the same cut,
-# with its persistence over steps: one way of judging it); the launch part (short gaps between ops) is not told from
-# a small model's own dispatch without a queue to find empty (thresholds.HOST_INPUT_SHARE), sync and memory hold no
-# device calls, and the op-counting judges keep those questions.
-HOST_CAUSE_OF_PART = {"input work": "input.dataloader_starvation"}
+# On a host-only (CPU) trace the table names what the older judges cannot see: input made inline with no DataLoader
+# marker (``input work``), and dispatch measured as the main thread's time between ops (``launch``) where the op
+# count does not already name it (a few hundred ops a step, a window of part of one). A DataLoader wait stays with
+# ``data_wait`` (the same share of wall time against the same cut, with its persistence over steps: one way of
+# judging it); sync and memory hold no device calls on a CPU. Both against thresholds.HOST_CAUSE_SHARE.
+HOST_CAUSE_OF_PART = {"input work": "input.dataloader_starvation", "launch": "launch.kernel_launch_overhead"}
 CAUSE_OF_PART = {
     "data wait": "input.dataloader_starvation",
     "input work": "input.dataloader_starvation",
@@ -70,6 +71,8 @@ SUMMARY = {
 
 
 HOST_SUMMARY = {
+    "launch": "the main thread spends {share:.0%} of the time between the model's ops, in gaps of at most 1 ms (per-op"
+              " dispatch: the Python and framework time between many small ops)",
     "input work": "before each step's first op the main thread runs Python outside the model's ops (input made inline"
                   " in the step: decoding, resizing, tokenising): {share:.0%} of the time",
 }
@@ -92,7 +95,7 @@ class RankTable(BaseModel):
 
     @property
     def cut(self) -> float:
-        return T.HOST_INPUT_SHARE if self.host_only else T.ATTRIBUTED_CAUSE_SHARE
+        return T.HOST_CAUSE_SHARE if self.host_only else T.ATTRIBUTED_CAUSE_SHARE
 
     def separated(self, part: str) -> bool:
         r = self.rows[part]
@@ -101,7 +104,7 @@ class RankTable(BaseModel):
     def confidence(self, part: str) -> float:
         r = self.rows[part]
         c = graded_confidence(r.share, self.cut, r.se)
-        if part == "launch":
+        if part == "launch" and not self.host_only:  # a CPU has no queue to find empty (thresholds.HOST_CAUSE_SHARE)
             c = round(c * graded_confidence(self.delay_ratio, 1.0, self.se_delay_ratio), 3)
         return c
 
@@ -241,12 +244,18 @@ def _blocking_calls(ev: RunEvidence, ranks: list[int]) -> str:
     return BLOCKING_WHAT[top] if top else "synchronising calls"
 
 
-def judge_attributed(tables: list[RankTable], ev: RunEvidence) -> list[Finding]:
-    """One finding per cause category, over the ranks whose table names it (the part that names it best per rank)."""
+def judge_attributed(tables: list[RankTable], ev: RunEvidence, named: dict[int, set[str]] | None = None
+                     ) -> list[Finding]:
+    """One finding per cause category, over the ranks whose table names it (the part that names it best per rank).
+    ``named``: rank -> the categories the counting judges already name on it (a host-only rank's table does not name
+    them again)."""
+    named = named or {}
     hits: dict[str, list[tuple[RankTable, str, float]]] = {}
     for t in tables:
         best: dict[str, tuple[str, float]] = {}
         for part, category in t.causes.items():
+            if t.host_only and category in named.get(t.rank, set()):
+                continue
             if not t.separated(part):
                 continue
             c = t.confidence(part)

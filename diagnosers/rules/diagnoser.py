@@ -13,7 +13,8 @@ Order of reasoning (each analyser is independent; see its module):
    the step's first kernel), synchronising calls, frees and allocations, and dispatch with an empty queue are
    named from their share, with a standard error from the occurrences they are made of. On CPU traces the
    same table splits the main thread's time and names input made inline (Python before the step's first op, no
-   DataLoader); the DataLoader wait stays with ``data_wait`` and dispatch-bound steps with ``launch`` (op counts). On every trace: recurring stalls
+   DataLoader) and dispatch (time between ops) where the op count (``launch``) does not; the DataLoader wait stays
+   with ``data_wait``. On every trace: recurring stalls
    outside ops (``spikes``), who waits for whom in
    collectives (``collectives``: straggler vs stall), and whether one rank is handed more work
    (``load_imbalance``: larger operator input shapes); a straggler claim on a rank whose extra work explains
@@ -91,8 +92,12 @@ def find_local_causes(ev: RunEvidence, host_side: RunEvidence | None = None) -> 
         *judge_gpu_launch(measure_gpu_launch(counted), counted),
         *judge_host_sync(measure_host_sync(counted), counted),
         *judge_allocator_churn(measure_allocator_churn(counted), counted),
-        *judge_attributed(measure_tables(ev), ev),
     ]
+    named: dict[int, set[str]] = {}
+    for f in findings:
+        for rank in f.ranks or []:
+            named.setdefault(rank, set()).add(f.category)
+    findings += judge_attributed(measure_tables(ev), ev, named)
     return sorted(findings, key=lambda f: -f.confidence)
 
 

@@ -142,3 +142,13 @@ def test_one_long_pause_in_one_of_several_cpu_steps_is_neither_a_cause_nor_too_l
     step2["dur"] += shift
     d = _diagnose(tmp_path, ev, device=False)
     assert not [f for f in d.causes if f.confidence >= 0.5] and d.abstain is None
+
+
+def test_dispatch_between_a_few_hundred_small_cpu_ops_is_launch_overhead(tmp_path):
+    """300 ops of 10 us, 8 us apart, in each of 5 steps (too few ops for the op count): 44% of the main thread's
+    time is between ops, over the CPU's cut of a third; the same ops 2 us apart (16%) are not."""
+    d = _diagnose(tmp_path / "a", _cpu_steps(5, 100.0, ops=300, op_us=10.0, gap_us=8.0), device=False)
+    (f,) = [f for f in d.causes if f.category == "launch.kernel_launch_overhead"]
+    assert f.confidence > 0.7 and "between the model's ops" in f.summary and "gaps" in f.evidence[0]
+    d = _diagnose(tmp_path / "b", _cpu_steps(5, 100.0, ops=300, op_us=10.0, gap_us=2.0), device=False)
+    assert not [f for f in d.causes if f.confidence >= 0.5] and d.abstain is None
