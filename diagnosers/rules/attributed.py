@@ -197,10 +197,8 @@ def unexplained(t: RankTable) -> str | None:
     # on a host-only trace the step-time judges read unrecorded host time (spikes: a blocking save sits there), so it
     # is theirs to name, not a reason to abstain before them
     if not t.host_only and t.separated("untraced") and graded_confidence(r.share, t.cut, r.se) >= 0.5:
-        idle = "the main thread is outside every recorded op" if t.host_only else "the device idles"
-        return (f"rank {t.rank}: {idle} {r.share:.0%} of the time (standard error {r.se:.0%}, {r.occurrences}"
-                f" {occurrence_words(t, 'untraced')}){'' if t.host_only else ' while the host is outside every recorded op'}"
-                ": the trace does not show what it waited for")
+        return (f"rank {t.rank}: the device idles {r.share:.0%} of the time (standard error {r.se:.0%}, {r.occurrences}"
+                " device gaps) while the host is outside every recorded op: the trace does not show what it waited for")
     return None
 
 
@@ -218,15 +216,16 @@ def evidence_line(ev: RunEvidence, t: RankTable, part: str) -> str:
     r = t.rows[part]
     total = sum(u.dur_us for u in t.units)
     busy = t.rows["compute"].share + t.rows["communication"].share
-    what, busy_words = (HOST_WHAT[part], "main thread in the model's ops") if t.host_only else (WHAT[part], "device busy")
+    what, busy_words = ((HOST_WHAT[part], "main thread in the model's ops") if t.host_only
+                         else (WHAT[part], "device busy"))
     line = (f"{ev.trace_file(t.rank)}: {what}: {r.us / 1e3:.1f} ms of {total / 1e3:.1f} ms over"
             f" {unit_words(ev, t)}"
             f" ({r.share:.0%}, standard error {r.se:.1%} from {r.occurrences} {occurrence_words(t, part)});"
             f" {busy_words} {busy:.0%}")
     if part in t.log_typical_us:
         line += (f"; the part that recurs: a profiled step's excess over the step log's typical"
-                 f" {t.log_typical_us[part] / 1e3:.1f} ms step could be a one-off, the rest recurs (standard error from the"
-                 " log's spread)")
+                 f" {t.log_typical_us[part] / 1e3:.1f} ms step could be a one-off, the rest recurs"
+                 " (standard error from the log's spread)")
     if part == "launch" and t.delay_us is not None:
         line += f"; median launch-to-start delay {t.delay_us:.1f} us (an empty queue under {T.QUEUE_EMPTY_DELAY_US:.0f} us)"
     return line + " (diageval trace stats: time table)"

@@ -41,7 +41,8 @@ spread over units (the ratio estimator's), whichever is larger: a one-step trace
 measured tightly, one long wait in one step is not.
 
 Size: (~600 lines) the collector's columns, the two splits (device and host-only: one vectorised sweep each over the
-instants where any part changes, summed by one ``_tally``) and the shares with their errors are one unit: the parts are defined once, here, for ``trace stats`` and ``rules`` alike,
+instants where any part changes, summed by one ``_tally``) and the shares with their errors are one unit: the parts
+are defined once, here, for ``trace stats`` and ``rules`` alike,
 and splitting them would spread one definition of a part over several modules.
 """
 
