@@ -146,19 +146,22 @@ def logged_share(ev: RunEvidence, rank: int, units: list[UnitAttribution], part:
     job's typical one (the median logged step, spread ``robust_sigma``) by its size, so at most the step's excess
     over the typical step can be a one-off; the rest recurs. The recurring share's error is the log's spread (one
     sigma per profiled step, in quadrature) or the recurring share's spread over the profiled steps, whichever is
-    larger. None where the log cannot say (too few rows, or units that are not profiled steps).
+    larger. A recording without step markers (a window started by hand) is checked the same way against the steps it
+    can touch (``_window_logged_share``). None where the log cannot say (too few rows, or windows cut from the log).
 
     Asked only where the occurrences cannot separate the part (``measure_tables``): subtracting the excess over the
     median step is right for a rare one-off and wrong for a part that recurs in every other step (the median then
     falls between the short and the long steps), which many occurrences already show."""
     rows = ev.step_log.get(rank, [])
-    if len(rows) < T.MIN_PATTERN_STEPS or ev.windowed(rank) or not units:
+    if len(rows) < T.MIN_PATTERN_STEPS or (ev.windowed(rank) and not recording(ev, rank)) or not units:
         return None
-    durations = [(r.t_end - r.t_start) * 1e6 for r in rows if r.t_end > r.t_start]
+    durations = logged_durations(ev, rank)
     if len(durations) < T.MIN_PATTERN_STEPS:
         return None
     typical, sigma = median(durations), robust_sigma(durations)
     total = sum(u.dur_us for u in units)
+    if recording(ev, rank):
+        return _window_logged_share(units, part, durations, typical, sigma), typical
     recurring = [max(0.0, u.parts[part].us - max(0.0, u.dur_us - typical)) if part in u.parts else 0.0 for u in units]
     share = sum(recurring) / total
     n = len(units)
@@ -170,19 +173,61 @@ def logged_share(ev: RunEvidence, rank: int, units: list[UnitAttribution], part:
     return TimeShare(part=part, us=sum(recurring), share=share, se=se, occurrences=occurrences, units=n), typical
 
 
+def logged_durations(ev: RunEvidence, rank: int) -> list[float]:
+    """The rank's step times (us) in the job's step log (``steps.jsonl``)."""
+    return [(r.t_end - r.t_start) * 1e6 for r in ev.step_log.get(rank, []) if r.t_end > r.t_start]
+
+
+def recording(ev: RunEvidence, rank: int) -> bool:
+    """The rank's trace is one recording without step markers (a window started by hand), not logged steps."""
+    return ev.windowed(rank) and ev.window_source.get(rank) != "step log"
+
+
+def _window_logged_share(units: list[UnitAttribution], part: str, durations: list[float], typical: float,
+                         sigma: float) -> TimeShare:
+    """``part`` over a recording without step markers, checked against the step log (``logged_share``).
+
+    Which logged steps the window lies in is not known, but a window of ``total`` touches at most
+    ``total // shortest step + 2`` of them, and a one-off inside it lengthens those steps past the typical one by its
+    size: at most the sum of that many of the log's largest excesses over the typical step can be a one-off, the rest
+    of the part recurs in the job's steps. Its error is the log's spread, one sigma per step the window can touch, in
+    quadrature. The share stays a share of the window, as the table's own is."""
+    total = sum(u.dur_us for u in units)
+    touched = min(len(durations), int(total // max(min(durations), 1.0)) + 2)
+    one_off = sum(sorted((max(0.0, d - typical) for d in durations), reverse=True)[:touched])
+    seen = sum(u.parts[part].us for u in units if part in u.parts)
+    recurring = max(0.0, seen - one_off)
+    occurrences = sum(u.parts[part].occurrences for u in units if part in u.parts)
+    return TimeShare(part=part, us=recurring, share=recurring / total, se=sigma * touched ** 0.5 / total,
+                     occurrences=occurrences, units=len(units))
+
+
+def unseen_share(t: RankTable, ev: RunEvidence) -> float:
+    """The share of the job's typical logged step that a recording without step markers does not cover (0 where the
+    units are steps, or no step log of MIN_PATTERN_STEPS rows says how long a step is)."""
+    durations = logged_durations(ev, t.rank)
+    if not recording(ev, t.rank) or len(durations) < T.MIN_PATTERN_STEPS:
+        return 0.0
+    return max(0.0, 1.0 - sum(u.dur_us for u in t.units) / median(durations))
+
+
 def thin_parts(t: RankTable, ev: RunEvidence) -> list[str]:
     """Why this rank's table cannot separate a cause from its absence (empty: it can)."""
     if t.host_events == 0:
         return [f"{unit_words(ev, t)} holds no host events (no CPU op, annotation or runtime call): what the launching"
                 " thread did, and whether it covers a whole step, cannot be seen"]
-    recording = ev.windowed(t.rank) and ev.window_source.get(t.rank) != "step log"
     if t.host_only and (len(t.units) >= T.MIN_PATTERN_STEPS
-                        or (not recording and len(ev.step_log.get(t.rank, [])) >= T.MIN_PATTERN_STEPS)):
+                        or (not recording(ev, t.rank) and len(ev.step_log.get(t.rank, [])) >= T.MIN_PATTERN_STEPS)):
         # a host-only table of enough units: a share not told from none sits in a few of them, a one-off the units
         # show to be one (a stalled step is the step-time judges'), not a pattern too thin to see; profiled steps of a
         # job whose step log holds a pattern's steps: the log shows the step times beyond them (evidence.RankReach)
         return []
     out = []
+    unseen = unseen_share(t, ev)
+    if t.host_only and unseen >= lower_edge(t.cut):
+        # a window that names nothing says nothing of the step it does not cover, where a cause's share could sit
+        out.append(f"the recording covers {1 - unseen:.0%} of the step log's typical step: a cause could sit in the"
+                   f" unseen {unseen:.0%}")
     for part in (*t.causes, "untraced"):
         r = t.rows[part]
         if r.share >= lower_edge(t.cut) and not t.separated(part):
@@ -203,7 +248,7 @@ def unexplained(t: RankTable) -> str | None:
 
 
 def unit_words(ev: RunEvidence, t: RankTable) -> str:
-    if ev.windowed(t.rank) and ev.window_source.get(t.rank) != "step log":
+    if recording(ev, t.rank):
         return "the span with device work (no step markers)"
     return f"{len(t.units)} {ev.unit_name(t.rank) if len(t.units) != 1 else ev.unit_name(t.rank, plural=False)}"
 
@@ -223,7 +268,7 @@ def evidence_line(ev: RunEvidence, t: RankTable, part: str) -> str:
             f" ({r.share:.0%}, standard error {r.se:.1%} from {r.occurrences} {occurrence_words(t, part)});"
             f" {busy_words} {busy:.0%}")
     if part in t.log_typical_us:
-        line += (f"; the part that recurs: a profiled step's excess over the step log's typical"
+        line += (f"; the part that recurs: a traced step's excess over the step log's typical"
                  f" {t.log_typical_us[part] / 1e3:.1f} ms step could be a one-off, the rest recurs"
                  " (standard error from the log's spread)")
     if part == "launch" and t.delay_us is not None:

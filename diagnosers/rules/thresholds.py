@@ -206,4 +206,9 @@ ABSENCE_SIGMAS = 1.645
 # rest recurs, with the log's robust_sigma per profiled step as its error. No new number: the median, robust_sigma
 # and ABSENCE_SIGMAS are the ones used everywhere else. Profiled steps of such a job are likewise not "too little
 # evidence" (the log shows the step times beyond them, as evidence.RankReach already reads a CPU trace).
+# A window started by hand (no step markers) is asked the same way: it lies in logged steps, which ones unknown, and
+# touches at most (its length // the shortest logged step) + 2 of them, so at most that many of the log's largest
+# excesses over the median step can be a one-off (attributed._window_logged_share). Such a window that names nothing
+# cannot call the job healthy where the step it does not cover (1 - its length / the median logged step) is as large
+# as a cause's share (the cut's lower edge): the unseen part could hold it. No new number.
 HOST_CAUSE_SHARE = DATA_WAIT_SHARE

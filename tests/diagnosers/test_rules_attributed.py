@@ -152,3 +152,30 @@ def test_dispatch_between_a_few_hundred_small_cpu_ops_is_launch_overhead(tmp_pat
     assert f.confidence > 0.7 and "between the model's ops" in f.summary and "gaps" in f.evidence[0]
     d = _diagnose(tmp_path / "b", _cpu_steps(5, 100.0, ops=300, op_us=10.0, gap_us=2.0), device=False)
     assert not [f for f in d.causes if f.confidence >= 0.5] and d.abstain is None
+
+
+def _hand_window(inline_us: float, ops: int = 20) -> list[dict]:
+    """A window started by hand around part of one step (the profiler's span, no step markers): ``inline_us`` of
+    Python before the model's ``ops`` ops."""
+    ev = _cpu_steps(1, inline_us, markers=False, ops=ops)
+    ev.append({"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": 1, "tid": 1, "ts": 0,
+               "dur": inline_us + ops * 160.0 + 100.0})
+    return ev
+
+
+def test_the_step_log_tells_a_window_s_recurring_inline_gap_from_a_one_off(tmp_path):
+    """A hand-started window of 8.3 ms, 60% of it one stretch of Python before the model, in a job whose log holds 8
+    steps of 10 ms: a one-off would make the steps the window touches 5 ms longer than the typical one, and none is,
+    so the gap recurs (named). Where one logged step is 5 ms longer than the rest, it may be that one-off (not)."""
+    d = _diagnose(tmp_path / "a", _hand_window(5_000.0), device=False, step_log=[10.0, 10.1, 9.9, 10.0] * 2)
+    (f,) = [f for f in d.causes if f.category == "input.dataloader_starvation"]
+    assert f.confidence > 0.8 and d.abstain is None and "step log" in f.evidence[0]
+    d = _diagnose(tmp_path / "b", _hand_window(5_000.0), device=False, step_log=[10.0] * 7 + [15.0])
+    assert not [f for f in d.causes if f.confidence >= 0.5]
+
+
+def test_a_window_of_a_small_part_of_the_logged_step_that_names_nothing_abstains(tmp_path):
+    """A hand-started window of 3.3 ms of the model's ops in a job whose logged steps take 20 ms: nothing in it is
+    wrong, but the unseen 84% of the step could hold any cause (too little evidence, not healthy)."""
+    d = _diagnose(tmp_path, _hand_window(100.0), device=False, step_log=[20.0] * 8)
+    assert not d.causes and d.abstain is not None and "unseen" in d.abstain.reason
