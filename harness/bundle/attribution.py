@@ -422,8 +422,8 @@ class AttributionCollector:
         ``memory``, ``data wait`` and ``collective`` claim an instant first, op or not (an op inside a DataLoader's
         ``__next__`` loads data, one inside a collective communicates); the main thread outside every op is the CPU's
         idle, split by where the gap lies: before the unit's first op (``input work``: the step's input made in
-        Python before the model runs, decoding, resizing, tokenising, with no DataLoader), between two ops at most
-        ``SHORT_GAP_US`` apart (``launch``: per-op dispatch, the Python and framework time between many small ops),
+        Python before the model runs, decoding, resizing, tokenising, with no DataLoader), between two ops of the unit at
+        most ``SHORT_GAP_US`` apart (``launch``: per-op dispatch, the Python and framework time between many small ops),
         else ``untraced`` (a long stretch of unrecorded Python inside or after the model's work). Occurrences:
         the ops, the intervals of each host state, the gaps."""
         main = self.main_tid()
@@ -468,6 +468,10 @@ class AttributionCollector:
         before = free & (mid < first[u])
         part[before] = PARTS.index("input work")
         free &= ~before
+        # between two ops of the same unit: the stretch after a step's last op is not dispatch between the model's ops,
+        # even where the next step's first op follows within SHORT_GAP_US (it is the step's end: untraced)
+        if len(ops_s):
+            has_next &= ops_s[np.minimum(k + 1, len(ops_s) - 1)] < w_hi[u]
         short = free & has_prev & has_next & (gap_len <= SHORT_GAP_US)
         part[short] = PARTS.index("launch")
         free &= ~short

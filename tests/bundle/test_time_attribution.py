@@ -160,3 +160,14 @@ def test_a_trace_with_an_accelerator_but_no_device_events_has_no_table(tmp_path)
         json.dump({"schemaVersion": 1, "deviceProperties": [{"name": "NVIDIA H100"}], "traceEvents": ev}, fh)
     stats = trace_stats(path)
     assert stats.time_table == [] and "time:" not in format_table(stats)
+
+
+def test_a_cpu_step_s_end_is_not_dispatch_when_the_next_step_follows_closely(tmp_path):
+    """Host only, 5 steps whose input is ready (0.1 ms before the first op): the 0.1 ms after a step's last op ends the
+    step, and the next step's first op follows within SHORT_GAP_US; it is not dispatch between the model's ops
+    (``launch`` is the 19 gaps between a step's own 20 ops), it is the step's untraced end."""
+    path = _write(tmp_path / "r.json.gz", _cpu_steps(5, 100.0))
+    _, att = _table(path)
+    for u in att.units:
+        parts = {p: round(v.us) for p, v in u.parts.items()}
+        assert parts["launch"] == 19 * 10 and parts["untraced"] == 10 + 100 and parts["input work"] == 100
