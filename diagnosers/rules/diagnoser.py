@@ -11,8 +11,10 @@ Order of reasoning (each analyser is independent; see its module):
    one ``diageval trace stats`` prints): each step's (or the span's) wall time split into device work and, for every
    device-idle instant, what the launching threads did; the input pipeline (a DataLoader wait, or CPU work before
    the step's first kernel), synchronising calls, frees and allocations, and dispatch with an empty queue are
-   named from their share, with a standard error from the occurrences they are made of. On CPU traces:
-   input pipeline (``data_wait``), dispatch-bound steps (``launch``: op counts). On every trace: recurring stalls
+   named from their share, with a standard error from the occurrences they are made of. On CPU traces the
+   same table splits the main thread's time and names input made inline (Python before the step's first op, no
+   DataLoader) and dispatch (time between ops) where the op count (``launch``) does not; the DataLoader wait stays
+   with ``data_wait``. On every trace: recurring stalls
    outside ops (``spikes``), who waits for whom in
    collectives (``collectives``: straggler vs stall), and whether one rank is handed more work
    (``load_imbalance``: larger operator input shapes); a straggler claim on a rank whose extra work explains
@@ -80,16 +82,22 @@ def find_local_causes(ev: RunEvidence, host_side: RunEvidence | None = None) -> 
     """Causes each rank's own trace can show without its peers: the input pipeline, dispatch overhead,
     host/device synchronisation, allocator churn. ``host_side``: the evidence the input-pipeline judge reads
     (host events alone), when it holds more than ``ev`` (a trace whose device clock alone is off)."""
-    host_side = (ev if host_side is None else host_side).without_attributed(ev)
-    counted = ev.without_attributed()  # ranks with device events are judged by their time table (attributed.py)
+    host_side = (ev if host_side is None else host_side).without_attributed(ev, host_only=False)
+    # ranks with device events are judged by their time table (attributed.py); host-only ranks by theirs for the input
+    # pipeline alone, by the counting judges for the rest
+    counted = ev.without_attributed(host_only=False)
     findings = [
         *judge_data_wait(measure_data_wait(host_side), host_side),
         *judge_launch(measure_launch(counted), counted),
         *judge_gpu_launch(measure_gpu_launch(counted), counted),
         *judge_host_sync(measure_host_sync(counted), counted),
         *judge_allocator_churn(measure_allocator_churn(counted), counted),
-        *judge_attributed(measure_tables(ev), ev),
     ]
+    named: dict[int, set[str]] = {}
+    for f in findings:
+        for rank in f.ranks or []:
+            named.setdefault(rank, set()).add(f.category)
+    findings += judge_attributed(measure_tables(ev), ev, named)
     return sorted(findings, key=lambda f: -f.confidence)
 
 
@@ -133,7 +141,7 @@ def cited(finding: Finding) -> Finding:
 
 class RulesDiagnoser:
     name: ClassVar[str] = "rules"
-    version: ClassVar[str] = "0.6.1"
+    version: ClassVar[str] = "0.7.1"
     # the causes its judges can name (the coverage table judges it on these as well as on all causes)
     claims: ClassVar[tuple[str, ...]] = (
         "input.dataloader_starvation", "checkpoint.blocking_save", "comm.collective_stall",
@@ -162,8 +170,11 @@ class RulesDiagnoser:
             return Diagnosis(findings=[*causes, *symptoms])
         # no cause named with confidence: healthy, or does the evidence not say?
         tables = measure_tables(judged)
-        rows = reach(judged, {t.rank: 1.0 - t.rows["compute"].share for t in tables})
-        thin = too_little_evidence(rows, {t.rank: thin_parts(t, judged) for t in tables})
+        rows = reach(judged, {t.rank: 1.0 - t.rows["compute"].share for t in tables if not t.host_only})
+        # a host-only rank whose table separates its parts keeps the step count's question (the table answers the
+        # input pipeline's alone); a device rank's table answers for every cause
+        thin = too_little_evidence(rows, {t.rank: why for t in tables
+                                          for why in [thin_parts(t, judged)] if why or not t.host_only})
         gaps = [why for why in (reason, thin, *[unexplained(t) for t in tables]) if why]
         blind = any(t.host_events == 0 for t in tables)  # nothing bounds what a window without host events misses
         if not gaps or (bounded_below_a_cause(rows) and not blind):

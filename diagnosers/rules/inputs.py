@@ -59,12 +59,14 @@ class RunEvidence(BaseModel):
     attribution: dict[int, Attribution] = Field(
         default_factory=dict, description="rank -> its units' time tables (ranks with device events; attributed.py)")
 
-    def without_attributed(self, judged: "RunEvidence | None" = None) -> "RunEvidence":
+    def without_attributed(self, judged: "RunEvidence | None" = None, host_only: bool = True) -> "RunEvidence":
         """The same evidence less the ranks judged by their time table in ``judged`` (default: this evidence): what the
         step-counting judges still read. A rank left out of ``judged`` (its device clock disagrees, so its table would
-        misplace the device's idle) keeps its host side here."""
+        misplace the device's idle) keeps its host side here. ``host_only=False`` keeps the host-only (CPU) ranks,
+        whose table names only inline input work (``attributed.HOST_CAUSE_OF_PART``): the counting judges still
+        read them."""
         judged = self if judged is None else judged
-        table = {r for r in judged.attribution if r in judged.traces}
+        table = {r for r in judged.attribution if r in judged.traces and (host_only or judged.traces[r].has_device)}
         return self.model_copy(update={"traces": {r: s for r, s in self.traces.items() if r not in table}})
 
     def units(self, rank: int) -> list[StepSummary]:
@@ -239,12 +241,12 @@ def gather_evidence(bundle: EvidenceBundle) -> RunEvidence:
         no_windows=no_windows,
         work=work,
     )
-    for rank, s in traces.items():  # a rank with device events: its steps' time table (attributed.py)
+    for rank, s in traces.items():  # every rank's time table (attributed.py); host-only ranks split the main thread's
         units = ev.units(rank)
-        if not s.has_device or s.truncated or not units:
+        if s.truncated or not units or (s.has_accelerator and not s.has_device):  # no device to split, host not it
             continue
-        if ev.windowed(rank) and sources.get(rank) != "step log":  # no steps: the span with device work, as trace stats
-            windows = attributors[rank].device_span()
+        if ev.windowed(rank) and sources.get(rank) != "step log":  # no steps: the span with device work (or the
+            windows = attributors[rank].span()  # recording of a host-only trace), as trace stats
         else:
             windows = [(st.number, st.start_us - s.base_time_us, st.dur_us) for st in units]
         ev.attribution[rank] = attributors[rank].attribute(windows)

@@ -182,3 +182,33 @@ ABSENCE_SIGMAS = 1.645
 # inline before the step's first kernel, else the model's host work) only when it runs at least SHORT_GAP_US, shorter
 # ones being the model's own dispatch (views, empty tensors). A gap is "queued" (the device's own, not the host's)
 # when the activity that ends it was queued more than QUEUE_EMPTY_DELAY_US before it started.
+
+# On a host-only (CPU) trace the table splits the main thread's time (attribution._attribute_host): the CPU is the
+# "device", the main thread outside the model's ops its idle. Two of its parts are named: input made inline (Python
+# before the step's first op, no DataLoader marker; a DataLoader wait stays with the data-wait judge) and dispatch
+# (gaps of at most SHORT_GAP_US between ops: the Python and framework time between many small ops, where the op
+# count below does not already name it). Both against a third of the step, DATA_WAIT_SHARE, the CPU trace's own cut
+# for the input pipeline, not the GPU's MIN_CAUSE_SHARE: on a GPU an idle instant is lost outright (the device could
+# have run), while on a CPU the main thread outside the model's math is still the CPU working: input made inline runs
+# on the cores the model would use, so moving it off the main thread saves only what it can overlap (at most
+# min(input, model) of their sum); eager dispatch between ops is how an unfused model runs, and only the part that
+# fusing or compiling removes is saved. A step that spends a third of its time on either is bound by it by any
+# reasonable standard, as a third spent waiting for data is. On a GPU a launch claim also needs the queue found
+# empty (QUEUE_EMPTY_DELAY_US); a CPU has no queue, so the share alone, at the CPU's higher cut, carries it.
+# The untraced part (a long stretch of Python the profiler does not record, inside or after the model's work) makes
+# the rules abstain only on a table too short to show a pattern (below); with more units it is the step-time judges'
+# (spikes). A host-only table of at least MIN_PATTERN_STEPS units whose part is not told from none (ABSENCE_SIGMAS)
+# holds that part in a few of its units: a one-off, not a pattern too thin to see, so it is neither claimed nor "too
+# little evidence" (fewer units: too little evidence, as on a GPU).
+# Where the occurrences are too few to separate a part (one profiled step, one stretch of inline Python) and the job's
+# step log holds MIN_PATTERN_STEPS steps, the log is asked instead (attributed.logged_share): a one-off in a profiled
+# step makes it longer than the log's median step, so only the step's excess over the median can be a one-off; the
+# rest recurs, with the log's robust_sigma per profiled step as its error. No new number: the median, robust_sigma
+# and ABSENCE_SIGMAS are the ones used everywhere else. Profiled steps of such a job are likewise not "too little
+# evidence" (the log shows the step times beyond them, as evidence.RankReach already reads a CPU trace).
+# A window started by hand (no step markers) is asked the same way: it lies in logged steps, which ones unknown, and
+# touches at most (its length // the shortest logged step) + 2 of them, so at most that many of the log's largest
+# excesses over the median step can be a one-off (attributed._window_logged_share). Such a window that names nothing
+# cannot call the job healthy where the step it does not cover (1 - its length / the median logged step) is as large
+# as a cause's share (the cut's lower edge): the unseen part could hold it. No new number.
+HOST_CAUSE_SHARE = DATA_WAIT_SHARE

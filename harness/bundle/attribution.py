@@ -1,4 +1,8 @@
-"""Where a GPU rank's time went: one table per rank that sums to its wall time (issue 38).
+"""Where a rank's time went: one table per rank that sums to its wall time (issue 38).
+
+A trace without device events (a job run on the CPU) is split by ``_attribute_host``: the main thread is the CPU's
+"device", its ops the compute, and its time outside every op the idle (input work before the unit's first op, launch
+in short gaps between ops, untraced in longer ones). The rest of this note is the GPU's split.
 
 For every unit (a profiler step, a window of a step-less trace) the wall time is split into what the device
 did and, for each interval in which the device idled, what the launching threads were doing. One pass: an
@@ -36,8 +40,9 @@ occurrences (a compound-Poisson total: the square root of the sum of squared occ
 spread over units (the ratio estimator's), whichever is larger: a one-step trace of thousands of gaps is
 measured tightly, one long wait in one step is not.
 
-Size: the collector's columns, the split (one vectorised sweep over the instants where any part changes) and the
-shares with their errors are one unit: the parts are defined once, here, for ``trace stats`` and ``rules`` alike,
+Size: (~600 lines) the collector's columns, the two splits (device and host-only: one vectorised sweep each over the
+instants where any part changes, summed by one ``_tally``) and the shares with their errors are one unit: the parts
+are defined once, here, for ``trace stats`` and ``rules`` alike,
 and splitting them would spread one definition of a part over several modules.
 """
 
@@ -81,16 +86,32 @@ OCCURRENCE = {
     "memory": "free/alloc calls", "data wait": "waits", "collective": "collectives", "launch": "device gaps",
     "input work": "CPU ops", "cpu work": "CPU ops", "untraced": "device gaps",
 }
+# the same parts on a host-only trace (``_attribute_host``: the main thread is the CPU's "device")
+HOST_WHAT = {
+    **WHAT,
+    "compute": "the main thread runs the model's ops",
+    "sync": "the main thread is blocked in a synchronising call",
+    "memory": "the main thread frees or allocates device memory",
+    "data wait": "the main thread waits for its next batch (DataLoader)",
+    "collective": "the main thread is inside a collective",
+    "launch": "the main thread is between ops at most 1 ms apart (per-op dispatch)",
+    "input work": "the main thread is outside every op before the step's first op (input made inline)",
+    "untraced": "the main thread is outside every op in a longer gap inside or after the model's work",
+}
+HOST_OCCURRENCE = {**OCCURRENCE, "compute": "ops", "launch": "gaps", "input work": "gaps", "untraced": "gaps"}
 COLLECTIVE_PREFIXES = (K.GLOO_COLLECTIVE_PREFIX, "nccl:", "c10d::", "record_param_comms")
 
 # what one (category, name) pair is to this collector
-_NONE, _DEV, _LAUNCH, _BLOCK, _ASYNC, _MEM, _STEP, _OP, _ANNOT = range(9)
+_NONE, _DEV, _LAUNCH, _BLOCK, _ASYNC, _MEM, _STEP, _OP, _ANNOT, _SPAN = range(10)
+PROFILER_SPAN_CATEGORY = "Trace"  # kineto's own event over the recording ("PyTorch Profiler (0)")
 
 
 def _kind(cat: str | None, name: str | None) -> tuple:
     """(kind, detail, data wait, collective): detail is a device event's communication flag and pageable mark,
     a step marker's number."""
     name = name if isinstance(name, str) else str(name)
+    if cat == PROFILER_SPAN_CATEGORY:
+        return (_SPAN, None, False, False)
     if cat in K.DEVICE_CATEGORIES:
         comm = cat in K.KERNEL_CATEGORIES and K.is_comm_kernel(name)
         return (_DEV, comm, cat in K.MEMCPY_CATEGORIES and K.PAGEABLE_MARK in name, False)
@@ -204,6 +225,7 @@ class AttributionCollector:
         self.coll = (array("d"), array("d"))
         self.ops: dict[str, tuple[array, array]] = defaultdict(lambda: (array("d"), array("d")))
         self.host_starts = array("d")
+        self.host_ends = (array("d"), array("d"))  # every host event and the profiler's span: a host-only trace's span
         self.steps: list[tuple[Any, Any, Any, str]] = []
 
     def add_window(self, w: Any) -> None:
@@ -241,6 +263,7 @@ class AttributionCollector:
         host = (code == _OP) | (code == _ANNOT) | (code == _LAUNCH) | (code == _BLOCK) | (code == _MEM) | is_async
         if host.any():
             self.host_starts.frombytes(ts[host].tobytes())
+        put(self.host_ends, host | (code == _SPAN))
         put(self.data, ((code == _OP) | (code == _ANNOT)) & table.flag(2)[ids])
         put(self.coll, ((code == _OP) | (code == _ANNOT)) & table.flag(3)[ids])
         is_step = code == _STEP
@@ -290,6 +313,20 @@ class AttributionCollector:
         lo, hi = float(ts.min()), float((ts + np.where(dur > 0.0, dur, 0.0)).max())
         return [(None, lo, hi - lo)] if hi > lo else []
 
+    def host_span(self) -> list[tuple[int | None, float, float]]:
+        """One window over every host event and the profiler's own recording span: what a host-only trace without
+        step markers is judged over (its whole recording: without a device there is no first kernel to start from,
+        and a window started by hand around part of a step holds its input work before the model's first op)."""
+        if not len(self.host_ends[0]):
+            return []
+        ts, dur = np.frombuffer(self.host_ends[0]), np.frombuffer(self.host_ends[1])
+        lo, hi = float(ts.min()), float((ts + np.where(dur > 0.0, dur, 0.0)).max())
+        return [(None, lo, hi - lo)] if hi > lo else []
+
+    def span(self) -> list[tuple[int | None, float, float]]:
+        """The window a trace without step markers is judged over: ``device_span``, else (host only) ``host_span``."""
+        return self.device_span() if len(self.dev[0]) else self.host_span()
+
     def attribute(self, windows: list[tuple[int | None, float, float]]) -> Attribution:
         """Each window ``(number, start, duration)`` (the trace's own clock, not overlapping) split into ``PARTS``."""
         windows = sorted(windows, key=lambda w: w[1])
@@ -309,6 +346,8 @@ class AttributionCollector:
             "data wait": _merged(*self.data),
             "collective": _merged(*self.coll),
         }
+        if not len(self.dev[0]):
+            return self._attribute_host(windows, sets)
         launching, idle_ops = self._op_cover()
         sets["launch ops"] = launching
         sets["cpu work"] = idle_ops
@@ -374,6 +413,79 @@ class AttributionCollector:
         part[free] = PARTS.index("untraced")
         occ[free] = k[free] + 1
 
+        return self._tally(windows, mid, length, part, occ)
+
+    def _attribute_host(self, windows: list[tuple[int | None, float, float]],
+                        sets: dict[str, tuple[np.ndarray, np.ndarray]]) -> Attribution:
+        """The table of a host-only trace (no device events: a job run on the CPU). The CPU's "device" is the main
+        thread running the model's ops: ``compute`` is the main thread inside a top-level CPU op; ``sync``,
+        ``memory``, ``data wait`` and ``collective`` claim an instant first, op or not (an op inside a DataLoader's
+        ``__next__`` loads data, one inside a collective communicates); the main thread outside every op is the CPU's
+        idle, split by where the gap lies: before the unit's first op (``input work``: the step's input made in
+        Python before the model runs, decoding, resizing, tokenising, with no DataLoader), between two ops of the unit at
+        most ``SHORT_GAP_US`` apart (``launch``: per-op dispatch, the Python and framework time between many small ops),
+        else ``untraced`` (a long stretch of unrecorded Python inside or after the model's work). Occurrences:
+        the ops, the intervals of each host state, the gaps."""
+        main = self.main_tid()
+        ops_s, ops_e = _top_level(*self.ops[main]) if main in self.ops else (np.zeros(0), np.zeros(0))
+        lo_all = windows[0][1]
+        hi_all = max(w[1] + w[2] for w in windows)
+        bounds = [np.array([w[1] for w in windows] + [w[1] + w[2] for w in windows]), ops_s, ops_e]
+        for name in ("sync", "memory", "data wait", "collective"):
+            bounds += list(sets[name])
+        b = np.unique(np.concatenate(bounds))
+        b = b[(b >= lo_all) & (b <= hi_all)]
+        if len(b) < 2:
+            return Attribution(units=[UnitAttribution(number=n, start_us=lo, dur_us=d) for n, lo, d in windows])
+        seg_lo, seg_hi = b[:-1], b[1:]
+        length = seg_hi - seg_lo
+        mid = (seg_lo + seg_hi) / 2
+        part = np.full(len(mid), -1, dtype=np.int64)
+        occ = np.full(len(mid), -1, dtype=np.int64)
+        free = np.ones(len(mid), dtype=bool)
+        for name in ("sync", "memory", "data wait", "collective"):
+            inside, idx = _member(*sets[name], mid)
+            hit = free & inside
+            part[hit] = PARTS.index(name)
+            occ[hit] = idx[hit]
+            free &= ~hit
+        in_op, op_k = _member(ops_s, ops_e, mid)
+        hit = free & in_op
+        part[hit] = PARTS.index("compute")
+        occ[hit] = op_k[hit]
+        free &= ~hit
+        # the gap an instant outside every op lies in: after op k, before op k + 1 (k = -1 before the first)
+        k = np.searchsorted(ops_s, mid, side="right") - 1
+        has_prev, has_next = k >= 0, k + 1 < len(ops_s)
+        gap_len = np.full(len(mid), np.inf)
+        if len(ops_s):
+            gap_len = ops_s[np.minimum(k + 1, len(ops_s) - 1)] - ops_e[np.maximum(k, 0)]
+        w_lo = np.array([w[1] for w in windows])
+        w_hi = np.array([w[1] + w[2] for w in windows])
+        first = ops_s[np.minimum(np.searchsorted(ops_s, w_lo), len(ops_s) - 1)] if len(ops_s) else w_hi
+        first = np.where((first >= w_lo) & (first < w_hi), first, w_hi)
+        u = np.maximum(np.searchsorted(w_lo, mid, side="right") - 1, 0)
+        before = free & (mid < first[u])
+        part[before] = PARTS.index("input work")
+        free &= ~before
+        # between two ops of the same unit: the stretch after a step's last op is not dispatch between the model's ops,
+        # even where the next step's first op follows within SHORT_GAP_US (it is the step's end: untraced)
+        if len(ops_s):
+            has_next &= ops_s[np.minimum(k + 1, len(ops_s) - 1)] < w_hi[u]
+        short = free & has_prev & has_next & (gap_len <= SHORT_GAP_US)
+        part[short] = PARTS.index("launch")
+        free &= ~short
+        part[free] = PARTS.index("untraced")
+        gaps = part >= PARTS.index("launch")
+        occ[gaps] = k[gaps] + 1
+        return self._tally(windows, mid, length, part, occ)
+
+    def _tally(self, windows: list[tuple[int | None, float, float]], mid: np.ndarray, length: np.ndarray,
+               part: np.ndarray, occ: np.ndarray) -> Attribution:
+        """Sum the segments (midpoint, length, part, occurrence index) into each window's parts and each part's
+        occurrences over all windows (an occurrence cut by a window's edge counts once)."""
+        w_lo = np.array([w[1] for w in windows])
+        w_hi = np.array([w[1] + w[2] for w in windows])
         unit = np.searchsorted(w_lo, mid, side="right") - 1
         ok = (unit >= 0) & (mid < w_hi[np.maximum(unit, 0)])
         unit, part_k, occ_k, length = unit[ok], part[ok], occ[ok] + 1, length[ok]
@@ -475,20 +587,23 @@ def share_rows(att: Attribution) -> list[TimeShare]:
     return rows
 
 
-def format_rows(rows: list[TimeShare], over: str) -> list[tuple[str, str]]:
+def format_rows(rows: list[TimeShare], over: str, host_only: bool = False) -> list[tuple[str, str]]:
     """(line name, value) lines of the table: each part's time, share, standard error and occurrences (parts with no
-    time left out, but for ``compute``), then the total the parts sum to, ``over`` what (``"4 steps"``)."""
+    time left out, but for ``compute``), then the total the parts sum to, ``over`` what (``"4 steps"``).
+    ``host_only``: the parts are the main thread's (a trace without device events)."""
+    what, occurrence = (HOST_WHAT, HOST_OCCURRENCE) if host_only else (WHAT, OCCURRENCE)
     out = []
     for r in rows:
         if r.us <= 0 and r.part != "compute":
             continue
         value = (f"{r.us / 1e3:.2f} ms ({r.share:.1%}, standard error {r.se:.1%}, from {r.occurrences}"
-                 f" {OCCURRENCE[r.part]}): {WHAT[r.part]}")
+                 f" {occurrence[r.part]}): {what[r.part]}")
         out.append((f"time: {r.part}", value))
     if rows:
         out.append(("time: total", f"{sum(r.us for r in rows) / 1e3:.2f} ms over {over}"))
     return out
 
 
-__all__ = ["TimeShare", "Attribution", "PARTS", "DEVICE_PARTS", "IDLE_PARTS", "WHAT", "OCCURRENCE", "AttributionCollector", "UnitAttribution",
+__all__ = ["TimeShare", "Attribution", "PARTS", "DEVICE_PARTS", "IDLE_PARTS", "WHAT", "OCCURRENCE", "HOST_WHAT",
+           "HOST_OCCURRENCE", "AttributionCollector", "UnitAttribution",
            "PartTime", "TimeShare", "share_rows", "format_rows"]

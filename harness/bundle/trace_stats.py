@@ -172,7 +172,7 @@ class TraceStats(BaseModel):
                                "(trace_defects.py: several ranks merged, steps recorded twice, lost timestamps)")
     time_table: list[TimeShare] = Field(default_factory=list, description="Where the steps' time went: device work and,"
                                         " for every device-idle instant, what the launching threads did (attribution.py;"
-                                        " traces with device events)")
+                                        " traces with device events; a host-only trace: its main thread's)")
 
     @property
     def mb_per_s(self) -> float:
@@ -891,8 +891,9 @@ def trace_stats(path: Path) -> TraceStats:
         steps=steps,
         whole_trace=whole,
         time_table=share_rows(attribution.attribute(
-            attribution.device_span() if whole else [(s.number, s.start_us, s.dur_us) for s in steps]))
-        if collector.has_device_events else [],
+            attribution.span() if whole else [(s.number, s.start_us, s.dur_us) for s in steps]))
+        # a trace that shows an accelerator but no device events has no device to split, and its host is not the device
+        if collector.has_device_events or not (devices or collector.saw_accelerator_events) else [],
     )
 
 

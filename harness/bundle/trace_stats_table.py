@@ -84,8 +84,10 @@ def summary_rows(stats: TraceStats) -> list[tuple[str, str]]:
         rows.append((f"host thread #{n} by busy time", f"tid {tid}{' (autograd)' if auto else ''}: {ops:.0f} ops/step,"
                      f" in an op {pct(busy)} of the step"))
     # the time table the rules name causes from (diageval.bundle.attribution): sums over the steps, not medians
-    rows += format_rows(stats.time_table, "the span with device work (no step markers)" if stats.whole_trace else
-                        f"{len(steps)} step{'s' if len(steps) != 1 else ''}")
+    span = "the span with device work" if stats.has_device_events else "the recording"
+    rows += format_rows(stats.time_table, f"{span} (no step markers)" if stats.whole_trace else
+                        f"{len(steps)} step{'s' if len(steps) != 1 else ''}",
+                        host_only=not stats.has_device_events)
     return rows
 
 

@@ -100,8 +100,74 @@ def test_trace_stats_prints_the_table_the_rules_read(tmp_path):
     assert "40.00 ms over 4 steps" in total
 
 
-def test_a_cpu_trace_has_no_time_table(tmp_path):
-    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 1_000},
-          {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 500}]
+def _cpu_steps(n: int, inline_us: float, *, ops: int = 20, op_us: float = 150.0, gap_us: float = 10.0,
+               markers: bool = True) -> list[dict]:
+    """``n`` steps of a host-only job: ``inline_us`` of Python before the step's first op (no op, no DataLoader: input
+    made inline), then ``ops`` model ops of ``op_us``, ``gap_us`` apart, then 100 us to the step's end."""
+    ev, t = [], 0.0
+    for s in range(n):
+        dur = inline_us + ops * (op_us + gap_us) + 100.0
+        if markers:
+            ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 1, "tid": 1, "ts": t,
+                       "dur": dur})
+        c = t + inline_us
+        for _ in range(ops):
+            ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1, "ts": c, "dur": op_us})
+            c += op_us + gap_us
+        t += dur
+    return ev
+
+
+def test_a_cpu_trace_splits_the_main_threads_time(tmp_path):
+    """Host only: the main thread is the CPU's device. Python before the first op is the step's input made inline,
+    the short gaps between ops are dispatch, the time after the last op untraced; each unit sums to its time."""
+    path = _write(tmp_path / "r.json.gz", _cpu_steps(5, 6_000.0))
+    _, att = _table(path)
+    assert len(att.units) == 5
+    for u in att.units:
+        assert abs(sum(p.us for p in u.parts.values()) - u.dur_us) < 1e-3 * u.dur_us
+        parts = {p: round(v.us) for p, v in u.parts.items()}
+        assert parts["input work"] == 6_000 and parts["compute"] == 20 * 150
+        assert parts["launch"] == 19 * 10 and parts["untraced"] == 10 + 100
+    rows = {r.part: r for r in share_rows(att)}
+    inline = rows["input work"]
+    assert inline.occurrences == 5 and abs(inline.share - 6_000 / 9_300) < 1e-3
+    # five equal gaps: the compound-Poisson error is share / sqrt(5), so the part is told from none
+    assert 0 < inline.se < inline.share / 1.645
+    stats = trace_stats(path)
+    table = format_table(stats)
+    assert "time: input work" in table and "main thread" in table and "over 5 steps" in table
+
+
+def test_a_cpu_window_without_markers_is_judged_over_the_recording(tmp_path):
+    """A profile started by hand: no step marker, the profiler's own span ("Trace") holds Python before the first op."""
+    ev = _cpu_steps(1, 4_000.0, markers=False)
+    ev.append({"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": 1, "tid": 1, "ts": 0, "dur": 7_300})
     stats = trace_stats(_write(tmp_path / "r.json.gz", ev))
+    rows = {r.part: r for r in stats.time_table}
+    assert round(rows["input work"].us) == 4_000 and rows["input work"].occurrences == 1
+    assert abs(sum(r.us for r in stats.time_table) - 7_300) < 1e-3
+    assert "over the recording (no step markers)" in format_table(stats)
+
+
+
+def test_a_trace_with_an_accelerator_but_no_device_events_has_no_table(tmp_path):
+    """Its host is not the device and there is no device to split (rules calls such evidence incomplete)."""
+    ev = _cpu_steps(3, 2_000.0)
+    ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 2_010, "dur": 5})
+    path = tmp_path / "r.json.gz"
+    with gzip.open(path, "wt") as fh:
+        json.dump({"schemaVersion": 1, "deviceProperties": [{"name": "NVIDIA H100"}], "traceEvents": ev}, fh)
+    stats = trace_stats(path)
     assert stats.time_table == [] and "time:" not in format_table(stats)
+
+
+def test_a_cpu_step_s_end_is_not_dispatch_when_the_next_step_follows_closely(tmp_path):
+    """Host only, 5 steps whose input is ready (0.1 ms before the first op): the 0.1 ms after a step's last op ends the
+    step, and the next step's first op follows within SHORT_GAP_US; it is not dispatch between the model's ops
+    (``launch`` is the 19 gaps between a step's own 20 ops), it is the step's untraced end."""
+    path = _write(tmp_path / "r.json.gz", _cpu_steps(5, 100.0))
+    _, att = _table(path)
+    for u in att.units:
+        parts = {p: round(v.us) for p, v in u.parts.items()}
+        assert parts["launch"] == 19 * 10 and parts["untraced"] == 10 + 100 and parts["input work"] == 100
