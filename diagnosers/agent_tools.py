@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from diageval.bundle import kineto as K
-from diageval.bundle.attribution import WHAT
+from diageval.bundle.attribution import HOST_WHAT, WHAT
 from diageval.bundle.fleet import read_fleet
 from diageval.bundle.model import EvidenceBundle
 from diageval.bundle.trace_stats import trace_stats as _trace_stats
@@ -157,17 +157,19 @@ class BundleTools:
         """Where one rank's profiled time went, summed over its steps (``diageval trace stats``' time table): the
         device's work and, for every instant the device idled, what the launching threads were doing (waiting for
         data, blocked in a sync, freeing memory, dispatching...), each part's ms, share of the summed step time,
-        its standard error and the occurrences it is made of. Traces with device events only; on a trace
-        without, ``trace_summary``'s columns say where the host's time went."""
+        its standard error and the occurrences it is made of. On a trace without device events (a CPU job) the
+        main thread stands in for the device (its time in the model's ops, and what it did outside them)."""
         _, path = self._trace(rank, run)
         st = _stats(str(path))
         if not st.time_table:
             return {"rank": rank, "has_device_events": st.has_device_events, "parts": [],
-                    "note": "no device events in this trace: no device-idle time to split; see trace_summary"}
-        return {"rank": rank, "has_device_events": True, "whole_trace": st.whole_trace,
+                    "note": "no time table for this trace (no step, window or device events to split); see "
+                            "trace_summary"}
+        what = WHAT if st.has_device_events else HOST_WHAT
+        return {"rank": rank, "has_device_events": st.has_device_events, "whole_trace": st.whole_trace,
                 "units": st.time_table[0].units,
                 "parts": [{"part": r.part, "ms": _ms(r.us), "share": round(r.share, 4), "se": round(r.se, 4),
-                           "occurrences": r.occurrences, "what": WHAT[r.part]} for r in st.time_table if r.us > 0]}
+                           "occurrences": r.occurrences, "what": what[r.part]} for r in st.time_table if r.us > 0]}
 
     def top_ops(self, rank: int, step: int | None = None, kind: str = "host", limit: int = TOP_DEFAULT,
                 run: str | None = None) -> dict[str, Any]:

@@ -129,7 +129,8 @@ def _share_claims(summaries: dict[int, dict], tables: dict[int, dict]) -> list[d
     shares: dict[str, dict[int, float]] = {}  # cause -> rank -> share
     hot_steps: dict[str, dict[int, list[int]]] = {}
     for rank in sorted(set(summaries) | set(tables)):
-        parts = (tables.get(rank) or {}).get("parts") or []
+        table = tables.get(rank) or {}
+        parts = (table.get("parts") or []) if table.get("has_device_events") else []  # the rule reads device tables
         steps = (summaries.get(rank) or {}).get("steps") or []
         if parts:
             for p in parts:
