@@ -57,7 +57,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from diageval.bundle import kineto as K
-from diageval.bundle.trace_ids import SHORT_GAP_US, IdTable, merge_sorted, step_markers, tid_strings
+from diageval.bundle.trace_ids import SHORT_GAP_US, IdTable, by_tid, merge_sorted, step_markers, tid_strings
 from diageval.bundle.trace_stream import correlations
 
 QUEUE_EMPTY_DELAY_US = 50.0
@@ -274,15 +274,14 @@ class AttributionCollector:
             if not mask.any():
                 continue
             sel = w.select(mask)
-            tids = tid_strings(sel.events)
-            for tid in dict.fromkeys(tids):
-                m = np.array([t == tid for t in tids], dtype=bool)
+            for tid, m in by_tid(tid_strings(sel.events)):
+                ts_m = sel.ts if m is None else sel.ts[m]
                 if target is None:
-                    self.launch_ts[tid].frombytes(sel.ts[m].tobytes())
+                    self.launch_ts[tid].frombytes(ts_m.tobytes())
                 else:
                     cols = target[tid]
-                    cols[0].frombytes(sel.ts[m].tobytes())
-                    cols[1].frombytes(sel.dur[m].tobytes())
+                    cols[0].frombytes(ts_m.tobytes())
+                    cols[1].frombytes((sel.dur if m is None else sel.dur[m]).tobytes())
 
     def main_tid(self) -> str | None:
         """The thread that drives the loop: the one with the most step markers, else the most launches."""
@@ -493,35 +492,38 @@ class AttributionCollector:
         key = (unit * len(PARTS) + part_k) * width + occ_k
         keys, inverse = np.unique(key, return_inverse=True)
         sums = np.bincount(inverse, weights=length)
-        out = [UnitAttribution(number=n, start_us=lo, dur_us=d, parts={p: PartTime() for p in PARTS})
-               for n, lo, d in windows]
-        merged: dict[tuple[int, int], float] = defaultdict(float)  # (part, occurrence) -> time over every unit
-        for kk, total in zip(keys.tolist(), sums.tolist()):
-            u, rest = divmod(kk, len(PARTS) * width)
-            pt = out[u].parts[PARTS[rest // width]]
-            pt.us += total
-            pt.occurrences += 1
-            pt.sq_us2 += total * total
-            merged[divmod(rest, width)] += total
-        occurrences = {p: PartTime() for p in PARTS}
-        for (p, _), total in sorted(merged.items()):
-            pt = occurrences[PARTS[p]]
-            pt.us += total
-            pt.occurrences += 1
-            pt.sq_us2 += total * total
+        # per (unit, part) and per part over units: numpy sums whose bincounts add in the keys' sorted order, the
+        # order one Python loop over the keys would (byte-identical figures), and one pydantic row each at the end
+        n_parts = len(PARTS)
+        unit_part, occ_of = np.divmod(keys, width)
+        up_keys, up_at = np.unique(unit_part, return_inverse=True)
+        up_us = np.bincount(up_at, weights=sums)
+        up_sq = np.bincount(up_at, weights=sums * sums)
+        up_n = np.bincount(up_at)
+        # one occurrence over every unit: (part, occurrence) summed over units in unit order, then per part in
+        # occurrence order (an occurrence cut by a unit's edge counts once)
+        po_keys, po_at = np.unique(unit_part % n_parts * width + occ_of, return_inverse=True)
+        po_us = np.bincount(po_at, weights=sums)
+        p_of = po_keys // width
+        occ_us = np.bincount(p_of, weights=po_us, minlength=n_parts)
+        occ_sq = np.bincount(p_of, weights=po_us * po_us, minlength=n_parts)
+        occ_n = np.bincount(p_of, minlength=n_parts)
+        rows: list[dict[str, PartTime]] = [{} for _ in windows]
+        unit_of, part_of = (a.tolist() for a in np.divmod(up_keys, n_parts))
+        for u, p, us, n, sq in zip(unit_of, part_of, up_us.tolist(), up_n.tolist(), up_sq.tolist()):
+            rows[u][PARTS[p]] = PartTime(us=round(us, 3), occurrences=n, sq_us2=round(sq, 3))
+        out = [UnitAttribution(number=n, start_us=lo, dur_us=d,
+                               parts={p: row.get(p) or PartTime() for p in PARTS})
+               for (n, lo, d), row in zip(windows, rows)]
+        occurrences = {p: PartTime(us=round(us, 3), occurrences=n, sq_us2=round(sq, 3))
+                       for p, us, n, sq in zip(PARTS, occ_us.tolist(), occ_n.tolist(), occ_sq.tolist())}
         kernel_starts = np.sort(np.frombuffer(self.dev[0])) if len(self.dev[0]) else np.zeros(0)
         host_starts = np.sort(np.frombuffer(self.host_starts)) if len(self.host_starts) else np.zeros(0)
-        for u, ua in enumerate(out):
+        # a unit's parts cover it whole (segments are cut at its edges); rounding aside, they sum to its time
+        for ua in out:
             lo, hi = ua.start_us, ua.start_us + ua.dur_us
             ua.kernels = int(np.searchsorted(kernel_starts, hi) - np.searchsorted(kernel_starts, lo))
             ua.host_events = int(np.searchsorted(host_starts, hi) - np.searchsorted(host_starts, lo))
-            # a unit's parts cover it whole (segments are cut at its edges); rounding aside, they sum to its time
-            for pt in ua.parts.values():
-                pt.us = round(pt.us, 3)
-                pt.sq_us2 = round(pt.sq_us2, 3)
-        for pt in occurrences.values():
-            pt.us = round(pt.us, 3)
-            pt.sq_us2 = round(pt.sq_us2, 3)
         return Attribution(units=out, occurrences=occurrences)
 
     def _queued_after(self, dev_s: np.ndarray) -> np.ndarray:

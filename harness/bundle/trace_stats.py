@@ -48,7 +48,8 @@ from pydantic import BaseModel, Field
 from diageval.bundle import kineto as K
 from diageval.bundle.trace_defects import DefectObserver, clock_disagreement
 from diageval.bundle.attribution import AttributionCollector, TimeShare, share_rows
-from diageval.bundle.trace_ids import GAP_BINS_US, SHORT_GAP_US, IdTable, merge_sorted, step_markers, tid_strings
+from diageval.bundle.trace_ids import (GAP_BINS_US, SHORT_GAP_US, IdTable, by_tid, merge_sorted, step_markers,
+                                       tid_strings)
 from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, correlations, iter_trace_windows
 
 
@@ -470,15 +471,6 @@ def tid_set(events: Iterable[TraceEvent]) -> set[str]:
 
 
 _TID = attrgetter("tid")
-
-
-def by_tid(tids: list[str]) -> list[tuple[str, np.ndarray | None]]:
-    """Each thread of ``tids`` in order of first appearance, with the mask of its entries (None: all of them)."""
-    first = tids[0] if tids else None
-    if tids.count(first) == len(tids):  # type: ignore[arg-type]
-        return [(first, None)] if tids else []
-    arr = np.array(tids, dtype=object)
-    return [(t, arr == t) for t in dict.fromkeys(tids)]
 
 
 
