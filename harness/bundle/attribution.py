@@ -58,7 +58,6 @@ from pydantic import BaseModel, Field
 
 from diageval.bundle import kineto as K
 from diageval.bundle.trace_ids import SHORT_GAP_US, IdTable, by_tid, merge_sorted, step_markers, tid_strings
-from diageval.bundle.trace_stream import correlations
 
 QUEUE_EMPTY_DELAY_US = 50.0
 """A device activity that starts within this of the call that queued it found the queue empty (launch latency is
@@ -244,22 +243,22 @@ class AttributionCollector:
         is_dev = code == _DEV
         if is_dev.any():
             put(self.dev, is_dev)
-            self.dev_corr.extend(correlations(w.select(is_dev).events))
+            self.dev_corr.extend(w.select(is_dev).correlations())
             put(self.noncomm, is_dev & ~table.flag(1)[ids])
             pageable = is_dev & table.flag(2)[ids]
             if pageable.any():
-                self.pageable.update(c for c in correlations(w.select(pageable).events) if c is not None)
+                self.pageable.update(c for c in w.select(pageable).correlations() if c is not None)
         put(self.block, code == _BLOCK)
         put(self.mem, code == _MEM)
         is_async = code == _ASYNC
         queuing = (code == _LAUNCH) | (code == _BLOCK) | is_async
         if queuing.any():
             sel = w.select(queuing)
-            self.call_ts.update(zip(correlations(sel.events), sel.ts.tolist()))
+            self.call_ts.update(zip(sel.correlations(), sel.ts.tolist()))
             self.call_ts.pop(None, None)
         if is_async.any():
             sel = w.select(is_async)
-            self.async_copies.extend(zip(sel.ts.tolist(), sel.dur.tolist(), correlations(sel.events)))
+            self.async_copies.extend(zip(sel.ts.tolist(), sel.dur.tolist(), sel.correlations()))
         host = (code == _OP) | (code == _ANNOT) | (code == _LAUNCH) | (code == _BLOCK) | (code == _MEM) | is_async
         if host.any():
             self.host_starts.frombytes(ts[host].tobytes())
