@@ -206,6 +206,12 @@ def _member(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> tuple[np.nda
     return inside, np.where(inside, k, -1)
 
 
+def _labels(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each of ``n`` segments' part and occurrence index (-1: none yet), as narrow as their values allow: a part is
+    one of ``PARTS``, an occurrence an interval among at most ``n + 1`` bounds."""
+    return np.full(n, -1, dtype=np.int8), np.full(n, -1, dtype=np.int32 if n < 2**31 - 2 else np.int64)
+
+
 class AttributionCollector:
     """Observer of one trace's read (``add_window``); ``attribute(windows)`` afterwards."""
 
@@ -224,7 +230,10 @@ class AttributionCollector:
         self.coll = (array("d"), array("d"))
         self.ops: dict[str, tuple[array, array]] = defaultdict(lambda: (array("d"), array("d")))
         self.host_starts = array("d")
-        self.host_ends = (array("d"), array("d"))  # every host event and the profiler's span: a host-only trace's span
+        # the earliest start and latest end of every host event and the profiler's span (a host-only trace's span),
+        # folded window by window (a min of mins is the min, NaN included): two numbers, not two columns per event
+        self.host_lo: Any = None
+        self.host_hi: Any = None
         self.steps: list[tuple[Any, Any, Any, str]] = []
 
     def add_window(self, w: Any) -> None:
@@ -262,7 +271,12 @@ class AttributionCollector:
         host = (code == _OP) | (code == _ANNOT) | (code == _LAUNCH) | (code == _BLOCK) | (code == _MEM) | is_async
         if host.any():
             self.host_starts.frombytes(ts[host].tobytes())
-        put(self.host_ends, host | (code == _SPAN))
+        spans = host | (code == _SPAN)
+        if spans.any():
+            t, d = ts[spans], dur[spans]
+            lo, hi = t.min(), (t + np.where(d > 0.0, d, 0.0)).max()
+            self.host_lo = lo if self.host_lo is None else np.minimum(self.host_lo, lo)
+            self.host_hi = hi if self.host_hi is None else np.maximum(self.host_hi, hi)
         put(self.data, ((code == _OP) | (code == _ANNOT)) & table.flag(2)[ids])
         put(self.coll, ((code == _OP) | (code == _ANNOT)) & table.flag(3)[ids])
         is_step = code == _STEP
@@ -315,10 +329,9 @@ class AttributionCollector:
         """One window over every host event and the profiler's own recording span: what a host-only trace without
         step markers is judged over (its whole recording: without a device there is no first kernel to start from,
         and a window started by hand around part of a step holds its input work before the model's first op)."""
-        if not len(self.host_ends[0]):
+        if self.host_lo is None:
             return []
-        ts, dur = np.frombuffer(self.host_ends[0]), np.frombuffer(self.host_ends[1])
-        lo, hi = float(ts.min()), float((ts + np.where(dur > 0.0, dur, 0.0)).max())
+        lo, hi = float(self.host_lo), float(self.host_hi)
         return [(None, lo, hi - lo)] if hi > lo else []
 
     def span(self) -> list[tuple[int | None, float, float]]:
@@ -373,8 +386,7 @@ class AttributionCollector:
         if len(dev_s):
             gap_len = dev_s[np.minimum(k + 1, len(dev_s) - 1)] - dev_e[np.maximum(k, 0)]
             short = has_prev & has_next & (gap_len <= SHORT_GAP_US)
-        part = np.full(len(mid), -1, dtype=np.int64)
-        occ = np.full(len(mid), -1, dtype=np.int64)
+        part, occ = _labels(len(mid))
         part[busy & computing] = PARTS.index("compute")
         part[busy & ~computing] = PARTS.index("communication")
         occ[busy] = dev_k[busy]
@@ -438,8 +450,7 @@ class AttributionCollector:
         seg_lo, seg_hi = b[:-1], b[1:]
         length = seg_hi - seg_lo
         mid = (seg_lo + seg_hi) / 2
-        part = np.full(len(mid), -1, dtype=np.int64)
-        occ = np.full(len(mid), -1, dtype=np.int64)
+        part, occ = _labels(len(mid))
         free = np.ones(len(mid), dtype=bool)
         for name in ("sync", "memory", "data wait", "collective"):
             inside, idx = _member(*sets[name], mid)
