@@ -219,8 +219,7 @@ class AttributionCollector:
         self.table = IdTable(_kind)
         self.dev = (array("d"), array("d"))
         self.noncomm = (array("d"), array("d"))
-        self.dev_corr: list[Any] = []
-        self.call_ts: dict[Any, float] = {}
+        self.queue = _QueueJoin()  # each device activity's correlation, each queuing call's correlation and start
         self.launch_ts: dict[str, array] = defaultdict(lambda: array("d"))
         self.block = (array("d"), array("d"))
         self.async_copies: list[tuple[float, float, Any]] = []
@@ -252,7 +251,7 @@ class AttributionCollector:
         is_dev = code == _DEV
         if is_dev.any():
             put(self.dev, is_dev)
-            self.dev_corr.extend(w.select(is_dev).correlations())
+            self.queue.add_devices(w.select(is_dev).correlations())
             put(self.noncomm, is_dev & ~table.flag(1)[ids])
             pageable = is_dev & table.flag(2)[ids]
             if pageable.any():
@@ -263,8 +262,7 @@ class AttributionCollector:
         queuing = (code == _LAUNCH) | (code == _BLOCK) | is_async
         if queuing.any():
             sel = w.select(queuing)
-            self.call_ts.update(zip(sel.correlations(), sel.ts.tolist()))
-            self.call_ts.pop(None, None)
+            self.queue.add_calls(sel.correlations(), sel.ts)
         if is_async.any():
             sel = w.select(is_async)
             self.async_copies.extend(zip(sel.ts.tolist(), sel.dur.tolist(), sel.correlations()))
@@ -540,9 +538,7 @@ class AttributionCollector:
         """Per merged device interval: its first activity was queued more than QUEUE_EMPTY_DELAY_US before it started
         (False where no call matches it)."""
         ts = np.frombuffer(self.dev[0]) if len(self.dev[0]) else np.zeros(0)
-        call = self.call_ts
-        delay = np.array([t - call[c] if c is not None and c in call else np.nan
-                          for t, c in zip(ts.tolist(), self.dev_corr)], dtype=np.float64)
+        delay = self.queue.delays(ts)
         order = np.argsort(ts, kind="stable")
         ts, delay = ts[order], delay[order]
         first = np.minimum(np.searchsorted(ts, dev_s), max(len(ts) - 1, 0))
@@ -568,6 +564,82 @@ class AttributionCollector:
             if tid == main or n.any():
                 idle.append((s[~dispatch], e[~dispatch]))
         return _union(launching), _union(idle)
+
+
+_NO_CORR = -(2**63)  # no correlation (None), in an int64 column
+
+
+def _int_column(values: list[Any]) -> array | None:
+    """``values`` (correlations) as an int64 column, None as ``_NO_CORR``; None where any is something else (not an
+    int, beyond int64, the marker itself)."""
+    if any(v.__class__ is not int and v is not None for v in values):
+        return None
+    try:
+        col = array("q", [_NO_CORR if v is None else v for v in values])
+    except OverflowError:
+        return None
+    return col if col.count(_NO_CORR) == values.count(None) else None
+
+
+class _QueueJoin:
+    """The launch-to-start delay of each device activity: its correlation matched to the latest queuing call with the
+    same one (a dict's ``update`` in file order, None never matched). Correlations are ints in every trace seen (a
+    kernel's and its launch's counter): they are kept as int64 columns (8 bytes each, not a Python int in a list and
+    a dict entry, ~100 bytes) and matched by sorting; the first value that is not an int turns the read to a list and
+    a dict of the values themselves, so that any JSON value matches as Python's equality does."""
+
+    def __init__(self) -> None:
+        self.dev = array("q")
+        self.call_corr = array("q")
+        self.call_ts = array("d")
+        self.generic: tuple[list[Any], dict[Any, float]] | None = None
+
+    def _to_generic(self) -> tuple[list[Any], dict[Any, float]]:
+        if self.generic is None:
+            def unpack(col: array) -> list[Any]:
+                return [None if c == _NO_CORR else c for c in col.tolist()]
+
+            calls = dict(zip(unpack(self.call_corr), self.call_ts.tolist()))
+            calls.pop(None, None)
+            self.generic = (unpack(self.dev), calls)
+            self.dev, self.call_corr, self.call_ts = array("q"), array("q"), array("d")
+        return self.generic
+
+    def add_devices(self, corrs: list[Any]) -> None:
+        col = None if self.generic is not None else _int_column(corrs)
+        if col is None:
+            self._to_generic()[0].extend(corrs)
+        else:
+            self.dev.extend(col)
+
+    def add_calls(self, corrs: list[Any], ts: np.ndarray) -> None:
+        col = None if self.generic is not None else _int_column(corrs)
+        if col is None:
+            calls = self._to_generic()[1]
+            calls.update(zip(corrs, ts.tolist()))
+            calls.pop(None, None)
+        else:
+            self.call_corr.extend(col)
+            self.call_ts.frombytes(ts.tobytes())
+
+    def delays(self, dev_ts: np.ndarray) -> np.ndarray:
+        """Per device activity (in the order added, starting at ``dev_ts``): its start less its call's (NaN: none)."""
+        if self.generic is not None:
+            dev, call = self.generic
+            return np.array([t - call[c] if c is not None and c in call else np.nan
+                             for t, c in zip(dev_ts.tolist(), dev)], dtype=np.float64)
+        corr = np.frombuffer(self.call_corr, dtype=np.int64) if len(self.call_corr) else np.zeros(0, dtype=np.int64)
+        at = np.frombuffer(self.call_ts, dtype=np.float64) if len(self.call_ts) else np.zeros(0)
+        order = np.argsort(corr, kind="stable")  # equal correlations in file order: the last of each run is the latest
+        corr, at = corr[order], at[order]
+        last = np.ones(len(corr), dtype=bool)
+        np.not_equal(corr[1:], corr[:-1], out=last[:-1])
+        keep = last & (corr != _NO_CORR)
+        corr, at = corr[keep], at[keep]
+        dev = np.frombuffer(self.dev, dtype=np.int64) if len(self.dev) else np.zeros(0, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(corr, dev), max(len(corr) - 1, 0))
+        found = (corr[pos] == dev) & (dev != _NO_CORR) if len(corr) else np.zeros(len(dev), dtype=bool)
+        return np.where(found, dev_ts - (at[pos] if len(at) else 0.0), np.nan)
 
 
 def _union(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
