@@ -40,7 +40,19 @@ occurrences (a compound-Poisson total: the square root of the sum of squared occ
 spread over units (the ratio estimator's), whichever is larger: a one-step trace of thousands of gaps is
 measured tightly, one long wait in one step is not.
 
-Size: (~600 lines) the collector's columns, the two splits (device and host-only: one vectorised sweep each over the
+Memory (issue 43): the collector keeps, per event of the kinds it reads, numbers in flat columns and no Python object:
+a device activity's start, duration and correlation (int64 where, as in every trace seen, correlations are ints;
+``_QueueJoin``) and, if not communication, its start and duration again; a queuing call's correlation and start; a
+launch's start and a CPU op's start and duration per thread; each host event's start (the units' event counts); the
+host states' intervals. The host span is folded as the windows stream in (two numbers). The rest is not folded per
+window because nothing about a unit is known until the read ends: the units are the caller's (steps measured after
+the read, or the span), device intervals, top-level ops and host states cross windows, and a kernel's launch may come
+anywhere in the file (Kineto writes host events before device ones). So the columns grow with the trace (about 16
+bytes per CPU op, 40 per device activity, 8-16 per runtime call and host event), not bounded; ``attribute`` then
+holds per segment (an interval between two instants where any part changes) its midpoint, length and labels (21
+bytes) and the tally's keys, its working arrays freed before the tally.
+
+Size: (~700 lines) the collector's columns, the two splits (device and host-only: one vectorised sweep each over the
 instants where any part changes, summed by one ``_tally``) and the shares with their errors are one unit: the parts
 are defined once, here, for ``trace stats`` and ``rules`` alike,
 and splitting them would spread one definition of a part over several modules.
