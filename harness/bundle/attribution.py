@@ -394,7 +394,9 @@ class AttributionCollector:
         queued &= has_next
         short = np.zeros(len(mid), dtype=bool)
         if len(dev_s):
-            short = has_prev & has_next & (dev_s[np.minimum(k + 1, len(dev_s) - 1)] - dev_e[np.maximum(k, 0)] <= SHORT_GAP_US)
+            gap_end, gap_start = dev_s[np.minimum(k + 1, len(dev_s) - 1)], dev_e[np.maximum(k, 0)]
+            short = has_prev & has_next & (gap_end - gap_start <= SHORT_GAP_US)
+            del gap_end, gap_start
         part, occ = _labels(len(mid))
         part[busy & computing] = PARTS.index("compute")
         part[busy & ~computing] = PARTS.index("communication")

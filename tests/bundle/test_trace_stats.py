@@ -171,8 +171,9 @@ def test_a_windows_correlations_are_decoded_once_for_every_collector(tmp_path, m
         att.add_window(timed)
     assert decoded and len(decoded) == len(set(decoded))
     # an event whose args one decode of the list cannot take (not an object) falls back alone, same values
+    args = [{"correlation": 4}, [1], {}, {"correlation": "x"}]
     events = [event_from_dict({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": i, "dur": 1,
-                               "args": args}) for i, args in enumerate([{"correlation": 4}, [1], {}, {"correlation": "x"}])]
+                               "args": a}) for i, a in enumerate(args)]
     timed, _ = timed_window(events, Names())
     some = timed.select(np.array([False, True, True, True]))
     assert some.correlations() == [None, None, "x"]
