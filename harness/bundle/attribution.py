@@ -40,7 +40,19 @@ occurrences (a compound-Poisson total: the square root of the sum of squared occ
 spread over units (the ratio estimator's), whichever is larger: a one-step trace of thousands of gaps is
 measured tightly, one long wait in one step is not.
 
-Size: (~600 lines) the collector's columns, the two splits (device and host-only: one vectorised sweep each over the
+Memory (issue 43): the collector keeps, per event of the kinds it reads, numbers in flat columns and no Python object:
+a device activity's start, duration and correlation (int64 where, as in every trace seen, correlations are ints;
+``_QueueJoin``) and, if not communication, its start and duration again; a queuing call's correlation and start; a
+launch's start and a CPU op's start and duration per thread; each host event's start (the units' event counts); the
+host states' intervals. The host span is folded as the windows stream in (two numbers). The rest is not folded per
+window because nothing about a unit is known until the read ends: the units are the caller's (steps measured after
+the read, or the span), device intervals, top-level ops and host states cross windows, and a kernel's launch may come
+anywhere in the file (Kineto writes host events before device ones). So the columns grow with the trace (about 16
+bytes per CPU op, 40 per device activity, 8-16 per runtime call and host event), not bounded; ``attribute`` then
+holds per segment (an interval between two instants where any part changes) its midpoint, length and labels (21
+bytes) and the tally's keys, its working arrays freed before the tally.
+
+Size: (~700 lines) the collector's columns, the two splits (device and host-only: one vectorised sweep each over the
 instants where any part changes, summed by one ``_tally``) and the shares with their errors are one unit: the parts
 are defined once, here, for ``trace stats`` and ``rules`` alike,
 and splitting them would spread one definition of a part over several modules.
@@ -57,8 +69,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from diageval.bundle import kineto as K
-from diageval.bundle.trace_ids import SHORT_GAP_US, IdTable, merge_sorted, step_markers, tid_strings
-from diageval.bundle.trace_stream import correlations
+from diageval.bundle.trace_ids import SHORT_GAP_US, IdTable, by_tid, merge_sorted, step_markers, tid_strings
 
 QUEUE_EMPTY_DELAY_US = 50.0
 """A device activity that starts within this of the call that queued it found the queue empty (launch latency is
@@ -207,6 +218,12 @@ def _member(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> tuple[np.nda
     return inside, np.where(inside, k, -1)
 
 
+def _labels(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each of ``n`` segments' part and occurrence index (-1: none yet), as narrow as their values allow: a part is
+    one of ``PARTS``, an occurrence an interval among at most ``n + 1`` bounds."""
+    return np.full(n, -1, dtype=np.int8), np.full(n, -1, dtype=np.int32 if n < 2**31 - 2 else np.int64)
+
+
 class AttributionCollector:
     """Observer of one trace's read (``add_window``); ``attribute(windows)`` afterwards."""
 
@@ -214,8 +231,7 @@ class AttributionCollector:
         self.table = IdTable(_kind)
         self.dev = (array("d"), array("d"))
         self.noncomm = (array("d"), array("d"))
-        self.dev_corr: list[Any] = []
-        self.call_ts: dict[Any, float] = {}
+        self.queue = _QueueJoin()  # each device activity's correlation, each queuing call's correlation and start
         self.launch_ts: dict[str, array] = defaultdict(lambda: array("d"))
         self.block = (array("d"), array("d"))
         self.async_copies: list[tuple[float, float, Any]] = []
@@ -225,7 +241,10 @@ class AttributionCollector:
         self.coll = (array("d"), array("d"))
         self.ops: dict[str, tuple[array, array]] = defaultdict(lambda: (array("d"), array("d")))
         self.host_starts = array("d")
-        self.host_ends = (array("d"), array("d"))  # every host event and the profiler's span: a host-only trace's span
+        # the earliest start and latest end of every host event and the profiler's span (a host-only trace's span),
+        # folded window by window (a min of mins is the min, NaN included): two numbers, not two columns per event
+        self.host_lo: Any = None
+        self.host_hi: Any = None
         self.steps: list[tuple[Any, Any, Any, str]] = []
 
     def add_window(self, w: Any) -> None:
@@ -244,26 +263,30 @@ class AttributionCollector:
         is_dev = code == _DEV
         if is_dev.any():
             put(self.dev, is_dev)
-            self.dev_corr.extend(correlations(w.select(is_dev).events))
+            self.queue.add_devices(w.select(is_dev).correlations())
             put(self.noncomm, is_dev & ~table.flag(1)[ids])
             pageable = is_dev & table.flag(2)[ids]
             if pageable.any():
-                self.pageable.update(c for c in correlations(w.select(pageable).events) if c is not None)
+                self.pageable.update(c for c in w.select(pageable).correlations() if c is not None)
         put(self.block, code == _BLOCK)
         put(self.mem, code == _MEM)
         is_async = code == _ASYNC
         queuing = (code == _LAUNCH) | (code == _BLOCK) | is_async
         if queuing.any():
             sel = w.select(queuing)
-            self.call_ts.update(zip(correlations(sel.events), sel.ts.tolist()))
-            self.call_ts.pop(None, None)
+            self.queue.add_calls(sel.correlations(), sel.ts)
         if is_async.any():
             sel = w.select(is_async)
-            self.async_copies.extend(zip(sel.ts.tolist(), sel.dur.tolist(), correlations(sel.events)))
+            self.async_copies.extend(zip(sel.ts.tolist(), sel.dur.tolist(), sel.correlations()))
         host = (code == _OP) | (code == _ANNOT) | (code == _LAUNCH) | (code == _BLOCK) | (code == _MEM) | is_async
         if host.any():
             self.host_starts.frombytes(ts[host].tobytes())
-        put(self.host_ends, host | (code == _SPAN))
+        spans = host | (code == _SPAN)
+        if spans.any():
+            t, d = ts[spans], dur[spans]
+            lo, hi = t.min(), (t + np.where(d > 0.0, d, 0.0)).max()
+            self.host_lo = lo if self.host_lo is None else np.minimum(self.host_lo, lo)
+            self.host_hi = hi if self.host_hi is None else np.maximum(self.host_hi, hi)
         put(self.data, ((code == _OP) | (code == _ANNOT)) & table.flag(2)[ids])
         put(self.coll, ((code == _OP) | (code == _ANNOT)) & table.flag(3)[ids])
         is_step = code == _STEP
@@ -274,15 +297,14 @@ class AttributionCollector:
             if not mask.any():
                 continue
             sel = w.select(mask)
-            tids = tid_strings(sel.events)
-            for tid in dict.fromkeys(tids):
-                m = np.array([t == tid for t in tids], dtype=bool)
+            for tid, m in by_tid(tid_strings(sel.events)):
+                ts_m = sel.ts if m is None else sel.ts[m]
                 if target is None:
-                    self.launch_ts[tid].frombytes(sel.ts[m].tobytes())
+                    self.launch_ts[tid].frombytes(ts_m.tobytes())
                 else:
                     cols = target[tid]
-                    cols[0].frombytes(sel.ts[m].tobytes())
-                    cols[1].frombytes(sel.dur[m].tobytes())
+                    cols[0].frombytes(ts_m.tobytes())
+                    cols[1].frombytes((sel.dur if m is None else sel.dur[m]).tobytes())
 
     def main_tid(self) -> str | None:
         """The thread that drives the loop: the one with the most step markers, else the most launches."""
@@ -317,10 +339,9 @@ class AttributionCollector:
         """One window over every host event and the profiler's own recording span: what a host-only trace without
         step markers is judged over (its whole recording: without a device there is no first kernel to start from,
         and a window started by hand around part of a step holds its input work before the model's first op)."""
-        if not len(self.host_ends[0]):
+        if self.host_lo is None:
             return []
-        ts, dur = np.frombuffer(self.host_ends[0]), np.frombuffer(self.host_ends[1])
-        lo, hi = float(ts.min()), float((ts + np.where(dur > 0.0, dur, 0.0)).max())
+        lo, hi = float(self.host_lo), float(self.host_hi)
         return [(None, lo, hi - lo)] if hi > lo else []
 
     def span(self) -> list[tuple[int | None, float, float]]:
@@ -373,10 +394,10 @@ class AttributionCollector:
         queued &= has_next
         short = np.zeros(len(mid), dtype=bool)
         if len(dev_s):
-            gap_len = dev_s[np.minimum(k + 1, len(dev_s) - 1)] - dev_e[np.maximum(k, 0)]
-            short = has_prev & has_next & (gap_len <= SHORT_GAP_US)
-        part = np.full(len(mid), -1, dtype=np.int64)
-        occ = np.full(len(mid), -1, dtype=np.int64)
+            gap_end, gap_start = dev_s[np.minimum(k + 1, len(dev_s) - 1)], dev_e[np.maximum(k, 0)]
+            short = has_prev & has_next & (gap_end - gap_start <= SHORT_GAP_US)
+            del gap_end, gap_start
+        part, occ = _labels(len(mid))
         part[busy & computing] = PARTS.index("compute")
         part[busy & ~computing] = PARTS.index("communication")
         occ[busy] = dev_k[busy]
@@ -412,7 +433,10 @@ class AttributionCollector:
         part[before] = PARTS.index("input work")
         part[free] = PARTS.index("untraced")
         occ[free] = k[free] + 1
-
+        # the split's working arrays go before the tally makes its own (about 60 bytes a segment: 40 MB of the
+        # 661,253 segments of the 453 MB trace); the tally needs only the segments and their labels
+        del b, seg_lo, seg_hi, busy, dev_k, computing, _, k, has_prev, has_next, queued, short, idle, free, hit, inside
+        del idx, in_launch, u, before, bounds, sets
         return self._tally(windows, mid, length, part, occ)
 
     def _attribute_host(self, windows: list[tuple[int | None, float, float]],
@@ -440,8 +464,7 @@ class AttributionCollector:
         seg_lo, seg_hi = b[:-1], b[1:]
         length = seg_hi - seg_lo
         mid = (seg_lo + seg_hi) / 2
-        part = np.full(len(mid), -1, dtype=np.int64)
-        occ = np.full(len(mid), -1, dtype=np.int64)
+        part, occ = _labels(len(mid))
         free = np.ones(len(mid), dtype=bool)
         for name in ("sync", "memory", "data wait", "collective"):
             inside, idx = _member(*sets[name], mid)
@@ -478,6 +501,9 @@ class AttributionCollector:
         part[free] = PARTS.index("untraced")
         gaps = part >= PARTS.index("launch")
         occ[gaps] = k[gaps] + 1
+        # as in ``attribute``: the working arrays go before the tally makes its own
+        del b, seg_lo, seg_hi, free, inside, idx, hit, in_op, op_k, k, has_prev, has_next, gap_len, u, before, short
+        del gaps, bounds
         return self._tally(windows, mid, length, part, occ)
 
     def _tally(self, windows: list[tuple[int | None, float, float]], mid: np.ndarray, length: np.ndarray,
@@ -493,44 +519,45 @@ class AttributionCollector:
         key = (unit * len(PARTS) + part_k) * width + occ_k
         keys, inverse = np.unique(key, return_inverse=True)
         sums = np.bincount(inverse, weights=length)
-        out = [UnitAttribution(number=n, start_us=lo, dur_us=d, parts={p: PartTime() for p in PARTS})
-               for n, lo, d in windows]
-        merged: dict[tuple[int, int], float] = defaultdict(float)  # (part, occurrence) -> time over every unit
-        for kk, total in zip(keys.tolist(), sums.tolist()):
-            u, rest = divmod(kk, len(PARTS) * width)
-            pt = out[u].parts[PARTS[rest // width]]
-            pt.us += total
-            pt.occurrences += 1
-            pt.sq_us2 += total * total
-            merged[divmod(rest, width)] += total
-        occurrences = {p: PartTime() for p in PARTS}
-        for (p, _), total in sorted(merged.items()):
-            pt = occurrences[PARTS[p]]
-            pt.us += total
-            pt.occurrences += 1
-            pt.sq_us2 += total * total
+        # per (unit, part) and per part over units: numpy sums whose bincounts add in the keys' sorted order, the
+        # order one Python loop over the keys would (byte-identical figures), and one pydantic row each at the end
+        n_parts = len(PARTS)
+        unit_part, occ_of = np.divmod(keys, width)
+        up_keys, up_at = np.unique(unit_part, return_inverse=True)
+        up_us = np.bincount(up_at, weights=sums)
+        up_sq = np.bincount(up_at, weights=sums * sums)
+        up_n = np.bincount(up_at)
+        # one occurrence over every unit: (part, occurrence) summed over units in unit order, then per part in
+        # occurrence order (an occurrence cut by a unit's edge counts once)
+        po_keys, po_at = np.unique(unit_part % n_parts * width + occ_of, return_inverse=True)
+        po_us = np.bincount(po_at, weights=sums)
+        p_of = po_keys // width
+        occ_us = np.bincount(p_of, weights=po_us, minlength=n_parts)
+        occ_sq = np.bincount(p_of, weights=po_us * po_us, minlength=n_parts)
+        occ_n = np.bincount(p_of, minlength=n_parts)
+        rows: list[dict[str, PartTime]] = [{} for _ in windows]
+        unit_of, part_of = (a.tolist() for a in np.divmod(up_keys, n_parts))
+        for u, p, us, n, sq in zip(unit_of, part_of, up_us.tolist(), up_n.tolist(), up_sq.tolist()):
+            rows[u][PARTS[p]] = PartTime(us=round(us, 3), occurrences=n, sq_us2=round(sq, 3))
+        out = [UnitAttribution(number=n, start_us=lo, dur_us=d,
+                               parts={p: row.get(p) or PartTime() for p in PARTS})
+               for (n, lo, d), row in zip(windows, rows)]
+        occurrences = {p: PartTime(us=round(us, 3), occurrences=n, sq_us2=round(sq, 3))
+                       for p, us, n, sq in zip(PARTS, occ_us.tolist(), occ_n.tolist(), occ_sq.tolist())}
         kernel_starts = np.sort(np.frombuffer(self.dev[0])) if len(self.dev[0]) else np.zeros(0)
         host_starts = np.sort(np.frombuffer(self.host_starts)) if len(self.host_starts) else np.zeros(0)
-        for u, ua in enumerate(out):
+        # a unit's parts cover it whole (segments are cut at its edges); rounding aside, they sum to its time
+        for ua in out:
             lo, hi = ua.start_us, ua.start_us + ua.dur_us
             ua.kernels = int(np.searchsorted(kernel_starts, hi) - np.searchsorted(kernel_starts, lo))
             ua.host_events = int(np.searchsorted(host_starts, hi) - np.searchsorted(host_starts, lo))
-            # a unit's parts cover it whole (segments are cut at its edges); rounding aside, they sum to its time
-            for pt in ua.parts.values():
-                pt.us = round(pt.us, 3)
-                pt.sq_us2 = round(pt.sq_us2, 3)
-        for pt in occurrences.values():
-            pt.us = round(pt.us, 3)
-            pt.sq_us2 = round(pt.sq_us2, 3)
         return Attribution(units=out, occurrences=occurrences)
 
     def _queued_after(self, dev_s: np.ndarray) -> np.ndarray:
         """Per merged device interval: its first activity was queued more than QUEUE_EMPTY_DELAY_US before it started
         (False where no call matches it)."""
         ts = np.frombuffer(self.dev[0]) if len(self.dev[0]) else np.zeros(0)
-        call = self.call_ts
-        delay = np.array([t - call[c] if c is not None and c in call else np.nan
-                          for t, c in zip(ts.tolist(), self.dev_corr)], dtype=np.float64)
+        delay = self.queue.delays(ts)
         order = np.argsort(ts, kind="stable")
         ts, delay = ts[order], delay[order]
         first = np.minimum(np.searchsorted(ts, dev_s), max(len(ts) - 1, 0))
@@ -556,6 +583,82 @@ class AttributionCollector:
             if tid == main or n.any():
                 idle.append((s[~dispatch], e[~dispatch]))
         return _union(launching), _union(idle)
+
+
+_NO_CORR = -(2**63)  # no correlation (None), in an int64 column
+
+
+def _int_column(values: list[Any]) -> array | None:
+    """``values`` (correlations) as an int64 column, None as ``_NO_CORR``; None where any is something else (not an
+    int, beyond int64, the marker itself)."""
+    if any(v.__class__ is not int and v is not None for v in values):
+        return None
+    try:
+        col = array("q", [_NO_CORR if v is None else v for v in values])
+    except OverflowError:
+        return None
+    return col if col.count(_NO_CORR) == values.count(None) else None
+
+
+class _QueueJoin:
+    """The launch-to-start delay of each device activity: its correlation matched to the latest queuing call with the
+    same one (a dict's ``update`` in file order, None never matched). Correlations are ints in every trace seen (a
+    kernel's and its launch's counter): they are kept as int64 columns (8 bytes each, not a Python int in a list and
+    a dict entry, ~100 bytes) and matched by sorting; the first value that is not an int turns the read to a list and
+    a dict of the values themselves, so that any JSON value matches as Python's equality does."""
+
+    def __init__(self) -> None:
+        self.dev = array("q")
+        self.call_corr = array("q")
+        self.call_ts = array("d")
+        self.generic: tuple[list[Any], dict[Any, float]] | None = None
+
+    def _to_generic(self) -> tuple[list[Any], dict[Any, float]]:
+        if self.generic is None:
+            def unpack(col: array) -> list[Any]:
+                return [None if c == _NO_CORR else c for c in col.tolist()]
+
+            calls = dict(zip(unpack(self.call_corr), self.call_ts.tolist()))
+            calls.pop(None, None)
+            self.generic = (unpack(self.dev), calls)
+            self.dev, self.call_corr, self.call_ts = array("q"), array("q"), array("d")
+        return self.generic
+
+    def add_devices(self, corrs: list[Any]) -> None:
+        col = None if self.generic is not None else _int_column(corrs)
+        if col is None:
+            self._to_generic()[0].extend(corrs)
+        else:
+            self.dev.extend(col)
+
+    def add_calls(self, corrs: list[Any], ts: np.ndarray) -> None:
+        col = None if self.generic is not None else _int_column(corrs)
+        if col is None:
+            calls = self._to_generic()[1]
+            calls.update(zip(corrs, ts.tolist()))
+            calls.pop(None, None)
+        else:
+            self.call_corr.extend(col)
+            self.call_ts.frombytes(ts.tobytes())
+
+    def delays(self, dev_ts: np.ndarray) -> np.ndarray:
+        """Per device activity (in the order added, starting at ``dev_ts``): its start less its call's (NaN: none)."""
+        if self.generic is not None:
+            dev, call = self.generic
+            return np.array([t - call[c] if c is not None and c in call else np.nan
+                             for t, c in zip(dev_ts.tolist(), dev)], dtype=np.float64)
+        corr = np.frombuffer(self.call_corr, dtype=np.int64) if len(self.call_corr) else np.zeros(0, dtype=np.int64)
+        at = np.frombuffer(self.call_ts, dtype=np.float64) if len(self.call_ts) else np.zeros(0)
+        order = np.argsort(corr, kind="stable")  # equal correlations in file order: the last of each run is the latest
+        corr, at = corr[order], at[order]
+        last = np.ones(len(corr), dtype=bool)
+        np.not_equal(corr[1:], corr[:-1], out=last[:-1])
+        keep = last & (corr != _NO_CORR)
+        corr, at = corr[keep], at[keep]
+        dev = np.frombuffer(self.dev, dtype=np.int64) if len(self.dev) else np.zeros(0, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(corr, dev), max(len(corr) - 1, 0))
+        found = (corr[pos] == dev) & (dev != _NO_CORR) if len(corr) else np.zeros(len(dev), dtype=bool)
+        return np.where(found, dev_ts - (at[pos] if len(at) else 0.0), np.nan)
 
 
 def _union(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:

@@ -48,7 +48,8 @@ from pydantic import BaseModel, Field
 from diageval.bundle import kineto as K
 from diageval.bundle.trace_defects import DefectObserver, clock_disagreement
 from diageval.bundle.attribution import AttributionCollector, TimeShare, share_rows
-from diageval.bundle.trace_ids import GAP_BINS_US, SHORT_GAP_US, IdTable, merge_sorted, step_markers, tid_strings
+from diageval.bundle.trace_ids import (GAP_BINS_US, SHORT_GAP_US, IdTable, by_tid, merge_sorted, step_markers,
+                                       tid_strings)
 from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, correlations, iter_trace_windows
 
 
@@ -374,13 +375,16 @@ class TimedWindow:
     events only when asked (most selections are read through their columns alone): a read makes several selections a
     window, per collector."""
 
-    __slots__ = ("_events", "_base", "_idx", "ts", "dur", "ids", "names", "_span")
+    __slots__ = ("_events", "_base", "_idx", "ts", "dur", "ids", "names", "_span", "_corr")
 
     def __init__(self, events: list[TraceEvent] | None, ts: np.ndarray, dur: np.ndarray, ids: np.ndarray,
-                 names: Names, base: list[TraceEvent] | None = None, idx: np.ndarray | None = None):
+                 names: Names, base: list[TraceEvent] | None = None, idx: np.ndarray | None = None,
+                 corr: list[Any] | None = None):
         self._events, self.ts, self.dur, self.ids, self.names = events, ts, dur, ids, names
         self._base, self._idx = base, idx  # without ``events``: they are ``base`` at ``idx``
         self._span: tuple[float, float] | None = None
+        # the window's decoded correlations, shared by its selections: [values, decoded?] per event of the base
+        self._corr = corr if corr is not None else [None, None]
 
     @property
     def events(self) -> list[TraceEvent]:
@@ -411,7 +415,27 @@ class TimedWindow:
             base, at = self._base, self._idx[idx]  # type: ignore[index]
         else:
             base, at = self._events, idx
-        return TimedWindow(None, self.ts[idx], self.dur[idx], self.ids[idx], self.names, base, at)
+        return TimedWindow(None, self.ts[idx], self.dur[idx], self.ids[idx], self.names, base, at, self._corr)
+
+    def correlations(self) -> list[Any]:
+        """``correlations(self.events)``, each event's decoded once per window whichever collector asks first (the
+        stats collector and the time attribution read the same kernels' and calls'); an event's value does not
+        depend on which others are decoded with it (``trace_stream.correlations``)."""
+        base, at = (self._events, None) if self._base is None else (self._base, self._idx)
+        if not base:
+            return []
+        holder = self._corr
+        if holder[0] is None:
+            holder[0], holder[1] = np.empty(len(base), dtype=object), np.zeros(len(base), dtype=bool)
+        values, known = holder
+        if at is None:
+            at = np.arange(len(base))
+        need = at[~known[at]]
+        if len(need):
+            decoded = correlations(_pick(base, need))
+            values[need] = np.fromiter(decoded, dtype=object, count=len(decoded))
+            known[need] = True
+        return values[at].tolist()
 
 
 def _pick(events: list[TraceEvent], idx: np.ndarray) -> list[TraceEvent]:
@@ -470,15 +494,6 @@ def tid_set(events: Iterable[TraceEvent]) -> set[str]:
 
 
 _TID = attrgetter("tid")
-
-
-def by_tid(tids: list[str]) -> list[tuple[str, np.ndarray | None]]:
-    """Each thread of ``tids`` in order of first appearance, with the mask of its entries (None: all of them)."""
-    first = tids[0] if tids else None
-    if tids.count(first) == len(tids):  # type: ignore[arg-type]
-        return [(first, None)] if tids else []
-    arr = np.array(tids, dtype=object)
-    return [(t, arr == t) for t in dict.fromkeys(tids)]
 
 
 
@@ -578,14 +593,14 @@ class StatsCollector:
             join = self.join
             if join is not None:
                 joined = w.select((is_dev | is_rt) & table.flag(2)[ids])
-                join.feed((table.kind[joined.ids] == _DEVICE).tolist(), joined.ts.tolist(), correlations(joined.events))
+                join.feed((table.kind[joined.ids] == _DEVICE).tolist(), joined.ts.tolist(), joined.correlations())
         else:
             if n_dev:
                 if keep is not None:
                     lo, hi = keep.lo - keep.margin, keep.hi + keep.margin
                     is_dev = is_dev & (ts < hi) & (w.ends() > lo)
                 dev = w.select(is_dev)
-                corrs = correlations(dev.events)
+                corrs = dev.correlations()
                 c.dev_ts.frombytes(dev.ts.tobytes())
                 c.dev_dur.frombytes(dev.dur.tobytes())
                 kinds = table.kinds
@@ -603,7 +618,7 @@ class StatsCollector:
                 launch = w.select(is_rt & (rt_sub == _LAUNCH))
                 if len(launch):
                     c.launch_starts.frombytes(launch.ts.tobytes())
-                    c.launch_ts.update(zip(correlations(launch.events), [ev.ts for ev in launch.events]))
+                    c.launch_ts.update(zip(launch.correlations(), [ev.ts for ev in launch.events]))
                     c.launch_ts.pop(None, None)
                 allocs = is_rt & (rt_sub == _ALLOC)
                 if np.count_nonzero(allocs):
@@ -612,7 +627,7 @@ class StatsCollector:
                 if len(calls):
                     kinds = table.kinds
                     c.calls.extend((kinds[i][1], ev.ts, ev.dur, corr) for i, ev, corr
-                                   in zip(calls.ids.tolist(), calls.events, correlations(calls.events)))
+                                   in zip(calls.ids.tolist(), calls.events, calls.correlations()))
         is_step = code == _STEP
         if np.count_nonzero(is_step) and keep is None:  # a slice's steps are the caller's
             c.steps.extend(step_markers(w, table.kinds, is_step))

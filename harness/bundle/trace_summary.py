@@ -96,8 +96,8 @@ of ``StatsCollector`` keep Python objects from the windows (a correlation int pe
 launch dict; a tuple per call). A host column the two shared and correlations held as int64 arrays would save ~40 MB
 of allocations at 1 GB (tracemalloc of the 25.8 MB trace after its read, scaled), against the 65 MB by which the
 one-read peak passes 200 MB: not shown to be enough. And for ``rules`` it would not be the bound: its time attribution (``attribution.py``, an observer of these reads) keeps
-columns of its own outside this budget, so ``rules`` peaks at 294 MB on the 453 MB trace and 553 MB on the 1 GB one
-(``--real-shapes``); bounding those comes first."""
+columns of its own outside this budget, so ``rules`` peaks at 191 MB on the 453 MB trace and 328 MB on the 1 GB one
+(``--real-shapes`` at 87f0ecc; 294 and 553 MB before issue 43's compact columns); bounding those comes first."""
 
 
 class EventObserver(Protocol):

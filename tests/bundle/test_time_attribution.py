@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
+import random
 from pathlib import Path
 
+import numpy as np
 from gpu_traces import STEP_US, gpu_trace
 
-from diageval.bundle.attribution import PARTS, AttributionCollector, share_rows
+from diageval.bundle.attribution import PARTS, AttributionCollector, _QueueJoin, share_rows
 from diageval.bundle.trace_stats import Names, timed_window, trace_stats
 from diageval.bundle.trace_stats_table import format_table
 from diageval.bundle.trace_stream import StreamState, iter_trace_windows
@@ -171,3 +174,38 @@ def test_a_cpu_step_s_end_is_not_dispatch_when_the_next_step_follows_closely(tmp
     for u in att.units:
         parts = {p: round(v.us) for p, v in u.parts.items()}
         assert parts["launch"] == 19 * 10 and parts["untraced"] == 10 + 100 and parts["input work"] == 100
+
+
+def _dict_delays(devices, calls):
+    """The launch-to-start delays as a dict of every call (the latest per correlation) would give them."""
+    last = {}
+    for corr, ts in calls:
+        last[corr] = ts
+    last.pop(None, None)
+    return [t - last[c] if c is not None and c in last else math.nan for c, t in devices]
+
+
+def test_queue_delays_match_each_activity_to_its_latest_call():
+    """The delays ``_QueueJoin`` keeps in int64 columns are those of a dict of the calls (a repeated correlation: the
+    latest call; None never matches); a correlation that is not an int turns it to the values themselves, matched as
+    Python's equality does (1.0 is 1)."""
+    rng = random.Random(7)
+    cases = [
+        [(rng.choice([None, *range(40)]), rng.uniform(0, 1e6)) for _ in range(300)],
+        [(c, float(i)) for i, c in enumerate([3, 1, None, 2**63 - 1, 3])],
+        [(c, float(i)) for i, c in enumerate([3, "x", 1.0, True, None])],
+    ]
+    for calls in cases:
+        for generic_after in (None, 1):  # int columns throughout, or an odd value arriving after the first window
+            devices = [(c, t + 100.0) for c, t in calls] + [(7, 5.0), (None, 6.0), (1, 7.0)]
+            join = _QueueJoin()
+            join.add_calls([c for c, _ in calls[:150]], np.array([t for _, t in calls[:150]]))
+            join.add_devices([c for c, _ in devices[:2]])
+            if generic_after:
+                join.add_devices(["odd"])
+                devices = devices[:2] + [("odd", 1.0)] + devices[2:]
+            join.add_devices([c for c, _ in devices[2 + bool(generic_after):]])
+            join.add_calls([c for c, _ in calls[150:]], np.array([t for _, t in calls[150:]]))
+            got = join.delays(np.array([t for _, t in devices]))
+            want = np.array(_dict_delays(devices, calls))
+            assert np.array_equal(got, want, equal_nan=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from gpu_traces import STEP_US, gpu_trace
@@ -146,3 +147,34 @@ def test_the_table_is_the_same_under_any_hash_seed(tmp_path):
     assert len(tables) == 1
     assert [line.split("tid ")[1].split(":")[0] for line in tables.pop().splitlines()] == [
         "worker-a", "worker-b", "worker-c", "worker-d"]
+
+
+def test_a_windows_correlations_are_decoded_once_for_every_collector(tmp_path, monkeypatch):
+    """The stats collector and the time attribution read the same kernels' and calls' correlations: each event's is
+    decoded once per window, whichever collector asks first, and a selection's values are each event's own."""
+    from diageval.bundle import attribution, trace_stats as ts
+    from diageval.bundle.trace_stream import StreamState, correlations, event_from_dict, iter_trace_windows
+
+    decoded: list[int] = []
+
+    def counting(events):
+        decoded.extend(id(ev) for ev in events)
+        return correlations(events)
+
+    monkeypatch.setattr(ts, "correlations", counting)
+    monkeypatch.setattr(attribution, "correlations", counting, raising=False)  # where the attribution decoded its own
+    path = gpu_trace(tmp_path / "r.json.gz", steps=2, pageable_block_us=2_000.0, comm_us=500.0)
+    stats, att, names = ts.StatsCollector(), attribution.AttributionCollector(), Names()
+    for window in iter_trace_windows(path, StreamState()):
+        timed, names = timed_window(window, names)
+        stats.add_window(timed)
+        att.add_window(timed)
+    assert decoded and len(decoded) == len(set(decoded))
+    # an event whose args one decode of the list cannot take (not an object) falls back alone, same values
+    args = [{"correlation": 4}, [1], {}, {"correlation": "x"}]
+    events = [event_from_dict({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": i, "dur": 1,
+                               "args": a}) for i, a in enumerate(args)]
+    timed, _ = timed_window(events, Names())
+    some = timed.select(np.array([False, True, True, True]))
+    assert some.correlations() == [None, None, "x"]
+    assert timed.correlations() == [ev.correlation() for ev in events] == [4, None, None, "x"]
