@@ -21,8 +21,6 @@ so the median over the calls of a rank's end minus the first rank's end is its c
 
 from __future__ import annotations
 
-from collections import Counter
-
 from pydantic import BaseModel
 
 from diageval.bundle.trace_summary import StepSummary, union_length
@@ -34,6 +32,7 @@ from diageval.diagnosers.rules.stats import (
     lower_edge,
     median,
     median_standard_error,
+    persistent_rank,
     persistent_segment,
 )
 from diageval.diagnosis import Finding
@@ -130,23 +129,18 @@ def _step_range(ev: RunEvidence, table: list[StepCollectives], seg: tuple[int, i
 
 def judge_straggler(table: list[StepCollectives], ev: RunEvidence) -> list[Finding]:
     """One rank persistently late, and its own work (not its data wait) explains the lateness."""
-    if len(table) < 3:
+    found = persistent_rank(
+        table,
+        lambda row: row.late_rank,
+        lambda row, rank: row.late_rank == rank
+        and row.skew_us >= max(lower_edge(T.SKEW_SHARE) * row.step_us, T.LATENCY_ALLOWANCE_US),
+        lambda row: row.skew_us / row.step_us,
+        T.SKEW_SHARE,
+    )
+    if found is None:
         return []
-    late = Counter(row.late_rank for row in table)
-    rank, _ = late.most_common(1)[0]
-    flags = [
-        row.late_rank == rank and row.skew_us >= max(lower_edge(T.SKEW_SHARE) * row.step_us, T.LATENCY_ALLOWANCE_US)
-        for row in table
-    ]
-    seg = persistent_segment(flags)
-    if seg is None:
-        return []
+    rank, seg, flags, skew_share, confidence = found.rank, found.seg, found.flags, found.share, found.confidence
     rows = table[seg[0] : seg[1]]
-    skew_shares = [row.skew_us / row.step_us for row in rows]
-    skew_share = median(skew_shares)
-    confidence = graded_confidence(skew_share, T.SKEW_SHARE, median_standard_error(skew_shares))
-    if not claimable(confidence):
-        return []
 
     def extra(row: StepCollectives, of: dict[int, float]) -> float:
         """The late rank's value minus its peers' median, in one step."""

@@ -21,6 +21,8 @@ Either is a cause when the device idle under its calls reaches its cut (``SYNC_I
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pydantic import BaseModel
 
 from diageval.bundle.trace_summary import StepSummary
@@ -135,49 +137,52 @@ def _step_range(hit: list[SyncRow]) -> tuple[int, int] | None:
     return (min(a for a, _ in ranges), max(b for _, b in ranges)) if ranges else None
 
 
-def judge_host_sync(rows: list[SyncRow], ev: RunEvidence) -> list[Finding]:
-    hit, confidence = _blocked(rows, T.SYNC_IDLE_SHARE)
+def _blocking_finding(
+    rows: list[SyncRow], ev: RunEvidence, cut: float, category: str, summary: Callable[[list[SyncRow], float], str]
+) -> list[Finding]:
+    """The one finding host sync and allocator churn each make: the ranks whose device idles while the host blocks
+    (over ``cut`` of the step), the median such share as impact; ``summary`` words it from the ranks hit and that
+    share."""
+    hit, confidence = _blocked(rows, cut)
     if not hit:
         return []
     share = median([r.median_share for r in hit])
+    return [
+        Finding(
+            category=category,
+            confidence=confidence,
+            ranks=[r.rank for r in hit],
+            steps=_step_range(hit),
+            impact=round(min(1.0, share), 3),
+            summary=summary(hit, share),
+            evidence=[_evidence(r, ev) for r in hit],
+        )
+    ]
+
+
+def _host_sync_summary(hit: list[SyncRow], share: float) -> str:
     top_kind = max(
         {k for r in hit for k in r.by_kind}, key=lambda k: sum(r.by_kind.get(k, (0, 0, 0))[2] for r in hit)
     )
-    return [
-        Finding(
-            category="host.device_sync",
-            confidence=confidence,
-            ranks=[r.rank for r in hit],
-            steps=_step_range(hit),
-            impact=round(min(1.0, share), 3),
-            summary=(
-                f"the host blocks in {WHAT.get(top_kind, top_kind)} every step while the device idles"
-                f" ({share:.0%} of the step)"
-            ),
-            evidence=[_evidence(r, ev) for r in hit],
-        )
-    ]
+    return (
+        f"the host blocks in {WHAT.get(top_kind, top_kind)} every step while the device idles"
+        f" ({share:.0%} of the step)"
+    )
+
+
+def judge_host_sync(rows: list[SyncRow], ev: RunEvidence) -> list[Finding]:
+    return _blocking_finding(rows, ev, T.SYNC_IDLE_SHARE, "host.device_sync", _host_sync_summary)
+
+
+def _churn_summary(hit: list[SyncRow], share: float) -> str:
+    calls = median([r.by_kind.get("free", (0, 0, 0))[0] for r in hit])
+    allocs = median([r.median_allocations for r in hit])
+    return (
+        f"memory goes back to the driver and is requested again every step: {calls:.0f} cudaFree/hipFree"
+        f" and {allocs:.0f} raw allocations per step, and the device idles while the host frees"
+        f" ({share:.0%} of the step)"
+    )
 
 
 def judge_allocator_churn(rows: list[SyncRow], ev: RunEvidence) -> list[Finding]:
-    hit, confidence = _blocked(rows, T.CHURN_IDLE_SHARE)
-    if not hit:
-        return []
-    share = median([r.median_share for r in hit])
-    calls = median([r.by_kind.get("free", (0, 0, 0))[0] for r in hit])
-    allocs = median([r.median_allocations for r in hit])
-    return [
-        Finding(
-            category="memory.allocator_churn",
-            confidence=confidence,
-            ranks=[r.rank for r in hit],
-            steps=_step_range(hit),
-            impact=round(min(1.0, share), 3),
-            summary=(
-                f"memory goes back to the driver and is requested again every step: {calls:.0f} cudaFree/hipFree"
-                f" and {allocs:.0f} raw allocations per step, and the device idles while the host frees"
-                f" ({share:.0%} of the step)"
-            ),
-            evidence=[_evidence(r, ev) for r in hit],
-        )
-    ]
+    return _blocking_finding(rows, ev, T.CHURN_IDLE_SHARE, "memory.allocator_churn", _churn_summary)

@@ -21,20 +21,11 @@ extra compute time; then the straggler claim is a misreading of the imbalance an
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 from pydantic import BaseModel
 
 from diageval.diagnosers.rules import thresholds as T
 from diageval.diagnosers.rules.inputs import RunEvidence
-from diageval.diagnosers.rules.stats import (
-    claimable,
-    graded_confidence,
-    lower_edge,
-    median,
-    median_standard_error,
-    persistent_segment,
-)
+from diageval.diagnosers.rules.stats import lower_edge, median, persistent_rank
 from diageval.diagnosers.rules.work import RankStepWork, op_work  # noqa: F401 (op_work: the analyser's measure)
 from diageval.diagnosis import Finding
 
@@ -83,23 +74,14 @@ def _flagged(row: ImbalanceRow, rank: int) -> bool:
 
 
 def judge_load_imbalance(table: list[ImbalanceRow], ev: RunEvidence) -> list[Finding]:
-    if len(table) < 3:
+    found = persistent_rank(
+        table, lambda row: row.heavy_rank, _flagged, lambda row: row.extra_us / row.step_us, T.SKEW_SHARE
+    )
+    if found is None:
         return []
-    counts: dict[int, int] = defaultdict(int)
-    for row in table:
-        counts[row.heavy_rank] += 1
-    rank = max(counts, key=lambda r: counts[r])
-    flags = [_flagged(row, rank) for row in table]
-    seg = persistent_segment(flags)
-    if seg is None:
-        return []
+    rank, seg, flags, share, confidence = found.rank, found.seg, found.flags, found.share, found.confidence
     rows = table[seg[0]:seg[1]]
-    shares = [row.extra_us / row.step_us for row in rows]
-    share = median(shares)
     excess = median([row.excess for row in rows])
-    confidence = graded_confidence(share, T.SKEW_SHARE, median_standard_error(shares))
-    if not claimable(confidence):
-        return []
     start = ev.training_step(rank, rows[0].number)
     stop = ev.training_step(rank, rows[-1].number) + 1
     extra_ms = median([row.extra_us for row in rows]) / 1e3

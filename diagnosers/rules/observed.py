@@ -6,6 +6,8 @@ The rules diagnoser reports these as ``kind: symptom`` observations next to its 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pydantic import BaseModel
 
 from diageval.diagnosers.rules import thresholds as T
@@ -57,56 +59,52 @@ def observe_symptoms(ev: RunEvidence, kind: str = "symptom") -> list[Finding]:
     """Findings for every symptom the evidence shows, with the numbers behind each."""
     out: list[Finding] = []
     shares = measure_shares(ev)
-    long_coll = [r for r in shares if r.collective_share >= T.LONG_COLLECTIVE_SHARE]
-    if long_coll:
-        top = max(long_coll, key=lambda r: r.collective_share)
-        out.append(
-            Finding(
-                category="symptom.long_collective",
-                kind=kind,
-                confidence=0.6,
-                ranks=[r.rank for r in long_coll],
-                impact=round(min(1.0, top.collective_share), 3),
-                summary=f"collectives take {top.collective_share:.0%} of the step on rank {top.rank}",
-                evidence=[
-                    f"{ev.trace_file(r.rank)}: {'exposed communication' if r.on_device else 'inside collectives'}"
-                    f" {r.collective_share:.0%} of the median step"
-                    for r in long_coll
-                ],
+    # Each per-rank symptom: (category, confidence, the ranks showing it, the rank the summary names,
+    # impact from that rank, the summary, one evidence line a rank).
+    on_ranks: list[tuple[str, float, list[RankShares], Callable, Callable, Callable, Callable]] = [
+        (
+            "symptom.long_collective", 0.6,
+            [r for r in shares if r.collective_share >= T.LONG_COLLECTIVE_SHARE],
+            lambda hit: max(hit, key=lambda r: r.collective_share),
+            lambda top: top.collective_share,
+            lambda top: f"collectives take {top.collective_share:.0%} of the step on rank {top.rank}",
+            lambda r: f"{ev.trace_file(r.rank)}: {'exposed communication' if r.on_device else 'inside collectives'}"
+            f" {r.collective_share:.0%} of the median step",
+        ),
+        (
+            "symptom.low_utilization", 0.6,
+            [r for r in shares if r.busy_share < T.LOW_UTILIZATION_BUSY],
+            lambda hit: min(hit, key=lambda r: r.busy_share),
+            lambda low: 1.0 - low.busy_share,
+            lambda low: f"{'the device is' if low.on_device else 'the training thread runs ops'} busy only"
+            f" {low.busy_share:.0%} of the step on rank {low.rank}",
+            lambda r: f"{ev.trace_file(r.rank)}: busy {r.busy_share:.0%} of the median step",
+        ),
+        (
+            "symptom.slow_step", 0.55,
+            [r for r in shares if r.waiting_share >= T.SLOW_STEP_WAITING_SHARE],
+            lambda hit: max(hit, key=lambda r: r.waiting_share),
+            lambda worst: worst.waiting_share,
+            lambda worst: f"{worst.waiting_share:.0%} of the median step is spent waiting, not working, on rank"
+            f" {worst.rank}",
+            lambda r: f"{ev.trace_file(r.rank)}: median step {r.median_step_us / 1e3:.2f} ms,"
+            f" {r.waiting_share:.0%} of it waiting",
+        ),
+    ]
+    for category, confidence, hit, pick, impact, summary, evidence in on_ranks:
+        if hit:
+            named = pick(hit)
+            out.append(
+                Finding(
+                    category=category,
+                    kind=kind,
+                    confidence=confidence,
+                    ranks=[r.rank for r in hit],
+                    impact=round(min(1.0, impact(named)), 3),
+                    summary=summary(named),
+                    evidence=[evidence(r) for r in hit],
+                )
             )
-        )
-    idle = [r for r in shares if r.busy_share < T.LOW_UTILIZATION_BUSY]
-    if idle:
-        low = min(idle, key=lambda r: r.busy_share)
-        what = "the device is" if low.on_device else "the training thread runs ops"
-        out.append(
-            Finding(
-                category="symptom.low_utilization",
-                kind=kind,
-                confidence=0.6,
-                ranks=[r.rank for r in idle],
-                impact=round(min(1.0, 1.0 - low.busy_share), 3),
-                summary=f"{what} busy only {low.busy_share:.0%} of the step on rank {low.rank}",
-                evidence=[f"{ev.trace_file(r.rank)}: busy {r.busy_share:.0%} of the median step" for r in idle],
-            )
-        )
-    slow = [r for r in shares if r.waiting_share >= T.SLOW_STEP_WAITING_SHARE]
-    if slow:
-        worst = max(slow, key=lambda r: r.waiting_share)
-        out.append(
-            Finding(
-                category="symptom.slow_step",
-                kind=kind,
-                confidence=0.55,
-                ranks=[r.rank for r in slow],
-                impact=round(min(1.0, worst.waiting_share), 3),
-                summary=f"{worst.waiting_share:.0%} of the median step is spent waiting, not working, on rank {worst.rank}",
-                evidence=[
-                    f"{ev.trace_file(r.rank)}: median step {r.median_step_us / 1e3:.2f} ms, {r.waiting_share:.0%} of it waiting"
-                    for r in slow
-                ],
-            )
-        )
     spikes = measure_spikes(ev)
     if spikes and spikes.spikes:
         impact = sum(spikes.excess_us.values()) / spikes.total_us

@@ -1,9 +1,13 @@
-"""Small robust statistics the analysers share (plain functions over lists of floats)."""
+"""Small robust statistics the analysers share (plain functions over lists of floats), and
+:func:`persistent_rank`, the one-rank-on-most-steps test the straggler and load-imbalance judges share."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
 
 from diageval.diagnosers.rules import thresholds as T
 
@@ -116,3 +120,43 @@ def min_block(n_steps: int) -> int:
     another process can slow one rank for a few steps); a trace of fewer than 5 steps cannot show it.
     """
     return max(5, math.ceil(0.3 * n_steps))
+
+
+Row = TypeVar("Row")
+
+
+@dataclass(frozen=True)
+class PersistentRank:
+    """One rank singled out on a persistent segment of steps (see :func:`persistent_rank`)."""
+
+    rank: int
+    seg: tuple[int, int]  # the steps' rows [seg[0], seg[1])
+    flags: list[bool]  # per row: flagged for ``rank``
+    share: float  # median share over the segment
+    confidence: float
+
+
+def persistent_rank(
+    table: Sequence[Row],
+    rank_of: Callable[[Row], int],
+    flagged: Callable[[Row, int], bool],
+    share_of: Callable[[Row], float],
+    cut: float,
+) -> PersistentRank | None:
+    """The rank ``rank_of`` names on the most rows (the first seen on a tie), when ``flagged`` marks it on a
+    :func:`persistent_segment` and the median ``share_of`` the segment's rows clears ``cut`` claimably
+    (:func:`graded_confidence` with the median's standard error). None under 3 rows, as no segment can persist."""
+    if len(table) < 3:
+        return None
+    counts = Counter(rank_of(row) for row in table)
+    rank = max(counts, key=lambda r: counts[r])
+    flags = [flagged(row, rank) for row in table]
+    seg = persistent_segment(flags)
+    if seg is None:
+        return None
+    shares = [share_of(row) for row in table[seg[0] : seg[1]]]
+    share = median(shares)
+    confidence = graded_confidence(share, cut, median_standard_error(shares))
+    if not claimable(confidence):
+        return None
+    return PersistentRank(rank=rank, seg=seg, flags=flags, share=share, confidence=confidence)

@@ -154,15 +154,20 @@ def test_traces_are_gzip_level_1_plain_json(healthy_bundle: EvidenceBundle):
     assert "recording-test-case" not in raw.decode()
 
 
-def test_single_rank_case_records(tmp_path: Path):
+def _record_one_rank(dest: Path, case_id: str, workload: str, steps: int, trace_steps: int, device: str) -> EvidenceBundle:
+    """A healthy one-rank case of ``workload`` recorded on ``device`` into ``dest``, opened."""
     from diageval.recording.record import record_case
 
     case = Case.model_validate({
-        "id": "one-rank", "title": "t", "labels": {"expect": "healthy"},
-        "workload": {"name": "convnet_allreduce", "world_size": 1, "steps": 4, "params": {"trace_steps": 2}},
+        "id": case_id, "title": "t", "labels": {"expect": "healthy"},
+        "workload": {"name": workload, "world_size": 1, "steps": steps, "params": {"trace_steps": trace_steps}},
     })
-    record_case(case, tmp_path / "b", device="cpu")
-    b = EvidenceBundle.open(tmp_path / "b")
+    record_case(case, dest, device=device)
+    return EvidenceBundle.open(dest)
+
+
+def test_single_rank_case_records(tmp_path: Path):
+    b = _record_one_rank(tmp_path / "b", "one-rank", "convnet_allreduce", steps=4, trace_steps=2, device="cpu")
     assert sorted(b.trace_paths()) == [0] and b.world_size == 1 and len(b.steps()) == 4
 
 
@@ -224,14 +229,7 @@ def _cuda_devices() -> int:
 @pytest.mark.gpu
 @pytest.mark.skipif(_cuda_devices() < 1, reason="needs a CUDA device")
 def test_cuda_single_rank_records_with_nccl_and_gpu_events(tmp_path: Path):
-    from diageval.recording.record import record_case
-
-    case = Case.model_validate({
-        "id": "gpu-one-rank", "title": "t", "labels": {"expect": "healthy"},
-        "workload": {"name": "mlp_ddp", "world_size": 1, "steps": 6, "params": {"trace_steps": 3}},
-    })
-    record_case(case, tmp_path / "b", device="cuda")
-    b = EvidenceBundle.open(tmp_path / "b")
+    b = _record_one_rank(tmp_path / "b", "gpu-one-rank", "mlp_ddp", steps=6, trace_steps=3, device="cuda")
     assert (b.env.device, b.env.backend) == ("cuda", "nccl") and b.env.gpu_name
     events = b.load_trace(0)["traceEvents"]
     assert any(e.get("cat") == "kernel" for e in events)
