@@ -82,7 +82,7 @@ def test_diagnose_prints_findings_or_a_clear_error(tmp_path, cases_dir):
 
 def test_run_prints_the_headline_and_resumes(tmp_path, cases_dir, monkeypatch):
     fake = FakeEvidence(tmp_path / "bundles")  # the run prepares with prepare_evidence (the --data in its policy): stand in
-    monkeypatch.setattr("diageval.recording.prepare.prepare_evidence", fake)
+    monkeypatch.setattr("diageval.run.pipeline.prepare_evidence", fake)  # the name the pipeline holds (from the face)
     args = ["run", "-d", "oracle", "--cases", str(cases_dir), "--out", str(tmp_path / "runs"), "--timeout", "30"]
     out = CliRunner().invoke(main, args)
     assert out.exit_code == 0, out.output
