@@ -62,14 +62,29 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22): with the pid, what tells
+    a process from a later one the kernel gave the same pid (32768 pids wrap on a busy CI machine)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
 def _kill_and_check(proc: subprocess.Popen, tree: set[int]) -> None:
+    started = {pid: _start_time(pid) for pid in tree}
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
+
+    def survivors() -> list[int]:  # the same processes (pid and start time), not a pid the kernel gave out again
+        return [p for p in tree if _alive(p) and started[p] is not None and _start_time(p) == started[p]]
+
     # the kernel kills a box with its PID 1; PR_SET_PDEATHSIG does the rest: give it a moment, no more
     deadline = time.monotonic() + 15
-    while [p for p in tree if _alive(p)] and time.monotonic() < deadline:
+    while survivors() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert [p for p in tree if _alive(p)] == [], "processes outlived the killed command"
+    left = {p: _read(f"/proc/{p}/cmdline").replace(b"\0", b" ")[:200] for p in survivors()}
+    assert not left, f"processes outlived the killed command: {left}"
 
 
 def _stale_boxes(pid: int) -> list[Path]:
