@@ -110,6 +110,9 @@ HOST_WHAT = {
     "untraced": "the main thread is outside every op in a longer gap inside or after the model's work",
 }
 HOST_OCCURRENCE = {**OCCURRENCE, "compute": "ops", "launch": "gaps", "input work": "gaps", "untraced": "gaps"}
+HOST_STATES = ("sync", "memory", "data wait", "collective")
+"""The host states an instant is claimed by first, in this order, on both tables (a device-idle instant on a GPU trace;
+any instant on a host-only one)."""
 COLLECTIVE_PREFIXES = (K.GLOO_COLLECTIVE_PREFIX, "nccl:", "c10d::", "record_param_comms")
 
 # what one (category, name) pair is to this collector
@@ -216,6 +219,52 @@ def _member(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> tuple[np.nda
     k = np.searchsorted(starts, t, side="right") - 1
     inside = (k >= 0) & (ends[np.maximum(k, 0)] > t)
     return inside, np.where(inside, k, -1)
+
+
+def _segments(windows: list[tuple[int | None, float, float]],
+              edges: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The elementary segments the units' span is cut into by every unit boundary and every interval edge in
+    ``edges`` (each a host state's or device activity's starts or ends): their midpoints and lengths, or None when
+    fewer than two boundaries fall inside the span. Within a segment nothing starts or ends, so its midpoint's part
+    is the whole segment's (the GPU and the host-only split both label segments by their midpoints)."""
+    lo_all = windows[0][1]
+    hi_all = max(w[1] + w[2] for w in windows)
+    b = np.unique(np.concatenate([np.array([w[1] for w in windows] + [w[1] + w[2] for w in windows]), *edges]))
+    b = b[(b >= lo_all) & (b <= hi_all)]
+    if len(b) < 2:
+        return None
+    seg_lo, seg_hi = b[:-1], b[1:]
+    return (seg_lo + seg_hi) / 2, seg_hi - seg_lo
+
+
+def _unit_first(windows: list[tuple[int | None, float, float]], starts: np.ndarray,
+                mid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each segment (its midpoint in ``mid``): when its unit's first activity starts (the first of the sorted
+    ``starts`` inside the unit; the unit's end when none is), and when its unit ends."""
+    w_lo = np.array([w[1] for w in windows])
+    w_hi = np.array([w[1] + w[2] for w in windows])
+    first = starts[np.minimum(np.searchsorted(starts, w_lo), len(starts) - 1)] if len(starts) else w_hi
+    first = np.where((first >= w_lo) & (first < w_hi), first, w_hi)
+    u = np.maximum(np.searchsorted(w_lo, mid, side="right") - 1, 0)
+    return first[u], w_hi[u]
+
+
+def _claim(part: np.ndarray, occ: np.ndarray, free: np.ndarray, name: str,
+           membership: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Label as part ``name`` the segments still unlabeled (``free``) that ``membership`` (:func:`_member`: inside,
+    interval index) puts inside an interval, that interval their occurrence; take them out of ``free`` (in place) and
+    return them."""
+    inside, idx = membership
+    hit = free & inside
+    part[hit] = PARTS.index(name)
+    occ[hit] = idx[hit]
+    free &= ~hit
+    return hit
+
+
+def _untallied(windows: list[tuple[int | None, float, float]]) -> Attribution:
+    """The units with nothing split (no boundary inside their span)."""
+    return Attribution(units=[UnitAttribution(number=n, start_us=lo, dur_us=d) for n, lo, d in windows])
 
 
 def _labels(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -373,18 +422,10 @@ class AttributionCollector:
         sets["launch ops"] = launching
         sets["cpu work"] = idle_ops
 
-        lo_all = windows[0][1]
-        hi_all = max(w[1] + w[2] for w in windows)
-        bounds = [np.array([w[1] for w in windows] + [w[1] + w[2] for w in windows])]
-        for s, e in [(dev_s, dev_e), noncomm, *sets.values()]:
-            bounds += [s, e]
-        b = np.unique(np.concatenate(bounds))
-        b = b[(b >= lo_all) & (b <= hi_all)]
-        if len(b) < 2:
-            return Attribution(units=[UnitAttribution(number=n, start_us=lo, dur_us=d) for n, lo, d in windows])
-        seg_lo, seg_hi = b[:-1], b[1:]
-        length = seg_hi - seg_lo
-        mid = (seg_lo + seg_hi) / 2
+        segments = _segments(windows, [dev_s, dev_e, *noncomm, *(edge for se in sets.values() for edge in se)])
+        if segments is None:
+            return _untallied(windows)
+        mid, length = segments
         busy, dev_k = _member(dev_s, dev_e, mid)
         computing, _ = _member(*noncomm, mid)
         # the device gap an idle instant lies in: between device interval k and k+1 (k = -1 before the first)
@@ -403,12 +444,8 @@ class AttributionCollector:
         occ[busy] = dev_k[busy]
         idle = ~busy
         free = idle.copy()
-        for name in ("sync", "memory", "data wait", "collective"):
-            inside, idx = _member(*sets[name], mid)
-            hit = free & inside
-            part[hit] = PARTS.index(name)
-            occ[hit] = idx[hit]
-            free &= ~hit
+        for name in HOST_STATES:
+            _claim(part, occ, free, name, _member(*sets[name], mid))
         hit = free & queued
         part[hit] = PARTS.index("queued")
         occ[hit] = k[hit] + 1
@@ -418,25 +455,17 @@ class AttributionCollector:
         part[hit] = PARTS.index("launch")
         occ[hit] = k[hit] + 1
         free &= ~hit
-        inside, idx = _member(*sets["cpu work"], mid)
-        hit = free & inside
-        part[hit] = PARTS.index("cpu work")
-        occ[hit] = idx[hit]
-        free &= ~hit
+        hit = _claim(part, occ, free, "cpu work", _member(*sets["cpu work"], mid))
         # before its unit's first device activity, CPU work is the step's input being made
-        w_lo = np.array([w[1] for w in windows])
-        w_hi = np.array([w[1] + w[2] for w in windows])
-        first = dev_s[np.minimum(np.searchsorted(dev_s, w_lo), len(dev_s) - 1)] if len(dev_s) else w_hi
-        first = np.where((first >= w_lo) & (first < w_hi), first, w_hi)
-        u = np.maximum(np.searchsorted(w_lo, mid, side="right") - 1, 0)
-        before = hit & (mid < first[u])
+        first, _ = _unit_first(windows, dev_s, mid)
+        before = hit & (mid < first)
         part[before] = PARTS.index("input work")
         part[free] = PARTS.index("untraced")
         occ[free] = k[free] + 1
         # the split's working arrays go before the tally makes its own (about 60 bytes a segment: 40 MB of the
         # 661,253 segments of the 453 MB trace); the tally needs only the segments and their labels
-        del b, seg_lo, seg_hi, busy, dev_k, computing, _, k, has_prev, has_next, queued, short, idle, free, hit, inside
-        del idx, in_launch, u, before, bounds, sets
+        del busy, dev_k, computing, _, k, has_prev, has_next, queued, short, idle, free, hit, in_launch, first, before
+        del sets
         return self._tally(windows, mid, length, part, occ)
 
     def _attribute_host(self, windows: list[tuple[int | None, float, float]],
@@ -452,49 +481,29 @@ class AttributionCollector:
         the ops, the intervals of each host state, the gaps."""
         main = self.main_tid()
         ops_s, ops_e = _top_level(*self.ops[main]) if main in self.ops else (np.zeros(0), np.zeros(0))
-        lo_all = windows[0][1]
-        hi_all = max(w[1] + w[2] for w in windows)
-        bounds = [np.array([w[1] for w in windows] + [w[1] + w[2] for w in windows]), ops_s, ops_e]
-        for name in ("sync", "memory", "data wait", "collective"):
-            bounds += list(sets[name])
-        b = np.unique(np.concatenate(bounds))
-        b = b[(b >= lo_all) & (b <= hi_all)]
-        if len(b) < 2:
-            return Attribution(units=[UnitAttribution(number=n, start_us=lo, dur_us=d) for n, lo, d in windows])
-        seg_lo, seg_hi = b[:-1], b[1:]
-        length = seg_hi - seg_lo
-        mid = (seg_lo + seg_hi) / 2
+        segments = _segments(windows, [ops_s, ops_e, *(edge for name in HOST_STATES for edge in sets[name])])
+        if segments is None:
+            return _untallied(windows)
+        mid, length = segments
         part, occ = _labels(len(mid))
         free = np.ones(len(mid), dtype=bool)
-        for name in ("sync", "memory", "data wait", "collective"):
-            inside, idx = _member(*sets[name], mid)
-            hit = free & inside
-            part[hit] = PARTS.index(name)
-            occ[hit] = idx[hit]
-            free &= ~hit
-        in_op, op_k = _member(ops_s, ops_e, mid)
-        hit = free & in_op
-        part[hit] = PARTS.index("compute")
-        occ[hit] = op_k[hit]
-        free &= ~hit
+        for name in HOST_STATES:
+            _claim(part, occ, free, name, _member(*sets[name], mid))
+        _claim(part, occ, free, "compute", _member(ops_s, ops_e, mid))
         # the gap an instant outside every op lies in: after op k, before op k + 1 (k = -1 before the first)
         k = np.searchsorted(ops_s, mid, side="right") - 1
         has_prev, has_next = k >= 0, k + 1 < len(ops_s)
         gap_len = np.full(len(mid), np.inf)
         if len(ops_s):
             gap_len = ops_s[np.minimum(k + 1, len(ops_s) - 1)] - ops_e[np.maximum(k, 0)]
-        w_lo = np.array([w[1] for w in windows])
-        w_hi = np.array([w[1] + w[2] for w in windows])
-        first = ops_s[np.minimum(np.searchsorted(ops_s, w_lo), len(ops_s) - 1)] if len(ops_s) else w_hi
-        first = np.where((first >= w_lo) & (first < w_hi), first, w_hi)
-        u = np.maximum(np.searchsorted(w_lo, mid, side="right") - 1, 0)
-        before = free & (mid < first[u])
+        first, unit_end = _unit_first(windows, ops_s, mid)
+        before = free & (mid < first)
         part[before] = PARTS.index("input work")
         free &= ~before
         # between two ops of the same unit: the stretch after a step's last op is not dispatch between the model's ops,
         # even where the next step's first op follows within SHORT_GAP_US (it is the step's end: untraced)
         if len(ops_s):
-            has_next &= ops_s[np.minimum(k + 1, len(ops_s) - 1)] < w_hi[u]
+            has_next &= ops_s[np.minimum(k + 1, len(ops_s) - 1)] < unit_end
         short = free & has_prev & has_next & (gap_len <= SHORT_GAP_US)
         part[short] = PARTS.index("launch")
         free &= ~short
@@ -502,8 +511,7 @@ class AttributionCollector:
         gaps = part >= PARTS.index("launch")
         occ[gaps] = k[gaps] + 1
         # as in ``attribute``: the working arrays go before the tally makes its own
-        del b, seg_lo, seg_hi, free, inside, idx, hit, in_op, op_k, k, has_prev, has_next, gap_len, u, before, short
-        del gaps, bounds
+        del free, k, has_prev, has_next, gap_len, first, unit_end, before, short, gaps
         return self._tally(windows, mid, length, part, occ)
 
     def _tally(self, windows: list[tuple[int | None, float, float]], mid: np.ndarray, length: np.ndarray,
