@@ -76,7 +76,7 @@ means, the twin's spreads and the within-recording lift; split, the other checks
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -380,16 +380,11 @@ def label_support(case: Case, injected: Recordings, healthy: Recordings) -> list
     if not injected or not healthy:
         raise ValueError(f"case {case.id}: label support needs the case's and its twin's recordings "
                          f"(got {len(injected)} and {len(healthy)})")
-    skipped = {i: needs_check(case, c) for i, c in enumerate(case.labels.causes)}
-    needed = any(why is None for why in skipped.values())
+    needed = _any_checked(case)
     case_steps = read_recordings(injected) if needed else []
     twin_steps = read_recordings(healthy) if needed else []
     steps = case.workload.steps if case.workload is not None else 0
-    return [cause_support(c, steps, case_steps, twin_steps) if skipped[i] is None else
-            CauseSupport(category=c.category, ranks=c.ranks, measure=None, checked=False, supported=True,
-                         detail=f"not checked: {skipped[i]}")
-            for i, c in enumerate(case.labels.causes)]
-
+    return _each_cause(case, lambda c: cause_support(c, steps, case_steps, twin_steps))
 
 
 def shown_support(case: Case, shown: Path | RecordingSteps, twins: Recordings) -> list[CauseSupport]:
@@ -404,23 +399,31 @@ def shown_support(case: Case, shown: Path | RecordingSteps, twins: Recordings) -
     not checked here either: measured on the cached corpus (85 verified public job cases), the four such causes this
     would have refused were inline-input decode cases whose wait is on the main thread, which the data-wait share
     does not see (0% in case and twin alike), not shown recordings without the cause."""
-    skipped = [needs_check(case, c) for c in case.labels.causes]
-    if all(why is not None for why in skipped):
-        return [CauseSupport(category=c.category, ranks=c.ranks, measure=None, checked=False, supported=True,
-                             detail=f"not checked: {why}") for c, why in zip(case.labels.causes, skipped)]
-    (steps,), twin_steps = read_recordings([shown]), read_recordings(twins)  # type: ignore[list-item]
+    needed = _any_checked(case)
+    in_case = read_recordings([shown])[0] if needed else None  # type: ignore[list-item]
+    twin_steps = read_recordings(twins) if needed else []
     steps_total = case.workload.steps if case.workload is not None else 0
-    out = []
-    for c, why in zip(case.labels.causes, skipped):
-        if why is not None:
-            out.append(CauseSupport(category=c.category, ranks=c.ranks, measure=None, checked=False, supported=True,
-                                    detail=f"not checked: {why}"))
-            continue
+
+    def check(c: CauseLabel) -> CauseSupport:
         step_range = c.steps if c.steps is not None else (0, steps_total)
-        in_shown = steps.means(step_range)
-        out.append(_check_means(c, step_range, [in_shown] if in_shown else [],
-                                [m for m in (t.means(step_range) for t in twin_steps) if m]))
-    return out
+        in_shown = in_case.means(step_range)
+        return _check_means(c, step_range, [in_shown] if in_shown else [],
+                            [m for m in (t.means(step_range) for t in twin_steps) if m])
+
+    return _each_cause(case, check)
+
+
+def _any_checked(case: Case) -> bool:
+    """Whether any labeled cause of ``case`` is checked here (:func:`needs_check`): else no trace need be read."""
+    return any(needs_check(case, c) is None for c in case.labels.causes)
+
+
+def _each_cause(case: Case, check: Callable[[CauseLabel], CauseSupport]) -> list[CauseSupport]:
+    """``check`` of every labeled cause :func:`needs_check` leaves here; the others say why they are not checked."""
+    return [check(c) if (why := needs_check(case, c)) is None else
+            CauseSupport(category=c.category, ranks=c.ranks, measure=None, checked=False, supported=True,
+                         detail=f"not checked: {why}")
+            for c in case.labels.causes]
 
 
 CONTROL_PATTERNS = ("compute.straggler_rank",)
