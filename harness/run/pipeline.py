@@ -375,7 +375,7 @@ class _Pipeline:
 
     def _prepare(self, loaded: LoadedCase, evidence_fn: EvidenceFn | None) -> "_Ready | CaseEnd":
         """The case's evidence (recording's face), then cut to the run's tier; or how the case ends there."""
-        evidence = prepare_case(loaded, self.recording, prepare=evidence_fn)
+        evidence = prepare_case(loaded, self.recording, prepare=evidence_fn or prepare_evidence)
         if isinstance(evidence, CaseEnd):
             return evidence
         bundle_dir, facts = evidence.bundle_dir, evidence.facts
@@ -452,7 +452,7 @@ class _Pipeline:
         forced = self.recording.model_copy(update={"force": True})
         for loaded in self.damaged:
             start = time.perf_counter()
-            again = prepare_case(loaded, forced, prepare=evidence_fn)
+            again = prepare_case(loaded, forced, prepare=evidence_fn or prepare_evidence)
             failed = isinstance(again, CaseEnd) and again.status != "invalid"  # invalid: recorded, judged so again
             status = again.error if failed else "recorded again"
             self.show.step("re-record", 1, 1, loaded.case.id, status, time.perf_counter() - start)

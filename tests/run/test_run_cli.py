@@ -90,6 +90,7 @@ def test_run_prints_the_headline_and_resumes(tmp_path, cases_dir, monkeypatch):
     # the oracle: the headline's top; two perfect cases cannot pin the interval's lower end (the small-sample floor)
     assert re.search(r"^  skill +1\.00 \[-?\d+\.\d\d, 1\.00\] n=2$", out.output, re.M)
     assert "diagnose [2/2]" in out.stderr
+    assert sorted(fake.calls) == ["mlp-ddp-healthy", "starved-loader-mlp"]  # not the home's cached recordings
     run_dirs = list((tmp_path / "runs").iterdir())
     assert len(run_dirs) == 1 and run_dirs[0].name.startswith("oracle-")
     again = CliRunner().invoke(main, args)
