@@ -19,28 +19,38 @@ def corpus_bundles() -> dict[str, Path]:
     """
     from diageval.cases.load import load_case_set
     from diageval.paths import bundle_cache_dir
-    from diageval.recording.cache import ensure_bundle
+    from diageval.recording import record_cases
 
     cache = bundle_cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
-    bundles = {}
+    ids = [lc.case.id for lc in load_case_set().cases
+           if lc.case.recorded is None and lc.case.requires.device != "cuda" and lc.case.evidence_kind != "recorded"]
     # pytest-xdist workers each build this fixture: one records, the others wait and then find the cache full
-    # (two recordings of one key would replace each other's folder under a reader)
+    # (two recordings of one key would replace each other's folder under a reader). record_cases records what
+    # `diageval run` shows (a job case's drawn variant, recording/draw.py), so after CI's board runs nothing is
+    # recorded here; the undrawn cases it once recorded were 122 new recordings, ~175 s of CI's test phase
     with open(cache / ".corpus-fixture.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        for lc in load_case_set().cases:
-            case = lc.case
-            if case.recorded is not None or case.requires.device == "cuda" or case.evidence_kind == "recorded":
-                continue
-            if case.fleet is not None:  # a regression or fleet: its members, shared, and the fleet bundle
-                from diageval.recording.fleet import ensure_fleet_bundle
+        return {case_id: folder for case_id, folder, _ in record_cases(ids, device="cpu", cache_dir=cache)}
 
-                _, folder, _ = ensure_fleet_bundle(case, "cpu", cache_dir=cache)
-            else:
-                _, folder, _ = ensure_bundle(case, "cpu", repeat=0, cache_dir=cache)
-            bundles[case.id] = folder
-    return bundles
 
+
+@pytest.fixture(scope="session")
+def shown_rank(corpus_bundles):
+    """``shown_rank(case_id, r)``: the rank a corpus bundle holds what the case file names rank ``r`` (a job case is
+    recorded as a drawn variant of itself, its ranks permuted: recording/draw.py); ``r`` for a case not drawn."""
+    from diageval.cases.load import load_case_set
+    from diageval.paths import bundle_cache_dir
+    from diageval.recording.draw import recording_draw
+
+    cases = {lc.case.id: lc.case for lc in load_case_set().cases}
+    cache = bundle_cache_dir()
+
+    def shown(case_id: str, r: int) -> int:
+        draw = recording_draw(cases[case_id], cache)
+        return r if draw is None else draw.rank(r)
+
+    return shown
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """The modules that hold a ``slow`` test run first, each module's tests kept together (its module fixtures,

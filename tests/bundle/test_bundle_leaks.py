@@ -115,18 +115,20 @@ def test_every_corpus_bundle_is_intact(corpus_bundles: dict[str, Path]):
             assert {s.rank for s in b.steps()} == set(range(b.world_size)), case_id
 
 
-def test_abstain_cases_lack_the_evidence_they_should(corpus_bundles: dict[str, Path]):
+def test_abstain_cases_lack_the_evidence_they_should(corpus_bundles: dict[str, Path], shown_rank):
     import json
 
     from diageval.bundle.model import EvidenceBundle
 
+    kept, lost = shown_rank("straggler-trace-missing", 0), shown_rank("straggler-trace-missing", 1)
     missing = EvidenceBundle.open(corpus_bundles["straggler-trace-missing"])
-    assert sorted(missing.trace_paths()) == [0]
-    assert "rank1/trace.json.gz" not in {f.path for f in missing.manifest.files}
+    assert sorted(missing.trace_paths()) == [kept]
+    assert f"rank{lost}/trace.json.gz" not in {f.path for f in missing.manifest.files}
     # the lost rank's Flight Recorder dump is gone too: both dumps would show which rank entered late
-    assert {f.path for f in missing.manifest.files if f.path.startswith("flight_recorder/")} == {"flight_recorder/rank_0"}
+    assert {f.path for f in missing.manifest.files if f.path.startswith("flight_recorder/")} == {f"flight_recorder/rank_{kept}"}
+    whole, cut_rank = shown_rank("stall-trace-truncated", 1), shown_rank("stall-trace-truncated", 0)
     cut = EvidenceBundle.open(corpus_bundles["stall-trace-truncated"])
-    assert {f.path for f in cut.manifest.files if f.path.startswith("flight_recorder/")} == {"flight_recorder/rank_1"}
+    assert {f.path for f in cut.manifest.files if f.path.startswith("flight_recorder/")} == {f"flight_recorder/rank_{whole}"}
     with pytest.raises((json.JSONDecodeError, EOFError, ValueError)):
-        cut.load_trace(0)
-    assert cut.load_trace(1)["distributedInfo"]["rank"] == 1
+        cut.load_trace(cut_rank)
+    assert cut.load_trace(whole)["distributedInfo"]["rank"] == whole
