@@ -56,6 +56,34 @@ def test_every_drawn_variant_of_every_case_is_a_valid_case(corpus):
     assert checked > 500
 
 
+
+def test_a_drawn_step_count_keeps_a_periodic_fault_s_events_in_the_profiled_steps(corpus):
+    """A save every N steps: every count a case may draw traces as many saves as its declared count does (the
+    profiler records the last trace_steps steps, rank_worker.profiler_window). slow-checkpoint-convnet-16 (a save
+    every 4 steps from step 3, 3 steps traced) could draw 19 steps, whose traced 16-18 hold no save: its shown trace
+    then held nothing of its label (a fresh CI's null run judged it invalid, the save at +1% of the step)."""
+    from diageval.recording.rank_worker import profiler_window
+    from diageval.recording.workloads import WORKLOADS
+
+    checked = 0
+    for lc in corpus.cases:
+        case = lc.case
+        saves = [f for f in case.faults if f.name == "blocking_checkpoint"]
+        if not drawable(case) or not saves:
+            continue
+        trace_steps = WORKLOADS[case.workload.name].params_model.model_validate(case.workload.params).trace_steps
+
+        def traced_saves(steps: int) -> int:
+            _, _, active = profiler_window(steps, trace_steps)
+            return sum(1 for f in saves for s in range(int(f.params.get("start_step", 0)), steps)
+                       if (s + 1) % int(f.params["save_every_steps"]) == 0 and s >= steps - active)
+
+        declared = traced_saves(case.workload.steps)
+        for steps in step_choices(case):
+            assert traced_saves(steps) == declared, (case.id, steps)
+            checked += 1
+    assert checked >= 8
+
 def test_the_label_follows_the_drawn_rank_and_fixed_ranks_stay(corpus):
     """Over seeds a 2-rank straggler lands on either rank, and its label, the fault and every evidence edit naming a
     recorded rank move together; a checkpoint case (rank 0 saves) never moves; a scaled-out case's recorded ranks
