@@ -57,6 +57,15 @@ OP_NAME_CHARS = 200
 MAX_CITED_OPS = 64
 
 
+def _check_ranks_and_steps(ranks: list[int] | None, steps: tuple[int, int] | None) -> None:
+    """What a finding or its citation may say of where: ranks >= 0 and a half-open step range [start, stop)
+    with 0 <= start < stop (None: not said). Raises ValueError naming the field, inside a model's validator."""
+    if steps is not None and not (0 <= steps[0] < steps[1]):
+        raise ValueError("steps: expected [start, stop) with 0 <= start < stop")
+    if ranks is not None and any(r < 0 for r in ranks):
+        raise ValueError("ranks: expected ranks >= 0")
+
+
 class Citation(BaseModel):
     """Where in the evidence a finding rests: the ranks, steps and ops or kernels a person looks at to check it.
     Optional on every finding; scoring calls a correct cause *grounded* when what it cites overlaps where the
@@ -73,10 +82,7 @@ class Citation(BaseModel):
 
     @model_validator(mode="after")
     def _ranges(self) -> "Citation":
-        if self.steps is not None and not (0 <= self.steps[0] < self.steps[1]):
-            raise ValueError("steps: expected [start, stop) with 0 <= start < stop")
-        if self.ranks is not None and any(r < 0 for r in self.ranks):
-            raise ValueError("ranks: expected ranks >= 0")
+        _check_ranks_and_steps(self.ranks, self.steps)
         return self
 
 
@@ -119,10 +125,7 @@ class Finding(BaseModel):
 
     @model_validator(mode="after")
     def _ranges(self) -> "Finding":
-        if self.steps is not None and not (0 <= self.steps[0] < self.steps[1]):
-            raise ValueError("steps: expected [start, stop) with 0 <= start < stop")
-        if self.ranks is not None and any(r < 0 for r in self.ranks):
-            raise ValueError("ranks: expected ranks >= 0")
+        _check_ranks_and_steps(self.ranks, self.steps)
         return self
 
 
