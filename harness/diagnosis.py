@@ -8,7 +8,7 @@ case labels.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -96,6 +96,20 @@ def blamable_refs(runs: Iterable[Any]) -> list[FactorRef]:
     slow = [r for r in runs if r.role == "candidate"] or runs
     return sorted({FactorRef(name=k, value=v) for r in slow for k, v in r.metadata.items()
                    if any(other.metadata.get(k) != v for other in runs)}, key=lambda ref: (ref.name, ref.value))
+
+
+def check_fleet_runs(runs: Sequence[Any]) -> None:
+    """What the runs of a regression or fleet hold wherever they are given (each with ``name`` and ``metadata``: a
+    case file's runs or fleet.json's): distinct names, and every run a value for the same factor names, so that a
+    factor value can be compared across them. Raises ValueError naming the field, inside a model's validator."""
+    names = [r.name for r in runs]
+    if len(set(names)) != len(names):
+        raise ValueError("runs: two runs share a name")
+    keys = set(runs[0].metadata)
+    for i, r in enumerate(runs):
+        if set(r.metadata) != keys:
+            raise ValueError(f"runs[{i}].metadata: expected the same factors as runs[0] ({', '.join(sorted(keys))}), "
+                             f"got {', '.join(sorted(r.metadata))}")
 
 
 class Finding(BaseModel):
