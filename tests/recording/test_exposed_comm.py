@@ -12,18 +12,10 @@ import json
 from pathlib import Path
 
 import pytest
+from fault_cases import fault_case
 
 from diageval.cases.load import check_case
-from diageval.cases.model import Case
 from diageval.cases.taxonomy import load_taxonomy
-
-
-def _case(faults: list, workload: str = "mlp_ddp", world_size: int = 2, steps: int = 8, params: dict | None = None) -> Case:
-    return Case.model_validate({
-        "id": "fault-test", "title": "t",
-        "workload": {"name": workload, "world_size": world_size, "steps": steps, "params": params or {}},
-        "faults": faults, "labels": {"expect": "healthy"},
-    })
 
 
 def _fault(**params) -> list:
@@ -31,13 +23,13 @@ def _fault(**params) -> list:
 
 
 @pytest.mark.parametrize("case, field, message", [
-    (_case(_fault(exposed_fraction=0)), "faults[0].params.exposed_fraction", "greater than 0"),
-    (_case(_fault(exposed_fraction=1.5)), "faults[0].params.exposed_fraction", "less than or equal to 1"),
-    (_case(_fault()), "faults[0].params.exposed_fraction", "required field is missing"),
-    (_case(_fault(exposed_fraction=0.5, bucket=1)), "faults[0].params.bucket", "unknown field"),
-    (_case(_fault(exposed_fraction=0.5), workload="convnet_allreduce"), "faults[0].params.",
+    (fault_case(_fault(exposed_fraction=0)), "faults[0].params.exposed_fraction", "greater than 0"),
+    (fault_case(_fault(exposed_fraction=1.5)), "faults[0].params.exposed_fraction", "less than or equal to 1"),
+    (fault_case(_fault()), "faults[0].params.exposed_fraction", "required field is missing"),
+    (fault_case(_fault(exposed_fraction=0.5, bucket=1)), "faults[0].params.bucket", "unknown field"),
+    (fault_case(_fault(exposed_fraction=0.5), workload="convnet_allreduce"), "faults[0].params.",
      "does not overlap its gradient all-reduce with backward"),
-    (_case(_fault(exposed_fraction=0.5), world_size=1), "faults[0].params.", "needs world_size >= 2"),
+    (fault_case(_fault(exposed_fraction=0.5), world_size=1), "faults[0].params.", "needs world_size >= 2"),
 ])
 def test_bad_params_are_rejected_with_their_field(case, field, message):
     problems = check_case(case, "x.yaml", load_taxonomy())
@@ -97,8 +89,8 @@ def test_recorded_bundle_shows_the_all_reduce_moved_after_backward(tmp_path: Pat
     from diageval.recording.record import record_case
 
     workload = dict(steps=8, params={"trace_steps": 4, "hidden": 384})
-    record_case(_case([], **workload), tmp_path / "twin", device="cpu")
-    record_case(_case(_fault(exposed_fraction=1.0), **workload), tmp_path / "exposed", device="cpu")
+    record_case(fault_case([], **workload), tmp_path / "twin", device="cpu")
+    record_case(fault_case(_fault(exposed_fraction=1.0), **workload), tmp_path / "exposed", device="cpu")
     for rank in (0, 1):
         early, total = _allreduce_before_backward_ends(tmp_path / "twin" / f"rank{rank}" / "trace.json.gz")
         assert total > 0 and early > 0.1 * total  # DDP: a bucket goes out while backward still runs

@@ -11,19 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
+from fault_cases import fault_case
 
 from diageval.cases.load import check_case
-from diageval.cases.model import Case
 from diageval.cases.taxonomy import load_taxonomy
 from diageval.recording.faults import FAULTS
-
-
-def _case(faults, world_size=2, steps=10) -> Case:
-    return Case.model_validate({
-        "id": "fault-test", "title": "t",
-        "workload": {"name": "mlp_ddp", "world_size": world_size, "steps": steps},
-        "faults": faults, "labels": {"expect": "healthy"},
-    })
 
 
 def test_registries_do_not_import_torch():
@@ -41,12 +33,12 @@ def test_registries_do_not_import_torch():
     ({"name": "slow_rank", "params": {"target_rank": 0, "slowdown_factor": 0.5}}, "faults[0].params.slowdown_factor", "greater than 1"),
 ])
 def test_bad_fault_params_are_rejected_with_field(fault, field, message):
-    problems = check_case(_case([fault]), "x.yaml", load_taxonomy())
+    problems = check_case(fault_case([fault]), "x.yaml", load_taxonomy())
     assert any(p.field == field and message in p.message for p in problems), problems
 
 
 def test_single_rank_cannot_have_a_straggler():
-    problems = check_case(_case([{"name": "slow_rank", "params": {"target_rank": 0, "slowdown_factor": 2}}], world_size=1),
+    problems = check_case(fault_case([{"name": "slow_rank", "params": {"target_rank": 0, "slowdown_factor": 2}}], world_size=1),
                           "x.yaml", load_taxonomy())
     assert any("world_size >= 2" in p.message for p in problems)
 
