@@ -1,6 +1,6 @@
-"""``cpu_contention``: its params are checked, its competitors run where it says, are nobody's children
-but the rank's parent's, and never outlive the rank (a normal exit or a SIGKILL); recording a contended
-case, whole or stopped midway, prints no warning and no traceback."""
+"""``cpu_contention`` (its params are checked in test_faults.py's table of every fault's): its competitors run
+where it says, are nobody's children but the rank's parent's, and never outlive the rank (a normal exit or a
+SIGKILL); recording a contended case, whole or stopped midway, prints no warning and no traceback."""
 
 from __future__ import annotations
 
@@ -16,8 +16,6 @@ from pathlib import Path
 import pytest
 from fault_cases import fault_case
 
-from diageval.cases.load import check_case
-from diageval.cases.taxonomy import load_taxonomy
 from locations import TESTS
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only (clone, /proc, CPU affinity)")
@@ -25,26 +23,6 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Li
 
 def _contention(params: dict) -> list[dict]:
     return [{"name": "cpu_contention", "params": params}]
-
-
-@pytest.mark.parametrize("params, field, message", [
-    ({"contended_rank": 2, "duty_cycle": 1.0}, "contended_rank", "out of range for world_size 2"),
-    ({"contended_rank": 0, "duty_cycle": 1.0, "contention_start_step": 10}, "contention_start_step", "not before the workload's 10 steps"),
-    ({"contended_rank": 0, "duty_cycle": 0}, "duty_cycle", "greater than 0"),
-    ({"contended_rank": 0, "duty_cycle": 1.5}, "duty_cycle", "less than or equal to 1"),
-    ({"contended_rank": 0, "duty_cycle": 1.0, "competitors": 0}, "competitors", "greater than or equal to 1"),
-    ({"contended_rank": 0, "duty_cycle": 1.0, "niceness": 20}, "niceness", "less than or equal to 19"),
-    ({"contended_rank": 0}, "duty_cycle", "required field is missing"),
-    ({"contended_rank": 0, "duty_cycle": 1.0, "rank": 1}, "rank", "unknown field"),
-])
-def test_bad_params_are_rejected_with_their_field(params, field, message):
-    problems = check_case(fault_case(_contention(params)), "x.yaml", load_taxonomy())
-    assert any(p.field == f"faults[0].params.{field}" and message in p.message for p in problems), problems
-
-
-def test_good_params_pass():
-    good = _contention({"contended_rank": 1, "competitors": 2, "duty_cycle": 0.5, "niceness": 19, "contention_start_step": 3})
-    assert check_case(fault_case(good), "x.yaml", load_taxonomy()) == []
 
 
 # A stand-in for a rank: it starts the fault's competitors, reports them, then either stops them as a
