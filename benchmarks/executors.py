@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from run_fakes import FakeEvidence, make_case, make_case_set  # noqa: E402
+from run_fakes import timed_fake_run  # noqa: E402
 
 import diageval.run.pipeline as run_module  # noqa: E402
 from diageval.hosting import HostPolicy  # noqa: E402
@@ -38,33 +38,13 @@ from diageval.hosting import HostPolicy  # noqa: E402
 
 def diagnose_phase(spec: str, n: int, tmp: Path, executor: str, jobs: int, pad: str) -> float:
     """Seconds of the diagnose phase of one run of ``n`` fake cases."""
-    case_set = make_case_set([make_case(f"bench-{i:04d}") for i in range(n)])
-    evidence = FakeEvidence(tmp / f"bundles-{n}", trace_text={lc.case.id: pad for lc in case_set.cases})
-    for lc in case_set.cases:  # the bundles are made up front: not part of what is measured
-        evidence(lc)
-    phases: dict[str, float] = {}
-    original = run_module._Pipeline.diagnose_all
-
-    def timed(self, ready):
-        start = time.perf_counter()
-        try:
-            return original(self, ready)
-        finally:
-            phases["diagnose"] = time.perf_counter() - start
-
-    run_module._Pipeline.diagnose_all = timed
-    try:
-        out = run_module.run_diagnoser(
-            spec, case_set,
-            run_module.RunOptions(cases_dir=tmp, out_dir=tmp / "runs", run_id=f"{executor}-{jobs}-{n}-{secrets.token_hex(4)}",
-                                  jobs=jobs, executor=executor),
-            HostPolicy(), evidence_fn=evidence, progress=None, cuda_device_count=lambda: 0)
-    finally:
-        run_module._Pipeline.diagnose_all = original
-    bad = [r.case_id for r in out.results if r.status != "ok"]
+    run = timed_fake_run(spec, n, tmp / f"bundles-{n}", run_module.RunOptions(
+        cases_dir=tmp, out_dir=tmp / "runs", run_id=f"{executor}-{jobs}-{n}-{secrets.token_hex(4)}", jobs=jobs,
+        executor=executor), HostPolicy(), trace_text=pad)
+    bad = [r.case_id for r in run.outcome.results if r.status != "ok"]
     if bad:
         raise SystemExit(f"{executor} x{jobs}: {len(bad)} case(s) did not end ok, e.g. {bad[0]}")
-    return phases["diagnose"]
+    return run.diagnose_s
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from run_fakes import FakeEvidence, make_case, make_case_set  # noqa: E402
+from run_fakes import FakeEvidence, make_case, make_case_set, timed_fake_run  # noqa: E402
 
 import diageval.run.pipeline as run_module  # noqa: E402
 from diageval.hosting import Host, HostPolicy  # noqa: E402
@@ -37,36 +37,16 @@ from diageval.run.store import RunStore  # noqa: E402
 
 
 def measure(spec: str, n: int, tmp: Path, isolation: str) -> float:
-    case_set = make_case_set([make_case(f"bench-{i:04d}") for i in range(n)])
-    evidence = FakeEvidence(tmp / "bundles")
-    for lc in case_set.cases:  # make the bundles up front: not part of what is measured
-        evidence(lc)
-    phases: dict[str, float] = {}
-    original_diagnose_all = run_module._Pipeline.diagnose_all
-
-    def timed_diagnose_all(self, ready):
-        start = time.perf_counter()
-        try:
-            return original_diagnose_all(self, ready)
-        finally:
-            phases["diagnose"] = time.perf_counter() - start
-
-    run_module._Pipeline.diagnose_all = timed_diagnose_all
-    try:
-        start = time.perf_counter()
-        out = run_module.run_diagnoser(
-            spec, case_set, run_module.RunOptions(cases_dir=tmp, out_dir=tmp / "runs", run_id=f"bench-{isolation}-{abs(hash(spec))}"),
-            HostPolicy(sandbox=isolation != "none"), evidence_fn=evidence, progress=None, cuda_device_count=lambda: 0,
-        )
-        total = time.perf_counter() - start
-    finally:
-        run_module._Pipeline.diagnose_all = original_diagnose_all
+    run = timed_fake_run(spec, n, tmp / "bundles", run_module.RunOptions(
+        cases_dir=tmp, out_dir=tmp / "runs", run_id=f"bench-{isolation}-{abs(hash(spec))}"),
+        HostPolicy(sandbox=isolation != "none"))
+    out = run.outcome
     rows = RunStore(out.run_dir).read_results()
     diag_seconds = sum(r.seconds or 0.0 for r in rows)
-    per_case = (phases["diagnose"] - diag_seconds) / n
-    print(f"{spec[:34]:<34} {out.info.isolation:<5} n={n}  total {total:6.2f} s  diagnose phase {phases['diagnose']:6.2f} s  "
+    per_case = (run.diagnose_s - diag_seconds) / n
+    print(f"{spec[:34]:<34} {out.info.isolation:<5} n={n}  total {run.run_s:6.2f} s  diagnose phase {run.diagnose_s:6.2f} s  "
           f"diagnoser's own {diag_seconds:6.3f} s  overhead/case {per_case * 1e3:6.2f} ms")
-    return phases["diagnose"] / n
+    return run.diagnose_s / n
 
 
 def worker_start(tmp: Path, isolation: str, repeats: int = 5) -> float:

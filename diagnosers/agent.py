@@ -49,8 +49,8 @@ from typing import Any, ClassVar
 
 from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers.agent_record import AgentRecord, CapName, Caps, Prices, ToolCall, Turn, short
-from diageval.diagnosers.base import TRAJECTORY_NAME, DiagnoserFailed, DiagnoserUnavailable
-from diageval.diagnosers.llm import CHARS_PER_TOKEN, _taxonomy_causes, strip_code_fence, taxonomy_text
+from diageval.diagnosers.base import TRAJECTORY_NAME, DiagnoserFailed, DiagnoserUnavailable, require_module
+from diageval.diagnosers.llm import CHARS_PER_TOKEN, _taxonomy_causes, chat_endpoint, strip_code_fence, taxonomy_text
 from diageval.diagnosis import Diagnosis, DiagnosisParseError, parse_diagnosis_json
 
 ENV = "AGENT_DIAGNOSER_"
@@ -124,21 +124,16 @@ class AgentDiagnoser:
     needs_network: ClassVar[bool] = True
 
     def __init__(self) -> None:
-        try:
-            import mcp  # noqa: F401
-            import openai
-        except ImportError as exc:
-            raise DiagnoserUnavailable(f"the agent diagnoser needs the openai and mcp packages ({exc}); {INSTALL_HINT}") from exc
-        base_url, model = os.environ.get(ENV + "BASE_URL"), os.environ.get(ENV + "MODEL")
-        if not base_url or not model:
-            raise DiagnoserUnavailable(f"no endpoint configured; {INSTALL_HINT}")
+        require_module("mcp", self.name, "the mcp package", INSTALL_HINT)
+        openai = require_module("openai", self.name, "the openai client", INSTALL_HINT)
+        base_url, model, api_key = chat_endpoint(ENV, INSTALL_HINT)
         self.model = model
         self.caps = read_caps()
         self.prices = read_prices(model)
         if self.caps.dollars is not None and self.prices is None:
             raise DiagnoserUnavailable(f"{ENV}MAX_DOLLARS needs the price of {model!r} in {ENV}PRICES")
         self.client = openai.AsyncOpenAI(
-            base_url=base_url, api_key=os.environ.get(ENV + "API_KEY") or os.environ.get("OPENAI_API_KEY") or "none",
+            base_url=base_url, api_key=api_key,
             max_retries=int(os.environ.get(ENV + "MAX_RETRIES", "2")), timeout=self.caps.seconds)
 
     def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:

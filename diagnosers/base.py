@@ -11,7 +11,9 @@ one is a self-test kept off the ranking (``oracle``), and which receive anything
 
 from __future__ import annotations
 
+import importlib
 from importlib import metadata
+from types import ModuleType
 from typing import ClassVar, Protocol, runtime_checkable
 
 from diageval.bundle.model import EvidenceBundle
@@ -81,6 +83,16 @@ class DiagnoserFailed(Exception):
     def __init__(self, status: str, message: str):
         self.status = status
         super().__init__(message)
+
+
+def require_module(module: str, diagnoser: str, package: str, install_hint: str) -> ModuleType:
+    """Import the outside package an adapter wraps, at its construction: where ``module`` cannot be imported the
+    ``diagnoser`` is unavailable here (``DiagnoserUnavailable``), and the message says which ``package`` it needs
+    and how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise DiagnoserUnavailable(f"the {diagnoser} diagnoser needs {package} ({exc}); install it with: {install_hint}") from exc
 
 
 def installed_version(distribution: str) -> str:

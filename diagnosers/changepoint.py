@@ -39,7 +39,7 @@ from collections import defaultdict
 from typing import ClassVar
 
 from diageval.bundle.model import EvidenceBundle
-from diageval.diagnosers.base import DiagnoserUnavailable, installed_version
+from diageval.diagnosers.base import installed_version, require_module
 from diageval.diagnosis import Abstention, Diagnosis, Finding
 
 INSTALL_HINT = "pip install 'diageval[changepoint]'"
@@ -58,10 +58,7 @@ class ChangepointDiagnoser:
     claims: ClassVar[tuple[str, ...]] = ("compute.straggler_rank",)
 
     def __init__(self) -> None:
-        try:
-            import ruptures  # noqa: F401
-        except ImportError as exc:
-            raise DiagnoserUnavailable(f"the changepoint diagnoser needs ruptures ({exc}); install it with: {INSTALL_HINT}") from exc
+        require_module("ruptures", self.name, "ruptures", INSTALL_HINT)
 
     def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:
         per_rank: dict[int, list[tuple[int, float]]] = defaultdict(list)

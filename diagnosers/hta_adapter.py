@@ -70,7 +70,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import gzip
-import importlib
 import io
 import json
 import logging
@@ -86,7 +85,7 @@ import pandas as pd
 from diageval.bundle.kineto import PROFILER_STEP
 from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers import hta_mapping as mapping
-from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable, installed_version
+from diageval.diagnosers.base import DiagnoserFailed, installed_version, require_module
 from diageval.diagnosers.hta_prechecks import (
     critical_path_blocker,
     gpu_analyses_blocker,
@@ -124,13 +123,7 @@ class HTADiagnoser:
     claims = ("input.dataloader_starvation", "launch.kernel_launch_overhead", "compute.straggler_rank")
 
     def __init__(self) -> None:
-        try:
-            importlib.import_module("hta.trace_analysis")
-        except ImportError as exc:
-            raise DiagnoserUnavailable(
-                f"the hta diagnoser needs HolisticTraceAnalysis (traceinsight), which cannot be imported "
-                f"({exc}); install it with: {INSTALL_HINT}"
-            ) from exc
+        require_module("hta.trace_analysis", self.name, "HolisticTraceAnalysis (traceinsight)", INSTALL_HINT)
 
     def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:
         paths = {r: str(p) for r, p in bundle.trace_paths().items()}

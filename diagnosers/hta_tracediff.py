@@ -56,7 +56,7 @@ from typing import ClassVar
 
 from diageval.bundle.fleet import Fleet, read_fleet
 from diageval.bundle.model import EvidenceBundle
-from diageval.diagnosers.base import DiagnoserUnavailable, installed_version
+from diageval.diagnosers.base import installed_version, require_module
 from diageval.diagnosers.hta_adapter import INSTALL_HINT, _load_trace, _quiet_hta, _step
 from diageval.diagnosers.pair_drift import beyond_drift
 from diageval.diagnosis import Abstention, Diagnosis, FactorRef, Finding
@@ -104,11 +104,7 @@ class TraceDiffDiagnoser:
                                          "input.dataloader_starvation", "comm.collective_stall")
 
     def __init__(self) -> None:
-        try:
-            import hta.trace_diff  # noqa: F401
-        except ImportError as exc:
-            raise DiagnoserUnavailable(f"the hta-tracediff diagnoser needs HolisticTraceAnalysis (traceinsight) "
-                                       f"({exc}); install it with: {INSTALL_HINT}") from exc
+        require_module("hta.trace_diff", self.name, "HolisticTraceAnalysis (traceinsight)", INSTALL_HINT)
 
     def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:
         fleet = read_fleet(bundle)

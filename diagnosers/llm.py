@@ -44,14 +44,24 @@ from pathlib import Path
 from typing import ClassVar
 
 from diageval.bundle.model import EvidenceBundle
-from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable
+from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable, require_module
 from diageval.diagnosis import Diagnosis, DiagnosisParseError, parse_diagnosis_json
 
 PROMPT_PATH = Path(__file__).with_name("llm_prompt.txt")
 INSTALL_HINT = "pip install 'diageval[llm]' and set LLM_DIAGNOSER_BASE_URL and LLM_DIAGNOSER_MODEL"
 CHARS_PER_TOKEN = 4
 LOG_TAIL_LINES = 12
-ENV_BASE_URL, ENV_MODEL, ENV_KEY = "LLM_DIAGNOSER_BASE_URL", "LLM_DIAGNOSER_MODEL", "LLM_DIAGNOSER_API_KEY"
+ENV = "LLM_DIAGNOSER_"
+
+
+def chat_endpoint(env: str, install_hint: str) -> tuple[str, str, str]:
+    """The endpoint a chat diagnoser's environment names: ``<env>BASE_URL``, ``<env>MODEL`` and the key
+    (``<env>API_KEY``, else ``OPENAI_API_KEY``, else "none": a local server may need none). The diagnoser is
+    unavailable until the URL and the model are set."""
+    base_url, model = os.environ.get(env + "BASE_URL"), os.environ.get(env + "MODEL")
+    if not base_url or not model:
+        raise DiagnoserUnavailable(f"no endpoint configured; {install_hint}")
+    return base_url, model, os.environ.get(env + "API_KEY") or os.environ.get("OPENAI_API_KEY") or "none"
 
 
 def prompt_sha256() -> str:
@@ -71,22 +81,16 @@ class LLMDiagnoser:
     """A chat model's diagnosis of the bundle digest (see the module docstring)."""
 
     name = "llm"
-    version = f"1+{os.environ.get(ENV_MODEL, 'unconfigured')}+prompt-{prompt_sha256()[:12]}"
+    version = f"1+{os.environ.get(ENV + 'MODEL', 'unconfigured')}+prompt-{prompt_sha256()[:12]}"
     claims: ClassVar[tuple[str, ...]] = _taxonomy_causes()
     needs_network: ClassVar[bool] = True
 
     def __init__(self) -> None:
-        try:
-            import openai
-        except ImportError as exc:
-            raise DiagnoserUnavailable(f"the llm diagnoser needs the openai client ({exc}); {INSTALL_HINT}") from exc
-        base_url, model = os.environ.get(ENV_BASE_URL), os.environ.get(ENV_MODEL)
-        if not base_url or not model:
-            raise DiagnoserUnavailable(f"no endpoint configured; {INSTALL_HINT}")
-        self.model = model
+        openai = require_module("openai", self.name, "the openai client", INSTALL_HINT)
+        base_url, self.model, api_key = chat_endpoint(ENV, INSTALL_HINT)
         self.max_prompt_tokens = int(os.environ.get("LLM_DIAGNOSER_MAX_PROMPT_TOKENS", "12000"))
         self.client = openai.OpenAI(
-            base_url=base_url, api_key=os.environ.get(ENV_KEY) or os.environ.get("OPENAI_API_KEY") or "none",
+            base_url=base_url, api_key=api_key,
             max_retries=int(os.environ.get("LLM_DIAGNOSER_MAX_RETRIES", "4")),
             timeout=float(os.environ.get("LLM_DIAGNOSER_TIMEOUT_S", "120")),
         )

@@ -61,7 +61,7 @@ from typing import ClassVar
 
 from diageval.bundle.fleet import Fleet, read_fleet
 from diageval.bundle.model import EvidenceBundle
-from diageval.diagnosers.base import DiagnoserUnavailable, installed_version
+from diageval.diagnosers.base import installed_version, require_module
 from diageval.diagnosers.pair_drift import beyond_drift
 from diageval.diagnosis import Abstention, Diagnosis, FactorRef, Finding
 
@@ -196,10 +196,7 @@ class OtavaDiagnoser:
     claims: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self) -> None:
-        try:
-            import otava.analysis  # noqa: F401
-        except ImportError as exc:
-            raise DiagnoserUnavailable(f"the otava diagnoser needs apache-otava ({exc}); install it with: {INSTALL_HINT}") from exc
+        require_module("otava.analysis", self.name, "apache-otava", INSTALL_HINT)
 
     def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:
         fleet = read_fleet(bundle)

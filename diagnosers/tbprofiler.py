@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from diageval.bundle.model import EvidenceBundle
-from diageval.diagnosers.base import DiagnoserFailed, DiagnoserUnavailable, installed_version
+from diageval.diagnosers.base import DiagnoserFailed, installed_version, require_module
 from diageval.diagnosis import Abstention, Diagnosis, Finding
 
 INSTALL_HINT = "pip install 'diageval[tbprofiler]'"
@@ -74,10 +74,7 @@ class TBProfilerDiagnoser:
     claims: ClassVar[tuple[str, ...]] = ("input.dataloader_starvation",)
 
     def __init__(self) -> None:
-        try:
-            from torch_tb_profiler.profiler.data import RunProfileData  # noqa: F401
-        except ImportError as exc:
-            raise DiagnoserUnavailable(f"the tbprofiler diagnoser needs torch-tb-profiler ({exc}); install it with: {INSTALL_HINT}") from exc
+        require_module("torch_tb_profiler.profiler.data", self.name, "torch-tb-profiler", INSTALL_HINT)
 
     def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:
         paths = bundle.trace_paths()

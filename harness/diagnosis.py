@@ -8,7 +8,7 @@ case labels.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -57,6 +57,15 @@ OP_NAME_CHARS = 200
 MAX_CITED_OPS = 64
 
 
+def _check_ranks_and_steps(ranks: list[int] | None, steps: tuple[int, int] | None) -> None:
+    """What a finding or its citation may say of where: ranks >= 0 and a half-open step range [start, stop)
+    with 0 <= start < stop (None: not said). Raises ValueError naming the field, inside a model's validator."""
+    if steps is not None and not (0 <= steps[0] < steps[1]):
+        raise ValueError("steps: expected [start, stop) with 0 <= start < stop")
+    if ranks is not None and any(r < 0 for r in ranks):
+        raise ValueError("ranks: expected ranks >= 0")
+
+
 class Citation(BaseModel):
     """Where in the evidence a finding rests: the ranks, steps and ops or kernels a person looks at to check it.
     Optional on every finding; scoring calls a correct cause *grounded* when what it cites overlaps where the
@@ -73,10 +82,7 @@ class Citation(BaseModel):
 
     @model_validator(mode="after")
     def _ranges(self) -> "Citation":
-        if self.steps is not None and not (0 <= self.steps[0] < self.steps[1]):
-            raise ValueError("steps: expected [start, stop) with 0 <= start < stop")
-        if self.ranks is not None and any(r < 0 for r in self.ranks):
-            raise ValueError("ranks: expected ranks >= 0")
+        _check_ranks_and_steps(self.ranks, self.steps)
         return self
 
 
@@ -90,6 +96,20 @@ def blamable_refs(runs: Iterable[Any]) -> list[FactorRef]:
     slow = [r for r in runs if r.role == "candidate"] or runs
     return sorted({FactorRef(name=k, value=v) for r in slow for k, v in r.metadata.items()
                    if any(other.metadata.get(k) != v for other in runs)}, key=lambda ref: (ref.name, ref.value))
+
+
+def check_fleet_runs(runs: Sequence[Any]) -> None:
+    """What the runs of a regression or fleet hold wherever they are given (each with ``name`` and ``metadata``: a
+    case file's runs or fleet.json's): distinct names, and every run a value for the same factor names, so that a
+    factor value can be compared across them. Raises ValueError naming the field, inside a model's validator."""
+    names = [r.name for r in runs]
+    if len(set(names)) != len(names):
+        raise ValueError("runs: two runs share a name")
+    keys = set(runs[0].metadata)
+    for i, r in enumerate(runs):
+        if set(r.metadata) != keys:
+            raise ValueError(f"runs[{i}].metadata: expected the same factors as runs[0] ({', '.join(sorted(keys))}), "
+                             f"got {', '.join(sorted(r.metadata))}")
 
 
 class Finding(BaseModel):
@@ -119,10 +139,7 @@ class Finding(BaseModel):
 
     @model_validator(mode="after")
     def _ranges(self) -> "Finding":
-        if self.steps is not None and not (0 <= self.steps[0] < self.steps[1]):
-            raise ValueError("steps: expected [start, stop) with 0 <= start < stop")
-        if self.ranks is not None and any(r < 0 for r in self.ranks):
-            raise ValueError("ranks: expected ranks >= 0")
+        _check_ranks_and_steps(self.ranks, self.steps)
         return self
 
 

@@ -108,26 +108,42 @@ class LabelCounts:
         return min(self.rank_true[category, rank] / self.rank_slots[category, rank], self.rate(category))
 
 
-def label_counts(cases: list[Case]) -> LabelCounts:
-    """The counts of the closed forms, by a plain loop over the cases' labels (module docstring)."""
-    labeled = Counter(k for c in cases for k in {label.category for label in c.labels.causes})
-    factor_true: Counter = Counter()
-    factor_slots: Counter = Counter()
-    rank_true: Counter = Counter()
-    rank_slots: Counter = Counter()
+def factor_counts(cases: list[Case]) -> tuple[Counter, Counter]:
+    """Per factor name f: F_f, the values a label puts a cause behind, and M_f, the values the cases could blame
+    (:func:`~diageval.scoring.verdicts.blamable_values`) with the labeled ones (module docstring)."""
+    true: Counter = Counter()
+    slots: Counter = Counter()
     for case in cases:
         behind = {label.factor for label in case.labels.causes if label.factor is not None}
         for ref in set(blamable_values(case)) | behind:
-            factor_slots[ref.name] += 1
-            factor_true[ref.name] += ref in behind
+            slots[ref.name] += 1
+            true[ref.name] += ref in behind
+    return true, slots
+
+
+def rank_counts(cases: list[Case]) -> tuple[Counter, Counter]:
+    """Per (cause k, rank position r): P_kr, the cases whose labels of k name r, and M_kr, the cases where k's ranks
+    are judged (no label of k names no ranks) and the job has a rank r; every position, those no label names too."""
+    true: Counter = Counter()
+    slots: Counter = Counter()
+    labeled = {label.category for case in cases for label in case.labels.causes}
+    for case in cases:
         for k in labeled:
             mine = [label for label in case.labels.causes if label.category == k]
             if any(label.ranks is None for label in mine):
                 continue  # a label of k naming no ranks: k's ranks are not judged on this case
             truth = {r for label in mine for r in label.ranks}
             for r in set(range(case.world_size)) | truth:
-                rank_slots[k, r] += 1
-                rank_true[k, r] += r in truth
+                slots[k, r] += 1
+                true[k, r] += r in truth
+    return true, slots
+
+
+def label_counts(cases: list[Case]) -> LabelCounts:
+    """The counts of the closed forms, by a plain loop over the cases' labels (module docstring)."""
+    labeled = Counter(k for c in cases for k in {label.category for label in c.labels.causes})
+    factor_true, factor_slots = factor_counts(cases)
+    rank_true, rank_slots = rank_counts(cases)
     positions = {kr for kr, p in rank_true.items() if p}
     return LabelCounts(cases=len(cases), labeled=dict(labeled),
                        abstain=sum(c.labels.expect == "abstain" for c in cases),

@@ -138,6 +138,12 @@ class SubsetBreakdown(_Model):
     metrics: Metrics
 
 
+def _breakdowns(subsets: dict[str, Resampled]) -> dict[str, SubsetBreakdown]:
+    """The full metric set over each named subset of the scored cases (its resampled table)."""
+    return {name: SubsetBreakdown(cases=len(subset.table), metrics=Metrics(**subset.metrics()))
+            for name, subset in subsets.items()}
+
+
 class FamilyBreakdown(_Model):
     labeled: int = Field(description="Scored cases labeled with a cause of this family (a case once per cause)")
     skill: MetricValue = Field(description="Skill over the events of the family's causes, against the family's "
@@ -334,18 +340,6 @@ def summarize(
         )
         for cat, specs in per_category.items()
     }
-    by_difficulty = {level: SubsetBreakdown(cases=len(subset.table), metrics=Metrics(**subset.metrics()))
-                     for level, subset in subsets.items()}
-    by_evidence = {kind: SubsetBreakdown(cases=len(subset.table), metrics=Metrics(**subset.metrics()))
-                   for kind, subset in evidence_subsets.items()}
-    by_split = {name: SubsetBreakdown(cases=len(subset.table), metrics=Metrics(**subset.metrics()))
-                for name, subset in split_subsets.items()}
-    by_device = {name: SubsetBreakdown(cases=len(subset.table), metrics=Metrics(**subset.metrics()))
-                 for name, subset in device_subsets.items()}
-    by_kind = {name: SubsetBreakdown(cases=len(subset.table), metrics=Metrics(**subset.metrics()))
-               for name, subset in kind_subsets.items()}
-    by_tag = {tag: SubsetBreakdown(cases=len(subset.table), metrics=Metrics(**subset.metrics()))
-              for tag, subset in tag_subsets.items()}
     labeled = {k: int(resampled.point[category_column("labeled", k)][0]) for k in table.labeled}
     by_family = {family: FamilyBreakdown(labeled=sum(n for k, n in labeled.items() if cause_family(k) == family),
                                          skill=resampled.metrics(specs)["skill"])
@@ -360,14 +354,14 @@ def summarize(
         counts=counts,
         metrics=Metrics(**resampled.metrics()),
         by_category=by_category,
-        by_difficulty=by_difficulty,
-        by_evidence=by_evidence,
+        by_difficulty=_breakdowns(subsets),
+        by_evidence=_breakdowns(evidence_subsets),
         reference=reference_of(resampled.point, labeled),
         by_family=by_family,
-        by_split=by_split,
-        by_device=by_device,
-        by_kind=by_kind,
-        by_tag=by_tag,
+        by_split=_breakdowns(split_subsets),
+        by_device=_breakdowns(device_subsets),
+        by_kind=_breakdowns(kind_subsets),
+        by_tag=_breakdowns(tag_subsets),
         split_gaps=split_gaps,
         reliability=reliability_of(table),
         detection=detection_by_cause(scored),

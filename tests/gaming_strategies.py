@@ -27,6 +27,7 @@ from diageval.cases.load import load_case_set
 from diageval.cases.model import Case
 from diageval.cases.taxonomy import Taxonomy
 from diageval.diagnosis import Abstention, Diagnosis, FactorRef, Finding
+from diageval.reports.board_gate import factor_counts, label_counts, null_closed_forms, rank_counts
 from diageval.reports.leaderboard import rank_key
 from diageval.scoring.summary import DiagnoserInfo, Summary, summarize
 from diageval.scoring.verdicts import blamable_values, score_case
@@ -101,24 +102,6 @@ def _split_over_ranks(strategy: Strategy) -> Strategy:
     return diagnose
 
 
-def rank_counts(cases: list[Case]) -> tuple[Counter, Counter]:
-    """Per (cause k, rank position r): the cases whose labels of k name r (P_kr), and the cases where k's ranks
-    are judged (no label of k names no ranks) and the job has a rank r (M_kr)."""
-    true: Counter = Counter()
-    slots: Counter = Counter()
-    labeled = {c.category for cs in cases for c in cs.labels.causes}
-    for case in cases:
-        for k in labeled:
-            mine = [c for c in case.labels.causes if c.category == k]
-            if any(c.ranks is None for c in mine):
-                continue
-            truth = {r for c in mine for r in c.ranks}
-            for r in set(range(case.world_size)) | truth:
-                slots[k, r] += 1
-                true[k, r] += r in truth
-    return true, slots
-
-
 def rank_base_rates(cases: list[Case]) -> dict[tuple[str, int], float]:
     """P_kr / M_kr for every (cause, rank position) some label names: the ranks' climatology."""
     true, slots = rank_counts(cases)
@@ -131,19 +114,6 @@ def fleet_values(case: Case) -> list[FactorRef]:
         return []
     return sorted({FactorRef(name=k, value=v) for run in case.fleet.runs for k, v in run.metadata.items()},
                   key=lambda ref: (ref.name, ref.value))
-
-
-def factor_counts(cases: list[Case]) -> tuple[Counter, Counter]:
-    """Per factor name f: the values a label puts a cause behind (F_f), and the values the cases could blame
-    (:func:`~diageval.scoring.verdicts.blamable_values`) with the labeled ones (M_f)."""
-    true: Counter = Counter()
-    slots: Counter = Counter()
-    for case in cases:
-        behind = {c.factor for c in case.labels.causes if c.factor is not None}
-        for ref in set(blamable_values(case)) | behind:
-            slots[ref.name] += 1
-            true[ref.name] += ref in behind
-    return true, slots
 
 
 def factor_base_rates(cases: list[Case]) -> dict[str, float]:
@@ -497,55 +467,9 @@ def _wrong_location(confidence: float) -> Strategy:
     return diagnose
 
 
-@dataclass(frozen=True)
-class ClosedForms:
-    """The references and null's losses from the corpus' labels alone (docs/scoring.md)."""
-    reference: float         # R = Σ_k n_k (1 − n_k / N) + A + Σ_f F_f (1 − F_f / M_f) + L
-    reference_ranked: float  # R + Σ_{k,r} P_kr (1 − P_kr / M_kr)
-    null_loss: float         # Σ_k n_k + A + Σ_f F_f + L
-    null_loss_ranked: float  # ... + Σ_{k,r} P_kr
-
-    @property
-    def null_skill(self) -> float:
-        return 1 - self.null_loss / self.reference
-
-    @property
-    def null_skill_ranked(self) -> float:
-        return 1 - self.null_loss_ranked / self.reference_ranked
-
-
-def closed_forms(cases: list[Case]) -> ClosedForms:
-    n = len(cases)
-    counts = [rate * n for rate in base_rates(cases).values()]
-    abstain = sum(c.labels.expect == "abstain" for c in cases)
-    aliased = sum(len(set(c.labels.aliased)) for c in cases)
-    factor_true, factor_slots = factor_counts(cases)
-    rank_true, rank_slots = rank_counts(cases)
-    reference = (sum(k * (1 - k / n) for k in counts) + abstain + aliased
-                 + sum(f * (1 - f / factor_slots[name]) for name, f in factor_true.items()))
-    null_loss = sum(counts) + abstain + aliased + sum(factor_true.values())
-    return ClosedForms(reference=reference,
-                       reference_ranked=reference + sum(p * (1 - p / rank_slots[kr]) for kr, p in rank_true.items()),
-                       null_loss=null_loss, null_loss_ranked=null_loss + sum(rank_true.values()))
-
-
 def null_skill(cases: list[Case]) -> float:
     """Null's skill from the corpus' labels alone (docs/scoring.md): 1 − (Σ_k n_k + A + Σ_f F_f + L) / R."""
-    return closed_forms(cases).null_skill
-
-
-def rank_spray_skill_ranked(cases: list[Case]) -> float:
-    """The closed form of "prior spray with the ranks' base rates" in the rank-credited score: its headline
-    loss is R, and on each labeled (cause k, position r) it states q = min(P_kr / M_kr, π_k) on M_kr events
-    of which P_kr are true, losing M q² − 2 q P + P (P (1 − P / M) where the cap does not bind)."""
-    forms, rates = closed_forms(cases), base_rates(cases)
-    true, slots = rank_counts(cases)
-    loss = forms.reference
-    for (k, r), p in true.items():
-        if p:
-            q = min(p / slots[k, r], rates[k])
-            loss += slots[k, r] * q * q - 2 * q * p + p
-    return 1 - loss / forms.reference_ranked
+    return null_closed_forms(label_counts(cases))[0]
 
 
 def _symptoms_as_causes(confidence: float) -> Strategy:

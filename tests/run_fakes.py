@@ -159,3 +159,45 @@ def copy_real_cases(root: Path, rels: list[str]) -> Path:
         shutil.copy(src, root / rel)
     shutil.copy(default_cases_dir() / "taxonomy.yaml", root / "taxonomy.yaml")
     return root
+
+
+@dataclass
+class TimedRun:
+    outcome: object  # the run's RunOutcome
+    run_s: float  # the whole of run_diagnoser, its bundles already made
+    diagnose_s: float  # its diagnose phase alone (the slots' opening, every case's diagnosis, scoring, writes)
+
+
+def timed_fake_run(spec: str, n: int, bundles: Path, options, policy, *, trace_text: str = "") -> TimedRun:
+    """``run_diagnoser`` over ``n`` fake cases (``bench-0000``...) whose bundles, in ``bundles`` with ``trace_text``
+    in each trace, are made before the clock starts; the seconds of the whole run and of its diagnose phase
+    (``_Pipeline.diagnose_all``, timed in place): what the run's benchmarks measure. ``options``: the
+    :class:`RunOptions`, ``policy`` the :class:`HostPolicy`."""
+    import time
+
+    import diageval.run.pipeline as run_module
+
+    case_set = make_case_set([make_case(f"bench-{i:04d}") for i in range(n)])
+    evidence = FakeEvidence(bundles, trace_text={lc.case.id: trace_text for lc in case_set.cases})
+    for lc in case_set.cases:
+        evidence(lc)
+    diagnose_s = 0.0
+    original = run_module._Pipeline.diagnose_all
+
+    def timed(self, *args, **kwargs):
+        nonlocal diagnose_s
+        start = time.perf_counter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            diagnose_s += time.perf_counter() - start
+
+    run_module._Pipeline.diagnose_all = timed
+    try:
+        start = time.perf_counter()
+        outcome = run_module.run_diagnoser(spec, case_set, options, policy, evidence_fn=evidence, progress=None,
+                                           cuda_device_count=lambda: 0)
+        run_s = time.perf_counter() - start
+    finally:
+        run_module._Pipeline.diagnose_all = original
+    return TimedRun(outcome, run_s, diagnose_s)

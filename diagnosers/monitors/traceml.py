@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from diageval.bundle.model import EvidenceBundle
-from diageval.diagnosers.base import DiagnoserUnavailable, installed_version
+from diageval.diagnosers.base import installed_version, require_module
 from diageval.diagnosers.monitors.raw import monitor_folder, read_jsonl
 from diageval.diagnosis import Abstention, Diagnosis, Finding
 
@@ -59,10 +59,7 @@ class TraceMLDiagnoser:
     claims: ClassVar[tuple[str, ...]] = ("compute.straggler_rank", "input.dataloader_starvation")
 
     def __init__(self) -> None:
-        try:
-            import traceml_ai.diagnostics.step_time.api  # noqa: F401
-        except ImportError as exc:
-            raise DiagnoserUnavailable(f"traceml needs {DISTRIBUTION} ({exc}); install it with: {INSTALL_HINT}") from exc
+        require_module("traceml_ai.diagnostics.step_time.api", self.name, DISTRIBUTION, INSTALL_HINT)
 
     def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:
         folder = monitor_folder(bundle)

@@ -27,7 +27,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from diageval.bundle.model import MANIFEST_NAME, BundleEnv, BundleError, BundleFile, BundleManifest, EvidenceBundle
-from diageval.diagnosis import FactorRef
+from diageval.diagnosis import FactorRef, check_fleet_runs
 from diageval.fileio import atomic_write_text, sha256_file
 
 FLEET_NAME = "fleet.json"
@@ -78,13 +78,7 @@ class Fleet(BaseModel):
     def _consistent(self) -> "Fleet":
         if self.schema_version != FLEET_SCHEMA_VERSION:
             raise ValueError(f"schema_version: expected {FLEET_SCHEMA_VERSION}, got {self.schema_version}")
-        names = [r.name for r in self.runs]
-        if len(set(names)) != len(names):
-            raise ValueError("runs: two runs share a name")
-        keys = set(self.runs[0].metadata)
-        for i, r in enumerate(self.runs):
-            if set(r.metadata) != keys:
-                raise ValueError(f"runs[{i}].metadata: expected the factors of runs[0] ({', '.join(sorted(keys))})")
+        check_fleet_runs(self.runs)
         roles = [r.role for r in self.runs if r.role is not None]
         if roles and (len(self.runs) != 2 or sorted(roles) != ["baseline", "candidate"]):
             raise ValueError("runs: roles are for a regression: exactly two runs, one baseline and one candidate")

@@ -54,7 +54,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from diageval.cases.taxonomy import TAXONOMY_ID_PATTERN
-from diageval.diagnosis import FACTOR_PART_PATTERN, FactorRef
+from diageval.diagnosis import FACTOR_PART_PATTERN, FactorRef, check_fleet_runs
 from diageval.fileio import sha256_text
 
 CASE_ID_PATTERN = r"^[a-z0-9]+(-[a-z0-9]+)*$"
@@ -294,17 +294,11 @@ class FleetSpec(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> "FleetSpec":
-        names = [r.name for r in self.runs]
-        if len(set(names)) != len(names):
-            raise ValueError("runs: two runs share a name")
+        check_fleet_runs(self.runs)
         starts = [r.start for r in self.runs]
         if len(set(starts)) != len(starts):
             raise ValueError("runs: two runs share a start order")
         keys = set(self.runs[0].metadata)
-        for i, r in enumerate(self.runs):
-            if set(r.metadata) != keys:
-                raise ValueError(f"runs[{i}].metadata: expected the same factors as runs[0] ({', '.join(sorted(keys))}), "
-                                 f"got {', '.join(sorted(r.metadata))}")
         for i, ff in enumerate(self.faults):
             if ff.where.name not in keys:
                 raise ValueError(f"faults[{i}].where.name: {ff.where.name!r} is not a factor of the runs' metadata "

@@ -11,7 +11,7 @@ Layout::
     summary.json             the metrics, written when the run completes (and by ``diageval score``)
     repeats/<k>/results.jsonl, repeats/<k>/cases/<id>/...   repeat k = 2..K of ``diageval run --repeats K``
 
-Size: ~415 lines, over the ~400 the project aims at: it is the one reader and writer of every format of the
+Size: ~405 lines, over the ~400 the project aims at: it is the one reader and writer of every format of the
 run folder (manifest, results, repeats, kept output, trajectories), and two homes for them would drift apart.
 
 Decided here (the design is silent):
@@ -193,23 +193,12 @@ _Line = TypeVar("_Line", CaseResult, SavedOutcome)
 class RunStore:
     def __init__(self, root: Path):
         self.root = Path(root)
-
-    # paths
-    @property
-    def info_path(self) -> Path:
-        return self.root / "run.json"
-
-    @property
-    def results_path(self) -> Path:
-        return self.root / "results.jsonl"
-
-    @property
-    def summary_path(self) -> Path:
-        return self.root / "summary.json"
-
-    @property
-    def log_path(self) -> Path:
-        return self.root / "diagnoser.log"
+        # the folder's own files (module docstring)
+        self.info_path = self.root / "run.json"
+        self.results_path = self.root / "results.jsonl"
+        self.summary_path = self.root / "summary.json"
+        self.log_path = self.root / "diagnoser.log"
+        self.lock_path = self.root / ".lock"
 
     def repeat_stores(self, repeats: int) -> list["RunStore"]:
         """The stores of repeats 1..``repeats``: this folder, then ``repeats/<k>/`` (module docstring)."""
@@ -232,10 +221,6 @@ class RunStore:
             return (AgentRecord.model_validate_json(path.read_bytes()), None) if path.is_file() else (None, None)
         except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError: its first problem
             return None, f"{path}: not a diageval trajectory: {' '.join(str(exc).split(chr(10))[1:3]) or exc}"
-
-    @property
-    def lock_path(self) -> Path:
-        return self.root / ".lock"
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:

@@ -63,7 +63,9 @@ def test_regression_roles(tmp_path):
 @pytest.mark.parametrize("edit, expected", [
     (lambda d: d["runs"][0].update(bundle="runs/elsewhere"), "runs.0: Value error, bundle: expected runs/job-0"),
     (lambda d: d["runs"][0].update(extra="x"), "runs.0.extra: Extra inputs are not permitted"),
-    (lambda d: d["runs"][1]["metadata"].pop("version"), "runs[1].metadata: expected the factors"),
+    (lambda d: d["runs"][1]["metadata"].pop("version"),
+     "runs[1].metadata: expected the same factors as runs[0] (host, version), got host"),
+    (lambda d: d["runs"][1].update(name="job-0", bundle="runs/job-0"), "runs: two runs share a name"),
     (lambda d: d["runs"][1].update(role="candidate"), "roles are for a regression"),
     (lambda d: d.update(schema_version=9), "schema_version: expected 1"),
     (lambda d: d["runs"][0]["metadata"].update(host="a b"), "runs.0.metadata"),

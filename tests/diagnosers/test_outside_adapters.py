@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import sys
 
 import pytest
 from synthetic_traces import StepShape, build_bundle
@@ -27,6 +28,27 @@ def test_each_adapter_declares_what_it_can_claim():
     assert claims["tbprofiler"] == ("input.dataloader_starvation",)
     assert set(claims["gpu-idle"]) == {"input.dataloader_starvation", "launch.kernel_launch_overhead"}
     assert claims["changepoint"] == ("compute.straggler_rank",)
+
+
+@pytest.mark.parametrize("name, module, package, install", [
+    ("changepoint", "ruptures", "ruptures", "pip install 'diageval[changepoint]'"),
+    ("tbprofiler", "torch_tb_profiler.profiler.data", "torch-tb-profiler", "pip install 'diageval[tbprofiler]'"),
+    ("otava", "otava.analysis", "apache-otava", "pip install 'diageval[otava]'"),
+    ("traceml", "traceml_ai.diagnostics.step_time.api", "traceml-ai", "pip install 'diageval[traceml]'"),
+    ("hta-tracediff", "hta.trace_diff", "HolisticTraceAnalysis (traceinsight)", "pip install 'diageval[hta]'"),
+])
+def test_an_adapter_without_its_package_is_unavailable_and_says_what_to_install(monkeypatch, name, module, package,
+                                                                                 install):
+    """One message for every adapter whose outside package cannot be imported (``require_module``): the
+    diagnoser, the package it needs and the line that installs it."""
+    from diageval.diagnosers.base import DiagnoserUnavailable
+
+    factory = resolve_diagnoser(name).factory
+    monkeypatch.setitem(sys.modules, module, None)  # makes `import <module>` fail
+    with pytest.raises(DiagnoserUnavailable) as caught:
+        factory()
+    assert str(caught.value).startswith(f"the {name} diagnoser needs {package} (")
+    assert str(caught.value).endswith(f"install it with: {install}")
 
 
 # --- tbprofiler ------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""``cpu_contention``: its params are checked, its competitors run where it says, are nobody's children
-but the rank's parent's, and never outlive the rank (a normal exit or a SIGKILL); recording a contended
-case, whole or stopped midway, prints no warning and no traceback."""
+"""``cpu_contention`` (its params are checked in test_faults.py's table of every fault's): its competitors run
+where it says, are nobody's children but the rank's parent's, and never outlive the rank (a normal exit or a
+SIGKILL); recording a contended case, whole or stopped midway, prints no warning and no traceback."""
 
 from __future__ import annotations
 
@@ -14,41 +14,15 @@ import time
 from pathlib import Path
 
 import pytest
+from fault_cases import fault_case
 
-from diageval.cases.load import check_case
-from diageval.cases.model import Case
-from diageval.cases.taxonomy import load_taxonomy
 from locations import TESTS
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only (clone, /proc, CPU affinity)")
 
 
-def _case(params: dict, world_size: int = 2, steps: int = 10) -> Case:
-    return Case.model_validate({
-        "id": "fault-test", "title": "t",
-        "workload": {"name": "mlp_ddp", "world_size": world_size, "steps": steps},
-        "faults": [{"name": "cpu_contention", "params": params}], "labels": {"expect": "healthy"},
-    })
-
-
-@pytest.mark.parametrize("params, field, message", [
-    ({"contended_rank": 2, "duty_cycle": 1.0}, "contended_rank", "out of range for world_size 2"),
-    ({"contended_rank": 0, "duty_cycle": 1.0, "contention_start_step": 10}, "contention_start_step", "not before the workload's 10 steps"),
-    ({"contended_rank": 0, "duty_cycle": 0}, "duty_cycle", "greater than 0"),
-    ({"contended_rank": 0, "duty_cycle": 1.5}, "duty_cycle", "less than or equal to 1"),
-    ({"contended_rank": 0, "duty_cycle": 1.0, "competitors": 0}, "competitors", "greater than or equal to 1"),
-    ({"contended_rank": 0, "duty_cycle": 1.0, "niceness": 20}, "niceness", "less than or equal to 19"),
-    ({"contended_rank": 0}, "duty_cycle", "required field is missing"),
-    ({"contended_rank": 0, "duty_cycle": 1.0, "rank": 1}, "rank", "unknown field"),
-])
-def test_bad_params_are_rejected_with_their_field(params, field, message):
-    problems = check_case(_case(params), "x.yaml", load_taxonomy())
-    assert any(p.field == f"faults[0].params.{field}" and message in p.message for p in problems), problems
-
-
-def test_good_params_pass():
-    assert check_case(_case({"contended_rank": 1, "competitors": 2, "duty_cycle": 0.5, "niceness": 19, "contention_start_step": 3}),
-                      "x.yaml", load_taxonomy()) == []
+def _contention(params: dict) -> list[dict]:
+    return [{"name": "cpu_contention", "params": params}]
 
 
 # A stand-in for a rank: it starts the fault's competitors, reports them, then either stops them as a
@@ -186,14 +160,9 @@ def test_recorded_bundle_keeps_the_ops_and_leaves_no_competitor(tmp_path: Path):
     timing changes, which is not asserted here. Every competitor is gone once the recording returns."""
     from diageval.recording.record import record_case
 
-    def case(faults):
-        return Case.model_validate({
-            "id": "fault-test", "title": "t", "faults": faults, "labels": {"expect": "healthy"},
-            "workload": {"name": "mlp_ddp", "world_size": 2, "steps": 8, "params": {"trace_steps": 4}},
-        })
-
-    record_case(case([]), tmp_path / "twin", device="cpu")
-    record_case(case([{"name": "cpu_contention", "params": {"contended_rank": 1, "competitors": 2, "duty_cycle": 1.0}}]),
+    workload = dict(steps=8, params={"trace_steps": 4})
+    record_case(fault_case([], **workload), tmp_path / "twin", device="cpu")
+    record_case(fault_case(_contention({"contended_rank": 1, "competitors": 2, "duty_cycle": 1.0}), **workload),
                 tmp_path / "contended", device="cpu")
     twin = _op_shapes(tmp_path / "twin" / "rank1" / "trace.json.gz")
     assert twin and _op_shapes(tmp_path / "contended" / "rank1" / "trace.json.gz") == twin

@@ -1,5 +1,6 @@
-"""``exposed_communication``: its params are checked, it takes the right parameters out of DDP, and a
-recorded bundle shows the mechanism: the gradient all-reduce issued after backward instead of during it.
+"""``exposed_communication`` (its params are checked in test_faults.py's table): it takes the right parameters
+out of DDP, and a recorded bundle shows the mechanism: the gradient all-reduce issued after backward instead
+of during it.
 
 The recorded check reads the order of the main thread's ops in the trace (which all-reduce calls come
 before the step's last backward op), never their durations.
@@ -12,36 +13,12 @@ import json
 from pathlib import Path
 
 import pytest
+from fault_cases import fault_case
 
-from diageval.cases.load import check_case
-from diageval.cases.model import Case
-from diageval.cases.taxonomy import load_taxonomy
-
-
-def _case(faults: list, workload: str = "mlp_ddp", world_size: int = 2, steps: int = 8, params: dict | None = None) -> Case:
-    return Case.model_validate({
-        "id": "fault-test", "title": "t",
-        "workload": {"name": workload, "world_size": world_size, "steps": steps, "params": params or {}},
-        "faults": faults, "labels": {"expect": "healthy"},
-    })
 
 
 def _fault(**params) -> list:
     return [{"name": "exposed_communication", "params": params}]
-
-
-@pytest.mark.parametrize("case, field, message", [
-    (_case(_fault(exposed_fraction=0)), "faults[0].params.exposed_fraction", "greater than 0"),
-    (_case(_fault(exposed_fraction=1.5)), "faults[0].params.exposed_fraction", "less than or equal to 1"),
-    (_case(_fault()), "faults[0].params.exposed_fraction", "required field is missing"),
-    (_case(_fault(exposed_fraction=0.5, bucket=1)), "faults[0].params.bucket", "unknown field"),
-    (_case(_fault(exposed_fraction=0.5), workload="convnet_allreduce"), "faults[0].params.",
-     "does not overlap its gradient all-reduce with backward"),
-    (_case(_fault(exposed_fraction=0.5), world_size=1), "faults[0].params.", "needs world_size >= 2"),
-])
-def test_bad_params_are_rejected_with_their_field(case, field, message):
-    problems = check_case(case, "x.yaml", load_taxonomy())
-    assert any(p.field == field and message in p.message for p in problems), problems
 
 
 def test_the_output_side_leaves_ddp_and_the_first_parameter_stays():
@@ -97,8 +74,8 @@ def test_recorded_bundle_shows_the_all_reduce_moved_after_backward(tmp_path: Pat
     from diageval.recording.record import record_case
 
     workload = dict(steps=8, params={"trace_steps": 4, "hidden": 384})
-    record_case(_case([], **workload), tmp_path / "twin", device="cpu")
-    record_case(_case(_fault(exposed_fraction=1.0), **workload), tmp_path / "exposed", device="cpu")
+    record_case(fault_case([], **workload), tmp_path / "twin", device="cpu")
+    record_case(fault_case(_fault(exposed_fraction=1.0), **workload), tmp_path / "exposed", device="cpu")
     for rank in (0, 1):
         early, total = _allreduce_before_backward_ends(tmp_path / "twin" / f"rank{rank}" / "trace.json.gz")
         assert total > 0 and early > 0.1 * total  # DDP: a bucket goes out while backward still runs

@@ -11,19 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
+from fault_cases import fault_case
 
 from diageval.cases.load import check_case
-from diageval.cases.model import Case
 from diageval.cases.taxonomy import load_taxonomy
 from diageval.recording.faults import FAULTS
-
-
-def _case(faults, world_size=2, steps=10) -> Case:
-    return Case.model_validate({
-        "id": "fault-test", "title": "t",
-        "workload": {"name": "mlp_ddp", "world_size": world_size, "steps": steps},
-        "faults": faults, "labels": {"expect": "healthy"},
-    })
 
 
 def test_registries_do_not_import_torch():
@@ -32,23 +24,53 @@ def test_registries_do_not_import_torch():
     assert out.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("fault, field, message", [
-    ({"name": "slow_rank", "params": {"target_rank": 2, "slowdown_factor": 2}}, "faults[0].params.target_rank", "out of range"),
-    ({"name": "slow_rank", "params": {"target_rank": 0, "slowdown_factor": 2, "start_step": 10}}, "faults[0].params.start_step", "not before"),
-    ({"name": "drop_rank_trace", "params": {"missing_rank": 5}}, "faults[0].params.missing_rank", "out of range"),
-    ({"name": "blocking_checkpoint", "params": {"save_every_steps": 11, "write_mb_per_s": 1}}, "faults[0].params.save_every_steps", "no save"),
-    ({"name": "slow_rank", "params": {"target_rank": 0, "slowdown_factor": 2, "rank": 1}}, "faults[0].params.rank", "unknown field"),
-    ({"name": "slow_rank", "params": {"target_rank": 0, "slowdown_factor": 0.5}}, "faults[0].params.slowdown_factor", "greater than 1"),
+ONE_RANK = {"world_size": 1}
+CONV = {"workload": "convnet_allreduce"}
+
+
+# Every fault's params refused, naming the field: (fault, its params, the job where it differs from fault_case's
+# default, the field, what the message says). Checked when a case is validated, without torch.
+@pytest.mark.parametrize("name, params, job, field, message", [
+    ("slow_rank", {"target_rank": 2, "slowdown_factor": 2}, {}, "target_rank", "out of range"),
+    ("slow_rank", {"target_rank": 0, "slowdown_factor": 2, "start_step": 10}, {}, "start_step", "not before"),
+    ("slow_rank", {"target_rank": 0, "slowdown_factor": 2, "rank": 1}, {}, "rank", "unknown field"),
+    ("slow_rank", {"target_rank": 0, "slowdown_factor": 0.5}, {}, "slowdown_factor", "greater than 1"),
+    ("slow_rank", {"target_rank": 0, "slowdown_factor": 2}, ONE_RANK, "", "world_size >= 2"),
+    ("drop_rank_trace", {"missing_rank": 5}, {}, "missing_rank", "out of range"),
+    ("blocking_checkpoint", {"save_every_steps": 11, "write_mb_per_s": 1}, {}, "save_every_steps", "no save"),
+    ("cpu_contention", {"contended_rank": 2, "duty_cycle": 1.0}, {}, "contended_rank", "out of range for world_size 2"),
+    ("cpu_contention", {"contended_rank": 0, "duty_cycle": 1.0, "contention_start_step": 10}, {}, "contention_start_step",
+     "not before the workload's 10 steps"),
+    ("cpu_contention", {"contended_rank": 0, "duty_cycle": 0}, {}, "duty_cycle", "greater than 0"),
+    ("cpu_contention", {"contended_rank": 0, "duty_cycle": 1.5}, {}, "duty_cycle", "less than or equal to 1"),
+    ("cpu_contention", {"contended_rank": 0, "duty_cycle": 1.0, "competitors": 0}, {}, "competitors",
+     "greater than or equal to 1"),
+    ("cpu_contention", {"contended_rank": 0, "duty_cycle": 1.0, "niceness": 20}, {}, "niceness", "less than or equal to 19"),
+    ("cpu_contention", {"contended_rank": 0}, {}, "duty_cycle", "required field is missing"),
+    ("cpu_contention", {"contended_rank": 0, "duty_cycle": 1.0, "rank": 1}, {}, "rank", "unknown field"),
+    ("load_imbalance", {"heavier_rank": 2, "work_factor": 2}, {}, "heavier_rank", "out of range for world_size 2"),
+    ("load_imbalance", {"heavier_rank": 0, "work_factor": 2, "from_step": 10}, {}, "from_step",
+     "not before the workload's 10 steps"),
+    ("load_imbalance", {"heavier_rank": 0, "work_factor": 1.0}, {}, "work_factor", "greater than 1"),
+    ("load_imbalance", {"heavier_rank": 0, "work_factor": 9}, {}, "work_factor", "less than or equal to 8"),
+    ("load_imbalance", {"heavier_rank": 0, "work_factor": 2, "rank": 1}, {}, "rank", "unknown field"),
+    ("load_imbalance", {"work_factor": 2}, {}, "heavier_rank", "required"),
+    ("load_imbalance", {"heavier_rank": 0, "work_factor": 2}, ONE_RANK, "", "world_size >= 2"),
+    ("exposed_communication", {"exposed_fraction": 0}, {}, "exposed_fraction", "greater than 0"),
+    ("exposed_communication", {"exposed_fraction": 1.5}, {}, "exposed_fraction", "less than or equal to 1"),
+    ("exposed_communication", {}, {}, "exposed_fraction", "required field is missing"),
+    ("exposed_communication", {"exposed_fraction": 0.5, "bucket": 1}, {}, "bucket", "unknown field"),
+    ("exposed_communication", {"exposed_fraction": 0.5}, CONV, "", "does not overlap its gradient all-reduce with backward"),
+    ("exposed_communication", {"exposed_fraction": 0.5}, ONE_RANK, "", "needs world_size >= 2"),
 ])
-def test_bad_fault_params_are_rejected_with_field(fault, field, message):
-    problems = check_case(_case([fault]), "x.yaml", load_taxonomy())
-    assert any(p.field == field and message in p.message for p in problems), problems
+def test_bad_fault_params_are_rejected_with_field(name, params, job, field, message):
+    problems = check_case(fault_case([{"name": name, "params": params}], **job), "x.yaml", load_taxonomy())
+    assert any(p.field == f"faults[0].params.{field}" and message in p.message for p in problems), problems
 
 
-def test_single_rank_cannot_have_a_straggler():
-    problems = check_case(_case([{"name": "slow_rank", "params": {"target_rank": 0, "slowdown_factor": 2}}], world_size=1),
-                          "x.yaml", load_taxonomy())
-    assert any("world_size >= 2" in p.message for p in problems)
+def test_good_params_pass():
+    good = {"contended_rank": 1, "competitors": 2, "duty_cycle": 0.5, "niceness": 19, "contention_start_step": 3}
+    assert check_case(fault_case([{"name": "cpu_contention", "params": good}]), "x.yaml", load_taxonomy()) == []
 
 
 def test_every_registered_impl_loads_with_the_right_stage():

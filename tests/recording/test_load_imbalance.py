@@ -1,6 +1,6 @@
-"""The ``load_imbalance`` fault: its params checks, what its injector hands each rank, and the evidence
-that tells it apart from a straggler in recorded bundles (operator input shapes differ across ranks
-under load imbalance, and are the same under a straggler)."""
+"""The ``load_imbalance`` fault (its params are checked in test_faults.py's table): what its injector hands each
+rank, and the evidence that tells it apart from a straggler in recorded bundles (operator input shapes differ
+across ranks under load imbalance, and are the same under a straggler)."""
 
 from __future__ import annotations
 
@@ -8,45 +8,18 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from fault_cases import fault_case
 
 from diageval.bundle.model import EvidenceBundle
 from diageval.bundle.trace_stream import StreamState, iter_trace_events
-from diageval.cases.load import check_case
 from diageval.cases.model import Case
-from diageval.cases.taxonomy import load_taxonomy
 from diageval.recording.faults import FAULTS
 
 COMPUTE_OPS = {"aten::mm", "aten::addmm", "aten::scaled_dot_product_attention"}
 
 
-def _case(faults, *, workload="mlp_ddp", world_size=2, steps=10, params=None, case_id="imbalance-test") -> Case:
-    return Case.model_validate({
-        "id": case_id, "title": "t",
-        "workload": {"name": workload, "world_size": world_size, "steps": steps, "params": params or {}},
-        "faults": faults, "labels": {"expect": "healthy"},
-    })
-
-
 def _fault(**params):
     return {"name": "load_imbalance", "params": params}
-
-
-@pytest.mark.parametrize("params, field, message", [
-    ({"heavier_rank": 2, "work_factor": 2}, "faults[0].params.heavier_rank", "out of range for world_size 2"),
-    ({"heavier_rank": 0, "work_factor": 2, "from_step": 10}, "faults[0].params.from_step", "not before the workload's 10 steps"),
-    ({"heavier_rank": 0, "work_factor": 1.0}, "faults[0].params.work_factor", "greater than 1"),
-    ({"heavier_rank": 0, "work_factor": 9}, "faults[0].params.work_factor", "less than or equal to 8"),
-    ({"heavier_rank": 0, "work_factor": 2, "rank": 1}, "faults[0].params.rank", "unknown field"),
-    ({"work_factor": 2}, "faults[0].params.heavier_rank", "required"),
-])
-def test_bad_params_are_rejected_with_field_and_reason(params, field, message):
-    problems = check_case(_case([_fault(**params)]), "x.yaml", load_taxonomy())
-    assert any(p.field == field and message in p.message for p in problems), problems
-
-
-def test_a_single_rank_has_nothing_to_be_uneven_with():
-    problems = check_case(_case([_fault(heavier_rank=0, work_factor=2)], world_size=1), "x.yaml", load_taxonomy())
-    assert any("world_size >= 2" in p.message for p in problems), problems
 
 
 def test_registered_as_the_load_imbalance_cause():
@@ -110,9 +83,9 @@ def uneven_and_slow(request, tmp_path_factory) -> tuple[Path, Path]:
 
     out = tmp_path_factory.mktemp(request.param)
     params = {"trace_steps": 3}
-    record_case(_case([_fault(heavier_rank=1, work_factor=2.0)], workload=request.param, steps=5, params=params),
+    record_case(fault_case([_fault(heavier_rank=1, work_factor=2.0)], workload=request.param, steps=5, params=params),
                 out / "uneven", device="cpu")
-    record_case(_case([{"name": "slow_rank", "params": {"target_rank": 1, "slowdown_factor": 2.0}}],
+    record_case(fault_case([{"name": "slow_rank", "params": {"target_rank": 1, "slowdown_factor": 2.0}}],
                       workload=request.param, steps=5, params=params), out / "slow", device="cpu")
     return out / "uneven", out / "slow"
 

@@ -11,17 +11,15 @@ from gaming_strategies import (
     VISIBLE,
     base_rates,
     builtin_corpus,
-    closed_forms,
     factor_base_rates,
     null_skill,
     part_summaries,
     rank_base_rates,
-    rank_counts,
-    rank_spray_skill_ranked,
     summaries,
 )
 
 from diageval.diagnosis import Diagnosis, Finding
+from diageval.reports.board_gate import label_counts, null_closed_forms, rank_counts, rank_spray_closed_form
 from diageval.scoring.summary import DiagnoserInfo, summarize
 from diageval.scoring.verdicts import blamable_values, score_case
 
@@ -197,15 +195,16 @@ def test_the_closed_forms_hold(board):
     rank-credited closed form; the spray that also states every labeled rank position at its base rate (capped at
     its cause's) scores 0 in the headline and its closed form in the rank-credited score."""
     cases, _ = builtin_corpus()
-    forms = closed_forms(cases)
+    counts = label_counts(cases)
+    null_skill_forms, null_skill_ranked_forms = null_closed_forms(counts)
     spray = board["prior spray (every cause and factor value at its base rate)"][2].metrics
     assert spray.skill.value == pytest.approx(0.0, abs=EXACT)
     null = board["null: says nothing"][2].metrics
-    assert null.skill.value == pytest.approx(forms.null_skill, abs=EXACT) and null.skill.value < 0
-    assert null.skill_ranked.value == pytest.approx(forms.null_skill_ranked, abs=EXACT)
+    assert null.skill.value == pytest.approx(null_skill_forms, abs=EXACT) and null.skill.value < 0
+    assert null.skill_ranked.value == pytest.approx(null_skill_ranked_forms, abs=EXACT)
     ranked = board["prior spray with the ranks' base rates"][2].metrics
     assert ranked.skill.value == pytest.approx(0.0, abs=EXACT)
-    assert ranked.skill_ranked.value == pytest.approx(rank_spray_skill_ranked(cases), abs=EXACT)
+    assert ranked.skill_ranked.value == pytest.approx(rank_spray_closed_form(counts), abs=EXACT)
     assert -0.05 < ranked.skill_ranked.value <= EXACT
     # without the factor statements the spray is below 0 by the factors' climatology
     causes_only = board["prior spray, causes only (no factor value)"][2].metrics
