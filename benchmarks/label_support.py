@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
             continue
         if case.labels.expect != "diagnose" or case.recorded is not None or case.kind != "job":
             continue
-        if all(needs_check(case, c) is not None for c in case.labels.causes):
+        if all(needs_check(case, c, shown=True) is not None for c in case.labels.causes):
             continue
         truth = read_truth(cache, cache_key(case, "cpu"))
         if truth is None or truth.verification is None:

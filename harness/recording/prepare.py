@@ -170,6 +170,7 @@ def prepare_evidence(loaded: LoadedCase, policy: RecordingPolicy = RecordingPoli
                                 control=control, shown_values=shown_values_of(folder))
     from diageval.paths import bundle_cache_dir
     from diageval.recording.record import resolve_device
+    from diageval.recording.label_support import CHECKS_VERSION
     from diageval.recording.verify import check_control, control_subject, verify_case
 
     cache = Path(cache_dir) if cache_dir else bundle_cache_dir()
@@ -180,12 +181,13 @@ def prepare_evidence(loaded: LoadedCase, policy: RecordingPolicy = RecordingPoli
     if verify and case.labels.expect == "diagnose":
         truth = read_truth(cache, cache_key(case, resolved))
         stored = truth.verification if truth is not None and not force else None
-        if stored is not None and stored.test is not None \
-                and (not stored.manifested or (stored.label_problems is not None and stored.shown_checked)):
+        if stored is not None and stored.test is not None and (not stored.manifested or (
+                stored.label_problems is not None and stored.shown_checked and stored.checks == CHECKS_VERSION)):
             verification = stored
         else:  # records every repeat pair, repeat 0 (the bundle returned below) included; a record without the
             # manifestation test's measurement, or whose labels were not checked on the shown recording (made
-            # before that check, issue 44 item 3), is verified again (its recordings are reused)
+            # before that check, issue 44 item 3) or by an older version of the checks, is verified again (its
+            # recordings are reused)
             verification = verify_case(case, device=resolved, cache_dir=cache, force=force)
             verified_now = True
     key, folder, _ = ensure_bundle(case, resolved, force=force and not verified_now, cache_dir=cache)

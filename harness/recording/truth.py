@@ -63,6 +63,9 @@ class Verification(BaseModel):
                                 "(repeat 0; recording/label_support.py: shown_support), its problems among "
                                 "label_problems. False: a record made before that check (or one not manifested), "
                                 "whose repeat 0 may not hold its labels: verified again")
+    checks: int = Field(0, description="The version of the label checks the record was made under "
+                        "(recording/label_support.py: CHECKS_VERSION); a manifested record of an older one is verified "
+                        "again, its recordings reused")
 
     @computed_field  # type: ignore[prop-decorator]
     @property

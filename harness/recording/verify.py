@@ -30,8 +30,9 @@ from diageval.bundle.model import EvidenceBundle, StepRecord
 from diageval.cases.model import Case
 from diageval.progress import Progress
 from diageval.recording.cache import cache_key, ensure_bundle, note_draw, read_truth, write_truth
-from diageval.recording.label_support import (label_problems, label_support, needs_check, read_recordings,
-                                              shown_support)
+from diageval.recording.label_support import (
+    CHECKS_VERSION, label_problems, label_support, needs_check, read_recordings, shown_support,
+)
 from diageval.recording.manifest_test import LOOKS, WARMUP_STEPS, manifest_test, metric_of, pairs_needed, sequential_test
 from diageval.recording.truth import ControlCheck, TruthRecord, Verification
 
@@ -195,7 +196,7 @@ def verify_case(case: Case, *, repeats: int | None = None, device: str = "cpu", 
         if subject is not case:
             problems = [f"{p} (checked on the recording this bundle is derived from, on its ranks)" for p in problems]
         verification = verification.model_copy(update={"label_problems": problems, "manifested": not problems,
-                                                       "shown_checked": True})
+                                                       "shown_checked": True, "checks": CHECKS_VERSION})
     key, _, _ = ensure_bundle(case, device, repeat=0, cache_dir=cache, force=force and subject is not case)
     truth = read_truth(cache, key) or TruthRecord(case_id=case.id, key=key, repeat=0, recorded=_now())
     write_truth(cache, truth.model_copy(update={"verification": verification, "case_id": case.id}))
@@ -213,8 +214,8 @@ def evidence_problems(subject: Case, case_folders: list[Path], twin_folders: lis
     (``python benchmarks/label_support.py HOME``), every one of the 42 causes checked in 38 cases held in repeat 0,
     the narrowest by 45 points over the twin's spread, while showing another repeat would move the bundle's key
     everywhere the shown bundle is resolved (the run's preparation, the evidence tiers, the bundles derived from it)."""
-    if all(needs_check(subject, c) is not None for c in subject.labels.causes):
-        return []
+    if all(needs_check(subject, c, shown=True) is not None for c in subject.labels.causes):
+        return []  # (what the pairs' check reads, the shown check reads too: needs_check)
     injected, healthy = read_recordings(case_folders), read_recordings(twin_folders)
     problems = label_problems(label_support(subject, injected, healthy))
     if problems:  # the recordings do not hold it: the shown one is not asked again

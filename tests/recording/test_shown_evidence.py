@@ -285,13 +285,47 @@ def test_a_label_the_pairs_hold_but_the_shown_recording_does_not_is_refused_ther
 
 
 def test_a_one_cause_share_label_is_left_to_the_manifestation_check_in_the_shown_recording_too(tmp_path):
-    """As label_support does (needs_check): nothing read, nothing refused."""
+    """As label_support does (needs_check): nothing read, nothing refused, for a collective stall (its time is the
+    step's whole effect on every rank) and for input decoded inline on the main thread (no data wait the trace marks)."""
     from diageval.recording.label_support import shown_support
     from tests.recording.test_label_support import _case
 
-    case = _case([{"category": "input.dataloader_starvation"}])
-    [s] = shown_support(case, tmp_path / "never-read", [tmp_path / "never-read"])
-    assert not s.checked and s.supported and "manifestation check" in s.detail
+    stall = _case([{"category": "comm.collective_stall"}], [{"name": "collective_stall", "params": {"extra_ms": 50}}])
+    inline = Case.model_validate({
+        "id": "inline-probe", "title": "probe", "workload": {"name": "inference", "world_size": 1, "steps": 8,
+                                                             "params": {"model": "mlp", "input": "inline"}},
+        "faults": [{"name": "dataloader_starvation", "params": {"extra_decode_kib": 64}}],
+        "labels": {"causes": [{"category": "input.dataloader_starvation"}], "expect": "diagnose"},
+        "manifest": {"metric": "step_time_median", "min_ratio": 1.2}})
+    for case in (stall, inline):
+        [s] = shown_support(case, tmp_path / "never-read", [tmp_path / "never-read"])
+        assert not s.checked and s.supported and "manifestation check" in s.detail, case.id
+
+
+def _starved_case() -> Case:
+    from tests.recording.test_label_support import _case
+
+    return _case([{"category": "input.dataloader_starvation"}],
+                 [{"name": "dataloader_starvation", "params": {"extra_prep_ms": 50}}])
+
+
+def test_a_one_cause_starved_loader_whose_shown_recording_waits_no_more_than_the_twin_is_refused(tmp_path):
+    """A DataLoader's prefetching workers can have the profiled steps' batches ready while the logged steps around
+    them wait: the manifestation check (every step's time) passes, and the trace a diagnoser reads holds no wait.
+    The shown recording's data wait is checked, with the share measure and its bar; a shown recording that waits
+    holds it. Fails on the code before: a one-cause share label was never checked there."""
+    from synthetic_traces import StepShape, build_bundle
+
+    from diageval.recording.label_support import shown_support
+    from tests.recording.test_label_support import _twins
+
+    twins = _twins(tmp_path)
+    prefetched = build_bundle(tmp_path / "prefetched", lambda r, k: StepShape(compute_us=4000), n_steps=12)
+    [s] = shown_support(_starved_case(), prefetched, twins)
+    assert s.checked and not s.supported and "data wait does not stand out" in s.detail, s.detail
+    waiting = build_bundle(tmp_path / "waiting", lambda r, k: StepShape(compute_us=4000, data_us=6000.0), n_steps=12)
+    [held] = shown_support(_starved_case(), waiting, twins)
+    assert held.checked and held.supported, held.detail
 
 
 def test_verify_refuses_a_case_whose_shown_recording_does_not_hold_its_label(tmp_path, monkeypatch):
@@ -525,11 +559,15 @@ class _Reached(Exception):
     pass
 
 
-@pytest.mark.parametrize("shown_checked, verifies_again", [(False, True), (True, False)])
+@pytest.mark.parametrize("shown_checked, older_checks, verifies_again",
+                         [(False, False, True), (True, False, False), (True, True, True)])
 def test_a_stored_verification_made_before_the_shown_check_is_verified_again(tmp_path, monkeypatch, shown_checked,
-                                                                             verifies_again):
+                                                                             older_checks, verifies_again):
     """A cached record whose labels held over the pairs but were never checked on the shown recording is verified
-    again (reusing its recordings); one checked there is reused."""
+    again (reusing its recordings); one checked there is reused, unless an older version of the label checks made it
+    (``Verification.checks`` below ``CHECKS_VERSION``: a home keeps no verdict the current checks would not give)."""
+    from diageval.recording.label_support import CHECKS_VERSION
+
     import diageval.recording.prepare as prepare_module
     import diageval.recording.verify as verify_module
     from diageval.cases.load import load_case_set
@@ -538,7 +576,7 @@ def test_a_stored_verification_made_before_the_shown_check_is_verified_again(tmp
 
     stored = Verification(metric="step_time", min_ratio=1.2, injected=1.5, healthy=1.0, ratio=1.5, noise=0.05, impact=0.3,
                           repeats=3, manifested=True, label_problems=[], shown_checked=shown_checked,
-                          test=ManifestTest.model_construct())
+                          checks=CHECKS_VERSION - older_checks, test=ManifestTest.model_construct())
     truth = TruthRecord.model_construct(verification=stored, control=None)
 
     def verify_again(*_, **__):
