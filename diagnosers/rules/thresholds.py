@@ -13,7 +13,10 @@ from diageval.bundle.attribution import QUEUE_EMPTY_DELAY_US as QUEUE_EMPTY_DELA
 # Data loading: a step that spends a third of its time waiting for the next batch is input-bound by any
 # reasonable standard (a healthy pipeline with prefetching hides the load almost entirely).
 DATA_WAIT_SHARE = 0.30
-# ... and at least this many steps wait that long themselves (a pattern, not one stray wait).
+# ... and at least this many steps wait that long themselves (a pattern, not one stray wait). In a profile of fewer
+# waiting steps, a logged step outside it that is longer than the profiled quick steps by (1 - CUT_SOFTNESS) x the
+# smallest profiled wait counts as one (data_wait.logged_like): the profile shows what a wait costs, the log how often
+# a step pays it. No new number.
 MIN_WAITING_STEPS = 3
 
 # Scheduling jitter on a busy host: a rank can be held a few ms by descheduling alone (measured.md).
