@@ -40,6 +40,7 @@ from diageval.diagnosers.rules.stats import (
     lower_edge,
     median,
     median_standard_error,
+    ratio_standard_error,
     robust_sigma,
 )
 from diageval.diagnosis import Finding
@@ -166,9 +167,7 @@ def logged_share(ev: RunEvidence, rank: int, units: list[UnitAttribution], part:
     share = sum(recurring) / total
     n = len(units)
     se = sigma * n ** 0.5 / total
-    if n >= 2:
-        spread = (n / (n - 1) * sum((x - share * u.dur_us) ** 2 for x, u in zip(recurring, units))) ** 0.5 / total
-        se = max(se, spread)
+    se = max(se, ratio_standard_error(recurring, [u.dur_us for u in units]))
     occurrences = sum(u.parts[part].occurrences for u in units if part in u.parts)
     return TimeShare(part=part, us=sum(recurring), share=share, se=se, occurrences=occurrences, units=n), typical
 

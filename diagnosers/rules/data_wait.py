@@ -9,6 +9,14 @@ wait cannot carry a healthy run over the threshold.
 Confidence is graded (``stats.graded_confidence``): the time-weighted share against the cut, with the spread
 of the per-step shares as its uncertainty. A step "waits" from the cut's lower edge, and the wait must recur
 on ``MIN_WAITING_STEPS`` steps (or windows of a step-less trace).
+
+Where fewer profiled steps than that wait (a short profile of a loader whose workers deliver in bursts), the job's
+step log can show whether the wait recurs: the profiled steps show what a wait costs a step (the quick steps' time,
+the profiled steps' median time outside the wait, plus the wait), and a logged step outside the profile that is
+longer than the quick time by at least the smallest profiled wait, softened as every cut is (``CUT_SOFTNESS``),
+counts as one more waiting step (``logged_like``). Noise does not make such steps: a busy host's jitter moves a
+step by a part of it, not by a whole wait. The log's first step (start-up: building the model, starting the
+workers, the first batch) is not the loop and is not counted. The share and its error stay the profiled steps'.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import math
 
 from pydantic import BaseModel
 
+from diageval.bundle.trace_summary import StepSummary
 from diageval.diagnosers.rules import thresholds as T
 from diageval.diagnosers.rules.inputs import RunEvidence
 from diageval.diagnosers.rules.stats import claimable, graded_confidence, lower_edge, median, median_standard_error
@@ -31,6 +40,7 @@ class DataWaitRow(BaseModel):
     share: float  # time-weighted, the longest wait left out
     se: float  # standard error of the per-step shares' median
     steps_waiting: int  # steps whose own wait reaches the cut's lower edge
+    logged_like: int = 0  # logged steps outside the profile as long as a waiting step (recurrence, module doc)
     step_range: tuple[int, int] | None  # training steps from the first waiting step to the end
     unit_name: str
 
@@ -55,6 +65,7 @@ def measure_data_wait(ev: RunEvidence) -> list[DataWaitRow]:
                 share=wait / total if total > 0 else 0.0,
                 se=median_standard_error([st.data_wait_us / st.dur_us for st in steps]),
                 steps_waiting=len(waiting),
+                logged_like=logged_like(ev, rank, steps, waiting),
                 step_range=ev.step_range(rank, waiting[0], steps[-1]) if waiting else None,
                 unit_name=ev.unit_name(rank),
             )
@@ -62,10 +73,23 @@ def measure_data_wait(ev: RunEvidence) -> list[DataWaitRow]:
     return rows
 
 
+def logged_like(ev: RunEvidence, rank: int, steps: list[StepSummary], waiting: list[StepSummary]) -> int:
+    """Logged steps outside the profiled ``steps`` (the log's first step left out) at least as long as the quick time
+    plus (1 - CUT_SOFTNESS) x the smallest profiled wait; 0 where the profiled waits already recur, none wait, or the
+    steps carry no training step numbers (equal-time windows)."""
+    if not waiting or len(waiting) >= T.MIN_WAITING_STEPS or ev.windowed(rank):
+        return 0
+    profiled = {ev.training_step(rank, st.number) for st in steps}
+    quick = median([st.dur_us - st.data_wait_us for st in steps])
+    bar = quick + lower_edge(min(st.data_wait_us for st in waiting))
+    return sum(1 for row in ev.step_log.get(rank, [])[1:]
+               if row.step not in profiled and (row.t_end - row.t_start) * 1e6 >= bar)
+
+
 def judge_data_wait(rows: list[DataWaitRow], ev: RunEvidence) -> list[Finding]:
     """Starved ranks: waiting for data takes about DATA_WAIT_SHARE of their run time or more, on several steps."""
     graded = {r.rank: graded_confidence(r.share, T.DATA_WAIT_SHARE, r.se) for r in rows}
-    starved = [r for r in rows if r.steps_waiting >= T.MIN_WAITING_STEPS and claimable(graded[r.rank])]
+    starved = [r for r in rows if r.steps_waiting + r.logged_like >= T.MIN_WAITING_STEPS and claimable(graded[r.rank])]
     if not starved:
         return []
     share = median([r.share for r in starved])
@@ -77,6 +101,8 @@ def judge_data_wait(rows: list[DataWaitRow], ev: RunEvidence) -> list[Finding]:
         f" {r.total_step_us / 1e3:.1f} ms of its {r.unit_name} ({r.share:.0%}, standard error {r.se:.0%});"
         f" {r.steps_waiting}/{r.steps} wait over {lower_edge(T.DATA_WAIT_SHARE):.0%} of their time"
         f" (cut {T.DATA_WAIT_SHARE:.0%})"
+        + (f"; {r.logged_like} logged steps outside them are as long as a waiting step (steps.jsonl)"
+           if r.steps_waiting < T.MIN_WAITING_STEPS else "")
         for r in starved
     ]
     return [

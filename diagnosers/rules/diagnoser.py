@@ -14,7 +14,8 @@ Order of reasoning (each analyser is independent; see its module):
    named from their share, with a standard error from the occurrences they are made of. On CPU traces the
    same table splits the main thread's time and names input made inline (Python before the step's first op, no
    DataLoader) and dispatch (time between ops) where the op count (``launch``) does not; the DataLoader wait stays
-   with ``data_wait``. On every trace: recurring stalls
+   with ``data_wait``; a CPU rank whose matrix products and convolutions took more wall time than the process got CPU
+   time (``metrics.jsonl``) was held off its cores (``contention``). On every trace: recurring stalls
    outside ops (``spikes``), who waits for whom in
    collectives (``collectives``: straggler vs stall), and whether one rank is handed more work
    (``load_imbalance``: larger operator input shapes); a straggler claim on a rank whose extra work explains
@@ -44,6 +45,7 @@ from diageval.bundle.fleet import read_fleet
 from diageval.bundle.model import EvidenceBundle
 from diageval.diagnosers.rules.attributed import judge_attributed, measure_tables, thin_parts, unexplained
 from diageval.diagnosers.rules.collectives import judge_stall, judge_straggler, measure_collectives
+from diageval.diagnosers.rules.contention import judge_contention, measure_contention
 from diageval.diagnosers.rules.data_wait import judge_data_wait, measure_data_wait
 from diageval.diagnosers.rules.evidence import bounded_below_a_cause, describe_bound, reach, too_little_evidence
 from diageval.diagnosers.rules.fleet import diagnose_fleet
@@ -75,6 +77,7 @@ BELOW_CUT_SYMPTOM = {
     "host.device_sync": "symptom.low_utilization",
     "memory.allocator_churn": "symptom.low_utilization",
     "compute.load_imbalance": "symptom.long_collective",
+    "host.cpu_contention": "symptom.slow_step",
 }
 
 
@@ -92,6 +95,7 @@ def find_local_causes(ev: RunEvidence, host_side: RunEvidence | None = None) -> 
         *judge_gpu_launch(measure_gpu_launch(counted), counted),
         *judge_host_sync(measure_host_sync(counted), counted),
         *judge_allocator_churn(measure_allocator_churn(counted), counted),
+        *judge_contention(measure_contention(ev), ev),
     ]
     named: dict[int, set[str]] = {}
     for f in findings:
@@ -141,12 +145,13 @@ def cited(finding: Finding) -> Finding:
 
 class RulesDiagnoser:
     name: ClassVar[str] = "rules"
-    version: ClassVar[str] = "0.7.1"
+    version: ClassVar[str] = "0.7.2"
     # the causes its judges can name (the coverage table judges it on these as well as on all causes)
     claims: ClassVar[tuple[str, ...]] = (
         "input.dataloader_starvation", "checkpoint.blocking_save", "comm.collective_stall",
         "compute.straggler_rank", "launch.kernel_launch_overhead", "host.device_sync", "compute.load_imbalance",
         "memory.allocator_churn", "measurement.profiler_overhead", "compute.numeric_precision", "compile.recompilation",
+        "host.cpu_contention",
     )
 
     def diagnose(self, bundle: EvidenceBundle) -> Diagnosis:

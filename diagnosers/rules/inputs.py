@@ -39,6 +39,32 @@ from diageval.diagnosers.rules.windows import stepless_windows
 from diageval.diagnosers.rules.work import RankStepWork, WorkCollector
 
 
+class CpuSample(BaseModel):
+    """One rank's row of ``metrics.jsonl``: its CPU use over the interval since its previous sample (``contention``)."""
+
+    time: float  # seconds, the clock of steps.jsonl
+    cpu_percent: float = Field(ge=0)  # 100 = one core busy
+
+    @property
+    def share(self) -> float:
+        return self.cpu_percent / 100.0
+
+
+def cpu_samples(bundle: EvidenceBundle) -> dict[int, list[CpuSample]]:
+    """Rank -> its CPU samples in time order; rows that are not a rank's sample, or do not read as one, are left out
+    (a bundle brought from elsewhere may carry other rows or none)."""
+    out: dict[int, list[CpuSample]] = {}
+    for row in bundle.metrics():
+        if not isinstance(row, dict) or row.get("scope") != "rank" or not isinstance(row.get("rank"), int):
+            continue
+        try:
+            sample = CpuSample.model_validate({"time": row.get("time"), "cpu_percent": row.get("cpu_percent")})
+        except ValueError:
+            continue
+        out.setdefault(row["rank"], []).append(sample)
+    return {r: sorted(rows, key=lambda x: x.time) for r, rows in out.items()}
+
+
 class RunEvidence(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -56,6 +82,8 @@ class RunEvidence(BaseModel):
     no_windows: dict[int, str] = Field(default_factory=dict, description="rank -> why its step-less trace has no windows")
     work: dict[int, dict[int, RankStepWork]] = Field(
         default_factory=dict, description="rank -> profiler step -> the arithmetic of its counted ops (load_imbalance)")
+    cpu_samples: dict[int, list[CpuSample]] = Field(
+        default_factory=dict, description="rank -> its CPU samples from metrics.jsonl (contention.py)")
     attribution: dict[int, Attribution] = Field(
         default_factory=dict, description="rank -> its units' time tables (ranks with device events; attributed.py)")
 
@@ -240,6 +268,7 @@ def gather_evidence(bundle: EvidenceBundle) -> RunEvidence:
         window_source=sources,
         no_windows=no_windows,
         work=work,
+        cpu_samples=cpu_samples(bundle),
     )
     for rank, s in traces.items():  # every rank's time table (attributed.py); host-only ranks split the main thread's
         units = ev.units(rank)

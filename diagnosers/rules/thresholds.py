@@ -13,7 +13,10 @@ from diageval.bundle.attribution import QUEUE_EMPTY_DELAY_US as QUEUE_EMPTY_DELA
 # Data loading: a step that spends a third of its time waiting for the next batch is input-bound by any
 # reasonable standard (a healthy pipeline with prefetching hides the load almost entirely).
 DATA_WAIT_SHARE = 0.30
-# ... and at least this many steps wait that long themselves (a pattern, not one stray wait).
+# ... and at least this many steps wait that long themselves (a pattern, not one stray wait). In a profile of fewer
+# waiting steps, a logged step outside it that is longer than the profiled quick steps by (1 - CUT_SOFTNESS) x the
+# smallest profiled wait counts as one (data_wait.logged_like): the profile shows what a wait costs, the log how often
+# a step pays it. No new number.
 MIN_WAITING_STEPS = 3
 
 # Scheduling jitter on a busy host: a rank can be held a few ms by descheduling alone (measured.md).
@@ -94,6 +97,16 @@ LAUNCH_GAP_SHARE = MIN_CAUSE_SHARE
 # and rejected: on a contended host, tiny ops run slowly too, so the density of a sliced model is no
 # higher than a healthy one's; the count is what an expert reads first.)
 MIN_HOST_OPS_PER_STEP = 2000
+
+# CPU contention (contention.py): a CPU rank's matrix products and convolutions spend all their wall time on a core
+# when the rank has its cores; a rank whose CPU time (metrics.jsonl) falls short of that wall time was runnable and not
+# running for the shortfall, time the step lost outright (the same ops on a free core end that much sooner), so the bar
+# is the smallest loss worth naming, MIN_CAUSE_SHARE, once the shortfall is told from none (ABSENCE_SIGMAS). Waiting
+# (data, disk, peers) spends no CPU and counts in neither figure, and extra threads only add CPU, so no other cause
+# makes a shortfall. A process's CPU time is read in clock ticks of 1/USER_HZ s (USER_HZ = 100 on every Linux ABI):
+# each sample is the difference of two truncated readings, an error of CPU_TICK_S / sqrt(6) in standard deviation.
+CONTENTION_SHARE = MIN_CAUSE_SHARE
+CPU_TICK_S = 0.01
 
 # Symptoms reported alongside causes (observations only). On GPU traces a collective is "long" by its
 # exposed time (communication kernels running while no compute kernel does): overlapped communication
