@@ -69,7 +69,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from diageval.bundle import kineto as K
-from diageval.bundle.trace_ids import SHORT_GAP_US, IdTable, by_tid, merge_sorted, step_markers, tid_strings
+from diageval.bundle.trace_ids import SHORT_GAP_US, IdTable, merge_sorted, step_markers
 
 QUEUE_EMPTY_DELAY_US = 50.0
 """A device activity that starts within this of the call that queued it found the queue empty (launch latency is
@@ -346,7 +346,7 @@ class AttributionCollector:
             if not mask.any():
                 continue
             sel = w.select(mask)
-            for tid, m in by_tid(tid_strings(sel.events)):
+            for tid, m in sel.by_thread():
                 ts_m = sel.ts if m is None else sel.ts[m]
                 if target is None:
                     self.launch_ts[tid].frombytes(ts_m.tobytes())

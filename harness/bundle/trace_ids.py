@@ -49,15 +49,6 @@ def tid_strings(events: list[TraceEvent]) -> list[str]:
     return [as_str[t] for t in raw]
 
 
-def by_tid(tids: list[str]) -> list[tuple[str, np.ndarray | None]]:
-    """Each thread of ``tids`` in order of first appearance, with the mask of its entries (None: all of them)."""
-    first = tids[0] if tids else None
-    if tids.count(first) == len(tids):  # type: ignore[arg-type]
-        return [(first, None)] if tids else []
-    arr = np.array(tids, dtype=object)
-    return [(t, arr == t) for t in dict.fromkeys(tids)]
-
-
 class IdTable:
     """A collector's reading of each (category, name) id of a :class:`Names` (``kind_of`` turns a pair into a
     tuple whose first item is its kind), grown as new ids appear: ``kind[ids]`` is a window's kinds at once."""
@@ -91,4 +82,4 @@ def _flags(kinds: list[tuple], item: int) -> np.ndarray:
     return np.array([len(k) > item and bool(k[item]) for k in kinds], dtype=bool)
 
 
-__all__ = ["GAP_BINS_US", "SHORT_GAP_US", "merge_sorted", "step_markers", "tid_strings", "by_tid", "IdTable"]
+__all__ = ["GAP_BINS_US", "SHORT_GAP_US", "merge_sorted", "step_markers", "tid_strings", "IdTable"]

@@ -71,8 +71,8 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from diageval.bundle import kineto as k
-from diageval.bundle.trace_stats import (IdTable, Names, StatsCollector, StepStats, TimedWindow, TimeRange, by_tid,
-                                         merge_sorted, sorted_doubles, step_markers, tid_strings, timed_window)
+from diageval.bundle.trace_stats import (IdTable, Names, StatsCollector, StepStats, TimedWindow, TimeRange,
+                                         merge_sorted, sorted_doubles, step_markers, timed_window)
 from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, iter_trace_windows
 
 SHORT_OP_US = 50.0
@@ -259,12 +259,12 @@ class _Columns:
         if not np.count_nonzero(is_host):
             return
         host = w.select(is_host)
-        tids = tid_strings(host.events)
         waits = table.flag(2)[host.ids]
         if np.count_nonzero(waits):
-            self.data_waits.extend((ev.ts, ev.dur, tid) for ev, tid, wait in zip(host.events, tids, waits.tolist()) if wait)
+            self.data_waits.extend((ev.ts, ev.dur, tid) for ev, tid in zip(host.select(waits).events,
+                                                                          host.threads_where(waits)))
         is_op = table.flag(1)[host.ids].astype(np.int8)
-        for tid, sel in by_tid(tids):
+        for tid, sel in host.by_thread():
             ts, dur, op = self.host[tid]
             ts.frombytes((host.ts if sel is None else host.ts[sel]).tobytes())
             dur.frombytes((host.dur if sel is None else host.dur[sel]).tobytes())
@@ -789,9 +789,11 @@ def _observe(path: Path, observers: Sequence[EventObserver], seen: int) -> None:
 
 
 def _windows(path: Path, state: StreamState) -> Iterator[list[TraceEvent]]:
-    """The reader's windows of ``path``, a file that is not UTF-8 a ``TraceFormatError`` (every read of this module)."""
+    """The reader's windows of ``path``, a file that is not UTF-8 a ``TraceFormatError`` (every read of this module).
+    Every read here goes through ``timed_window``, which keeps complete events alone: the others are decoded into their
+    phase alone (``complete_only``)."""
     try:
-        yield from iter_trace_windows(path, state)
+        yield from iter_trace_windows(path, state, complete_only=True)
     except UnicodeDecodeError as exc:
         raise TraceFormatError(f"{path}: not UTF-8 JSON: {exc}") from exc
 

@@ -178,3 +178,33 @@ def test_a_windows_correlations_are_decoded_once_for_every_collector(tmp_path, m
     some = timed.select(np.array([False, True, True, True]))
     assert some.correlations() == [None, None, "x"]
     assert timed.correlations() == [ev.correlation() for ev in events] == [4, None, None, "x"]
+
+
+def test_a_windows_threads_are_read_once_for_every_collector_and_group_as_by_first_sight(monkeypatch):
+    """Issue 43: the summary's, ``trace stats``' and the time attribution's columns are kept per thread; each event's
+    thread is read once per window whichever selection asks first, threads that print alike are one (5 and "5"), and a
+    selection's groups come in order of first appearance, with the mask of their events (None: the only thread)."""
+    from diageval.bundle import trace_stats as ts
+    from diageval.bundle.trace_stream import event_from_dict
+
+    read: list[int] = []
+
+    def counting(events):
+        read.extend(id(ev) for ev in events)
+        return original(events)
+
+    original = ts.tid_strings
+    monkeypatch.setattr(ts, "tid_strings", counting)
+    tids = [7, "5", 5, 7, "x", 5]
+    events = [event_from_dict({"ph": "X", "cat": "cpu_op", "name": "op", "tid": t, "ts": i, "dur": 1})
+              for i, t in enumerate(tids)]
+    w, _ = timed_window(events, Names())
+    some = w.select(np.array([False, True, True, True, False, True]))
+    groups = some.by_thread()
+    assert [(t, m.tolist()) for t, m in groups] == [("5", [True, True, False, True]), ("7", [False, False, True, False])]
+    whole = w.by_thread()
+    assert [t for t, _ in whole] == ["7", "5", "x"] and whole[0][1].tolist() == [True, False, False, True, False, False]
+    assert w.select(np.array([True, False, False, True, False, False])).by_thread() == [("7", None)]
+    assert some.threads_where(np.array([True, False, True, False])) == ["5", "7"]
+    assert sorted(read) == sorted(id(ev) for ev in events) and len(read) == len(set(read))
+    assert w.select(np.zeros(6, dtype=bool)).by_thread() == []
