@@ -185,31 +185,20 @@ class Attribution(BaseModel):
     occurrences: dict[str, PartTime] = Field(default_factory=dict)
 
 
-def _merged(ts: array, dur: array) -> tuple[np.ndarray, np.ndarray]:
+def _merged(ts: array, dur: array, touching_apart: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The union of the intervals (start, duration; a negative duration counts as none) in ``ts`` and ``dur``."""
     s = np.frombuffer(ts, dtype=np.float64) if len(ts) else np.zeros(0)
     d = np.frombuffer(dur, dtype=np.float64) if len(dur) else np.zeros(0)
     order = np.argsort(s, kind="stable")
     s = s[order]
     e = s + np.where(d[order] > 0.0, d[order], 0.0)
-    return merge_sorted(s, e)
+    return merge_sorted(s, e, touching_apart)
 
 
 def _top_level(ts: array, dur: array) -> tuple[np.ndarray, np.ndarray]:
     """Top-level op intervals of one thread: ops nested in another join it; ops that merely touch (one ends where the
     next starts) stay apart, so that a CPU op that queues nothing is not merged into the launching op after it."""
-    s = np.frombuffer(ts, dtype=np.float64) if len(ts) else np.zeros(0)
-    d = np.frombuffer(dur, dtype=np.float64) if len(dur) else np.zeros(0)
-    if not len(s):
-        return s, s
-    order = np.argsort(s, kind="stable")
-    s = s[order]
-    e = s + np.where(d[order] > 0.0, d[order], 0.0)
-    reach = np.maximum.accumulate(e)
-    first = np.empty(len(s), dtype=bool)
-    first[0] = True
-    np.greater_equal(s[1:], reach[:-1], out=first[1:])
-    at = np.flatnonzero(first)
-    return s[at], np.maximum.reduceat(e, at)
+    return _merged(ts, dur, touching_apart=True)
 
 
 def _member(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

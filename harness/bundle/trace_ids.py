@@ -19,15 +19,16 @@ SHORT_GAP_US = 1000.0
 host, so a gap over 10 us is more than one launch's worth; over 1 ms is a visible stall)."""
 
 
-def merge_sorted(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def merge_sorted(starts: np.ndarray, ends: np.ndarray, touching_apart: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The disjoint union of intervals sorted by start: one joins the interval before it where it starts at or
-    before the furthest end so far."""
+    before the furthest end so far (``touching_apart``: only where it starts before it, so that intervals that merely
+    touch stay apart)."""
     if not len(starts):
         return starts, ends
     reach = np.maximum.accumulate(ends)
     first = np.empty(len(starts), dtype=bool)
     first[0] = True
-    np.greater(starts[1:], reach[:-1], out=first[1:])
+    (np.greater_equal if touching_apart else np.greater)(starts[1:], reach[:-1], out=first[1:])
     at = np.flatnonzero(first)
     return starts[at], np.maximum.reduceat(ends, at)
 
