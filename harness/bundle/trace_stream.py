@@ -58,11 +58,15 @@ except ImportError:  # pragma: no cover - isal is a dependency; a checkout witho
 _INFLATE_ERRORS = (zlib.error, _inflate_module.error)
 
 CHUNK_BYTES = 1 << 20
-WINDOW_BYTES = 1 << 17
+WINDOW_BYTES = 1 << 18
 # The JSON one decode takes (at most; ``CHUNK_BYTES`` when smaller): its events (a few hundred bytes each as Python
-# objects, ~3x the JSON) then stay within a core's L2 cache while the readers run over them several times. On the
-# 452 MB trace of benchmarks/trace_reader.py, summarize_trace took 14.3-14.9 CPU s with 128 kB windows against
-# 16.6-21.9 with 1 MB ones (3 rounds each, load 3-4.5); 32 kB lost it again to the per-window overhead (17.4-19.6).
+# objects, ~3x the JSON) then stay near a core's L2 cache while the readers run over them several times, and the
+# collectors' numpy calls per window (a few hundred, ~1 us each) are spread over enough events. On the 452 MB trace of
+# benchmarks/trace_reader.py, summarize_trace took 14.3-14.9 CPU s with 128 kB windows against 16.6-21.9 with 1 MB
+# ones (3 rounds each, load 3-4.5); 32 kB lost it again to the per-window overhead (17.4-19.6). Issue 43, once the
+# readers worked on whole windows (numpy masks per window, not Python per event): rules on the 453 MB repeated A100
+# trace took a median 3.31 CPU s with 256 kB windows against 3.64 with 128 kB (5 alternating rounds, load 4.3-4.6);
+# its reader and collectors alone over the first 60 MB, 0.370 s against 0.401 (512 kB: 0.366; medians of 7).
 _COMPRESSED_BLOCK = 1 << 18
 # No Kineto event or header value comes near this (events are a few hundred bytes, deviceProperties a few
 # kB); it bounds the memory one value can take, so a hostile file cannot grow the buffer without end.
