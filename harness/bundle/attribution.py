@@ -69,7 +69,8 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from diageval.bundle import kineto as K
-from diageval.bundle.trace_ids import SHORT_GAP_US, IdTable, merge_sorted, step_markers
+from diageval.bundle.trace_ids import (NO_CORR, SHORT_GAP_US, IdTable, int_column, latest_match, merge_sorted,
+                                       step_markers)
 
 QUEUE_EMPTY_DELAY_US = 50.0
 """A device activity that starts within this of the call that queued it found the queue empty (launch latency is
@@ -520,7 +521,10 @@ class AttributionCollector:
         # order one Python loop over the keys would (byte-identical figures), and one pydantic row each at the end
         n_parts = len(PARTS)
         unit_part, occ_of = np.divmod(keys, width)
-        up_keys, up_at = np.unique(unit_part, return_inverse=True)
+        # the keys are sorted, so their (unit, part)s are too: grouped by where they change, as np.unique would, no sort
+        new = np.ones(len(unit_part), dtype=bool)
+        np.not_equal(unit_part[1:], unit_part[:-1], out=new[1:])
+        up_keys, up_at = unit_part[new], np.cumsum(new) - 1
         up_us = np.bincount(up_at, weights=sums)
         up_sq = np.bincount(up_at, weights=sums * sums)
         up_n = np.bincount(up_at)
@@ -582,21 +586,6 @@ class AttributionCollector:
         return _union(launching), _union(idle)
 
 
-_NO_CORR = -(2**63)  # no correlation (None), in an int64 column
-
-
-def _int_column(values: list[Any]) -> array | None:
-    """``values`` (correlations) as an int64 column, None as ``_NO_CORR``; None where any is something else (not an
-    int, beyond int64, the marker itself)."""
-    if any(v.__class__ is not int and v is not None for v in values):
-        return None
-    try:
-        col = array("q", [_NO_CORR if v is None else v for v in values])
-    except OverflowError:
-        return None
-    return col if col.count(_NO_CORR) == values.count(None) else None
-
-
 class _QueueJoin:
     """The launch-to-start delay of each device activity: its correlation matched to the latest queuing call with the
     same one (a dict's ``update`` in file order, None never matched). Correlations are ints in every trace seen (a
@@ -613,7 +602,7 @@ class _QueueJoin:
     def _to_generic(self) -> tuple[list[Any], dict[Any, float]]:
         if self.generic is None:
             def unpack(col: array) -> list[Any]:
-                return [None if c == _NO_CORR else c for c in col.tolist()]
+                return [None if c == NO_CORR else c for c in col.tolist()]
 
             calls = dict(zip(unpack(self.call_corr), self.call_ts.tolist()))
             calls.pop(None, None)
@@ -622,14 +611,14 @@ class _QueueJoin:
         return self.generic
 
     def add_devices(self, corrs: list[Any]) -> None:
-        col = None if self.generic is not None else _int_column(corrs)
+        col = None if self.generic is not None else int_column(corrs)
         if col is None:
             self._to_generic()[0].extend(corrs)
         else:
             self.dev.extend(col)
 
     def add_calls(self, corrs: list[Any], ts: np.ndarray) -> None:
-        col = None if self.generic is not None else _int_column(corrs)
+        col = None if self.generic is not None else int_column(corrs)
         if col is None:
             calls = self._to_generic()[1]
             calls.update(zip(corrs, ts.tolist()))
@@ -646,16 +635,9 @@ class _QueueJoin:
                              for t, c in zip(dev_ts.tolist(), dev)], dtype=np.float64)
         corr = np.frombuffer(self.call_corr, dtype=np.int64) if len(self.call_corr) else np.zeros(0, dtype=np.int64)
         at = np.frombuffer(self.call_ts, dtype=np.float64) if len(self.call_ts) else np.zeros(0)
-        order = np.argsort(corr, kind="stable")  # equal correlations in file order: the last of each run is the latest
-        corr, at = corr[order], at[order]
-        last = np.ones(len(corr), dtype=bool)
-        np.not_equal(corr[1:], corr[:-1], out=last[:-1])
-        keep = last & (corr != _NO_CORR)
-        corr, at = corr[keep], at[keep]
         dev = np.frombuffer(self.dev, dtype=np.int64) if len(self.dev) else np.zeros(0, dtype=np.int64)
-        pos = np.minimum(np.searchsorted(corr, dev), max(len(corr) - 1, 0))
-        found = (corr[pos] == dev) & (dev != _NO_CORR) if len(corr) else np.zeros(len(dev), dtype=bool)
-        return np.where(found, dev_ts - (at[pos] if len(at) else 0.0), np.nan)
+        found, call_ts = latest_match(corr, at, dev)
+        return np.where(found, dev_ts - call_ts, np.nan)
 
 
 def _union(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:

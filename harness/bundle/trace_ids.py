@@ -7,6 +7,7 @@ without an import cycle; ``trace_stats`` re-exports every name.
 
 from __future__ import annotations
 
+from array import array
 from typing import Any
 
 import numpy as np
@@ -50,6 +51,37 @@ def tid_strings(events: list[TraceEvent]) -> list[str]:
     return [as_str[t] for t in raw]
 
 
+NO_CORR = -(2**63)  # no correlation (None), in an int64 column
+
+
+def int_column(values: list[Any]) -> array | None:
+    """``values`` (correlations) as an int64 column, None as ``NO_CORR``; None where any is something else (not an
+    int, beyond int64, the marker itself)."""
+    if any(v.__class__ is not int and v is not None for v in values):
+        return None
+    try:
+        col = array("q", [NO_CORR if v is None else v for v in values])
+    except OverflowError:
+        return None
+    return col if col.count(NO_CORR) == values.count(None) else None
+
+
+def latest_match(call_corr: np.ndarray, call_ts: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each of ``corr`` (int64, ``NO_CORR`` for none): whether a call (``call_corr``, in file order) has the same
+    correlation, and the start (``call_ts``) of the latest that does (where none does, any value): a dict of the calls
+    updated in file order, looked up, as int64 columns matched by sorting."""
+    order = np.argsort(call_corr, kind="stable")  # equal correlations in file order: the last of each run is the latest
+    call_corr, call_ts = call_corr[order], call_ts[order]
+    last = np.ones(len(call_corr), dtype=bool)
+    np.not_equal(call_corr[1:], call_corr[:-1], out=last[:-1])
+    keep = last & (call_corr != NO_CORR)
+    call_corr, call_ts = call_corr[keep], call_ts[keep]
+    if not len(call_corr):
+        return np.zeros(len(corr), dtype=bool), np.zeros(len(corr))
+    pos = np.minimum(np.searchsorted(call_corr, corr), len(call_corr) - 1)
+    return (call_corr[pos] == corr) & (corr != NO_CORR), call_ts[pos]
+
+
 class IdTable:
     """A collector's reading of each (category, name) id of a :class:`Names` (``kind_of`` turns a pair into a
     tuple whose first item is its kind), grown as new ids appear: ``kind[ids]`` is a window's kinds at once."""
@@ -83,4 +115,4 @@ def _flags(kinds: list[tuple], item: int) -> np.ndarray:
     return np.array([len(k) > item and bool(k[item]) for k in kinds], dtype=bool)
 
 
-__all__ = ["GAP_BINS_US", "SHORT_GAP_US", "merge_sorted", "step_markers", "tid_strings", "IdTable"]
+__all__ = ["GAP_BINS_US", "SHORT_GAP_US", "merge_sorted", "step_markers", "tid_strings", "IdTable", "NO_CORR", "int_column", "latest_match"]

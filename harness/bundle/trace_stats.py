@@ -48,8 +48,8 @@ from pydantic import BaseModel, Field
 from diageval.bundle import kineto as K
 from diageval.bundle.trace_defects import DefectObserver, clock_disagreement
 from diageval.bundle.attribution import AttributionCollector, TimeShare, share_rows
-from diageval.bundle.trace_ids import (GAP_BINS_US, SHORT_GAP_US, IdTable, merge_sorted, step_markers,
-                                       tid_strings)
+from diageval.bundle.trace_ids import (GAP_BINS_US, SHORT_GAP_US, IdTable, int_column, latest_match, merge_sorted,
+                                       step_markers, tid_strings)
 from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, correlations, iter_trace_windows
 
 
@@ -773,14 +773,31 @@ def sorted_doubles(values: array) -> array:
     return _doubles(np.sort(v, kind="stable"))
 
 
-def _sorted_pairs(pairs: list[tuple[float, float]]) -> tuple[array, array]:
-    """The firsts and seconds of ``sorted(pairs)`` (by first, then second), as two columns of doubles."""
-    both = np.array(pairs, dtype=np.float64).reshape(-1, 2)
-    if np.isnan(both).any():
-        pairs = sorted(pairs)
+def _sorted_pairs(firsts: np.ndarray, seconds: np.ndarray) -> tuple[array, array]:
+    """The firsts and seconds of ``sorted(zip(firsts, seconds))`` (by first, then second), as two columns of doubles."""
+    if np.isnan(firsts).any() or np.isnan(seconds).any():  # NaN has no place in an order: Python's sort, as it was
+        pairs = sorted(zip(firsts.tolist(), seconds.tolist()))
         return array("d", [p[0] for p in pairs]), array("d", [p[1] for p in pairs])
-    order = np.lexsort((both[:, 1], both[:, 0]))
-    return _doubles(both[order, 0]), _doubles(both[order, 1])
+    order = np.lexsort((seconds, firsts))
+    return _doubles(firsts[order]), _doubles(seconds[order])
+
+
+def _launch_delays(c: _Cols) -> tuple[np.ndarray, np.ndarray]:
+    """Each device event a launch queued (its correlation a launch's, the latest such as ``launch_ts`` holds), in file
+    order: its start, and its start less the launch's. Int correlations (every trace seen) are matched as int64
+    columns (``latest_match``: no Python per event); any other value as a dict lookup matches it."""
+    launch_ts = c.launch_ts
+    dev = int_column(c.dev_corr)
+    calls = int_column(list(launch_ts)) if dev is not None else None
+    if dev is None or calls is None:
+        queued = [(ts, ts - launch_ts[corr]) for ts, corr in zip(c.dev_ts, c.dev_corr)
+                  if corr is not None and corr in launch_ts]
+        return np.array([q[0] for q in queued], dtype=np.float64), np.array([q[1] for q in queued], dtype=np.float64)
+    ts = np.frombuffer(c.dev_ts) if len(c.dev_ts) else np.zeros(0)
+    found, call_ts = latest_match(np.frombuffer(calls, dtype=np.int64) if len(calls) else np.zeros(0, dtype=np.int64),
+                                  np.fromiter(launch_ts.values(), dtype=np.float64, count=len(launch_ts)),
+                                  np.frombuffer(dev, dtype=np.int64) if len(dev) else np.zeros(0, dtype=np.int64))
+    return ts[found], ts[found] - call_ts[found]
 
 
 def _count_in(sorted_starts: list[float], lo: float, hi: float) -> int:
@@ -809,10 +826,7 @@ def _measure(c: _Cols, only: tuple[str, list[tuple[int, float, float]]] | None =
     # loop is held as arrays of doubles, and the lists that sorting needs are made and dropped one at a time, the
     # largest first
     # launch-to-start delay per device event that a launch call queued, keyed by the event's start
-    launch_ts = c.launch_ts
-    queued = [(ts, ts - launch_ts[corr]) for ts, corr in zip(c.dev_ts, c.dev_corr) if corr is not None and corr in launch_ts]
-    delay_starts, delay_values = _sorted_pairs(queued)
-    del queued
+    delay_starts, delay_values = _sorted_pairs(*_launch_delays(c))
     kernel_starts = sorted_doubles(c.dev_ts)
     launches = sorted_doubles(c.launch_starts)
     allocs = sorted_doubles(c.alloc_starts)
