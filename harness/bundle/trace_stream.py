@@ -143,21 +143,12 @@ class TraceEvent(msgspec.Struct, gc=False):
 _EVENT_FIELDS = TraceEvent.__struct_fields__[:-1]
 
 
-class CompleteEvent(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
-    """A :class:`TraceEvent` whose ``ph`` is ``X`` (a complete event), as a ``complete_only`` read decodes it: the same
-    fields, values and methods; ``ph`` is its tag (always ``"X"``)."""
-
-    ph = "X"
-    cat: str | None = None
-    name: str | None = None
-    pid: Any = None
-    tid: Any = None
-    ts: Any = None
-    dur: Any = None
-    args: msgspec.Raw = msgspec.Raw()
-
-    decoded_args = TraceEvent.decoded_args
-    correlation = TraceEvent.correlation
+CompleteEvent = msgspec.defstruct(
+    "CompleteEvent", [(f.name, f.type, f.default) for f in msgspec.structs.fields(TraceEvent) if f.name != "ph"],
+    tag_field="ph", tag="X", gc=False, module=__name__,
+    namespace={"ph": "X", "decoded_args": TraceEvent.decoded_args, "correlation": TraceEvent.correlation,
+               "__doc__": "A :class:`TraceEvent` whose ``ph`` is ``X`` (a complete event), as a ``complete_only`` read "
+                          "decodes it: the same fields, values and methods; ``ph`` is its tag (always ``\"X\"``)."})
 
 
 # Every phase of the Chrome trace format (the deprecated S/T/p/F included) but X: a ``complete_only`` read decodes an
