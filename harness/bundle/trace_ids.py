@@ -1,5 +1,6 @@
 """The small pieces the one-pass trace collectors share (``trace_stats``, ``attribution``): the device-gap bins, ids
-of (category, name) pairs read once per id, merged intervals, step markers and thread ids of a window.
+of (category, name) pairs read once per id, merged intervals, step markers, thread ids of a window, and the join of
+device activity to the call that queued it by correlation (int64 columns matched by sorting).
 
 Apart from ``trace_stats`` so that a collector built on them (``attribution``) can feed ``trace_stats``' own read
 without an import cycle; ``trace_stats`` re-exports every name.
