@@ -206,9 +206,13 @@ def _member(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> tuple[np.nda
     """For each instant ``t``: inside the merged intervals, and the index of the interval (-1 outside)."""
     if not len(starts):
         return np.zeros(len(t), dtype=bool), np.full(len(t), -1)
-    k = np.searchsorted(starts, t, side="right") - 1
-    inside = (k >= 0) & (ends[np.maximum(k, 0)] > t)
-    return inside, np.where(inside, k, -1)
+    k = np.searchsorted(starts, t, side="right")  # in place from here: one index array per call (a segment's 8 bytes)
+    k -= 1
+    inside = k >= 0
+    np.maximum(k, 0, out=k)
+    inside &= ends[k] > t
+    k[~inside] = -1
+    return inside, k
 
 
 def _segments(windows: list[tuple[int | None, float, float]],
@@ -235,7 +239,9 @@ def _unit_first(windows: list[tuple[int | None, float, float]], starts: np.ndarr
     w_hi = np.array([w[1] + w[2] for w in windows])
     first = starts[np.minimum(np.searchsorted(starts, w_lo), len(starts) - 1)] if len(starts) else w_hi
     first = np.where((first >= w_lo) & (first < w_hi), first, w_hi)
-    u = np.maximum(np.searchsorted(w_lo, mid, side="right") - 1, 0)
+    u = np.searchsorted(w_lo, mid, side="right")
+    u -= 1
+    np.maximum(u, 0, out=u)
     return first[u], w_hi[u]
 
 
@@ -510,13 +516,28 @@ class AttributionCollector:
         occurrences over all windows (an occurrence cut by a window's edge counts once)."""
         w_lo = np.array([w[1] for w in windows])
         w_hi = np.array([w[1] + w[2] for w in windows])
-        unit = np.searchsorted(w_lo, mid, side="right") - 1
-        ok = (unit >= 0) & (mid < w_hi[np.maximum(unit, 0)])
-        unit, part_k, occ_k, length = unit[ok], part[ok], occ[ok] + 1, length[ok]
-        width = int(occ_k.max()) + 1 if len(occ_k) else 1
-        key = (unit * len(PARTS) + part_k) * width + occ_k
+        # the tally is the split's peak of memory (the caller holds the segments): the key is built in place in the
+        # units' column, and the segments are copied only where some fall outside every unit (between steps)
+        unit = np.searchsorted(w_lo, mid, side="right")
+        unit -= 1
+        ok = unit >= 0
+        ok &= mid < w_hi[np.maximum(unit, 0)]
+        part_k, occ_k = part, occ
+        if not ok.all():
+            unit, part_k, occ_k, length = unit[ok], part[ok], occ[ok], length[ok]
+        del ok
+        width = int(occ_k.max()) + 2 if len(occ_k) else 1  # occurrence indices from -1 (none), kept as index + 1
+        key = unit  # ((unit * len(PARTS) + part) * width + occurrence + 1), in place
+        key *= len(PARTS)
+        key += part_k
+        key *= width
+        key += occ_k
+        key += 1
+        del unit, part_k, occ_k
         keys, inverse = np.unique(key, return_inverse=True)
+        del key
         sums = np.bincount(inverse, weights=length)
+        del inverse
         # per (unit, part) and per part over units: numpy sums whose bincounts add in the keys' sorted order, the
         # order one Python loop over the keys would (byte-identical figures), and one pydantic row each at the end
         n_parts = len(PARTS)
