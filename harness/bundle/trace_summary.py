@@ -355,11 +355,15 @@ def _window(starts: Sequence[float], order: Sequence[int], lo: float, hi: float)
     return [order[k] for k in range(bisect_left(starts, lo), bisect_left(starts, hi))]
 
 
-def _by_start(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Starts and ends of intervals ``(ts, dur)``, sorted by start (ties in column order)."""
+def _by_start(ts: np.ndarray, dur: list[np.ndarray] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Starts and ends of intervals ``(ts, dur)``, sorted by start (ties in column order); ``dur`` may be the columns
+    whose concatenation it is, joined only once the starts are sorted (the build's peak of memory: every host event's
+    start and end, sorted, beside the columns)."""
     order = np.argsort(ts, kind="stable")
     s = ts[order]
-    return s, s + dur[order]
+    e = (np.concatenate(dur) if isinstance(dur, list) else dur)[order]
+    e += s  # s + d, in place
+    return s, e
 
 
 def _sorted_index(values: Sequence[float]) -> tuple[array, array]:
@@ -374,8 +378,11 @@ def _sorted_index(values: Sequence[float]) -> tuple[array, array]:
     if v is None or np.isnan(v).any():
         order = array("q", sorted(range(len(values)), key=values.__getitem__))
         return array("d", [values[i] for i in order]), order
-    idx = np.argsort(v, kind="stable")
-    return array("d", v[idx].tobytes()), array("q", idx.astype(np.int64).tobytes())
+    idx = np.argsort(v, kind="stable").astype(np.int64, copy=False)
+    starts, order = array("d"), array("q")
+    starts.frombytes(memoryview(v[idx]).cast("B"))  # from numpy's buffer: no bytes object between
+    order.frombytes(memoryview(idx).cast("B"))
+    return starts, order
 
 
 def _top_level(ts: np.ndarray, dur: np.ndarray) -> int:
@@ -481,9 +488,8 @@ def _build_steps(cols: _Columns, base_us: float, main_tid: str | None,
     s_starts, s_order = _sorted_index([s[0] for s in cols.syncs])
     # device activity and every host thread's recorded activity (the autograd thread's backward is work), by start
     dev_s, dev_e = _by_start(np.frombuffer(cols.device[0]), np.frombuffer(cols.device[1]))
-    all_s, all_e = _by_start(
-        np.concatenate([np.frombuffer(c[0]) for c in cols.host.values()] or [np.zeros(0)]),
-        np.concatenate([np.frombuffer(c[1]) for c in cols.host.values()] or [np.zeros(0)]))
+    all_s, all_e = _by_start(np.concatenate([np.frombuffer(c[0]) for c in cols.host.values()] or [np.zeros(0)]),
+                             [np.frombuffer(c[1]) for c in cols.host.values()] or [np.zeros(0)])
     waits = [w for w in cols.data_waits if w[2] == main_tid]
     w_starts, w_order = _sorted_index([w[0] for w in waits])
 
