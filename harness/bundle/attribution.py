@@ -69,7 +69,8 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from diageval.bundle import kineto as K
-from diageval.bundle.trace_ids import SHORT_GAP_US, IdTable, by_tid, merge_sorted, step_markers, tid_strings
+from diageval.bundle.trace_ids import (NO_CORR, SHORT_GAP_US, IdTable, int_column, latest_match, merge_sorted,
+                                       step_markers)
 
 QUEUE_EMPTY_DELAY_US = 50.0
 """A device activity that starts within this of the call that queued it found the queue empty (launch latency is
@@ -185,40 +186,33 @@ class Attribution(BaseModel):
     occurrences: dict[str, PartTime] = Field(default_factory=dict)
 
 
-def _merged(ts: array, dur: array) -> tuple[np.ndarray, np.ndarray]:
+def _merged(ts: array, dur: array, touching_apart: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The union of the intervals (start, duration; a negative duration counts as none) in ``ts`` and ``dur``."""
     s = np.frombuffer(ts, dtype=np.float64) if len(ts) else np.zeros(0)
     d = np.frombuffer(dur, dtype=np.float64) if len(dur) else np.zeros(0)
     order = np.argsort(s, kind="stable")
     s = s[order]
     e = s + np.where(d[order] > 0.0, d[order], 0.0)
-    return merge_sorted(s, e)
+    return merge_sorted(s, e, touching_apart)
 
 
 def _top_level(ts: array, dur: array) -> tuple[np.ndarray, np.ndarray]:
     """Top-level op intervals of one thread: ops nested in another join it; ops that merely touch (one ends where the
     next starts) stay apart, so that a CPU op that queues nothing is not merged into the launching op after it."""
-    s = np.frombuffer(ts, dtype=np.float64) if len(ts) else np.zeros(0)
-    d = np.frombuffer(dur, dtype=np.float64) if len(dur) else np.zeros(0)
-    if not len(s):
-        return s, s
-    order = np.argsort(s, kind="stable")
-    s = s[order]
-    e = s + np.where(d[order] > 0.0, d[order], 0.0)
-    reach = np.maximum.accumulate(e)
-    first = np.empty(len(s), dtype=bool)
-    first[0] = True
-    np.greater_equal(s[1:], reach[:-1], out=first[1:])
-    at = np.flatnonzero(first)
-    return s[at], np.maximum.reduceat(e, at)
+    return _merged(ts, dur, touching_apart=True)
 
 
 def _member(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each instant ``t``: inside the merged intervals, and the index of the interval (-1 outside)."""
     if not len(starts):
         return np.zeros(len(t), dtype=bool), np.full(len(t), -1)
-    k = np.searchsorted(starts, t, side="right") - 1
-    inside = (k >= 0) & (ends[np.maximum(k, 0)] > t)
-    return inside, np.where(inside, k, -1)
+    k = np.searchsorted(starts, t, side="right")  # in place from here: one index array per call (a segment's 8 bytes)
+    k -= 1
+    inside = k >= 0
+    np.maximum(k, 0, out=k)
+    inside &= ends[k] > t
+    k[~inside] = -1
+    return inside, k
 
 
 def _segments(windows: list[tuple[int | None, float, float]],
@@ -245,7 +239,9 @@ def _unit_first(windows: list[tuple[int | None, float, float]], starts: np.ndarr
     w_hi = np.array([w[1] + w[2] for w in windows])
     first = starts[np.minimum(np.searchsorted(starts, w_lo), len(starts) - 1)] if len(starts) else w_hi
     first = np.where((first >= w_lo) & (first < w_hi), first, w_hi)
-    u = np.maximum(np.searchsorted(w_lo, mid, side="right") - 1, 0)
+    u = np.searchsorted(w_lo, mid, side="right")
+    u -= 1
+    np.maximum(u, 0, out=u)
     return first[u], w_hi[u]
 
 
@@ -346,7 +342,7 @@ class AttributionCollector:
             if not mask.any():
                 continue
             sel = w.select(mask)
-            for tid, m in by_tid(tid_strings(sel.events)):
+            for tid, m in sel.by_thread():
                 ts_m = sel.ts if m is None else sel.ts[m]
                 if target is None:
                     self.launch_ts[tid].frombytes(ts_m.tobytes())
@@ -520,18 +516,36 @@ class AttributionCollector:
         occurrences over all windows (an occurrence cut by a window's edge counts once)."""
         w_lo = np.array([w[1] for w in windows])
         w_hi = np.array([w[1] + w[2] for w in windows])
-        unit = np.searchsorted(w_lo, mid, side="right") - 1
-        ok = (unit >= 0) & (mid < w_hi[np.maximum(unit, 0)])
-        unit, part_k, occ_k, length = unit[ok], part[ok], occ[ok] + 1, length[ok]
-        width = int(occ_k.max()) + 1 if len(occ_k) else 1
-        key = (unit * len(PARTS) + part_k) * width + occ_k
+        # the tally is the split's peak of memory (the caller holds the segments): the key is built in place in the
+        # units' column, and the segments are copied only where some fall outside every unit (between steps)
+        unit = np.searchsorted(w_lo, mid, side="right")
+        unit -= 1
+        ok = unit >= 0
+        ok &= mid < w_hi[np.maximum(unit, 0)]
+        part_k, occ_k = part, occ
+        if not ok.all():
+            unit, part_k, occ_k, length = unit[ok], part[ok], occ[ok], length[ok]
+        del ok
+        width = int(occ_k.max()) + 2 if len(occ_k) else 1  # occurrence indices from -1 (none), kept as index + 1
+        key = unit  # ((unit * len(PARTS) + part) * width + occurrence + 1), in place
+        key *= len(PARTS)
+        key += part_k
+        key *= width
+        key += occ_k
+        key += 1
+        del unit, part_k, occ_k
         keys, inverse = np.unique(key, return_inverse=True)
+        del key
         sums = np.bincount(inverse, weights=length)
+        del inverse
         # per (unit, part) and per part over units: numpy sums whose bincounts add in the keys' sorted order, the
         # order one Python loop over the keys would (byte-identical figures), and one pydantic row each at the end
         n_parts = len(PARTS)
         unit_part, occ_of = np.divmod(keys, width)
-        up_keys, up_at = np.unique(unit_part, return_inverse=True)
+        # the keys are sorted, so their (unit, part)s are too: grouped by where they change, as np.unique would, no sort
+        new = np.ones(len(unit_part), dtype=bool)
+        np.not_equal(unit_part[1:], unit_part[:-1], out=new[1:])
+        up_keys, up_at = unit_part[new], np.cumsum(new) - 1
         up_us = np.bincount(up_at, weights=sums)
         up_sq = np.bincount(up_at, weights=sums * sums)
         up_n = np.bincount(up_at)
@@ -593,21 +607,6 @@ class AttributionCollector:
         return _union(launching), _union(idle)
 
 
-_NO_CORR = -(2**63)  # no correlation (None), in an int64 column
-
-
-def _int_column(values: list[Any]) -> array | None:
-    """``values`` (correlations) as an int64 column, None as ``_NO_CORR``; None where any is something else (not an
-    int, beyond int64, the marker itself)."""
-    if any(v.__class__ is not int and v is not None for v in values):
-        return None
-    try:
-        col = array("q", [_NO_CORR if v is None else v for v in values])
-    except OverflowError:
-        return None
-    return col if col.count(_NO_CORR) == values.count(None) else None
-
-
 class _QueueJoin:
     """The launch-to-start delay of each device activity: its correlation matched to the latest queuing call with the
     same one (a dict's ``update`` in file order, None never matched). Correlations are ints in every trace seen (a
@@ -624,7 +623,7 @@ class _QueueJoin:
     def _to_generic(self) -> tuple[list[Any], dict[Any, float]]:
         if self.generic is None:
             def unpack(col: array) -> list[Any]:
-                return [None if c == _NO_CORR else c for c in col.tolist()]
+                return [None if c == NO_CORR else c for c in col.tolist()]
 
             calls = dict(zip(unpack(self.call_corr), self.call_ts.tolist()))
             calls.pop(None, None)
@@ -633,14 +632,14 @@ class _QueueJoin:
         return self.generic
 
     def add_devices(self, corrs: list[Any]) -> None:
-        col = None if self.generic is not None else _int_column(corrs)
+        col = None if self.generic is not None else int_column(corrs)
         if col is None:
             self._to_generic()[0].extend(corrs)
         else:
             self.dev.extend(col)
 
     def add_calls(self, corrs: list[Any], ts: np.ndarray) -> None:
-        col = None if self.generic is not None else _int_column(corrs)
+        col = None if self.generic is not None else int_column(corrs)
         if col is None:
             calls = self._to_generic()[1]
             calls.update(zip(corrs, ts.tolist()))
@@ -657,16 +656,9 @@ class _QueueJoin:
                              for t, c in zip(dev_ts.tolist(), dev)], dtype=np.float64)
         corr = np.frombuffer(self.call_corr, dtype=np.int64) if len(self.call_corr) else np.zeros(0, dtype=np.int64)
         at = np.frombuffer(self.call_ts, dtype=np.float64) if len(self.call_ts) else np.zeros(0)
-        order = np.argsort(corr, kind="stable")  # equal correlations in file order: the last of each run is the latest
-        corr, at = corr[order], at[order]
-        last = np.ones(len(corr), dtype=bool)
-        np.not_equal(corr[1:], corr[:-1], out=last[:-1])
-        keep = last & (corr != _NO_CORR)
-        corr, at = corr[keep], at[keep]
         dev = np.frombuffer(self.dev, dtype=np.int64) if len(self.dev) else np.zeros(0, dtype=np.int64)
-        pos = np.minimum(np.searchsorted(corr, dev), max(len(corr) - 1, 0))
-        found = (corr[pos] == dev) & (dev != _NO_CORR) if len(corr) else np.zeros(len(dev), dtype=bool)
-        return np.where(found, dev_ts - (at[pos] if len(at) else 0.0), np.nan)
+        found, call_ts = latest_match(corr, at, dev)
+        return np.where(found, dev_ts - call_ts, np.nan)
 
 
 def _union(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:

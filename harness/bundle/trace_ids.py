@@ -1,5 +1,6 @@
 """The small pieces the one-pass trace collectors share (``trace_stats``, ``attribution``): the device-gap bins, ids
-of (category, name) pairs read once per id, merged intervals, step markers and thread ids of a window.
+of (category, name) pairs read once per id, merged intervals, step markers, thread ids of a window, and the join of
+device activity to the call that queued it by correlation (int64 columns matched by sorting).
 
 Apart from ``trace_stats`` so that a collector built on them (``attribution``) can feed ``trace_stats``' own read
 without an import cycle; ``trace_stats`` re-exports every name.
@@ -7,6 +8,7 @@ without an import cycle; ``trace_stats`` re-exports every name.
 
 from __future__ import annotations
 
+from array import array
 from typing import Any
 
 import numpy as np
@@ -19,15 +21,16 @@ SHORT_GAP_US = 1000.0
 host, so a gap over 10 us is more than one launch's worth; over 1 ms is a visible stall)."""
 
 
-def merge_sorted(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def merge_sorted(starts: np.ndarray, ends: np.ndarray, touching_apart: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The disjoint union of intervals sorted by start: one joins the interval before it where it starts at or
-    before the furthest end so far."""
+    before the furthest end so far (``touching_apart``: only where it starts before it, so that intervals that merely
+    touch stay apart)."""
     if not len(starts):
         return starts, ends
     reach = np.maximum.accumulate(ends)
     first = np.empty(len(starts), dtype=bool)
     first[0] = True
-    np.greater(starts[1:], reach[:-1], out=first[1:])
+    (np.greater_equal if touching_apart else np.greater)(starts[1:], reach[:-1], out=first[1:])
     at = np.flatnonzero(first)
     return starts[at], np.maximum.reduceat(ends, at)
 
@@ -49,13 +52,35 @@ def tid_strings(events: list[TraceEvent]) -> list[str]:
     return [as_str[t] for t in raw]
 
 
-def by_tid(tids: list[str]) -> list[tuple[str, np.ndarray | None]]:
-    """Each thread of ``tids`` in order of first appearance, with the mask of its entries (None: all of them)."""
-    first = tids[0] if tids else None
-    if tids.count(first) == len(tids):  # type: ignore[arg-type]
-        return [(first, None)] if tids else []
-    arr = np.array(tids, dtype=object)
-    return [(t, arr == t) for t in dict.fromkeys(tids)]
+NO_CORR = -(2**63)  # no correlation (None), in an int64 column
+
+
+def int_column(values: list[Any]) -> array | None:
+    """``values`` (correlations) as an int64 column, None as ``NO_CORR``; None where any is something else (not an
+    int, beyond int64, the marker itself)."""
+    if any(v.__class__ is not int and v is not None for v in values):
+        return None
+    try:
+        col = array("q", [NO_CORR if v is None else v for v in values])
+    except OverflowError:
+        return None
+    return col if col.count(NO_CORR) == values.count(None) else None
+
+
+def latest_match(call_corr: np.ndarray, call_ts: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each of ``corr`` (int64, ``NO_CORR`` for none): whether a call (``call_corr``, in file order) has the same
+    correlation, and the start (``call_ts``) of the latest that does (where none does, any value): a dict of the calls
+    updated in file order, looked up, as int64 columns matched by sorting."""
+    order = np.argsort(call_corr, kind="stable")  # equal correlations in file order: the last of each run is the latest
+    call_corr, call_ts = call_corr[order], call_ts[order]
+    last = np.ones(len(call_corr), dtype=bool)
+    np.not_equal(call_corr[1:], call_corr[:-1], out=last[:-1])
+    keep = last & (call_corr != NO_CORR)
+    call_corr, call_ts = call_corr[keep], call_ts[keep]
+    if not len(call_corr):
+        return np.zeros(len(corr), dtype=bool), np.zeros(len(corr))
+    pos = np.minimum(np.searchsorted(call_corr, corr), len(call_corr) - 1)
+    return (call_corr[pos] == corr) & (corr != NO_CORR), call_ts[pos]
 
 
 class IdTable:
@@ -91,4 +116,4 @@ def _flags(kinds: list[tuple], item: int) -> np.ndarray:
     return np.array([len(k) > item and bool(k[item]) for k in kinds], dtype=bool)
 
 
-__all__ = ["GAP_BINS_US", "SHORT_GAP_US", "merge_sorted", "step_markers", "tid_strings", "by_tid", "IdTable"]
+__all__ = ["GAP_BINS_US", "SHORT_GAP_US", "merge_sorted", "step_markers", "tid_strings", "IdTable", "NO_CORR", "int_column", "latest_match"]

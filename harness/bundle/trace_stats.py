@@ -48,8 +48,8 @@ from pydantic import BaseModel, Field
 from diageval.bundle import kineto as K
 from diageval.bundle.trace_defects import DefectObserver, clock_disagreement
 from diageval.bundle.attribution import AttributionCollector, TimeShare, share_rows
-from diageval.bundle.trace_ids import (GAP_BINS_US, SHORT_GAP_US, IdTable, by_tid, merge_sorted, step_markers,
-                                       tid_strings)
+from diageval.bundle.trace_ids import (GAP_BINS_US, SHORT_GAP_US, IdTable, int_column, latest_match, merge_sorted,
+                                       step_markers, tid_strings)
 from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, correlations, iter_trace_windows
 
 
@@ -375,16 +375,19 @@ class TimedWindow:
     events only when asked (most selections are read through their columns alone): a read makes several selections a
     window, per collector."""
 
-    __slots__ = ("_events", "_base", "_idx", "ts", "dur", "ids", "names", "_span", "_corr")
+    __slots__ = ("_events", "_base", "_idx", "ts", "dur", "ids", "names", "_span", "_corr", "_tids")
 
     def __init__(self, events: list[TraceEvent] | None, ts: np.ndarray, dur: np.ndarray, ids: np.ndarray,
                  names: Names, base: list[TraceEvent] | None = None, idx: np.ndarray | None = None,
-                 corr: list[Any] | None = None):
+                 corr: list[Any] | None = None, tids: list[Any] | None = None):
         self._events, self.ts, self.dur, self.ids, self.names = events, ts, dur, ids, names
         self._base, self._idx = base, idx  # without ``events``: they are ``base`` at ``idx``
         self._span: tuple[float, float] | None = None
         # the window's decoded correlations, shared by its selections: [values, decoded?] per event of the base
         self._corr = corr if corr is not None else [None, None]
+        # the window's threads, shared alike: [code per event of the base (-1: not read yet), thread of each code,
+        # code of each thread]
+        self._tids = tids if tids is not None else [None, [], {}]
 
     @property
     def events(self) -> list[TraceEvent]:
@@ -415,7 +418,46 @@ class TimedWindow:
             base, at = self._base, self._idx[idx]  # type: ignore[index]
         else:
             base, at = self._events, idx
-        return TimedWindow(None, self.ts[idx], self.dur[idx], self.ids[idx], self.names, base, at, self._corr)
+        return TimedWindow(None, self.ts[idx], self.dur[idx], self.ids[idx], self.names, base, at, self._corr,
+                           self._tids)
+
+    def thread_codes(self) -> tuple[np.ndarray, list[str]]:
+        """Each event's thread as a code (int32) into the list of thread strings (``str(ev.tid)``): read once per event
+        of the window whichever collector asks first (the summary's, ``trace stats``' and the time attribution's columns
+        are all kept per thread), the codes the same for every selection of the window."""
+        base, at = (self._events, None) if self._base is None else (self._base, self._idx)
+        holder = self._tids
+        if holder[0] is None:
+            holder[0] = np.full(len(base), -1, dtype=np.int32)
+        codes, threads, code_of = holder
+        if at is None:
+            at = np.arange(len(base))
+        need = at[codes[at] < 0]
+        if len(need):
+            strings = tid_strings(_pick(base, need))
+            for t in dict.fromkeys(strings):
+                if t not in code_of:
+                    code_of[t] = len(threads)
+                    threads.append(t)
+            codes[need] = np.fromiter(map(code_of.__getitem__, strings), dtype=np.int32, count=len(strings))
+        return codes[at], threads
+
+    def by_thread(self) -> list[tuple[str, np.ndarray | None]]:
+        """``by_tid(tid_strings(self.events))``: each thread in order of first appearance, with the mask of its events
+        (None: all of them), from :meth:`thread_codes`."""
+        codes, threads = self.thread_codes()
+        if not len(codes):
+            return []
+        first = codes[0]
+        if not np.count_nonzero(codes != first):
+            return [(threads[first], None)]
+        present, at = np.unique(codes, return_index=True)
+        return [(threads[c], codes == c) for c in present[np.argsort(at)].tolist()]
+
+    def threads_where(self, mask: np.ndarray) -> list[str]:
+        """``[t for t, m in zip(tid_strings(self.events), mask) if m]``."""
+        codes, threads = self.thread_codes()
+        return [threads[c] for c in codes[mask].tolist()]
 
     def correlations(self) -> list[Any]:
         """``correlations(self.events)``, each event's decoded once per window whichever collector asks first (the
@@ -638,11 +680,10 @@ class StatsCollector:
             self._host_facts(w, is_host, table)
             return
         host = w.select(is_host)
-        tids = tid_strings(host.events)
         if keep is None:  # a slice's threads and autograd threads are the first pass's (``facts_of``), a superset
             autograd = table.flag(2)[host.ids]
             if np.count_nonzero(autograd):
-                c.autograd_tids.update([t for t, a in zip(tids, autograd.tolist()) if a])
+                c.autograd_tids.update(host.threads_where(autograd))
             lo_, hi_ = float(np.fmin.reduce(host.ts)), float(np.fmax.reduce(host.ts + host.dur))  # NaN: skipped
             if lo_ < c.lo:
                 c.lo = lo_
@@ -653,7 +694,6 @@ class StatsCollector:
             hts = host.ts
             inside = (hts < khi) & ((hts >= klo) | (host.ends() > klo))
             if not inside.all():
-                tids = [t for t, k in zip(tids, inside.tolist()) if k]
                 host = host.select(inside)
             if not len(host):
                 return
@@ -662,7 +702,7 @@ class StatsCollector:
             c.waits[0].frombytes(host.ts[waits].tobytes())
             c.waits[1].frombytes(host.dur[waits].tobytes())
         is_op = table.flag(1)[host.ids]
-        for tid, sel in by_tid(tids):
+        for tid, sel in host.by_thread():
             cols = c.host[tid]
             hts = host.ts if sel is None else host.ts[sel]
             cols[0].frombytes(hts.tobytes())
@@ -733,14 +773,31 @@ def sorted_doubles(values: array) -> array:
     return _doubles(np.sort(v, kind="stable"))
 
 
-def _sorted_pairs(pairs: list[tuple[float, float]]) -> tuple[array, array]:
-    """The firsts and seconds of ``sorted(pairs)`` (by first, then second), as two columns of doubles."""
-    both = np.array(pairs, dtype=np.float64).reshape(-1, 2)
-    if np.isnan(both).any():
-        pairs = sorted(pairs)
+def _sorted_pairs(firsts: np.ndarray, seconds: np.ndarray) -> tuple[array, array]:
+    """The firsts and seconds of ``sorted(zip(firsts, seconds))`` (by first, then second), as two columns of doubles."""
+    if np.isnan(firsts).any() or np.isnan(seconds).any():  # NaN has no place in an order: Python's sort, as it was
+        pairs = sorted(zip(firsts.tolist(), seconds.tolist()))
         return array("d", [p[0] for p in pairs]), array("d", [p[1] for p in pairs])
-    order = np.lexsort((both[:, 1], both[:, 0]))
-    return _doubles(both[order, 0]), _doubles(both[order, 1])
+    order = np.lexsort((seconds, firsts))
+    return _doubles(firsts[order]), _doubles(seconds[order])
+
+
+def _launch_delays(c: _Cols) -> tuple[np.ndarray, np.ndarray]:
+    """Each device event a launch queued (its correlation a launch's, the latest such as ``launch_ts`` holds), in file
+    order: its start, and its start less the launch's. Int correlations (every trace seen) are matched as int64
+    columns (``latest_match``: no Python per event); any other value as a dict lookup matches it."""
+    launch_ts = c.launch_ts
+    dev = int_column(c.dev_corr)
+    calls = int_column(list(launch_ts)) if dev is not None else None
+    if dev is None or calls is None:
+        queued = [(ts, ts - launch_ts[corr]) for ts, corr in zip(c.dev_ts, c.dev_corr)
+                  if corr is not None and corr in launch_ts]
+        return np.array([q[0] for q in queued], dtype=np.float64), np.array([q[1] for q in queued], dtype=np.float64)
+    ts = np.frombuffer(c.dev_ts) if len(c.dev_ts) else np.zeros(0)
+    found, call_ts = latest_match(np.frombuffer(calls, dtype=np.int64) if len(calls) else np.zeros(0, dtype=np.int64),
+                                  np.fromiter(launch_ts.values(), dtype=np.float64, count=len(launch_ts)),
+                                  np.frombuffer(dev, dtype=np.int64) if len(dev) else np.zeros(0, dtype=np.int64))
+    return ts[found], ts[found] - call_ts[found]
 
 
 def _count_in(sorted_starts: list[float], lo: float, hi: float) -> int:
@@ -769,10 +826,7 @@ def _measure(c: _Cols, only: tuple[str, list[tuple[int, float, float]]] | None =
     # loop is held as arrays of doubles, and the lists that sorting needs are made and dropped one at a time, the
     # largest first
     # launch-to-start delay per device event that a launch call queued, keyed by the event's start
-    launch_ts = c.launch_ts
-    queued = [(ts, ts - launch_ts[corr]) for ts, corr in zip(c.dev_ts, c.dev_corr) if corr is not None and corr in launch_ts]
-    delay_starts, delay_values = _sorted_pairs(queued)
-    del queued
+    delay_starts, delay_values = _sorted_pairs(*_launch_delays(c))
     kernel_starts = sorted_doubles(c.dev_ts)
     launches = sorted_doubles(c.launch_starts)
     allocs = sorted_doubles(c.alloc_starts)
@@ -875,7 +929,7 @@ def trace_stats(path: Path) -> TraceStats:
     attribution = AttributionCollector()
     names = Names()
     try:
-        for window in iter_trace_windows(path, state):
+        for window in iter_trace_windows(path, state, complete_only=True):  # timed_window keeps complete events alone
             timed, names = timed_window(window, names)
             collector.add_window(timed)
             defects.add_window(timed)
@@ -912,5 +966,5 @@ def trace_stats(path: Path) -> TraceStats:
     )
 
 
-__all__ = ["Names", "IdTable", "TimedWindow", "timed_window", "step_markers", "merge_sorted", "NAMES_LIMIT", "tid_strings", "by_tid", "StatsCollector", "TimeRange", "JOIN_PENDING_LIMIT", "Coverage", "StepStats", "TimeShare", "TraceStats", "ThreadStats", "BlockingStats",
+__all__ = ["Names", "IdTable", "TimedWindow", "timed_window", "step_markers", "merge_sorted", "NAMES_LIMIT", "tid_strings", "StatsCollector", "TimeRange", "JOIN_PENDING_LIMIT", "Coverage", "StepStats", "TimeShare", "TraceStats", "ThreadStats", "BlockingStats",
            "trace_stats", "quantile", "sorted_doubles", "GAP_BINS_US", "SHORT_GAP_US", "BLOCKING_KINDS"]

@@ -45,7 +45,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Union
 
 import msgspec
 
@@ -58,11 +58,15 @@ except ImportError:  # pragma: no cover - isal is a dependency; a checkout witho
 _INFLATE_ERRORS = (zlib.error, _inflate_module.error)
 
 CHUNK_BYTES = 1 << 20
-WINDOW_BYTES = 1 << 17
+WINDOW_BYTES = 1 << 18
 # The JSON one decode takes (at most; ``CHUNK_BYTES`` when smaller): its events (a few hundred bytes each as Python
-# objects, ~3x the JSON) then stay within a core's L2 cache while the readers run over them several times. On the
-# 452 MB trace of benchmarks/trace_reader.py, summarize_trace took 14.3-14.9 CPU s with 128 kB windows against
-# 16.6-21.9 with 1 MB ones (3 rounds each, load 3-4.5); 32 kB lost it again to the per-window overhead (17.4-19.6).
+# objects, ~3x the JSON) then stay near a core's L2 cache while the readers run over them several times, and the
+# collectors' numpy calls per window (a few hundred, ~1 us each) are spread over enough events. On the 452 MB trace of
+# benchmarks/trace_reader.py, summarize_trace took 14.3-14.9 CPU s with 128 kB windows against 16.6-21.9 with 1 MB
+# ones (3 rounds each, load 3-4.5); 32 kB lost it again to the per-window overhead (17.4-19.6). Issue 43, once the
+# readers worked on whole windows (numpy masks per window, not Python per event): rules on the 453 MB repeated A100
+# trace took a median 3.31 CPU s with 256 kB windows against 3.64 with 128 kB (5 alternating rounds, load 4.3-4.6);
+# its reader and collectors alone over the first 60 MB, 0.370 s against 0.401 (512 kB: 0.366; medians of 7).
 _COMPRESSED_BLOCK = 1 << 18
 # No Kineto event or header value comes near this (events are a few hundred bytes, deviceProperties a few
 # kB); it bounds the memory one value can take, so a hostile file cannot grow the buffer without end.
@@ -136,6 +140,29 @@ class TraceEvent(msgspec.Struct, gc=False):
             return self.decoded_args().get("correlation")
 
 
+_EVENT_FIELDS = TraceEvent.__struct_fields__[:-1]
+
+
+CompleteEvent = msgspec.defstruct(
+    "CompleteEvent", [(f.name, f.type, f.default) for f in msgspec.structs.fields(TraceEvent) if f.name != "ph"],
+    tag_field="ph", tag="X", gc=False, module=__name__,
+    namespace={"ph": "X", "decoded_args": TraceEvent.decoded_args, "correlation": TraceEvent.correlation,
+               "__doc__": "A :class:`TraceEvent` whose ``ph`` is ``X`` (a complete event), as a ``complete_only`` read "
+                          "decodes it: the same fields, values and methods; ``ph`` is its tag (always ``\"X\"``)."})
+
+
+# Every phase of the Chrome trace format (the deprecated S/T/p/F included) but X: a ``complete_only`` read decodes an
+# event of one of these into a struct that holds only its ``ph``, skipping its other fields inside msgspec (a Kineto
+# trace's flow events, ph s/f, are a third of its events: 25% of the decode's CPU on the A100 trace's windows)
+_OTHER_PHASES = "BEiICbnestfPNODMVvRc()STpF"
+_SKIPPED = tuple(msgspec.defstruct(f"_Phase{i}", [], tag_field="ph", tag=ph, gc=False,
+                                   namespace={**dict.fromkeys(_EVENT_FIELDS), "ph": ph, "args": msgspec.Raw(),
+                                              "decoded_args": TraceEvent.decoded_args,
+                                              "correlation": TraceEvent.correlation})
+                 for i, ph in enumerate(_OTHER_PHASES))
+_COMPLETE_EVENTS = msgspec.json.Decoder(list[Union[(CompleteEvent, *_SKIPPED)]])  # type: ignore[misc]
+
+
 class _Correlation(msgspec.Struct):
     correlation: Any = None
 
@@ -156,7 +183,6 @@ def correlations(events: list[TraceEvent]) -> list[Any]:
     return [c.correlation for c in decoded]
 _EVENTS = msgspec.json.Decoder(list[TraceEvent])
 _GENERIC = msgspec.json.Decoder()
-_EVENT_FIELDS = TraceEvent.__struct_fields__[:-1]
 _STRING_FIELDS = [_EVENT_FIELDS.index(k) for k in ("ph", "cat", "name")]
 
 
@@ -261,9 +287,10 @@ class _Source:
 class _Buffer:
     """A sliding byte window over the decompressed stream; ``base`` is the offset of ``buf[0]``."""
 
-    def __init__(self, source: _Source, path: Path):
+    def __init__(self, source: _Source, path: Path, complete_only: bool = False):
         self.source = source
         self.path = path
+        self.complete_only = complete_only  # decode non-X events into their phase alone (``iter_trace_windows``)
         self.buf = b""
         self.pos = 0
         self.base = 0
@@ -433,7 +460,7 @@ def _decode_events(data: bytes, buffer: _Buffer, index: int) -> tuple[list[Trace
     element boundary (the error is at the closing ``]``).
     """
     try:
-        events = _EVENTS.decode(data)
+        events = _typed(data, buffer.complete_only)
         _check_utf8(data, buffer, index)
         return events, len(data)
     except msgspec.ValidationError:
@@ -462,6 +489,18 @@ def _decode_events(data: bytes, buffer: _Buffer, index: int) -> tuple[list[Trace
     return [event_from_dict(e) for e in items if isinstance(e, dict)], len(data)
 
 
+def _typed(data: bytes, complete_only: bool) -> list[Any]:
+    """``data`` decoded into :class:`TraceEvent` structs; with ``complete_only``, its complete events into
+    :class:`CompleteEvent` and the others into their phase alone, where every event's ``ph`` is a string msgspec's
+    union lists (else, as without: an event with no ``ph``, or another, decodes in full)."""
+    if complete_only:
+        try:
+            return _COMPLETE_EVENTS.decode(data)
+        except msgspec.ValidationError:
+            pass
+    return _EVENTS.decode(data)
+
+
 def iter_trace_events(path: Path, state: StreamState, *, max_json_bytes: int | None = None) -> Iterator[TraceEvent]:
     """Yield each object of ``traceEvents`` in file order; header keys go to ``state.header``.
 
@@ -472,16 +511,21 @@ def iter_trace_events(path: Path, state: StreamState, *, max_json_bytes: int | N
         yield from events
 
 
-def iter_trace_windows(path: Path, state: StreamState, *, max_json_bytes: int | None = None) -> Iterator[list[TraceEvent]]:
+def iter_trace_windows(path: Path, state: StreamState, *, max_json_bytes: int | None = None,
+                       complete_only: bool = False) -> Iterator[list[TraceEvent]]:
     """The same events as :func:`iter_trace_events`, in file order, a window (a list) at a time.
 
     A window is what one decode produced (about ``CHUNK_BYTES`` of JSON, or one odd element; never empty):
     a caller that works on whole windows (list comprehensions, one filter per window) spends far less
     Python per event than one that takes events one by one.
+
+    ``complete_only``: for a caller that reads complete events (``ph`` X) alone (``trace_stats.timed_window``'s): the
+    windows, counts and errors are the same, the complete events too (as :class:`CompleteEvent`, ``ph`` "X"), but
+    every other event holds its ``ph`` alone (its other fields are None and an empty ``args``, skipped by msgspec).
     """
     path = Path(path)
     source = _Source(path, state, max_json_bytes)
-    b = _Buffer(source, path)
+    b = _Buffer(source, path, complete_only)
     try:
         for events in _read_document(b, state):
             if events:
@@ -583,6 +627,7 @@ __all__ = [
     "CHUNK_BYTES",
     "WINDOW_BYTES",
     "MAX_VALUE_BYTES",
+    "CompleteEvent",
     "StreamState",
     "TraceEvent",
     "TraceFormatError",

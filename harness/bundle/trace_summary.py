@@ -71,8 +71,8 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from diageval.bundle import kineto as k
-from diageval.bundle.trace_stats import (IdTable, Names, StatsCollector, StepStats, TimedWindow, TimeRange, by_tid,
-                                         merge_sorted, sorted_doubles, step_markers, tid_strings, timed_window)
+from diageval.bundle.trace_stats import (IdTable, Names, StatsCollector, StepStats, TimedWindow, TimeRange,
+                                         merge_sorted, sorted_doubles, step_markers, timed_window)
 from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, iter_trace_windows
 
 SHORT_OP_US = 50.0
@@ -259,12 +259,12 @@ class _Columns:
         if not np.count_nonzero(is_host):
             return
         host = w.select(is_host)
-        tids = tid_strings(host.events)
         waits = table.flag(2)[host.ids]
         if np.count_nonzero(waits):
-            self.data_waits.extend((ev.ts, ev.dur, tid) for ev, tid, wait in zip(host.events, tids, waits.tolist()) if wait)
+            self.data_waits.extend((ev.ts, ev.dur, tid) for ev, tid in zip(host.select(waits).events,
+                                                                          host.threads_where(waits)))
         is_op = table.flag(1)[host.ids].astype(np.int8)
-        for tid, sel in by_tid(tids):
+        for tid, sel in host.by_thread():
             ts, dur, op = self.host[tid]
             ts.frombytes((host.ts if sel is None else host.ts[sel]).tobytes())
             dur.frombytes((host.dur if sel is None else host.dur[sel]).tobytes())
@@ -355,11 +355,15 @@ def _window(starts: Sequence[float], order: Sequence[int], lo: float, hi: float)
     return [order[k] for k in range(bisect_left(starts, lo), bisect_left(starts, hi))]
 
 
-def _by_start(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Starts and ends of intervals ``(ts, dur)``, sorted by start (ties in column order)."""
+def _by_start(ts: np.ndarray, dur: list[np.ndarray] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Starts and ends of intervals ``(ts, dur)``, sorted by start (ties in column order); ``dur`` may be the columns
+    whose concatenation it is, joined only once the starts are sorted (the build's peak of memory: every host event's
+    start and end, sorted, beside the columns)."""
     order = np.argsort(ts, kind="stable")
     s = ts[order]
-    return s, s + dur[order]
+    e = (np.concatenate(dur) if isinstance(dur, list) else dur)[order]
+    e += s  # s + d, in place
+    return s, e
 
 
 def _sorted_index(values: Sequence[float]) -> tuple[array, array]:
@@ -374,8 +378,11 @@ def _sorted_index(values: Sequence[float]) -> tuple[array, array]:
     if v is None or np.isnan(v).any():
         order = array("q", sorted(range(len(values)), key=values.__getitem__))
         return array("d", [values[i] for i in order]), order
-    idx = np.argsort(v, kind="stable")
-    return array("d", v[idx].tobytes()), array("q", idx.astype(np.int64).tobytes())
+    idx = np.argsort(v, kind="stable").astype(np.int64, copy=False)
+    starts, order = array("d"), array("q")
+    starts.frombytes(memoryview(v[idx]).cast("B"))  # from numpy's buffer: no bytes object between
+    order.frombytes(memoryview(idx).cast("B"))
+    return starts, order
 
 
 def _top_level(ts: np.ndarray, dur: np.ndarray) -> int:
@@ -481,9 +488,8 @@ def _build_steps(cols: _Columns, base_us: float, main_tid: str | None,
     s_starts, s_order = _sorted_index([s[0] for s in cols.syncs])
     # device activity and every host thread's recorded activity (the autograd thread's backward is work), by start
     dev_s, dev_e = _by_start(np.frombuffer(cols.device[0]), np.frombuffer(cols.device[1]))
-    all_s, all_e = _by_start(
-        np.concatenate([np.frombuffer(c[0]) for c in cols.host.values()] or [np.zeros(0)]),
-        np.concatenate([np.frombuffer(c[1]) for c in cols.host.values()] or [np.zeros(0)]))
+    all_s, all_e = _by_start(np.concatenate([np.frombuffer(c[0]) for c in cols.host.values()] or [np.zeros(0)]),
+                             [np.frombuffer(c[1]) for c in cols.host.values()] or [np.zeros(0)])
     waits = [w for w in cols.data_waits if w[2] == main_tid]
     w_starts, w_order = _sorted_index([w[0] for w in waits])
 
@@ -789,9 +795,11 @@ def _observe(path: Path, observers: Sequence[EventObserver], seen: int) -> None:
 
 
 def _windows(path: Path, state: StreamState) -> Iterator[list[TraceEvent]]:
-    """The reader's windows of ``path``, a file that is not UTF-8 a ``TraceFormatError`` (every read of this module)."""
+    """The reader's windows of ``path``, a file that is not UTF-8 a ``TraceFormatError`` (every read of this module).
+    Every read here goes through ``timed_window``, which keeps complete events alone: the others are decoded into their
+    phase alone (``complete_only``)."""
     try:
-        yield from iter_trace_windows(path, state)
+        yield from iter_trace_windows(path, state, complete_only=True)
     except UnicodeDecodeError as exc:
         raise TraceFormatError(f"{path}: not UTF-8 JSON: {exc}") from exc
 

@@ -178,3 +178,58 @@ def test_a_windows_correlations_are_decoded_once_for_every_collector(tmp_path, m
     some = timed.select(np.array([False, True, True, True]))
     assert some.correlations() == [None, None, "x"]
     assert timed.correlations() == [ev.correlation() for ev in events] == [4, None, None, "x"]
+
+
+def test_a_windows_threads_are_read_once_for_every_collector_and_group_as_by_first_sight(monkeypatch):
+    """Issue 43: the summary's, ``trace stats``' and the time attribution's columns are kept per thread; each event's
+    thread is read once per window whichever selection asks first, threads that print alike are one (5 and "5"), and a
+    selection's groups come in order of first appearance, with the mask of their events (None: the only thread)."""
+    from diageval.bundle import trace_stats as ts
+    from diageval.bundle.trace_stream import event_from_dict
+
+    read: list[int] = []
+
+    def counting(events):
+        read.extend(id(ev) for ev in events)
+        return original(events)
+
+    original = ts.tid_strings
+    monkeypatch.setattr(ts, "tid_strings", counting)
+    tids = [7, "5", 5, 7, "x", 5]
+    events = [event_from_dict({"ph": "X", "cat": "cpu_op", "name": "op", "tid": t, "ts": i, "dur": 1})
+              for i, t in enumerate(tids)]
+    w, _ = timed_window(events, Names())
+    some = w.select(np.array([False, True, True, True, False, True]))
+    groups = some.by_thread()
+    assert [(t, m.tolist()) for t, m in groups] == [("5", [True, True, False, True]), ("7", [False, False, True, False])]
+    whole = w.by_thread()
+    assert [t for t, _ in whole] == ["7", "5", "x"] and whole[0][1].tolist() == [True, False, False, True, False, False]
+    assert w.select(np.array([True, False, False, True, False, False])).by_thread() == [("7", None)]
+    assert some.threads_where(np.array([True, False, True, False])) == ["5", "7"]
+    assert sorted(read) == sorted(id(ev) for ev in events) and len(read) == len(set(read))
+    assert w.select(np.zeros(6, dtype=bool)).by_thread() == []
+
+
+def test_launch_delays_match_each_device_event_to_the_latest_launch_as_a_dict_lookup_would():
+    """Issue 43: the launch-to-start delays are matched as int64 columns (no Python per device event) when every
+    correlation is an int, one at a time otherwise; either way each device event's own, against the latest launch with
+    its correlation (a dict updated in file order), in file order. ``latest_match`` is that join for both collectors."""
+    from array import array
+
+    from diageval.bundle import trace_stats as ts
+    from diageval.bundle.trace_ids import NO_CORR, latest_match
+
+    def by_dict(c):
+        return [(t, t - c.launch_ts[k]) for t, k in zip(c.dev_ts, c.dev_corr) if k is not None and k in c.launch_ts]
+
+    c = ts._Cols()
+    c.dev_ts = array("d", [10.0, 20.0, 30.0, 40.0, 50.5])
+    c.launch_ts = {1: 4.0, 3: 35, 7: 1.0, 2**62: 2.0}
+    for corrs in ([1, 2, None, 3, 1], [2**62, 1, 3, None, 7], [1, "2", None, 3, 1.0], [True, 3, 1, 1, None]):
+        c.dev_corr = corrs
+        starts, delays = ts._launch_delays(c)
+        assert list(zip(starts.tolist(), delays.tolist())) == by_dict(c), corrs
+    found, at = latest_match(np.array([5, 3, 5, NO_CORR, 8]), np.array([1.0, 2.0, 3.0, 4.0, 5.0]),
+                             np.array([5, 3, 9, NO_CORR, 8, 1]))
+    assert found.tolist() == [True, True, False, False, True, False] and at[found].tolist() == [3.0, 2.0, 5.0]
+    assert latest_match(np.zeros(0, dtype=np.int64), np.zeros(0), np.array([1]))[0].tolist() == [False]

@@ -345,3 +345,32 @@ def test_isal_and_zlib_inflate_to_the_same_events_and_stops(tmp_path, monkeypatc
     assert "invalid JSON" in read["zlib", "zeroed"]
     got, _, why = read["zlib", "bad crc"]
     assert why == "compressed stream ends early: corrupt gzip data" and got == _expected(events)[: len(got)]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_complete_only_read_holds_the_same_complete_events_and_every_other_phase_alone(tmp_path, monkeypatch, seed):
+    """Issue 43: ``complete_only`` (the readers that keep ``ph`` X alone) decodes the same windows into the same
+    complete events, every other event into its ``ph`` alone (its other fields None, no ``args``); an event whose
+    ``ph`` the union does not list (none, not a string, a phase of no format) decodes in full, as without."""
+    monkeypatch.setattr(ts, "CHUNK_BYTES", 256)
+    monkeypatch.setattr(ts, "_MIN_WINDOW", 16)
+    data, _ = _document(seed, indent=2 if seed % 2 else None)
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(data))
+    full_state, only_state = StreamState(), StreamState()
+    full = list(ts.iter_trace_windows(path, full_state))
+    only = list(ts.iter_trace_windows(path, only_state, complete_only=True))
+    assert [len(w) for w in only] == [len(w) for w in full]
+    assert only_state.n_events == full_state.n_events and only_state.header == full_state.header
+    events, full_events = [e for w in only for e in w], [e for w in full for e in w]
+    assert [e.ph for e in events] == [e.ph for e in full_events]
+    complete = [e for e in events if e.ph == "X"]
+    assert _as_dicts(complete) == _as_dicts([e for e in full_events if e.ph == "X"])
+    assert [e.correlation() for e in complete] == [e.correlation() for e in full_events if e.ph == "X"]
+    assert any(isinstance(e, ts.CompleteEvent) for e in complete)
+    others = [e for e in events if e.ph != "X" and not isinstance(e, ts.TraceEvent)]
+    assert others and all(e.cat is e.name is e.ts is e.tid is None and e.decoded_args() == {} for e in others)
+    odd = [{"ph": "X", "ts": 1}, {"ts": 2}, {"ph": 5, "ts": 3}, {"ph": "Z", "ts": 4}, {"ph": "f", "ts": 5}]
+    _read_file(tmp_path / "odd.json", json.dumps({"traceEvents": odd}).encode())
+    got = list(ts.iter_trace_windows(tmp_path / "odd.json", StreamState(), complete_only=True))[0]
+    assert [(e.ph, e.ts) for e in got] == [("X", 1), (None, 2), (None, 3), ("Z", 4), ("f", 5)]
