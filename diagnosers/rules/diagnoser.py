@@ -145,7 +145,7 @@ def cited(finding: Finding) -> Finding:
 
 class RulesDiagnoser:
     name: ClassVar[str] = "rules"
-    version: ClassVar[str] = "0.7.2"
+    version: ClassVar[str] = "0.7.3"
     # the causes its judges can name (the coverage table judges it on these as well as on all causes)
     claims: ClassVar[tuple[str, ...]] = (
         "input.dataloader_starvation", "checkpoint.blocking_save", "comm.collective_stall",

@@ -18,6 +18,8 @@ Decisions where the design is silent:
   rank's, doubled or misplaced, so it counts like a truncated trace (the evidence is partial, named in the reason).
   A trace whose only defect is the device's clock keeps its host side: the host's own annotations (the wait for
   data) are on the host's clock, so the input-pipeline judge still reads it (``host_side_part``).
+* A host-only rank's dispatch (``launch.py``) is read off every thread that runs ops, not the main thread alone: the
+  backward of a training step can run on autograd's own thread (``thread_dispatch``).
 * Trace steps (``ProfilerStep#N``) are mapped to the training loop's step numbers from ``steps.jsonl``
   by time overlap (the step timer runs inside the profiler step), so findings speak in the numbers the
   training script uses. Without a usable step log the profiler's own N is used.
@@ -28,13 +30,19 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from array import array
+
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from diageval.bundle.attribution import Attribution, AttributionCollector
+from diageval.bundle.attribution import _top_level as top_level_ops
 from diageval.bundle.model import WORLD_SIZE_LIMIT, EvidenceBundle, StepRecord
 from diageval.bundle.trace_defects import DefectObserver, clock_disagreement
+from diageval.bundle.trace_ids import SHORT_GAP_US
 from diageval.bundle.trace_stream import TraceFormatError
-from diageval.bundle.trace_summary import StepSummary, TraceSummary, summarize_trace
+from diageval.bundle.trace_summary import SHORT_OP_US, StepSummary, TraceSummary, summarize_trace
+from diageval.bundle.trace_summary import _self_times as self_times
 from diageval.diagnosers.rules.windows import stepless_windows
 from diageval.diagnosers.rules.work import RankStepWork, WorkCollector
 
@@ -65,6 +73,45 @@ def cpu_samples(bundle: EvidenceBundle) -> dict[int, list[CpuSample]]:
     return {r: sorted(rows, key=lambda x: x.time) for r, rows in out.items()}
 
 
+class UnitDispatch(BaseModel):
+    """What a host-only unit's op threads spent on dispatch beyond the time table's main-thread launch row."""
+
+    short_ops_us: float = Field(0.0, description="Self time of every thread's cpu_ops under SHORT_OP_US")
+    short_ops: int = 0
+    off_main_gaps_us: float = Field(0.0, description="Threads other than the table's main one: time between their"
+                                    " top-level ops at most SHORT_GAP_US apart")
+    threads: int = Field(0, description="Threads with cpu_ops in the unit")
+
+
+def thread_dispatch(ops: dict[str, tuple[array, array]], main_tid: str | None,
+                    windows: list[tuple[float, float]]) -> list[UnitDispatch]:
+    """Per window (start, length on the trace's own clock): every op thread's short ops' self time (trace_summary's
+    measure, over every thread, not the training thread's alone) and, on the threads other than ``main_tid`` (whose
+    time between ops is the time table's launch row), the time between top-level ops at most SHORT_GAP_US apart
+    (the table's own split of a gap; longer gaps are a thread waiting, not dispatching). An op belongs to the window it
+    starts in."""
+    out = [UnitDispatch() for _ in windows]
+    for tid, (ts, dur) in sorted(ops.items()):
+        s = np.frombuffer(ts) if len(ts) else np.zeros(0)
+        d = np.frombuffer(dur) if len(dur) else np.zeros(0)
+        order = np.argsort(s, kind="stable")
+        s, d = s[order], d[order]
+        for unit, (lo, length) in zip(out, windows):
+            a, b = np.searchsorted(s, lo), np.searchsorted(s, lo + length)
+            if a == b:
+                continue
+            unit.threads += 1
+            self_t, _ = self_times(s[a:b], d[a:b])
+            short = self_t[self_t < SHORT_OP_US]
+            unit.short_ops += len(short)
+            unit.short_ops_us += float(np.where(short > 0.0, short, 0.0).sum())
+            if tid != main_tid:
+                top_s, top_e = top_level_ops(s[a:b], d[a:b])
+                gaps = top_s[1:] - top_e[:-1]
+                unit.off_main_gaps_us += float(gaps[(gaps > 0.0) & (gaps <= SHORT_GAP_US)].sum())
+    return out
+
+
 class RunEvidence(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -86,6 +133,8 @@ class RunEvidence(BaseModel):
         default_factory=dict, description="rank -> its CPU samples from metrics.jsonl (contention.py)")
     attribution: dict[int, Attribution] = Field(
         default_factory=dict, description="rank -> its units' time tables (ranks with device events; attributed.py)")
+    dispatch: dict[int, list[UnitDispatch]] = Field(
+        default_factory=dict, description="host-only rank -> per unit (``units``), its op threads' dispatch (launch.py)")
 
     def without_attributed(self, judged: "RunEvidence | None" = None, host_only: bool = True) -> "RunEvidence":
         """The same evidence less the ranks judged by their time table in ``judged`` (default: this evidence): what the
@@ -279,4 +328,7 @@ def gather_evidence(bundle: EvidenceBundle) -> RunEvidence:
         else:
             windows = [(st.number, st.start_us - s.base_time_us, st.dur_us) for st in units]
         ev.attribution[rank] = attributors[rank].attribute(windows)
+        if not s.has_accelerator:
+            ev.dispatch[rank] = thread_dispatch(attributors[rank].ops, attributors[rank].main_tid(),
+                                                [(st.start_us - s.base_time_us, st.dur_us) for st in units])
     return ev

@@ -8,8 +8,14 @@ bottleneck (see ``thresholds``). Op or launch counts are shown as evidence, neve
 A GPU trace without device events gets no judgement here (the diagnoser abstains on it), and the CPU
 op-count rule is never applied to a GPU trace.
 
-On CPU traces: thousands of host ops per step (``MIN_HOST_OPS_PER_STEP``). The row also keeps the
-op-size measures (ops by self time under ``SHORT_OP_US``) as evidence.
+On CPU traces: a step made of thousands of host ops (``MIN_HOST_OPS_PER_STEP``) whose dispatch measurably costs a
+share worth naming (``CPU_DISPATCH_SHARE``). Dispatch is what the trace measures of it, over every thread that runs
+ops: the time between ops (the time table's launch row, the main thread's gaps of at most ``SHORT_GAP_US``; on the
+other op threads, such as autograd's, the same gaps, ``inputs.thread_dispatch``) plus the self time of short ops
+(under ``SHORT_OP_US``: on a small tensor an op's time is the framework's own). Confidence is the smaller of the
+two graded confidences (the count against its cut, the share against its cut with its standard error): both must
+hold, and the two rise together (more ops, more dispatch), so the smaller is the chance that both do. The impact
+is the measured share; the count is shown as evidence.
 
 Steps of a step-less trace are its windows (``RunEvidence.units``). A GPU step shows the pattern only with at
 least ``MIN_KERNELS_PER_STEP`` kernels (a median of fewer delays says little). Confidence is graded: on a GPU
@@ -19,8 +25,13 @@ trace the product of the two measurements' graded confidences (both must hold), 
 
 from __future__ import annotations
 
+import math
+
 from pydantic import BaseModel
 
+from diageval.bundle.attribution import share_rows
+
+from diageval.bundle.trace_ids import SHORT_GAP_US
 from diageval.bundle.trace_summary import SHORT_OP_US, StepSummary
 from diageval.diagnosers.rules import thresholds as T
 from diageval.diagnosers.rules.inputs import RunEvidence
@@ -31,6 +42,7 @@ from diageval.diagnosers.rules.stats import (
     lower_edge,
     median,
     median_standard_error,
+    ratio_standard_error,
 )
 from diageval.diagnosis import Finding
 
@@ -44,8 +56,16 @@ class LaunchRow(BaseModel):
     median_leaf: float
     median_short: float
     median_short_share: float
+    gaps_share: float  # the time table's launch row (main thread) plus the other op threads' gaps, of the units' time
+    short_share: float  # every op thread's short ops' self time, of the units' time
+    dispatch_se: float  # standard error of gaps_share + short_share
+    threads: int  # most op threads in a unit
     flags: list[bool]
     units: list[StepSummary]
+
+    @property
+    def dispatch_share(self) -> float:
+        return self.gaps_share + self.short_share
 
 
 class GpuLaunchRow(BaseModel):
@@ -93,9 +113,11 @@ def measure_launch(ev: RunEvidence) -> list[LaunchRow]:
     """CPU traces only (a trace that shows an accelerator is judged by ``measure_gpu_launch``)."""
     rows = []
     for rank, s in sorted(ev.traces.items()):
-        units = [st for st in ev.units(rank) if st.dur_us > 0]
+        all_units = ev.units(rank)
+        units = [st for st in all_units if st.dur_us > 0]
         if not units or s.has_accelerator:
             continue
+        gaps, short, se, threads = dispatch_shares(ev, rank, all_units)
         rows.append(
             LaunchRow(
                 rank=rank,
@@ -106,11 +128,35 @@ def measure_launch(ev: RunEvidence) -> list[LaunchRow]:
                 median_leaf=median([st.leaf_ops for st in units]),
                 median_short=median([st.short_ops for st in units]),
                 median_short_share=median([st.short_ops_us / st.dur_us for st in units]),
+                gaps_share=gaps,
+                short_share=short,
+                dispatch_se=se,
+                threads=threads,
                 flags=[_cpu_flag(st) for st in units],
                 units=units,
             )
         )
     return rows
+
+
+def dispatch_shares(ev: RunEvidence, rank: int, units: list[StepSummary]) -> tuple[float, float, float, int]:
+    """A host-only rank's dispatch over its ``units``: (time between ops, short ops' self time, the standard error of
+    their sum, the most op threads in a unit). The time between ops is the time table's launch row (its share and
+    error from its occurrences, ``attribution.share_rows``) plus the other op threads' short gaps; the short ops' and
+    those gaps' error is the ratio estimator's over the units (one unit: none beyond the table's)."""
+    table = {r.part: r for r in share_rows(ev.attribution[rank])} if rank in ev.attribution else {}
+    launch = table.get("launch")
+    per_unit = [(st, d) for st, d in zip(units, ev.dispatch.get(rank, [])) if st.dur_us > 0]
+    durs = [st.dur_us for st, _ in per_unit]
+    total = sum(durs)
+    if total <= 0:
+        return (launch.share if launch else 0.0), 0.0, (launch.se if launch else 0.0), 0
+    off_main = [d.off_main_gaps_us for _, d in per_unit]
+    short = [d.short_ops_us for _, d in per_unit]
+    extra_se = ratio_standard_error([a + b for a, b in zip(off_main, short)], durs)
+    gaps = (launch.share if launch else 0.0) + sum(off_main) / total
+    se = math.hypot(launch.se if launch else 0.0, extra_se)
+    return gaps, sum(short) / total, se, max(d.threads for _, d in per_unit)
 
 
 def measure_gpu_launch(ev: RunEvidence) -> list[GpuLaunchRow]:
@@ -184,14 +230,15 @@ def judge_gpu_launch(rows: list[GpuLaunchRow], ev: RunEvidence) -> list[Finding]
 
 
 def judge_launch(rows: list[LaunchRow], ev: RunEvidence) -> list[Finding]:
-    """CPU traces: thousands of host ops per step."""
+    """CPU traces: thousands of host ops per step whose dispatch costs at least CPU_DISPATCH_SHARE of the time."""
     bound = []
     for r in rows:
         seg = best_segment(r.flags)
         # op counts do not jitter like timings: a few steps suffice (the whole window when it is short)
         if seg and seg[1] - seg[0] >= min(r.steps, 3) and sum(r.flags[seg[0] : seg[1]]) >= T.PERSISTENT_SHARE * (seg[1] - seg[0]):
             ops = median([st.host_ops for st in r.units[seg[0] : seg[1]]])
-            confidence = graded_confidence(ops, T.MIN_HOST_OPS_PER_STEP, r.se_ops)
+            confidence = min(graded_confidence(ops, T.MIN_HOST_OPS_PER_STEP, r.se_ops),
+                             graded_confidence(r.dispatch_share, T.CPU_DISPATCH_SHARE, r.dispatch_se))
             if claimable(confidence):
                 bound.append((r, seg, confidence))
     if not bound:
@@ -201,12 +248,16 @@ def judge_launch(rows: list[LaunchRow], ev: RunEvidence) -> list[Finding]:
     ranges = [x for x in ranges if x is not None]
     evidence = [
         f"{ev.trace_file(r.rank)}: median {r.median_ops:.0f} cpu_ops/step, {r.median_leaf:.0f} leaf ops of which"
-        f" {r.median_short:.0f} under {SHORT_OP_US:.0f} us fill {r.median_short_share:.0%} of the step"
+        f" {r.median_short:.0f} under {SHORT_OP_US:.0f} us fill {r.median_short_share:.0%} of the step;"
+        f" dispatch {r.dispatch_share:.1%} of the time over {r.steps} {ev.unit_name(r.rank, plural=r.steps != 1)}"
+        f" (standard error {r.dispatch_se:.1%}): {r.gaps_share:.1%} between ops at most {SHORT_GAP_US / 1e3:.0f} ms"
+        f" apart (the time table's launch row, diageval trace stats) and {r.short_share:.1%} in short ops' self time,"
+        f" on {r.threads} op thread{'s' if r.threads != 1 else ''}"
         for r, _, _ in bound
     ]
     ops = median([r.median_ops for r, _, _ in bound])
-    # impact: the dispatch cost of the ops at ~5 us each, as a share of the step (a floor, not a fit)
-    impact = min(1.0, ops * 5.0 / median([r.median_step_us for r, _, _ in bound]))
+    # impact: the dispatch the trace measures (time between ops and in short ops), as a share of the time
+    impact = min(1.0, median([r.dispatch_share for r, _, _ in bound]))
     return [
         Finding(
             category="launch.kernel_launch_overhead",
@@ -214,7 +265,8 @@ def judge_launch(rows: list[LaunchRow], ev: RunEvidence) -> list[Finding]:
             ranks=[r.rank for r, _, _ in bound],
             steps=(min(a for a, _ in ranges), max(b for _, b in ranges)) if ranges else None,
             impact=round(impact, 3),
-            summary=f"{ops:.0f} host ops per step ({density:.0f} per ms of step): the step is made of many small ops",
+            summary=(f"{ops:.0f} host ops per step ({density:.0f} per ms of step): the step is made of many small ops,"
+                     f" and dispatching them takes {impact:.0%} of the time"),
             evidence=evidence,
         )
     ]

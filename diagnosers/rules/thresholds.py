@@ -91,12 +91,24 @@ SYNC_IDLE_SHARE = MIN_CAUSE_SHARE
 QUEUE_EMPTY_DELAY_US = QUEUE_EMPTY_DELAY  # 50 us, defined where the time table splits device gaps by it
 LAUNCH_GAP_SHARE = MIN_CAUSE_SHARE
 
-# Launch overhead on CPU traces (there is no device to idle, so no queue to measure);
-# what is left is the op count: thousands of host ops per step, at 5-10 us of dispatch each, is 10-20 ms
-# of pure overhead a step, more than a small model's whole step. (Op density per ms of step was tried
-# and rejected: on a contended host, tiny ops run slowly too, so the density of a sliced model is no
-# higher than a healthy one's; the count is what an expert reads first.)
+# Launch overhead on CPU traces (there is no device to idle, so no queue to measure). Two measures, both must hold:
+# 1. the op count: a step made of thousands of host ops (the count is what an expert reads first) is a model whose
+#    work is cut into many small ops, where fusing or compiling removes per-op work. (Op density per ms of step was
+#    tried and rejected: on a contended host, tiny ops run slowly too, so the density of a sliced model is no higher
+#    than a healthy one's.) The count alone does not say the dispatch costs anything: thousands of ops at 5-10 us of
+#    dispatch each is 10-20 ms a step, more than a small model's whole step but a few percent of a big one's.
+# 2. so the cost is measured, not assumed per op: the time the trace shows the op threads dispatching, over every
+#    thread that runs ops (a training step's backward can run on autograd's thread): the time between ops at most
+#    SHORT_GAP_US apart (the time table's launch row; Python and framework time between ops, which fusing removes)
+#    plus the self time of ops under trace_summary.SHORT_OP_US (an op that short spends its time in the framework's
+#    dispatch, not in arithmetic: both are per-op costs a fused model does not pay). It must be a loss worth naming,
+#    MIN_CAUSE_SHARE, as every other cause's. Not HOST_CAUSE_SHARE (the time table's own launch claim on a CPU,
+#    below): there the count is small and eager dispatch between a few hundred ops is how an unfused model runs, so
+#    only a third of the step makes it a bottleneck; here the count already says the model is made of small ops,
+#    and the share says only whether that costs a tenth of the step. The short ops' time is an upper bound (a short
+#    op on a mid-sized tensor also does some arithmetic); the count keeps it to models that are made of small ops.
 MIN_HOST_OPS_PER_STEP = 2000
+CPU_DISPATCH_SHARE = MIN_CAUSE_SHARE
 
 # CPU contention (contention.py): a CPU rank's matrix products and convolutions spend all their wall time on a core
 # when the rank has its cores; a rank whose CPU time (metrics.jsonl) falls short of that wall time was runnable and not
