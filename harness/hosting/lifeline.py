@@ -76,8 +76,14 @@ def children() -> list[int]:
 
 def end_all() -> None:
     """SIGKILL every child until none is left. A child's own children come here when it dies (subreaper), before
-    it can be reaped, so each round's wait is followed by a look that sees them."""
+    it can be reaped, so each round's wait is followed by a look that sees them. ``/proc`` is read only while
+    there is a child (the usual end: bwrap reaped, nothing adopted, no reading)."""
     while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0]:  # reaped one (an adopted process that had ended): look again
+                continue
+        except ChildProcessError:  # no child at all
+            return
         for pid in children():
             try:
                 os.kill(pid, signal.SIGKILL)
