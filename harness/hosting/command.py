@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -36,7 +37,7 @@ from diageval.diagnosers.base import TRAJECTORY_NAME
 from diageval.hosting.case_box import OUTPUT_NAME, STDERR_NAME, STDOUT_NAME, CaseFolders, close_case, open_case, read_output
 from diageval.hosting.limits import BoxGuard
 from diageval.hosting.policy import HostPolicy
-from diageval.hosting.process_groups import LiveGroups, signal_group, spawn_group, wait_or_kill
+from diageval.hosting.process_groups import LiveGroups, signal_group, wait_or_kill
 from diageval.hosting.sandbox import Isolation
 
 KILL_GRACE_S = 1.0
@@ -87,13 +88,12 @@ class CommandExecutor:
         box = folders.box
         timeout = self.policy.timeout_s
         line = self.command.command_line(folders.bundle, folders.output)
-        argv, env, cwd = box.command(["/bin/sh", "-c", line], folders.out_host)
         start = time.perf_counter()
         with open(folders.out_host / STDOUT_NAME, "wb") as out, open(folders.out_host / STDERR_NAME, "wb") as err:
             try:
-                proc = spawn_group(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env, cwd=cwd)
+                proc = box.spawn(["/bin/sh", "-c", line], folders.out_host, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
             except OSError as exc:
-                return Attempt(status="diagnoser_error", error=f"cannot start {argv[0]}: {exc}", seconds=0.0)
+                return Attempt(status="diagnoser_error", error=f"cannot start {sys.executable}: {exc}", seconds=0.0)
             self.live.add(proc)
             try:
                 with BoxGuard(box.groups, box.host_out, lambda: signal_group(proc, 9)) as guard:

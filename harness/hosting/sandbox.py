@@ -26,12 +26,17 @@ What a diagnoser sees (decided here, after the design's Diagnosers section):
 * limits (:mod:`diageval.hosting.limits`): processes and memory in a control group of its own where the
   machine allows (rlimits otherwise), every file it writes capped, ``/tmp`` a tmpfs of a fixed size;
 * no network unless the run says ``--allow-network`` (a diagnoser that calls a model endpoint);
-* no capabilities, a new session (no terminal injection), and ``--die-with-parent``: when the harness
-  dies, even by SIGKILL, the box's PID 1 gets SIGKILL from the kernel and with it every process inside.
+* no capabilities, a new session (no terminal injection), and an end with the harness: when it dies, even by
+  SIGKILL and even while the box is starting, the box's first process (:mod:`~diageval.hosting.lifeline`, which
+  holds the read end of a pipe only the harness writes to) kills bwrap and the box's PID 1, and with it the kernel
+  every process inside (bwrap's ``--die-with-parent`` alone misses a harness that dies before bwrap arms it).
 
 The allowlist (an empty root plus named binds) rather than the whole file system minus a denylist:
 another checkout of diageval or an old cache elsewhere on the machine holds the same bundles with their
 truth files, and a denylist cannot know of it.
+
+Size: over 400 lines, because everything a box shows, hides and passes, and how its processes start, is decided
+in this one module, so that one reading covers the whole boundary.
 
 Where bubblewrap is missing or cannot start (no user namespaces), :func:`probe` says why, and hosting
 refuses to start (:class:`~diageval.hosting.errors.SandboxUnavailable`) unless the policy says
@@ -48,13 +53,14 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from diageval.fileio import owned_temp_dir, remove_stale_temp_dirs
 from diageval.hosting.errors import SandboxUnavailable
 from diageval.hosting.label_stores import harness_outputs, refusal
 from diageval.hosting.limits import BoxGroups, limited_argv, remove_stale_groups
 from diageval.hosting.policy import HostPolicy
+from diageval.hosting.process_groups import kill_group, spawn_group
 from diageval.hosting.python_paths import in_python, is_within, path_dirs, python_paths, real_path
 
 BOX_ROOT = Path("/box")
@@ -110,6 +116,9 @@ class Box:
         self.host_out.mkdir()
         self.groups = BoxGroups.create(self.env_policy.host.box)
         self._mounts: tuple[SandboxPolicy, tuple[str, ...]] | None = None  # see _mounts()
+        # the lifeline: every box process starts under one that holds the read end; the write end stays here (no
+        # child inherits it), so it closes when this process dies, and the box ends with it (hosting.lifeline)
+        self._lifeline_r, self._lifeline_w = os.pipe()
 
     @property
     def sandboxed(self) -> bool:
@@ -127,14 +136,17 @@ class Box:
             raise ValueError(f"{host_path} is not inside the box {self.host}")
         return BOX_OUT / rel_out
 
-    def command(self, argv: list[str], cwd_host: Path) -> tuple[list[str], dict[str, str], Path | None]:
-        """(argv, env, cwd for Popen) that run ``argv`` in this box with ``cwd_host`` as working directory."""
-        if self.sandboxed:
-            assert self.policy is not None
-            inner_cwd = self.inner(cwd_host)
-            return (limited_argv(wrap(argv, self, self.policy, cwd=inner_cwd), self.groups),
-                    scrubbed_env(os.environ, self.policy, home=inner_cwd), None)
-        return limited_argv(list(argv), self.groups), scrubbed_env(os.environ, self.env_policy, home=Path(cwd_host)), Path(cwd_host)
+    def spawn(self, argv: list[str], cwd_host: Path, env_edit: Mapping[str, str | None] | None = None,
+              **popen_kwargs: Any) -> subprocess.Popen:
+        """Start ``argv`` in this box, in ``cwd_host``, in a session of its own (``spawn_group``), tied to this
+        process by the lifeline; ``env_edit``: variables set on the scrubbed environment (None: removed). Every
+        box process starts here."""
+        inner_cwd = self.inner(cwd_host)  # without a sandbox, cwd_host itself
+        boxed = wrap(argv, self, self.policy, cwd=inner_cwd) if self.policy is not None else list(argv)
+        env = {**scrubbed_env(os.environ, self.env_policy, home=inner_cwd), **(env_edit or {})}
+        return spawn_group(limited_argv(boxed, self.groups, self._lifeline_r), pass_fds=(self._lifeline_r,),
+                           env={k: v for k, v in env.items() if v is not None},
+                           cwd=None if self.sandboxed else Path(cwd_host), **popen_kwargs)
 
     def empty_out(self) -> None:
         """Remove everything in ``out/`` (what a long-lived box's last case left there)."""
@@ -150,6 +162,10 @@ class Box:
                 entry.unlink(missing_ok=True)
 
     def remove(self) -> None:
+        for fd in (self._lifeline_w, self._lifeline_r):  # its processes have ended: the lifeline goes too
+            if fd >= 0:
+                os.close(fd)
+        self._lifeline_r = self._lifeline_w = -1
         self.groups.remove()
         for d, _, _ in os.walk(self.host):  # private bundle copies are read-only folders
             try:
@@ -205,17 +221,19 @@ def probe() -> str | None:
     if bwrap is None:
         return "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
     policy = SandboxPolicy(hidden=())
-    box = Box(policy)
+    box, proc = Box(policy), None
     try:
-        argv, env, _ = box.command(["/bin/sh", "-c", "exit 0"], box.host_out)
-        r = subprocess.run(argv, capture_output=True, timeout=30, env=env)
+        proc = box.spawn(["/bin/sh", "-c", "exit 0"], box.host_out, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _, err = proc.communicate(timeout=30)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"bwrap cannot start: {exc}"
     finally:
+        if proc is not None and proc.poll() is None:
+            kill_group(proc)
         box.remove()
-    if r.returncode != 0:
-        why = r.stderr.decode(errors="replace").strip().splitlines()
-        return f"bwrap cannot start here: {why[-1] if why else f'exit status {r.returncode}'}"
+    if proc.returncode != 0:
+        why = err.decode(errors="replace").strip().splitlines()
+        return f"bwrap cannot start here: {why[-1] if why else f'exit status {proc.returncode}'}"
     return None
 
 

@@ -41,7 +41,7 @@ from diageval.hosting.attempt import Attempt
 from diageval.hosting.case_box import close_case, open_case, read_output
 from diageval.hosting.limits import BoxGuard
 from diageval.hosting.policy import HostPolicy
-from diageval.hosting.process_groups import LiveGroups, kill_group, signal_group, spawn_group
+from diageval.hosting.process_groups import LiveGroups, kill_group, signal_group
 from diageval.hosting.sandbox import Box, Isolation
 from diageval.hosting.errors import WorkerStartError
 
@@ -190,12 +190,10 @@ class WorkerExecutor:
 
     def _spawn(self) -> None:
         self._box = self._box or self.isolation.new_box()
-        argv, env, cwd = self._box.command([sys.executable, "-m", WORKER_MODULE], self._box.host_out)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in self.python_path if p)  # the diagnoser's own folder alone
-        if not env["PYTHONPATH"]:
-            del env["PYTHONPATH"]
+        python_path = os.pathsep.join(p for p in self.python_path if p) or None  # the diagnoser's own folder alone
         with open(self._box.host / LOG_NAME, "ab") as log:
-            proc = spawn_group(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, cwd=cwd)
+            proc = self._box.spawn([sys.executable, "-m", WORKER_MODULE], self._box.host_out, {"PYTHONPATH": python_path},
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
         self._proc, self._buffer = proc, bytearray()
         self.live.add(proc)
         self.starts += 1

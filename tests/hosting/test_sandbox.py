@@ -22,8 +22,9 @@ needs_bwrap = pytest.mark.skipif(probe() is not None, reason=f"no sandbox here: 
 
 
 def _run_in_box(box: Box, script: str, cwd: Path) -> subprocess.CompletedProcess:
-    argv, env, popen_cwd = box.command([sys.executable, "-c", script], cwd)
-    return subprocess.run(argv, env=env, cwd=popen_cwd, capture_output=True, text=True, timeout=60)
+    proc = box.spawn([sys.executable, "-c", script], cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 @needs_bwrap

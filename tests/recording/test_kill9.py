@@ -47,6 +47,16 @@ def _read(path: str) -> bytes:
         return b""
 
 
+def in_box(pid: int) -> bool:
+    """The process runs inside a box and is not bwrap: in a PID namespace other than this test's (the outer bwrap and
+    the box's first process, whose command lines name the diagnoser too, run in this one; the inner bwrap does not)."""
+    try:
+        inside = os.readlink(f"/proc/{pid}/ns/pid") != os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return False
+    return inside and _read(f"/proc/{pid}/comm").strip() != b"bwrap"
+
+
 def _alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -79,10 +89,10 @@ def _kill_and_check(proc: subprocess.Popen, tree: set[int]) -> None:
     def survivors() -> list[int]:  # the same processes (pid and start time), not a pid the kernel gave out again
         return [p for p in tree if _alive(p) and started[p] is not None and _start_time(p) == started[p]]
 
-    # The kernel kills a box with its PID 1; PR_SET_PDEATHSIG does the rest: give it a moment, no more. How long a
-    # moment: here, alone, under a second; in CI's test phase (two workers, recordings beside) the same tests' trees
-    # were gone after up to 7 s, and in 2 of 3 full runs one box's bwrap was still there at 15 s (ci8). A minute
-    # still fails a process that outlives the command (the diagnosers these tests kill sleep 300 s).
+    # The box's first process sees the harness's end of its lifeline close and kills bwrap and the box's PID 1, and the
+    # kernel the rest (diageval.hosting.lifeline): give it a moment, no more. How long a moment: here, alone, under a
+    # second; in CI's test phase (two workers, recordings beside) the same tests' trees were gone after up to 7 s
+    # (ci8). A minute still fails a process that outlives the command (the diagnosers these tests kill sleep 300 s).
     deadline = time.monotonic() + 60
     while survivors() and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -138,8 +148,7 @@ def test_kill9_of_run_leaves_no_process_and_the_next_start_cleans_up(tmp_path, k
         nonlocal tree
         assert proc.poll() is None, proc.stderr.read().decode()
         tree = _descendants(proc.pid)
-        # processes running inside the box, not bwrap (whose own argv names the command while it builds the box)
-        cmdlines = [_read(f"/proc/{p}/cmdline") for p in tree if _read(f"/proc/{p}/comm").strip() != b"bwrap"]
+        cmdlines = [_read(f"/proc/{p}/cmdline") for p in tree if in_box(p)]
         return any(target in c for c in cmdlines) and (kind != "cmd" or any(b"sleep\x00300" in c for c in cmdlines))
 
     _wait_for(diagnosing, 60, "the diagnoser never started")
@@ -170,9 +179,7 @@ def test_kill9_of_diagnose_leaves_no_process(tmp_path):
         nonlocal tree
         assert proc.poll() is None, proc.stderr.read().decode()
         tree = _descendants(proc.pid)
-        # the sleeper and its setsid child running, not bwrap (whose own argv names sleeper.py while it builds the box)
-        return sum(b"sleeper.py" in _read(f"/proc/{p}/cmdline") and _read(f"/proc/{p}/comm").strip() != b"bwrap"
-                   for p in tree) >= 2
+        return sum(b"sleeper.py" in _read(f"/proc/{p}/cmdline") and in_box(p) for p in tree) >= 2  # and its setsid child
 
     _wait_for(diagnosing, 60, "the diagnoser never started")
     _kill_and_check(proc, _descendants(proc.pid))
