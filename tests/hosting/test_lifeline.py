@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.recording.test_kill9 import _alive, _read
+from processes import alive
+from tests.recording.test_kill9 import _read
 
 from diageval.hosting.sandbox import probe
 
@@ -60,7 +61,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 def _with_token(token: str) -> list[int]:
     return [int(d.name) for d in Path("/proc").glob("[0-9]*") if token.encode() in _read(f"/proc/{d.name}/cmdline")
-            and _alive(int(d.name))]
+            and alive(int(d.name))]
 
 
 def _left_after_harness(tmp_path: Path, kind: str, when: str) -> tuple[str, dict[int, bytes]]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from locations import TESTS
+from processes import alive
 from run_fakes import write_bundle
 
 from diageval.hosting.sandbox import HOST_PREFIX, box_parent, probe
@@ -57,14 +58,6 @@ def in_box(pid: int) -> bool:
     return inside and _read(f"/proc/{pid}/comm").strip() != b"bwrap"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def _wait_for(predicate, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -87,7 +80,7 @@ def _kill_and_check(proc: subprocess.Popen, tree: set[int]) -> None:
     proc.wait(timeout=10)
 
     def survivors() -> list[int]:  # the same processes (pid and start time), not a pid the kernel gave out again
-        return [p for p in tree if _alive(p) and started[p] is not None and _start_time(p) == started[p]]
+        return [p for p in tree if alive(p) and started[p] is not None and _start_time(p) == started[p]]
 
     # The box's first process sees the harness's end of its lifeline close and kills bwrap and the box's PID 1, and the
     # kernel the rest (diageval.hosting.lifeline): give it a moment, no more. How long a moment: here, alone, under a

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from processes import alive
 from run_fakes import FakeEvidence, make_case, make_case_set
 
 from diageval.run.grade import RescoreError, rescore_run
@@ -30,15 +31,6 @@ def _run(spec, case_set, tmp_path, evidence, **kw):
         spec, case_set, cases_dir=tmp_path / "cases", out_dir=tmp_path / "runs",
         evidence_fn=evidence, progress=None, cuda_device_count=lambda: 0, **kw,
     )
-
-
-def _alive(pid: int) -> bool:
-    """Running (a killed child whose parent is gone may linger as a zombie until init reaps it: dead)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _statuses(run_dir: Path) -> dict[str, str]:
@@ -195,7 +187,7 @@ def test_a_killed_run_is_interrupted_consistently_and_resumes(tmp_path, calls, s
     assert out.counts["resumed"] == 2 and out.info.status == "complete"
     assert set(_statuses(run_dir)) == {"i1", "i2", "i3", "i4"}
     assert len(calls()) - before == 2  # only i3 and i4 were diagnosed again
-    assert not [pid for pid in first_run_pids if _alive(pid)], "diagnoser processes outlived the interrupted run"
+    assert not [pid for pid in first_run_pids if alive(pid)], "diagnoser processes outlived the interrupted run"
 
 
 def test_jobs_run_diagnoses_concurrently_in_separate_workers(tmp_path, calls):
