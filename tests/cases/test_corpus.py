@@ -197,7 +197,7 @@ def test_a_positive_case_manifests_against_its_twin(corpus, tmp_path):
 
 def test_the_inline_tokenize_lm_case_is_the_healthy_generation_control_plus_its_input_cause(corpus):
     """issue 38: generate-lm-slow-tokenize (labeled input) runs the model of the healthy control generate-lm-healthy,
-    256 wide. At 64 wide its one profiled step held the small model's dispatch pattern (the sliced-ops cases') beside
+    512 wide. At 64 wide its one profiled step held the small model's dispatch pattern (the sliced-ops cases') beside
     its labeled cause, so a launch claim there was scored against the label although the evidence showed it."""
     by_id = {lc.case.id: lc.case for lc in corpus.cases}
     case, control = by_id["generate-lm-slow-tokenize"], by_id["generate-lm-healthy"]

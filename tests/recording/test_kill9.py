@@ -16,7 +16,7 @@ from locations import TESTS
 from processes import alive
 from run_fakes import write_bundle
 
-from diageval.hosting.sandbox import HOST_PREFIX, box_parent, probe
+from diageval.hosting.sandbox import HOST_PREFIX, probe
 
 needs_bwrap = pytest.mark.skipif(probe() is not None, reason=f"no sandbox can start here: {probe()}")
 
@@ -107,8 +107,8 @@ def _describe(pid: int) -> str:
 NUL = bytes(1)
 
 
-def _stale_boxes(pid: int) -> list[Path]:
-    return list(box_parent().glob(f"{HOST_PREFIX}{pid}-*"))
+def _stale_boxes(pid: int, parent: Path) -> list[Path]:
+    return list(parent.glob(f"{HOST_PREFIX}{pid}-*"))
 
 
 RUNNER = """
@@ -133,7 +133,12 @@ def test_kill9_of_run_leaves_no_process_and_the_next_start_cleans_up(tmp_path, k
     runner = tmp_path / "runner.py"
     runner.write_text(textwrap.dedent(RUNNER.format(tests=str(TESTS), script=script, spec=spec, runs=str(tmp_path / "runs"),
                                                     bundles=str(tmp_path / "bundles"))))
-    proc = subprocess.Popen([sys.executable, str(runner)], stderr=subprocess.PIPE)
+    # the boxes' folders in a temp folder of this test's own: any diageval start elsewhere on the machine (another
+    # test worker's) removes a dead harness's stale boxes from the shared ones, between the kill and the look below
+    private = tmp_path / "tmp"
+    private.mkdir()
+    proc = subprocess.Popen([sys.executable, str(runner)], stderr=subprocess.PIPE,
+                            env={**os.environ, "TMPDIR": str(private)})
     target = b"sleeper.py" if kind == "cmd" else b"diageval.hosting.worker"
     tree: set[int] = set()
 
@@ -147,14 +152,14 @@ def test_kill9_of_run_leaves_no_process_and_the_next_start_cleans_up(tmp_path, k
     _wait_for(diagnosing, 60, "the diagnoser never started")
     time.sleep(0.3)
     tree = _descendants(proc.pid)
-    assert _stale_boxes(proc.pid)
+    assert _stale_boxes(proc.pid, private)
     _kill_and_check(proc, tree)
-    assert _stale_boxes(proc.pid)  # SIGKILL: nobody could clean up
+    assert _stale_boxes(proc.pid, private)  # SIGKILL: nobody could clean up
 
     from diageval.hosting.sandbox import remove_stale_boxes
 
-    remove_stale_boxes()  # what every run, diagnose and record does first
-    assert not _stale_boxes(proc.pid)
+    remove_stale_boxes(private)  # what every run, diagnose and record does first, where it looks
+    assert not _stale_boxes(proc.pid, private)
 
 
 @needs_bwrap
