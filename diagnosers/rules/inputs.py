@@ -36,13 +36,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from diageval.bundle.attribution import Attribution, AttributionCollector
-from diageval.bundle.attribution import _top_level as top_level_ops
+from diageval.bundle.attribution import top_level_spans
 from diageval.bundle.model import WORLD_SIZE_LIMIT, EvidenceBundle, StepRecord
 from diageval.bundle.trace_defects import DefectObserver, clock_disagreement
 from diageval.bundle.trace_ids import SHORT_GAP_US
 from diageval.bundle.trace_stream import TraceFormatError
-from diageval.bundle.trace_summary import SHORT_OP_US, StepSummary, TraceSummary, summarize_trace
-from diageval.bundle.trace_summary import _self_times as self_times
+from diageval.bundle.trace_summary import SHORT_OP_US, StepSummary, TraceSummary, self_times, summarize_trace
 from diageval.diagnosers.rules.windows import stepless_windows
 from diageval.diagnosers.rules.work import RankStepWork, WorkCollector
 
@@ -106,7 +105,7 @@ def thread_dispatch(ops: dict[str, tuple[array, array]], main_tid: str | None,
             unit.short_ops += len(short)
             unit.short_ops_us += float(np.where(short > 0.0, short, 0.0).sum())
             if tid != main_tid:
-                top_s, top_e = top_level_ops(s[a:b], d[a:b])
+                top_s, top_e = top_level_spans(s[a:b], d[a:b])
                 gaps = top_s[1:] - top_e[:-1]
                 unit.off_main_gaps_us += float(gaps[(gaps > 0.0) & (gaps <= SHORT_GAP_US)].sum())
     return out

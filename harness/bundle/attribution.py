@@ -196,7 +196,7 @@ def _merged(ts: array, dur: array, touching_apart: bool = False) -> tuple[np.nda
     return merge_sorted(s, e, touching_apart)
 
 
-def _top_level(ts: array, dur: array) -> tuple[np.ndarray, np.ndarray]:
+def top_level_spans(ts: array, dur: array) -> tuple[np.ndarray, np.ndarray]:
     """Top-level op intervals of one thread: ops nested in another join it; ops that merely touch (one ends where the
     next starts) stay apart, so that a CPU op that queues nothing is not merged into the launching op after it."""
     return _merged(ts, dur, touching_apart=True)
@@ -476,7 +476,7 @@ class AttributionCollector:
         else ``untraced`` (a long stretch of unrecorded Python inside or after the model's work). Occurrences:
         the ops, the intervals of each host state, the gaps."""
         main = self.main_tid()
-        ops_s, ops_e = _top_level(*self.ops[main]) if main in self.ops else (np.zeros(0), np.zeros(0))
+        ops_s, ops_e = top_level_spans(*self.ops[main]) if main in self.ops else (np.zeros(0), np.zeros(0))
         segments = _segments(windows, [ops_s, ops_e, *(edge for name in HOST_STATES for edge in sets[name])])
         if segments is None:
             return _untallied(windows)
@@ -595,7 +595,7 @@ class AttributionCollector:
         launching = [(np.zeros(0), np.zeros(0))]
         idle = [(np.zeros(0), np.zeros(0))]
         for tid, (ts, dur) in sorted(self.ops.items()):
-            s, e = _top_level(ts, dur)
+            s, e = top_level_spans(ts, dur)
             calls = np.sort(np.frombuffer(self.launch_ts[tid])) if tid in self.launch_ts and len(self.launch_ts[tid]) else np.zeros(0)
             n = np.searchsorted(calls, e) - np.searchsorted(calls, s)
             # an op that queues nothing is CPU work when it runs long enough to be work (SHORT_GAP_US: a visible

@@ -408,7 +408,7 @@ def _top_level_walk(ts: list[float], dur: list[float]) -> int:
     return n
 
 
-def _self_times(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def self_times(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Self time (duration minus directly nested intervals) of each interval ``(ts[j], dur[j])``, and whether it
     is a leaf (no interval nested in it), as arrays.
 
@@ -503,7 +503,7 @@ def _build_steps(cols: _Columns, base_us: float, main_tid: str | None,
         idx = h_idx[bisect_left(h_starts, lo) : bisect_left(h_starts, hi)]
         op_ts, op_dur, is_op = h_ts[idx], h_dur[idx], h_op[idx]
         top = _top_level(op_ts, op_dur)
-        self_t, leaf = _self_times(op_ts, op_dur)
+        self_t, leaf = self_times(op_ts, op_dur)
         n_leaves = int(np.count_nonzero(is_op & leaf))
         short = self_t[is_op & (self_t < SHORT_OP_US)]
         wait_iv = [(waits[i][0], waits[i][0] + waits[i][1]) for i in _window(w_starts, w_order, lo, hi)]

@@ -241,7 +241,7 @@ def test_one_steps_nesting_walk_is_the_same_on_plain_lists(seed):
     over whole columns by index gave."""
     from array import array
 
-    from diageval.bundle.trace_summary import _self_times, _sorted_index, _top_level
+    from diageval.bundle.trace_summary import _sorted_index, _top_level, self_times
 
     ts, dur = _random_intervals(seed, 600)
     col_ts, col_dur = array("d", ts), array("d", dur)
@@ -250,7 +250,7 @@ def test_one_steps_nesting_walk_is_the_same_on_plain_lists(seed):
     idx = list(order)
     want_self, want_leaves, want_top = _old_self_times(col_ts, col_dur, idx)
     step_ts, step_dur = np.array([ts[i] for i in idx]), np.array([dur[i] for i in idx])
-    self_t, leaf = _self_times(step_ts, step_dur)
+    self_t, leaf = self_times(step_ts, step_dur)
     assert self_t.tolist() == [want_self[i] for i in idx]
     assert [i for i, lf in zip(idx, leaf.tolist()) if lf] == [i for i in idx if i in want_leaves]
     assert _top_level(step_ts, step_dur) == want_top
@@ -263,7 +263,7 @@ def test_the_vectorised_nesting_walk_gives_the_walks_floats(seed):
     a NaN (which the walk keeps)."""
     import random
 
-    from diageval.bundle.trace_summary import _self_times, _top_level
+    from diageval.bundle.trace_summary import _top_level, self_times
 
     rnd = random.Random(seed)
     for trial in range(300):
@@ -275,7 +275,7 @@ def test_the_vectorised_nesting_walk_gives_the_walks_floats(seed):
         if n and trial % 11 == 0:
             dur[rnd.randrange(n)] = float("nan")
         want_self, want_leaves, want_top = _old_self_times(ts, dur, list(range(n)))
-        self_t, leaf = _self_times(np.array(ts), np.array(dur))
+        self_t, leaf = self_times(np.array(ts), np.array(dur))
         assert [repr(x) for x in self_t.tolist()] == [repr(want_self[i]) for i in range(n)]
         assert [i for i in range(n) if leaf[i]] == [i for i in range(n) if i in want_leaves]
         assert _top_level(np.array(ts), np.array(dur)) == want_top
