@@ -34,7 +34,6 @@ def corpus_bundles() -> dict[str, Path]:
         return {case_id: folder for case_id, folder, _ in record_cases(ids, device="cpu", cache_dir=cache)}
 
 
-
 @pytest.fixture(scope="session")
 def shown_rank(corpus_bundles):
     """``shown_rank(case_id, r)``: the rank a corpus bundle holds what the case file names rank ``r`` (a job case is
@@ -51,6 +50,7 @@ def shown_rank(corpus_bundles):
         return r if draw is None else draw.rank(r)
 
     return shown
+
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """The modules that hold a ``slow`` test run first, each module's tests kept together (its module fixtures,

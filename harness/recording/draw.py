@@ -24,8 +24,8 @@ never reaches a bundle (:func:`recording_draw`; kept in the recording's truth re
   starts at the same step); a labeled range that ends at the last step ends at the drawn last step. Drawn
   counts stay where every step parameter and labeled range still holds (:func:`step_choices`), where the
   profiler still records ``trace_steps`` steps after a warm-up step, and, for a periodic fault (a save every N
-  steps), where the labeled steps, and the profiled steps, hold as many of its events as the declared count does: its cost per step
-  is then the declared case's, diluted by at most a fifth. An evidence edit that keeps a window of the
+  steps), where the labeled steps, and the profiled steps, hold as many of its events as the declared count does:
+  its cost per step is then the declared case's, diluted by at most a fifth. An evidence edit that keeps a window of the
   profiled steps (a shorter trace window, a scaled-out job's window) keeps it at the same steps, so counts
   stay where the profiled tail still holds it: where the window sits is what such a label depends on
   (``stall-late-window-before`` ends its window before the stall; ``hang-stall-1-of-1024`` keeps the step
@@ -171,19 +171,25 @@ def _trace_steps(case: Case) -> int:
     return int(info.params_model.model_validate(case.workload.params).trace_steps) if info else 1
 
 
+def _first_profiled(steps: int, trace_steps: int) -> int:
+    """The first step the profiler records in a ``steps``-step recording: it records the last ``trace_steps`` after a
+    warm-up step (``rank_worker.profiler_window``'s ``active``, written here so that drawing needs no torch)."""
+    return steps - max(1, min(trace_steps, steps - 1))
+
+
 def _periodic_events(case: Case, steps: int) -> list[tuple[int, int]]:
     """Per periodic fault of ``case``, its events within the labeled steps of a ``steps``-step recording and within
-    its profiled steps (the last ``trace_steps``, rank_worker.profiler_window): a drawn count must keep both, or the
-    trace a diagnoser reads may hold no save the case file's trace held (slow-checkpoint-convnet-16, a save every 4
-    steps from step 3 with 3 steps traced: the declared 16 steps trace the save at step 15, a drawn 19 traces 16-18,
-    none; its label check then found the save at +1% of the step)."""
-    active = max(1, min(_trace_steps(case), steps - 1))
+    its profiled steps: a drawn count must keep both, or the trace a diagnoser reads may hold no save the case
+    file's trace held (slow-checkpoint-convnet-16, a save every 4 steps from step 3 with 3 steps traced: the declared
+    16 steps trace the save at step 15, a drawn 19 traces 16-18, none; its label check then found the save at +1% of
+    the step)."""
+    first = _first_profiled(steps, _trace_steps(case))
     out = []
     for f in case.faults:
         if f.name == "blocking_checkpoint":
             every, start = int(f.params["save_every_steps"]), int(f.params.get("start_step", 0))
             saves = [s for s in range(start, steps) if (s + 1) % every == 0]
-            out.append((len(saves), sum(1 for s in saves if s >= steps - active)))
+            out.append((len(saves), sum(1 for s in saves if s >= first)))
     return out
 
 
@@ -210,7 +216,7 @@ def step_choices(case: Case) -> list[int]:
                if f.name in WINDOW_EDITS]
     return [n for n in range(declared - spread, declared + spread + 1)
             if n >= min(floor, declared) and _periodic_events(case, n) == events
-            and all(n - max(1, min(traced, n - 1)) <= first and first + length <= n for first, length in windows)]
+            and all(_first_profiled(n, traced) <= first and first + length <= n for first, length in windows)]
 
 
 def _live_part(case: Case) -> Case:

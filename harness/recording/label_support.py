@@ -54,8 +54,9 @@ Thresholds (no number here is fitted to a case):
   whose cost is only in the mean.
 
 Which causes are checked (:func:`needs_check`): every rank-local cause, and every cause of a case with
-more than one; on the shown recording also a one-cause case's starved DataLoader (:func:`_shown_only`). The cause of a one-cause case measured as a share of the step is the case's whole step-time
-effect, which the manifestation check measures; reading every trace of every repeat to see it again would
+more than one; on the shown recording also a one-cause case's starved DataLoader (:func:`_shown_only`). The
+cause of a one-cause case measured as a share of the step is the case's whole step-time effect, which the
+manifestation check measures; reading every trace of every repeat to see it again would
 cost CI time (a launch case's traces take 2-6 s to summarise per verify on 2 cores) for no new question.
 
 What is not checked says so (``checked: false`` with the reason) and raises no problem: causes without

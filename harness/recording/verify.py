@@ -215,7 +215,7 @@ def evidence_problems(subject: Case, case_folders: list[Path], twin_folders: lis
     the narrowest by 45 points over the twin's spread, while showing another repeat would move the bundle's key
     everywhere the shown bundle is resolved (the run's preparation, the evidence tiers, the bundles derived from it)."""
     if all(needs_check(subject, c, shown=True) is not None for c in subject.labels.causes):
-        return []  # (what the pairs' check reads, the shown check reads too: needs_check)
+        return []  # no cause either check reads (the shown check reads what the pairs' does, and more): no trace read
     injected, healthy = read_recordings(case_folders), read_recordings(twin_folders)
     problems = label_problems(label_support(subject, injected, healthy))
     if problems:  # the recordings do not hold it: the shown one is not asked again
