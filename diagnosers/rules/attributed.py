@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from diageval.bundle.attribution import HOST_OCCURRENCE, HOST_WHAT, OCCURRENCE, WHAT, UnitAttribution, share_rows
+from diageval.bundle.attribution import (HOST_OCCURRENCE, HOST_WHAT, OCCURRENCE, WHAT, UnitAttribution,
+                                         ratio_standard_error, share_rows)
 from diageval.bundle.attribution import TimeShare
 from diageval.diagnosers.rules import thresholds as T
 from diageval.diagnosers.rules.host_sync import WHAT as BLOCKING_WHAT
@@ -40,7 +41,6 @@ from diageval.diagnosers.rules.stats import (
     lower_edge,
     median,
     median_standard_error,
-    ratio_standard_error,
     robust_sigma,
 )
 from diageval.diagnosis import Finding

@@ -25,7 +25,8 @@ bundle whose samples do not cover the profiled steps on the trace's clock gets n
 
 The error of the CPU share is the samples' own spread (every sample of the rank, as the spread of one) with the
 reading's resolution (``CPU_TICK_S``) in quadrature, over the square root of the samples that cover the steps;
-the ops' share has the ratio estimator's error over the steps (as the time table's, ``attribution.share_rows``).
+the ops' share has the ratio estimator's error over the steps (``attribution.ratio_standard_error``, the time
+table's).
 The samples' intervals are longer than a few profiled steps; the steps are taken to stand for the steps around
 them, as every judge takes its profiled steps to stand for the job.
 """
@@ -36,9 +37,10 @@ import math
 
 from pydantic import BaseModel
 
+from diageval.bundle.attribution import ratio_standard_error
 from diageval.diagnosers.rules import thresholds as T
 from diageval.diagnosers.rules.inputs import CpuSample, RunEvidence
-from diageval.diagnosers.rules.stats import claimable, graded_confidence, median, ratio_standard_error
+from diageval.diagnosers.rules.stats import claimable, graded_confidence, median
 from diageval.diagnosis import Finding
 
 

@@ -29,8 +29,7 @@ import math
 
 from pydantic import BaseModel
 
-from diageval.bundle.attribution import share_rows
-
+from diageval.bundle.attribution import ratio_standard_error, share_rows
 from diageval.bundle.trace_ids import SHORT_GAP_US
 from diageval.bundle.trace_summary import SHORT_OP_US, StepSummary
 from diageval.diagnosers.rules import thresholds as T
@@ -42,7 +41,6 @@ from diageval.diagnosers.rules.stats import (
     lower_edge,
     median,
     median_standard_error,
-    ratio_standard_error,
 )
 from diageval.diagnosis import Finding
 

@@ -67,16 +67,6 @@ def median_standard_error(values: Sequence[float]) -> float:
     return 1.2533 * robust_sigma(values) / math.sqrt(len(values))
 
 
-def ratio_standard_error(parts: Sequence[float], totals: Sequence[float]) -> float:
-    """Standard error of sum(parts) / sum(totals) over units (each unit's part of its total): the ratio estimator's,
-    as the time table's spread over units (``diageval.bundle.attribution.share_rows``). 0 for fewer than two units."""
-    n, whole = len(parts), sum(totals)
-    if n < 2 or whole <= 0:
-        return 0.0
-    share = sum(parts) / whole
-    return math.sqrt(n / (n - 1) * sum((x - share * d) ** 2 for x, d in zip(parts, totals))) / whole
-
-
 def normal_cdf(z: float) -> float:
     return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
 

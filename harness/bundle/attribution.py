@@ -63,6 +63,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -668,6 +669,17 @@ def _union(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.n
     return merge_sorted(s[order], e[order])
 
 
+def ratio_standard_error(parts: Sequence[float], totals: Sequence[float]) -> float:
+    """Standard error of sum(parts) / sum(totals) over units (each unit's part of its total): the ratio estimator's
+    error, the spread over units that :func:`share_rows` and rules' judges put beside a share. 0 for fewer than two
+    units."""
+    n, whole = len(parts), sum(totals)
+    if n < 2 or whole <= 0:
+        return 0.0
+    share = sum(parts) / whole
+    return math.sqrt(n / (n - 1) * sum((x - share * d) ** 2 for x, d in zip(parts, totals))) / whole
+
+
 def share_rows(att: Attribution) -> list[TimeShare]:
     """Each part's share of the units' summed time, with its standard error (module doc): the larger of the
     occurrences' compound-Poisson error and the ratio estimator's error over units."""
@@ -682,9 +694,7 @@ def share_rows(att: Attribution) -> list[TimeShare]:
         share = sum(us) / total
         occ = att.occurrences.get(p)
         poisson = math.sqrt(occ.sq_us2) / total if occ else 0.0
-        spread = 0.0
-        if n >= 2:
-            spread = math.sqrt(n / (n - 1) * sum((x - share * u.dur_us) ** 2 for x, u in zip(us, units))) / total
+        spread = ratio_standard_error(us, [u.dur_us for u in units])
         rows.append(TimeShare(part=p, us=sum(us), share=share, se=max(poisson, spread),
                              occurrences=occ.occurrences if occ else 0, units=n))
     return rows
@@ -707,6 +717,6 @@ def format_rows(rows: list[TimeShare], over: str, host_only: bool = False) -> li
     return out
 
 
-__all__ = ["TimeShare", "Attribution", "PARTS", "DEVICE_PARTS", "IDLE_PARTS", "WHAT", "OCCURRENCE", "HOST_WHAT",
+__all__ = ["TimeShare", "Attribution", "ratio_standard_error", "PARTS", "DEVICE_PARTS", "IDLE_PARTS", "WHAT", "OCCURRENCE", "HOST_WHAT",
            "HOST_OCCURRENCE", "AttributionCollector", "UnitAttribution",
            "PartTime", "TimeShare", "share_rows", "format_rows"]
