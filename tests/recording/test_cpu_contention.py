@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fault_cases import fault_case
+from fault_cases import fault_case, write_case_file
 
 from locations import TESTS
 
@@ -178,15 +178,13 @@ def test_recording_a_contended_case_prints_no_warning_and_no_traceback(tmp_path:
     of the recording (the harness, its fork server, the ranks' parents, the ranks) writes to this stderr, and
     none of them warns or fails. The fork server warned "waitpid returned unexpected pid" once per competitor
     when the competitors were its own children."""
-    cases = tmp_path / "cases" / "host"
-    cases.mkdir(parents=True)
-    (cases / "contended.yaml").write_text(
-        "id: contended-tiny\ntitle: t\n"
-        "workload: {name: mlp_ddp, world_size: 2, steps: 8, params: {trace_steps: 4}}\n"
-        "faults: [{name: cpu_contention, params: {contended_rank: 1, competitors: 2, duty_cycle: 1.0, contention_start_step: 2}}]\n"
-        "labels: {causes: [{category: host.cpu_contention, ranks: [1], steps: [2, 8]}], expect: diagnose}\n"
-        "manifest: {metric: step_time_median, min_ratio: 1.3}\n"
-    )
+    write_case_file(fault_case(_contention({"contended_rank": 1, "competitors": 2, "duty_cycle": 1.0,
+                                            "contention_start_step": 2}),
+                               steps=8, params={"trace_steps": 4}, case_id="contended-tiny",
+                               labels={"causes": [{"category": "host.cpu_contention", "ranks": [1], "steps": [2, 8]}],
+                                       "expect": "diagnose"},
+                               manifest={"metric": "step_time_median", "min_ratio": 1.3}),
+                    tmp_path / "cases", room="host")
     # what a user's shell gives it: no warning filter of ours either way
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"} | {"DIAGEVAL_HOME": str(tmp_path / "home")}
     proc = subprocess.run([sys.executable, "-m", "diageval", "record", "contended-tiny", "--cases", str(tmp_path / "cases"),

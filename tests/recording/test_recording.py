@@ -17,6 +17,7 @@ import pytest
 from diageval.bundle.model import EvidenceBundle
 from diageval.cases.model import Case
 from diageval.recording.launcher import RecordingError, run_ranks
+from fault_cases import fault_case, write_case_file
 
 pytestmark = pytest.mark.slow
 
@@ -177,15 +178,11 @@ def test_cli_record_and_verify(tmp_path: Path, monkeypatch):
 
     from diageval.cli import main
 
-    cases = tmp_path / "cases" / "t"
-    cases.mkdir(parents=True)
-    (cases / "tiny.yaml").write_text(
-        "id: tiny-pause\ntitle: t\n"
-        "workload: {name: mlp_ddp, world_size: 2, steps: 6, params: {trace_steps: 2}}\n"
-        "faults: [{name: one_off_pause, params: {pause_step: 5, pause_ms: 1}}]\n"
-        "labels: {causes: [{category: host.cpu_contention}], expect: diagnose}\n"
-        "manifest: {metric: step_time_median, min_ratio: 3.0}\n"
-    )
+    write_case_file(fault_case([{"name": "one_off_pause", "params": {"pause_step": 5, "pause_ms": 1}}], steps=6,
+                               params={"trace_steps": 2}, case_id="tiny-pause",
+                               labels={"causes": [{"category": "host.cpu_contention"}], "expect": "diagnose"},
+                               manifest={"metric": "step_time_median", "min_ratio": 3.0}),
+                    tmp_path / "cases")
     monkeypatch.setenv("DIAGEVAL_HOME", str(tmp_path / "home"))
     runner = CliRunner()
     rec = runner.invoke(main, ["record", "tiny-pause", "--cases", str(tmp_path / "cases"), "--device", "cpu"])

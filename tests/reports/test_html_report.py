@@ -31,49 +31,40 @@ from diageval.scoring.metrics import BOARD, METRICS
 from diageval.scoring.results import EvidenceFacts, ManifestationMeasure
 from diageval.scoring.verdicts import score_case
 
+
+def slowed_case(case_id: str, title: str, split: str, fault: str, cause: str, symptoms: str, min_ratio: float) -> str:
+    """The file of a case whose one fault slows the job from step 5: the three such cases below differ in these
+    fields alone."""
+    return f"""
+id: {case_id}
+title: {title}
+split: {split}
+workload: {{name: mlp_ddp, world_size: 2, steps: 30}}
+faults:
+  - {fault}
+labels:
+  causes:
+    - {cause}
+  symptoms: [{symptoms}]
+  expect: diagnose
+manifest: {{metric: step_time_median, min_ratio: {min_ratio}}}
+"""
+
+
 CASE_FILES = {
-    "straggler": """
-id: straggler
-title: From step 5 rank 1 computes 8x slower; rank 0 waits inside all_reduce
-split: public
-workload: {name: mlp_ddp, world_size: 2, steps: 30}
-faults:
-  - {name: slow_rank, params: {target_rank: 1, slowdown_factor: 8.0, start_step: 5}}
-labels:
-  causes:
-    - {category: compute.straggler_rank, ranks: [1], steps: [5, 30]}
-  symptoms: [symptom.long_collective, symptom.slow_step]
-  expect: diagnose
-manifest: {metric: step_time_median, min_ratio: 1.5}
-""",
-    "starved": """
-id: starved
-title: DataLoader workers need 160 ms more per batch from step 5
-split: private
-workload: {name: mlp_ddp, world_size: 2, steps: 30}
-faults:
-  - {name: dataloader_starvation, params: {extra_prep_ms: 160, start_step: 5}}
-labels:
-  causes:
-    - {category: input.dataloader_starvation, steps: [5, 30]}
-  symptoms: [symptom.slow_step, symptom.low_utilization]
-  expect: diagnose
-manifest: {metric: step_time_median, min_ratio: 1.5}
-""",
-    "weak-straggler": """
-id: weak-straggler
-title: From step 5 rank 0 computes 2x slower
-split: private
-workload: {name: mlp_ddp, world_size: 2, steps: 30}
-faults:
-  - {name: slow_rank, params: {target_rank: 0, slowdown_factor: 2.0, start_step: 5}}
-labels:
-  causes:
-    - {category: compute.straggler_rank, ranks: [0], steps: [5, 30]}
-  symptoms: [symptom.long_collective]
-  expect: diagnose
-manifest: {metric: step_time_median, min_ratio: 1.2}
-""",
+    "straggler": slowed_case(
+        "straggler", "From step 5 rank 1 computes 8x slower; rank 0 waits inside all_reduce", "public",
+        "{name: slow_rank, params: {target_rank: 1, slowdown_factor: 8.0, start_step: 5}}",
+        "{category: compute.straggler_rank, ranks: [1], steps: [5, 30]}", "symptom.long_collective, symptom.slow_step",
+        1.5),
+    "starved": slowed_case(
+        "starved", "DataLoader workers need 160 ms more per batch from step 5", "private",
+        "{name: dataloader_starvation, params: {extra_prep_ms: 160, start_step: 5}}",
+        "{category: input.dataloader_starvation, steps: [5, 30]}", "symptom.slow_step, symptom.low_utilization", 1.5),
+    "weak-straggler": slowed_case(
+        "weak-straggler", "From step 5 rank 0 computes 2x slower", "private",
+        "{name: slow_rank, params: {target_rank: 0, slowdown_factor: 2.0, start_step: 5}}",
+        "{category: compute.straggler_rank, ranks: [0], steps: [5, 30]}", "symptom.long_collective", 1.2),
     "healthy": """
 id: healthy
 title: Healthy control
