@@ -3,11 +3,16 @@
 Decided here:
 
 * Ranks are started through a ``forkserver`` that preloaded torch, ``torch._dynamo`` (which the first
-  optimizer otherwise imports lazily, ~1.4 s) and the rank worker. Children start in a fraction of a
-  second, and unlike a plain fork they are safe whatever the calling process did before (ran torch ops
-  on several OpenMP threads, started threads of its own): the server itself never runs an op, nor does
+  optimizer otherwise imports lazily, ~1.4 s), inductor's ``compile_fx`` (it imports AOT autograd and the
+  inductor modules that a ``torch.compile``'d model's first step otherwise imports: 600 modules with aot_eager,
+  30 left once it is loaded; ~0.8 s to import alone, while the aot_eager candidate of the recompiling
+  regressions paid ~3 s for them inside its first step, in every recording: issue 42) and the rank worker.
+  Children start in a fraction of a second, and unlike a plain fork they are safe whatever the calling
+  process did before (ran torch ops on several OpenMP threads, started threads of its own): the server
+  itself never runs an op (importing ``compile_fx`` records none under the profiler), nor does
   the single-threaded process it forks for each rank, which forks the rank (below). The first recording
-  in a process pays ~3 s to start the server.
+  in a process pays ~3-4 s to start the server (its imports: 2.4-4.3 s without ``compile_fx``, 3.2-4.6 s with
+  it, three fresh processes each at load 3 on 2 cores).
 * Each rank runs under a parent of its own, not under the forkserver: the forkserver forks the rank's
   parent, which forks the rank, tells the launcher the rank's pid (the metrics sample the rank and its
   descendants) and then only reaps: the rank, and any process the rank hands to it (the contention
@@ -50,7 +55,7 @@ from typing import Any
 from diageval.errors import DiagevalError
 from diageval.fileio import owned_temp_dir, remove_stale_temp_dirs
 
-PRELOAD = ["torch", "torch._dynamo", "torch.distributed", "diageval.recording.rank_worker"]
+PRELOAD = ["torch", "torch._dynamo", "torch._inductor.compile_fx", "torch.distributed", "diageval.recording.rank_worker"]
 STOP_WAIT_S = 5.0  # how long a rank's parent gets to exit after SIGTERM (it kills the rank) before SIGKILL
 LAUNCHER_POLL_S = 0.5  # how often a rank's parent checks that the launcher is still there
 MP_PREFIX = "diageval-mp-"  # the owned folder of a launcher's multiprocessing temp folders (pymp-*)

@@ -124,6 +124,30 @@ def test_recording_survives_a_parent_that_ran_torch_ops_on_threads(tmp_path: Pat
     assert EvidenceBundle.open(tmp_path / "b").verify_checksums() == []
 
 
+def test_a_rank_starts_with_the_compile_stack_loaded():
+    """issue 42: the recompiling regressions' candidate torch.compile's its model, and its first step compiled it:
+    with only torch._dynamo preloaded, that step imported AOT autograd and 148 modules of inductor (600 in all; ~3 s
+    of an aot_eager candidate's 6 s recording in ci11), again in every recording. The forkserver preloads inductor's
+    compile_fx, which imports them, so a rank inherits them: its first compiled step imports neither module."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import importlib, sys
+        from diageval.recording.launcher import PRELOAD
+        for name in PRELOAD:
+            importlib.import_module(name)
+        before = set(sys.modules)
+        import torch
+        model = torch.compile(torch.nn.Linear(4, 4), dynamic=False, backend="aot_eager")
+        model(torch.ones(2, 4)).sum().backward()
+        print(sorted({"torch._functorch.aot_autograd", "torch._inductor.compile_fx"} & (set(sys.modules) - before)))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_cache_reuses_bundles_and_keeps_truth_outside(tmp_path: Path):
     from diageval.recording.cache import cache_key, ensure_bundle, read_truth
 
