@@ -802,8 +802,9 @@ def _summarize_in_slices(path: Path, first: _Columns, gpu: StatsCollector, base_
     per_slice = max(1, int(max_entries / OPEN_SLICES / per_step))
     slices = [_Slice(markers[i : i + per_slice], margin, gpu, hulls) for i in range(0, len(markers), per_slice)]
     # the observers that measure steps in slices too (a GPU trace's: the time attribution) read each slice's steps,
-    # as ``TraceSummary.steps`` hold them less the base time, beside the slice
-    sliced = [o for o in observers if isinstance(o, SlicedObserver)] if gpu.has_device_events else []
+    # as ``TraceSummary.steps`` hold them less the base time, beside the slice; not where the join gave up (each of
+    # their slices would hold the whole trace: they read it whole, as observers)
+    sliced = [o for o in observers if isinstance(o, SlicedObserver)] if gpu.has_device_events and math.isfinite(margin) else []
     for observer in sliced:
         units = [[(number, ts + base_us - base_us, dur) for number, ts, dur, _ in sl.markers] for sl in slices]
         for sl, part in zip(slices, observer.slice_units(units, margin, first.steps)):

@@ -216,12 +216,13 @@ def _crossing_trace(path: Path, seed: int, steps: int = 24, late_launcher: bool 
     """Steps whose occurrences run across step edges every way a read in slices of steps must join again: kernels
     and NCCL kernels running into the next step, DataLoader waits and synchronising calls across an edge, device gaps
     across an edge whose next kernel was launched long before (queued) or not, whole steps with no device work,
-    pageable copies, a second launching thread with long ops across edges and a third that never launches, steps
+    pageable copies, steps in a row with no device work, a second launching thread with long ops across edges and a third that never launches, steps
     apart and steps back to back. ``late_launcher``: a fourth thread launches in the last step only, after long ops
     that queue nothing in the others (what a slice of other steps cannot see). ``long_op``: an op of a fifth
     thread runs over many steps and launches only at its end (what a slice of its first steps cannot see)."""
     rng = random.Random(seed)
     ev: list[dict] = []
+    shuffled = None
     corr = 0
     t0 = 1_000.0
 
@@ -244,8 +245,10 @@ def _crossing_trace(path: Path, seed: int, steps: int = 24, late_launcher: bool 
             ev.append({"ph": "X", "cat": "user_annotation", "name": "enumerate(DataLoader)#_Iter.__next__", "pid": 1,
                        "tid": 1, "ts": t0 - back, "dur": wait + back})
         t = t0 + wait + 50.0
-        if rng.random() < 0.15:  # no device work in this step: one long CPU op
+        if rng.random() < 0.15 or 9 <= s < 12:  # no device work in this step (three in a row): one long CPU op
             ev.append({"ph": "X", "cat": "cpu_op", "name": "decode", "pid": 1, "tid": 1, "ts": t, "dur": 2_500.0})
+            if s == 11:  # the device work after the three queued long before
+                kernel(1, t0 + length - 100.0, t0 + length + 1_800.0, 100.0)
         else:
             for _ in range(rng.randint(3, 12)):
                 delay = rng.choice([8.0, 8.0, 120.0, 2_000.0])
@@ -277,15 +280,17 @@ def _crossing_trace(path: Path, seed: int, steps: int = 24, late_launcher: bool 
         if late_launcher:
             ev.append({"ph": "X", "cat": "cpu_op", "name": "tokenize", "pid": 1, "tid": 4, "ts": t0 + 200.0,
                        "dur": 1_500.0})
-            if s == steps - 1:
+            if s == steps - 1:  # at the file's end, together (as Kineto writes an op's launches near it)
+                shuffled = len(ev)
                 kernel(4, t0 + 300.0, t0 + 320.0, 50.0)
         if long_op and s == 3:
             ev.append({"ph": "X", "cat": "cpu_op", "name": "long_op", "pid": 1, "tid": 5, "ts": t0 + 50.0,
                        "dur": 60_000.0})
             kernel(5, t0 + 59_000.0, t0 + 59_010.0, 20.0)
         t0 += length + rng.choice([0.0, 0.0, 300.0])
-    rng.shuffle(ev)  # any file order: Kineto writes a step's events out of time order
-    return _write(path, ev)
+    head = ev[:shuffled]
+    rng.shuffle(head)  # any file order: Kineto writes a step's events out of time order
+    return _write(path, head + ev[len(head):])
 
 
 def _sliced_and_whole(path: Path, max_entries: int):
@@ -306,13 +311,27 @@ def test_a_table_made_in_slices_of_steps_is_the_whole_reads(tmp_path):
     slices' size (one step a slice and up), the order of the file or what runs across a slice's edge."""
     for seed in range(6):
         path = _crossing_trace(tmp_path / f"t{seed}.json.gz", seed, late_launcher=seed % 2 == 1)
-        for budget in (60, 400, 1_500):
+        for budget in (60, 250, 700):  # a step a slice, a few, a quarter of the trace
             (_, whole), (sliced, parts) = _sliced_and_whole(path, budget)
             assert sliced.sliced is not None and len(sliced.sliced.slices) > 1  # made in slices, and held
             assert parts.model_dump() == whole.model_dump(), (seed, budget)
             names = {p for u in whole.units for p, t in u.parts.items() if t.us > 0}
             assert {"compute", "communication", "sync", "data wait", "queued", "launch", "cpu work",
                     "untraced"} <= names
+
+
+def test_a_thread_that_launches_in_one_slice_only_is_a_launching_thread_in_every_slice(tmp_path):
+    """A thread whose long ops queue nothing in every step but the last launches there, at the end of a file of many
+    reader windows: the first read, past its budget, still sees which threads launch inside an op (``add_facts``),
+    so the slices of the other steps count its long ops as CPU work, as one read does, without reading the trace whole
+    once more."""
+    path = _crossing_trace(tmp_path / "late.json.gz", 3, steps=300, late_launcher=True)
+    (_, whole), (sliced, parts) = _sliced_and_whole(path, 2_000)
+    assert sliced.sliced is not None and len(sliced.sliced.slices) > 1
+    assert parts.model_dump() == whole.model_dump()
+    (_, without), _ = _sliced_and_whole(_crossing_trace(tmp_path / "no.json.gz", 3, steps=300), 2_000)
+    cpu_work = [sum(u.parts["cpu work"].us for u in att.units[:-1]) for att in (whole, without)]
+    assert cpu_work[0] > cpu_work[1]  # its long ops in the other steps are CPU work
 
 
 def test_a_slice_that_cannot_see_whether_an_op_launches_reads_the_trace_whole(tmp_path):
