@@ -814,11 +814,16 @@ class AttributionCollector:
         steps than the slice's: its long ops there are CPU work)."""
         self.table.update(w.names)
         code = self.table.kind[w.ids]
-        mask = (code == _LAUNCH) | (code == _OP)
-        if not mask.any():
+        is_launch = code == _LAUNCH
+        if not is_launch.any():
             return
+        # most windows launch from threads already known to launch (the main and the backward thread): nothing more to read
+        codes, tids = w.select(is_launch).thread_codes()
+        if all(tids[c] in self.launching for c in np.unique(codes).tolist()):
+            return
+        mask = is_launch | (code == _OP)
         sel = w.select(mask)
-        is_launch = code[mask] == _LAUNCH
+        is_launch = is_launch[mask]
         for tid, m in sel.by_thread():
             if tid in self.launching:
                 continue
