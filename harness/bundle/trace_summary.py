@@ -99,8 +99,9 @@ launch dict; a tuple per call). A host column the two shared and correlations he
 of allocations at 1 GB (tracemalloc of the 25.8 MB trace after its read, scaled), against the 65 MB by which the
 one-read peak passes 200 MB: not shown to be enough. ``rules``' time attribution (``attribution.py``, an observer of
 these reads) keeps columns of its own beside these in one read; past this budget it is made in the slice read, a slice
-of steps at a time (``attribution.AttributionSlices``), so that ``rules`` on the 1 GB trace peaks at 166 MB, not 318
-(``--real-shapes``, issue 43's last item)."""
+of steps at a time (``attribution.AttributionSlices``), so that ``rules`` on the 1 GB trace peaks at 165 MB, not 318
+(``--real-shapes``, issue 43's last item; ``docs/trace-reader.md``). Near the budget the first read holds the
+attribution's columns beside the summary's: ``rules`` peaked at 237 MB on the trace repeated to 577 MB (``--peaks``)."""
 
 
 class EventObserver(Protocol):
@@ -740,11 +741,9 @@ class _ObserverSlice:
     def __init__(self, part: Any, hulls: list[tuple[float, float]]) -> None:
         self.part = part
         self.first, self.last = _reach(hulls, part.lo, part.hi)
-        self.opened = False
 
     def open(self) -> None:
         self.part.open()
-        self.opened = True
 
     def add(self, w: TimedWindow) -> None:
         self.part.add(w)
@@ -804,7 +803,8 @@ def _summarize_in_slices(path: Path, first: _Columns, gpu: StatsCollector, base_
     # the observers that measure steps in slices too (a GPU trace's: the time attribution) read each slice's steps,
     # as ``TraceSummary.steps`` hold them less the base time, beside the slice; not where the join gave up (each of
     # their slices would hold the whole trace: they read it whole, as observers)
-    sliced = [o for o in observers if isinstance(o, SlicedObserver)] if gpu.has_device_events and math.isfinite(margin) else []
+    sliceable = gpu.has_device_events and math.isfinite(margin)
+    sliced = [o for o in observers if isinstance(o, SlicedObserver)] if sliceable else []
     for observer in sliced:
         units = [[(number, ts + base_us - base_us, dur) for number, ts, dur, _ in sl.markers] for sl in slices]
         for sl, part in zip(slices, observer.slice_units(units, margin, first.steps)):
