@@ -349,3 +349,24 @@ def test_a_table_made_in_slices_answers_only_for_its_steps(tmp_path):
     (_, _), (sliced, parts) = _sliced_and_whole(path, 400)
     with pytest.raises(ValueError):
         sliced.attribute([(u.number, u.start_us, u.dur_us) for u in parts.units[1:]])
+
+
+def test_past_the_budget_a_table_not_made_in_slices_is_the_whole_reads(tmp_path):
+    """Past the column budget, a trace whose table cannot be made in slices of steps (no device events: the main
+    thread's split; no step markers: the span) is still the whole trace's table, as one read makes it."""
+    from diageval.bundle.trace_summary import summarize_trace
+
+    host_only = gpu_trace(tmp_path / "host.json.gz", steps=300, device_events=False)  # a file of many windows
+    stepless = tmp_path / "stepless.json.gz"
+    with gzip.open(_crossing_trace(tmp_path / "t.json.gz", 2, steps=300)) as fh:
+        events = [e for e in json.load(fh)["traceEvents"] if not e["name"].startswith("ProfilerStep")]
+    _write(stepless, events)
+    for path in (host_only, stepless):
+        tables = []
+        for budget in (None, 60):
+            collector = AttributionCollector()
+            summary = summarize_trace(path, max_entries=budget, observers=[collector])
+            windows = ([(st.number, st.start_us - summary.base_time_us, st.dur_us) for st in summary.steps]
+                       or collector.span())
+            tables.append(collector.attribute(windows).model_dump())
+        assert tables[0] == tables[1] and tables[0]["units"]
