@@ -888,6 +888,9 @@ class AttributionSlices:
         self.main = main
         self.launching = launching
         starts = [ws[0][1] for ws in units]
+        # a unit that runs into the next slice's first (steps recorded overlapping): its time past that start is the
+        # later unit's in one read, which no slice can tell; the trace is then read whole
+        self.overlapping = any(max(w[1] + w[2] for w in ws) > start for ws, start in zip(units, starts[1:]))
         self.slices: list[_SliceRead] = []
         for j, ws in enumerate(units):
             last = j == len(units) - 1
@@ -936,7 +939,8 @@ class AttributionSlices:
     def exact(self) -> bool:
         """Every slice split and tallied, and what each took for the whole trace's threads held."""
         launching = set().union(*(t.launching for t in self.threads))
-        return self.next == len(self.slices) and not any(t.unsure or t.assumed_idle & launching for t in self.threads)
+        return (self.next == len(self.slices) and not self.overlapping
+                and not any(t.unsure or t.assumed_idle & launching for t in self.threads))
 
     def attribution(self) -> Attribution:
         if self.empty and len({w[1] for w in self.windows} | {w[1] + w[2] for w in self.windows}) < 2:

@@ -344,6 +344,21 @@ def test_a_slice_that_cannot_see_whether_an_op_launches_reads_the_trace_whole(tm
     assert parts.model_dump() == whole.model_dump()
 
 
+def test_steps_recorded_overlapping_across_a_slice_edge_are_read_whole(tmp_path):
+    """A step that runs into the next one where slices meet: in one read the later step takes the overlap, which the
+    earlier step's slice cannot know; the table is made from the whole trace, the same as one read's."""
+    path = tmp_path / "overlap.json.gz"
+    with gzip.open(_crossing_trace(tmp_path / "t.json.gz", 4)) as fh:
+        events = json.load(fh)["traceEvents"]
+    for e in events:
+        if e["name"].startswith("ProfilerStep"):
+            e["dur"] += 500.0  # every step runs 0.5 ms into the next
+    _write(path, events)
+    (_, whole), (sliced, parts) = _sliced_and_whole(path, 60)
+    assert sliced.sliced is None
+    assert parts.model_dump() == whole.model_dump()
+
+
 def test_a_table_made_in_slices_answers_only_for_its_steps(tmp_path):
     path = _crossing_trace(tmp_path / "t.json.gz", 0)
     (_, _), (sliced, parts) = _sliced_and_whole(path, 400)
