@@ -875,11 +875,16 @@ class AttributionSlices:
     intervals of every part, their gaps and each device interval's first activity (with its call) are the whole
     trace's; an occurrence that runs across a slice's edge is the one interval of its kind holding that instant, its
     time carried to the next slice in unit order (``_Totals``); a slice's last device gap that runs past what it holds
-    is ``queued`` or not by the next slice that holds the device work after it (``_Labeled.tail``). Two facts about the
-    whole trace a slice can only assume: which threads launch (a thread's long ops are CPU work only on a launching
-    thread) and whether a long op that reaches past the slice queued work there; ``exact`` says whether every slice's
-    assumption held (the threads that launch are the union of those seen in the slices), and where one did not the
-    caller reads the trace whole.
+    is ``queued`` or not by the next slice that holds the device work after it (``_Labeled.tail``). Which threads
+    launch inside an op (a thread's long ops are CPU work only on a launching thread) comes from the first read
+    (``add_facts``, window by window) and from every slice. What a slice can only assume: that a thread it saw no
+    launch from never launches, and that a long op reaching past what it holds queued nothing there; ``exact`` says
+    whether every slice's assumptions held (the threads that launch are the union of those the slices saw) and no step
+    runs into the next slice's first; where not, the caller reads the trace whole once more (the same table, at the
+    memory of one read).
+
+    Correlations are taken to match a call within ``margin`` of its device work, as ``trace_summary``'s slices take
+    them: a correlation used again far away in the same trace (not seen in any trace) would match differently.
     """
 
     def __init__(self, units: list[list[tuple[int | None, float, float]]], margin: float, main: str | None,
