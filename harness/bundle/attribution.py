@@ -884,7 +884,8 @@ class AttributionSlices:
     memory of one read).
 
     Correlations are taken to match a call within ``margin`` of its device work, as ``trace_summary``'s slices take
-    them: a correlation used again far away in the same trace (not seen in any trace) would match differently.
+    them: a correlation used again far apart in one trace would match differently (of the 24 real traces in
+    ``../shared``, one repeats correlations, 175 of 635 runtime calls', each within 0.1 s of its first use).
     """
 
     def __init__(self, units: list[list[tuple[int | None, float, float]]], margin: float, main: str | None,
