@@ -885,7 +885,7 @@ class AttributionSlices:
 
     Correlations are taken to match a call within ``margin`` of its device work, as ``trace_summary``'s slices take
     them: a correlation used again far apart in one trace would match differently (of the 24 real traces in
-    ``../shared``, one repeats correlations, 175 of 635 runtime calls', each within 0.1 s of its first use).
+    ``../shared``, one repeats correlations: 175 of its 635 calls' correlations, each use within 0.1 s of the first).
     """
 
     def __init__(self, units: list[list[tuple[int | None, float, float]]], margin: float, main: str | None,
