@@ -100,8 +100,8 @@ of allocations at 1 GB (tracemalloc of the 25.8 MB trace after its read, scaled)
 one-read peak passes 200 MB: not shown to be enough. ``rules``' time attribution (``attribution.py``, an observer of
 these reads) keeps columns of its own beside these in one read; past this budget it is made in the slice read, a slice
 of steps at a time (``attribution.AttributionSlices``), so that ``rules`` on the 1 GB trace peaks at 165 MB, not 318
-(``--real-shapes``, issue 43's last item; ``docs/trace-reader.md``). Near the budget the first read holds the
-attribution's columns beside the summary's: ``rules`` peaked at 237 MB on the trace repeated to 577 MB (``--peaks``)."""
+(``--real-shapes``, issue 43's last item; ``docs/trace-reader.md``). Below the budget it holds its columns and split
+on top of the summary's: ``rules`` peaked at 215 MB on the trace repeated to 536 MB, read once (``--peaks``)."""
 
 
 class EventObserver(Protocol):
