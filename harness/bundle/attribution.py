@@ -282,7 +282,7 @@ def _labels(n: int) -> tuple[np.ndarray, np.ndarray]:
 class _Bounds(NamedTuple):
     """Where one slice of a trace's units lies (``AttributionSlices``): its units in ``[start, end)`` (the next slice's
     first unit starts at ``end``), every event that overlaps ``[lo, hi]`` held; ``after`` is where the slice before
-    stopped knowing the device (its ``hi`` less 1 us), ``last`` the last slice (it holds every event after its start)."""
+    stopped knowing the device (its ``hi`` less 1 us), ``last`` the last slice (holding every event after its start)."""
 
     start: float
     end: float
@@ -817,7 +817,7 @@ class AttributionCollector:
         is_launch = code == _LAUNCH
         if not is_launch.any():
             return
-        # most windows launch from threads already known to launch (the main and the backward thread): nothing more to read
+        # most windows launch from threads already known to launch (the main and the backward thread): nothing to read
         codes, tids = w.select(is_launch).thread_codes()
         if all(tids[c] in self.launching for c in np.unique(codes).tolist()):
             return
@@ -865,7 +865,7 @@ read the same in the slice as in the whole trace."""
 
 
 class AttributionSlices:
-    """The time attribution of a trace read in slices of units (``trace_summary``'s second read, past its column budget):
+    """The time attribution of a trace read in slices of units (``trace_summary``'s second read, past its budget):
     each slice a collector of the events that overlap its units widened by ``SLICE_PAD_US`` and ``margin`` (the
     largest gap between a runtime call and the device work it queued: a kernel's launch, an async copy's device copy),
     split when the read is past it, and tallied in time order, so that only the slices being read and the split ones

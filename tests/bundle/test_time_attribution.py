@@ -213,13 +213,14 @@ def test_queue_delays_match_each_activity_to_its_latest_call():
 
 
 def _crossing_trace(path: Path, seed: int, steps: int = 24, late_launcher: bool = False, long_op: bool = False) -> Path:
-    """Steps whose occurrences run across step edges every way a read in slices of steps must join again: kernels
-    and NCCL kernels running into the next step, DataLoader waits and synchronising calls across an edge, device gaps
-    across an edge whose next kernel was launched long before (queued) or not, whole steps with no device work,
-    pageable copies, steps in a row with no device work, a second launching thread with long ops across edges and a third that never launches, steps
-    apart and steps back to back. ``late_launcher``: a fourth thread launches in the last step only, after long ops
-    that queue nothing in the others (what a slice of other steps cannot see). ``long_op``: an op of a fifth
-    thread runs over many steps and launches only at its end (what a slice of its first steps cannot see)."""
+    """Steps whose occurrences run across step edges every way a read in slices of steps must join again:
+    kernels and NCCL kernels running into the next step, DataLoader waits and synchronising calls across an
+    edge, device gaps across an edge whose next kernel was launched long before (queued) or not, whole steps
+    with no device work, pageable copies, steps in a row with no device work, a second launching thread with
+    long ops across edges and a third that never launches, steps apart and steps back to back.
+    ``late_launcher``: a fourth thread launches in the last step only, after long ops that queue nothing in the
+    others (what a slice of other steps cannot see). ``long_op``: an op of a fifth thread runs over many steps
+    and launches only at its end (what a slice of its first steps cannot see)."""
     rng = random.Random(seed)
     ev: list[dict] = []
     shuffled = None
