@@ -6,6 +6,7 @@
     python benchmarks/trace_reader.py --real-shapes [--sizes 450 1000]   # issue 43: the real trace repeated
     python benchmarks/trace_reader.py --interleaved BUNDLE [--repeat 3]  # json.loads and rules in one process
     python benchmarks/trace_reader.py --phases BUNDLE [--repeat 2]   # where rules' CPU time goes, phase by phase
+    python benchmarks/trace_reader.py --peaks BUNDLE ...   # rules' and the summary's peak memory, bundle by bundle
 
 With no argument it reads the real traces in the real-traces folder (``$DIAGEVAL_DATA``, else
 shared/real-traces beside the checkout). Prints, per file: events, MB of JSON, MB/s of inflating alone
@@ -44,6 +45,10 @@ decoding, ``iter_trace_windows``), the timed windows the collectors share (``tim
 of the read (the summary's columns, ``trace stats``' collector, the time attribution's, the work and defect observers),
 the steps' build and measurement, the attribution's split, and the rest (freeing each window's events, rules' own
 judges). Timers around each call cost well under a percent of the total.
+
+``--peaks BUNDLE ...``: per one-rank bundle, its trace's ``summary`` row and the ``rules`` row above (each its own
+process): CPU and wall seconds, peak RSS, reads of the trace. Memory against the trace's size, for sizes whose
+``json.loads`` row would not fit in memory (it needs ~6x the trace).
 
 ``--stages`` times the reader's stages alone on one file, in wall seconds and CPU seconds (on a loaded
 machine a process gets a fraction of a core; CPU time is what the code costs): the decompressed source
@@ -333,6 +338,21 @@ def real_shapes(sizes: list[float], repeat: int, workdir: Path) -> int:
     return 0
 
 
+def peaks(bundles: list[Path]) -> int:
+    """``--peaks``: the summary of each bundle's one trace, then rules on the bundle, each in its own process."""
+    print(f"load average before {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    print(f"{'bundle':40s} {'MB':>6s} {'row':8s} {'cpu s':>7s} {'wall s':>7s} {'peak MB':>8s} {'reads':>5s}")
+    for bundle in bundles:
+        (trace,) = sorted(bundle.glob("rank*/trace.json*"))
+        n_bytes = _read_all(trace) if trace.name.endswith(".gz") else trace.stat().st_size
+        for what, path in (("summary", trace), ("rules", bundle)):
+            row = _child(path, what)
+            print(f"{str(bundle)[-40:]:40s} {n_bytes / 1e6:6.0f} {what:8s} {row['cpu']:7.2f} {row['seconds']:7.2f}"
+                  f" {row['rss_mb']:8.0f} {row['reads']:5d}", flush=True)
+    print(f"load average after {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    return 0
+
+
 def interleaved(bundle: Path, repeat: int) -> int:
     """In this one process, ``repeat`` rounds of ``json.loads`` of the bundle's (one) trace, inflated before the clock
     starts, then ``rules`` on the bundle (its trace gzipped): CPU and wall seconds, the ratio within each round and
@@ -443,6 +463,8 @@ def main(argv: list[str]) -> int:
         return interleaved(Path(argv[1]), int(argv[3]) if len(argv) == 4 else REPEAT)
     if argv[:1] == ["--phases"] and len(argv) in (2, 4) and (len(argv) == 2 or argv[2] == "--repeat"):
         return phases(Path(argv[1]), int(argv[3]) if len(argv) == 4 else 2)
+    if argv[:1] == ["--peaks"] and len(argv) > 1:
+        return peaks([Path(a) for a in argv[1:]])
     if argv[:1] == ["--real-shapes"]:
         import argparse
 

@@ -47,15 +47,23 @@ launch's start and a CPU op's start and duration per thread; each host event's s
 host states' intervals. The host span is folded as the windows stream in (two numbers). The rest is not folded per
 window because nothing about a unit is known until the read ends: the units are the caller's (steps measured after
 the read, or the span), device intervals, top-level ops and host states cross windows, and a kernel's launch may come
-anywhere in the file (Kineto writes host events before device ones). So the columns grow with the trace (about 16
-bytes per CPU op, 40 per device activity, 8-16 per runtime call and host event), not bounded; ``attribute`` then
+anywhere in the file (Kineto writes host events before device ones). So within one read the columns grow with the
+trace (about 16 bytes per CPU op, 40 per device activity, 8-16 per runtime call and host event); ``attribute`` then
 holds per segment (an interval between two instants where any part changes) its midpoint, length and labels (21
-bytes) and the tally's keys, its working arrays freed before the tally.
+bytes) and the tally's keys, its working arrays freed before the tally. Past ``trace_summary``'s column budget the
+table of a GPU trace's steps is made in the summary's second read instead (``slice_units``, ``AttributionSlices``):
+one collector per slice of steps, holding the events that overlap its steps widened by ``SLICE_PAD_US`` and the
+call-to-device margin, split once the read is past it and tallied in time order, so that what is held is the slices
+being read (and a split one waiting for the next to say whether the device work after its last gap was queued), not
+the trace: the same table, occurrence for occurrence (``AttributionSlices`` says why, and when a slice cannot know a
+fact of the whole trace, which threads launch, and the trace is read whole once more). A host-only trace, or one
+without step markers, is still read whole (its units are not known before the read ends).
 
-Size: (~700 lines) the collector's columns, the two splits (device and host-only: one vectorised sweep each over the
-instants where any part changes, summed by one ``_tally``) and the shares with their errors are one unit: the parts
-are defined once, here, for ``trace stats`` and ``rules`` alike,
-and splitting them would spread one definition of a part over several modules.
+Size: (~1000 lines) the collector's columns, the two splits (device and host-only: one vectorised sweep each over the
+instants where any part changes, summed by one ``_tally``), the split in slices of units and the shares with their
+errors are one unit: the parts are defined once, here, for ``trace stats`` and ``rules`` alike, the slices run the
+same split over a range of the trace and their exactness rests on reading its columns the same way; splitting them
+would spread one definition of a part over several modules.
 """
 
 from __future__ import annotations
@@ -64,7 +72,8 @@ import math
 from array import array
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -270,10 +279,193 @@ def _labels(n: int) -> tuple[np.ndarray, np.ndarray]:
     return np.full(n, -1, dtype=np.int8), np.full(n, -1, dtype=np.int32 if n < 2**31 - 2 else np.int64)
 
 
+class _Bounds(NamedTuple):
+    """Where one slice of a trace's units lies (``AttributionSlices``): its units in ``[start, end)`` (the next slice's
+    first unit starts at ``end``), every event that overlaps ``[lo, hi]`` held; ``after`` is where the slice before
+    stopped knowing the device (its ``hi`` less 1 us), ``last`` the last slice (holding every event after its start)."""
+
+    start: float
+    end: float
+    lo: float
+    hi: float
+    after: float
+    last: bool
+
+
+class _Threads(NamedTuple):
+    """What one slice took for facts about the whole trace's threads (``AttributionSlices.exact`` checks them)."""
+
+    launching: set[str]  # threads seen launching inside a top-level op
+    assumed_idle: set[str]  # threads whose long ops were left out as threads that never launch
+    unsure: bool  # a long op that queued nothing in the slice reaches past what it holds
+
+
+@dataclass
+class _Labeled:
+    """A split's segments (midpoint, length, part, occurrence) over sorted ``windows``, what starts in each window, and
+    in a slice what goes on past its edges: per part, the occurrence that holds the slice's start (``held_in``) and
+    end (``held_out``), the segments that turn ``queued`` if the device work after the slice's last gap was queued long
+    before it (``tail``, occurrence ``tail_occ``), and for the slice before, whether the first device interval past its
+    ``after`` was (``answer``; None: none here)."""
+
+    windows: list[tuple[int | None, float, float]]
+    mid: np.ndarray
+    length: np.ndarray
+    part: np.ndarray
+    occ: np.ndarray
+    kernels: list[int]
+    host_events: list[int]
+    threads: _Threads | None = None
+    held_in: dict[int, int] = field(default_factory=dict)
+    held_out: dict[int, int] = field(default_factory=dict)
+    tail: np.ndarray | None = None
+    tail_occ: int = 0
+    answer: bool | None = None
+
+
+# the intervals each part's occurrences are elements of (the device split): what a slice's edge is held by
+_PART_SETS = {
+    "device": (PARTS.index("compute"), PARTS.index("communication")),
+    "gap": (PARTS.index("queued"), PARTS.index("launch"), PARTS.index("untraced")),
+    **{name: (PARTS.index(name),) for name in HOST_STATES},
+    "cpu work": (PARTS.index("cpu work"), PARTS.index("input work")),
+}
+
+
+def _gaps(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The gaps around disjoint sorted intervals, gap k + 1 after interval k (the split's occurrence of a gap)."""
+    return np.concatenate([[-np.inf], ends]), np.concatenate([starts, [np.inf]])
+
+
+def _holding(starts: np.ndarray, ends: np.ndarray, x: float) -> int | None:
+    """The index of the disjoint sorted interval that holds ``x`` strictly inside, None where none does."""
+    i = int(np.searchsorted(starts, x, side="left")) - 1
+    return i if i >= 0 and ends[i] > x else None
+
+
+class _Totals:
+    """Each part's occurrences over the units (``Attribution.occurrences``), added slice by slice in time order: an
+    occurrence's time summed over its units in order, then each part's occurrences in order, as one tally of every
+    unit adds them (the same floating-point sums). An occurrence that goes on into the next slice is carried."""
+
+    def __init__(self) -> None:
+        self.us = np.zeros(len(PARTS))
+        self.sq = np.zeros(len(PARTS))
+        self.n = np.zeros(len(PARTS), dtype=np.int64)
+        self.carry: dict[int, float] = {}
+
+    def add(self, po_keys: np.ndarray, po_at: np.ndarray, sums: np.ndarray, width: int, held_in: dict[int, int],
+            held_out: dict[int, int]) -> None:
+        """One slice's (part, occurrence) keys (``part * width + occurrence + 1``, sorted), each key's position of each
+        (unit, part, occurrence) sum in ``sums`` (in unit order)."""
+        n_parts = len(PARTS)
+        carried, self.carry = self.carry, {}
+        first_at: list[int] = []
+        first_us: list[float] = []
+        alone_p: list[int] = []
+        alone_us: list[float] = []
+        for p, us in carried.items():  # a carried occurrence is its part's first here
+            o = held_in.get(p)
+            i = _key_at(po_keys, p * width + o + 1) if o is not None else None
+            if i is not None:
+                first_at.append(i)
+                first_us.append(us)
+            elif o is not None and held_out.get(p) == o:  # it spans this slice without a segment of this part
+                self.carry[p] = us
+            else:
+                alone_p.append(p)
+                alone_us.append(us)
+        po_us = np.bincount(np.concatenate([np.array(first_at, dtype=np.intp), po_at]),
+                            weights=np.concatenate([np.array(first_us), sums]), minlength=len(po_keys))
+        done = np.ones(len(po_keys), dtype=bool)
+        for p, o in held_out.items():  # an occurrence that goes on into the next slice is its part's last here
+            i = _key_at(po_keys, p * width + o + 1)
+            if i is not None:
+                done[i] = False
+                self.carry[p] = float(po_us[i])
+        p_of = np.concatenate([np.array(alone_p, dtype=np.intp), (po_keys // width)[done]])
+        po_us = np.concatenate([np.array(alone_us), po_us[done]])
+        at = np.concatenate([np.arange(n_parts), p_of])
+        self.us = np.bincount(at, weights=np.concatenate([self.us, po_us]), minlength=n_parts)
+        self.sq = np.bincount(at, weights=np.concatenate([self.sq, po_us * po_us]), minlength=n_parts)
+        self.n += np.bincount(p_of, minlength=n_parts)
+
+    def result(self) -> dict[str, PartTime]:
+        if self.carry:  # the last slice carries nothing on; a trace cut short may
+            self.add(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.intp), np.zeros(0), 1, {}, {})
+        return {p: PartTime(us=round(us, 3), occurrences=n, sq_us2=round(sq, 3))
+                for p, us, n, sq in zip(PARTS, self.us.tolist(), self.n.tolist(), self.sq.tolist())}
+
+
+def _key_at(keys: np.ndarray, key: int) -> int | None:
+    i = int(np.searchsorted(keys, key))
+    return i if i < len(keys) and keys[i] == key else None
+
+
+def _tally(lab: _Labeled, totals: _Totals) -> list[UnitAttribution]:
+    """Sum the segments (midpoint, length, part, occurrence index) into each window's parts, and each part's
+    occurrences over the windows into ``totals`` (an occurrence cut by a window's edge counts once)."""
+    windows, mid, length, part, occ = lab.windows, lab.mid, lab.length, lab.part, lab.occ
+    w_lo = np.array([w[1] for w in windows])
+    w_hi = np.array([w[1] + w[2] for w in windows])
+    # the tally is the split's peak of memory (the caller holds the segments): the key is built in place in the
+    # units' column, and the segments are copied only where some fall outside every unit (between steps)
+    unit = np.searchsorted(w_lo, mid, side="right")
+    unit -= 1
+    ok = unit >= 0
+    ok &= mid < w_hi[np.maximum(unit, 0)]
+    part_k, occ_k = part, occ
+    if not ok.all():
+        unit, part_k, occ_k, length = unit[ok], part[ok], occ[ok], length[ok]
+    del ok
+    # occurrence indices from -1 (none), kept as index + 1; wide enough for the slice's held ones too
+    width = max([int(occ_k.max()) if len(occ_k) else -1, *lab.held_in.values(), *lab.held_out.values()]) + 2
+    key = unit  # ((unit * len(PARTS) + part) * width + occurrence + 1), in place
+    key *= len(PARTS)
+    key += part_k
+    key *= width
+    key += occ_k
+    key += 1
+    del unit, part_k, occ_k
+    keys, inverse = np.unique(key, return_inverse=True)
+    del key
+    sums = np.bincount(inverse, weights=length)
+    del inverse
+    # per (unit, part) and per part over units: numpy sums whose bincounts add in the keys' sorted order, the
+    # order one Python loop over the keys would (byte-identical figures), and one pydantic row each at the end
+    n_parts = len(PARTS)
+    unit_part, occ_of = np.divmod(keys, width)
+    # the keys are sorted, so their (unit, part)s are too: grouped by where they change, as np.unique would, no sort
+    new = np.ones(len(unit_part), dtype=bool)
+    np.not_equal(unit_part[1:], unit_part[:-1], out=new[1:])
+    up_keys, up_at = unit_part[new], np.cumsum(new) - 1
+    up_us = np.bincount(up_at, weights=sums)
+    up_sq = np.bincount(up_at, weights=sums * sums)
+    up_n = np.bincount(up_at)
+    # one occurrence over every unit: (part, occurrence) summed over units in unit order, then per part in
+    # occurrence order (an occurrence cut by a unit's edge counts once)
+    po_keys, po_at = np.unique(unit_part % n_parts * width + occ_of, return_inverse=True)
+    totals.add(po_keys, po_at, sums, width, lab.held_in, lab.held_out)
+    rows: list[dict[str, PartTime]] = [{} for _ in windows]
+    unit_of, part_of = (a.tolist() for a in np.divmod(up_keys, n_parts))
+    for u, p, us, n, sq in zip(unit_of, part_of, up_us.tolist(), up_n.tolist(), up_sq.tolist()):
+        rows[u][PARTS[p]] = PartTime(us=round(us, 3), occurrences=n, sq_us2=round(sq, 3))
+    # a unit's parts cover it whole (segments are cut at its edges); rounding aside, they sum to its time
+    return [UnitAttribution(number=n, start_us=lo, dur_us=d, kernels=k, host_events=h,
+                            parts={p: row.get(p) or PartTime() for p in PARTS})
+            for (n, lo, d), row, k, h in zip(windows, rows, lab.kernels, lab.host_events)]
+
+
 class AttributionCollector:
     """Observer of one trace's read (``add_window``); ``attribute(windows)`` afterwards."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: tuple[float, float] | None = None, main: str | None = None,
+                 launching: frozenset[str] = frozenset()) -> None:
+        self.keep = keep  # a slice of the trace (``AttributionSlices``): only the events that overlap (lo, hi)
+        self.main = main  # a slice's main thread, the whole trace's (``main_tid``)
+        # threads seen launching inside an op anywhere in the trace (a slice's, from the first read: ``add_facts``)
+        self.launching = set(launching)
+        self.sliced: AttributionSlices | None = None  # the read in slices this collector's table comes from
         self.table = IdTable(_kind)
         self.dev = (array("d"), array("d"))
         self.noncomm = (array("d"), array("d"))
@@ -295,6 +487,10 @@ class AttributionCollector:
 
     def add_window(self, w: Any) -> None:
         """One window of the read (``trace_stats.timed_window``)."""
+        if self.keep is not None:
+            w = w.select((w.ts < self.keep[1]) & (w.ends() > self.keep[0]))
+            if not len(w):
+                return
         table = self.table
         table.update(w.names)
         ids = w.ids
@@ -353,12 +549,13 @@ class AttributionCollector:
                     cols[1].frombytes((sel.dur if m is None else sel.dur[m]).tobytes())
 
     def main_tid(self) -> str | None:
-        """The thread that drives the loop: the one with the most step markers, else the most launches."""
-        counts: dict[str, int] = defaultdict(int)
-        for *_, tid in self.steps:
-            counts[tid] += 1
-        if counts:
-            return max(sorted(counts), key=counts.get)
+        """The thread that drives the loop: the one with the most step markers, else the most launches (a slice's:
+        the whole trace's)."""
+        if self.keep is not None:
+            return self.main
+        main = most_markers(self.steps)
+        if main is not None:
+            return main
         if self.launch_ts:
             return max(sorted(self.launch_ts), key=lambda t: len(self.launch_ts[t]))
         if self.ops:
@@ -395,10 +592,27 @@ class AttributionCollector:
         return self.device_span() if len(self.dev[0]) else self.host_span()
 
     def attribute(self, windows: list[tuple[int | None, float, float]]) -> Attribution:
-        """Each window ``(number, start, duration)`` (the trace's own clock, not overlapping) split into ``PARTS``."""
+        """Each window ``(number, start, duration)`` (the trace's own clock, not overlapping) split into ``PARTS``.
+        After a read in slices (``AttributionSlices``) the table was made in that read, for the windows it was given:
+        asked for others, this raises ``ValueError`` (the columns that could split them are gone)."""
         windows = sorted(windows, key=lambda w: w[1])
+        if self.sliced is not None:
+            if windows != self.sliced.windows:
+                raise ValueError("the time attribution was split in slices of other windows than these")
+            return self.sliced.attribution()
         if not windows:
             return Attribution()
+        labeled = self._split(windows)
+        if labeled is None:
+            return _untallied(windows)
+        totals = _Totals()
+        units = _tally(labeled, totals)
+        return Attribution(units=units, occurrences=totals.result())
+
+    def _split(self, windows: list[tuple[int | None, float, float]], bounds: _Bounds | None = None) -> _Labeled | None:
+        """The segments of ``windows`` (sorted by start) labeled with their part and occurrence, None when no
+        boundary falls inside their span. ``bounds``: this collector holds one slice of the trace (its events
+        overlapping ``bounds.lo, bounds.hi``), ``windows`` the units in it, and the trace has device events."""
         dev_s, dev_e = _merged(*self.dev)
         noncomm = _merged(*self.noncomm)
         # blocking: synchronising calls, plus async copies whose device copy touches pageable memory
@@ -413,22 +627,24 @@ class AttributionCollector:
             "data wait": _merged(*self.data),
             "collective": _merged(*self.coll),
         }
-        if not len(self.dev[0]):
+        if not len(self.dev[0]) and bounds is None:
             return self._attribute_host(windows, sets)
-        launching, idle_ops = self._op_cover()
+        launching, idle_ops, threads = self._op_cover(bounds)
         sets["launch ops"] = launching
         sets["cpu work"] = idle_ops
 
         segments = _segments(windows, [dev_s, dev_e, *noncomm, *(edge for se in sets.values() for edge in se)])
         if segments is None:
-            return _untallied(windows)
+            return None if bounds is None else _Labeled(windows, np.zeros(0), np.zeros(0), *_labels(0),
+                                                        *self._counts(windows), threads=threads)
         mid, length = segments
         busy, dev_k = _member(dev_s, dev_e, mid)
         computing, _ = _member(*noncomm, mid)
         # the device gap an idle instant lies in: between device interval k and k+1 (k = -1 before the first)
         k = np.searchsorted(dev_s, mid, side="right") - 1
         has_prev, has_next = k >= 0, k + 1 < len(dev_s)
-        queued = self._queued_after(dev_s)[np.minimum(k + 1, max(len(dev_s) - 1, 0))] if len(dev_s) else np.zeros(len(mid), dtype=bool)
+        queued_after = self._queued_after(dev_s)
+        queued = queued_after[np.minimum(k + 1, max(len(dev_s) - 1, 0))] if len(dev_s) else np.zeros(len(mid), dtype=bool)
         queued &= has_next
         short = np.zeros(len(mid), dtype=bool)
         if len(dev_s):
@@ -443,6 +659,9 @@ class AttributionCollector:
         free = idle.copy()
         for name in HOST_STATES:
             _claim(part, occ, free, name, _member(*sets[name], mid))
+        # a slice's last gap may end past what it holds: whether the device work after it was queued long before is
+        # the next slice's to say (``AttributionSlices``); these segments turn ``queued`` if it was
+        tail = np.flatnonzero(free & ~has_next) if bounds is not None and not bounds.last else None
         hit = free & queued
         part[hit] = PARTS.index("queued")
         occ[hit] = k[hit] + 1
@@ -462,11 +681,32 @@ class AttributionCollector:
         # the split's working arrays go before the tally makes its own (about 60 bytes a segment: 40 MB of the
         # 661,253 segments of the 453 MB trace); the tally needs only the segments and their labels
         del busy, dev_k, computing, _, k, has_prev, has_next, queued, short, idle, free, hit, in_launch, first, before
-        del sets
-        return self._tally(windows, mid, length, part, occ)
+        labeled = _Labeled(windows, mid, length, part, occ, *self._counts(windows), threads=threads)
+        if bounds is not None:
+            # the occurrences that go on past either edge of the slice: each set's element that holds the edge
+            elements = {"device": (dev_s, dev_e), "gap": _gaps(dev_s, dev_e), **sets}
+            for name, parts in _PART_SETS.items():
+                for held, edge in ((labeled.held_in, bounds.start), (labeled.held_out, bounds.end)):
+                    i = _holding(*elements[name], edge)
+                    if i is not None:
+                        held.update(dict.fromkeys(parts, i))
+            labeled.tail, labeled.tail_occ = tail, len(dev_s)
+            after = int(np.searchsorted(dev_s, bounds.after, side="right"))
+            labeled.answer = bool(queued_after[after]) if after < len(dev_s) else None
+        return labeled
+
+    def _counts(self, windows: list[tuple[int | None, float, float]]) -> tuple[list[int], list[int]]:
+        """Per window: the device activities and the host events that start in it."""
+        kernel_starts = np.sort(np.frombuffer(self.dev[0])) if len(self.dev[0]) else np.zeros(0)
+        host_starts = np.sort(np.frombuffer(self.host_starts)) if len(self.host_starts) else np.zeros(0)
+        lo = np.array([w[1] for w in windows])
+        hi = np.array([w[1] + w[2] for w in windows])
+        kernels = np.searchsorted(kernel_starts, hi) - np.searchsorted(kernel_starts, lo)
+        host = np.searchsorted(host_starts, hi) - np.searchsorted(host_starts, lo)
+        return kernels.tolist(), host.tolist()
 
     def _attribute_host(self, windows: list[tuple[int | None, float, float]],
-                        sets: dict[str, tuple[np.ndarray, np.ndarray]]) -> Attribution:
+                        sets: dict[str, tuple[np.ndarray, np.ndarray]]) -> _Labeled | None:
         """The table of a host-only trace (no device events: a job run on the CPU). The CPU's "device" is the main
         thread running the model's ops: ``compute`` is the main thread inside a top-level CPU op; ``sync``,
         ``memory``, ``data wait`` and ``collective`` claim an instant first, op or not (an op inside a DataLoader's
@@ -480,7 +720,7 @@ class AttributionCollector:
         ops_s, ops_e = top_level_spans(*self.ops[main]) if main in self.ops else (np.zeros(0), np.zeros(0))
         segments = _segments(windows, [ops_s, ops_e, *(edge for name in HOST_STATES for edge in sets[name])])
         if segments is None:
-            return _untallied(windows)
+            return None
         mid, length = segments
         part, occ = _labels(len(mid))
         free = np.ones(len(mid), dtype=bool)
@@ -509,72 +749,8 @@ class AttributionCollector:
         occ[gaps] = k[gaps] + 1
         # as in ``attribute``: the working arrays go before the tally makes its own
         del free, k, has_prev, has_next, gap_len, first, unit_end, before, short, gaps
-        return self._tally(windows, mid, length, part, occ)
+        return _Labeled(windows, mid, length, part, occ, *self._counts(windows))
 
-    def _tally(self, windows: list[tuple[int | None, float, float]], mid: np.ndarray, length: np.ndarray,
-               part: np.ndarray, occ: np.ndarray) -> Attribution:
-        """Sum the segments (midpoint, length, part, occurrence index) into each window's parts and each part's
-        occurrences over all windows (an occurrence cut by a window's edge counts once)."""
-        w_lo = np.array([w[1] for w in windows])
-        w_hi = np.array([w[1] + w[2] for w in windows])
-        # the tally is the split's peak of memory (the caller holds the segments): the key is built in place in the
-        # units' column, and the segments are copied only where some fall outside every unit (between steps)
-        unit = np.searchsorted(w_lo, mid, side="right")
-        unit -= 1
-        ok = unit >= 0
-        ok &= mid < w_hi[np.maximum(unit, 0)]
-        part_k, occ_k = part, occ
-        if not ok.all():
-            unit, part_k, occ_k, length = unit[ok], part[ok], occ[ok], length[ok]
-        del ok
-        width = int(occ_k.max()) + 2 if len(occ_k) else 1  # occurrence indices from -1 (none), kept as index + 1
-        key = unit  # ((unit * len(PARTS) + part) * width + occurrence + 1), in place
-        key *= len(PARTS)
-        key += part_k
-        key *= width
-        key += occ_k
-        key += 1
-        del unit, part_k, occ_k
-        keys, inverse = np.unique(key, return_inverse=True)
-        del key
-        sums = np.bincount(inverse, weights=length)
-        del inverse
-        # per (unit, part) and per part over units: numpy sums whose bincounts add in the keys' sorted order, the
-        # order one Python loop over the keys would (byte-identical figures), and one pydantic row each at the end
-        n_parts = len(PARTS)
-        unit_part, occ_of = np.divmod(keys, width)
-        # the keys are sorted, so their (unit, part)s are too: grouped by where they change, as np.unique would, no sort
-        new = np.ones(len(unit_part), dtype=bool)
-        np.not_equal(unit_part[1:], unit_part[:-1], out=new[1:])
-        up_keys, up_at = unit_part[new], np.cumsum(new) - 1
-        up_us = np.bincount(up_at, weights=sums)
-        up_sq = np.bincount(up_at, weights=sums * sums)
-        up_n = np.bincount(up_at)
-        # one occurrence over every unit: (part, occurrence) summed over units in unit order, then per part in
-        # occurrence order (an occurrence cut by a unit's edge counts once)
-        po_keys, po_at = np.unique(unit_part % n_parts * width + occ_of, return_inverse=True)
-        po_us = np.bincount(po_at, weights=sums)
-        p_of = po_keys // width
-        occ_us = np.bincount(p_of, weights=po_us, minlength=n_parts)
-        occ_sq = np.bincount(p_of, weights=po_us * po_us, minlength=n_parts)
-        occ_n = np.bincount(p_of, minlength=n_parts)
-        rows: list[dict[str, PartTime]] = [{} for _ in windows]
-        unit_of, part_of = (a.tolist() for a in np.divmod(up_keys, n_parts))
-        for u, p, us, n, sq in zip(unit_of, part_of, up_us.tolist(), up_n.tolist(), up_sq.tolist()):
-            rows[u][PARTS[p]] = PartTime(us=round(us, 3), occurrences=n, sq_us2=round(sq, 3))
-        out = [UnitAttribution(number=n, start_us=lo, dur_us=d,
-                               parts={p: row.get(p) or PartTime() for p in PARTS})
-               for (n, lo, d), row in zip(windows, rows)]
-        occurrences = {p: PartTime(us=round(us, 3), occurrences=n, sq_us2=round(sq, 3))
-                       for p, us, n, sq in zip(PARTS, occ_us.tolist(), occ_n.tolist(), occ_sq.tolist())}
-        kernel_starts = np.sort(np.frombuffer(self.dev[0])) if len(self.dev[0]) else np.zeros(0)
-        host_starts = np.sort(np.frombuffer(self.host_starts)) if len(self.host_starts) else np.zeros(0)
-        # a unit's parts cover it whole (segments are cut at its edges); rounding aside, they sum to its time
-        for ua in out:
-            lo, hi = ua.start_us, ua.start_us + ua.dur_us
-            ua.kernels = int(np.searchsorted(kernel_starts, hi) - np.searchsorted(kernel_starts, lo))
-            ua.host_events = int(np.searchsorted(host_starts, hi) - np.searchsorted(host_starts, lo))
-        return Attribution(units=out, occurrences=occurrences)
 
     def _queued_after(self, dev_s: np.ndarray) -> np.ndarray:
         """Per merged device interval: its first activity was queued more than QUEUE_EMPTY_DELAY_US before it started
@@ -588,13 +764,17 @@ class AttributionCollector:
         d = delay[first]
         return np.nan_to_num(d, nan=0.0) > QUEUE_EMPTY_DELAY_US
 
-    def _op_cover(self) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    def _op_cover(self, bounds: _Bounds | None = None) -> tuple[tuple[np.ndarray, np.ndarray],
+                                                                 tuple[np.ndarray, np.ndarray], _Threads | None]:
         """Top-level CPU op intervals of every thread that queued device work in them or are too short to be work
         (``launch``), and those of the launching threads (the main thread and every thread with a launch) that ran at
-        least ``SHORT_GAP_US`` and queued none (``cpu work``)."""
+        least ``SHORT_GAP_US`` and queued none (``cpu work``). In a slice (``bounds``), also what the slice took for
+        the whole trace's: the threads it saw launch, those it took for threads that never launch, and whether a long op
+        that queued nothing here runs past what the slice holds (it may queue work there)."""
         main = self.main_tid()
         launching = [(np.zeros(0), np.zeros(0))]
         idle = [(np.zeros(0), np.zeros(0))]
+        threads = None if bounds is None else _Threads(set(), set(), False)
         for tid, (ts, dur) in sorted(self.ops.items()):
             s, e = top_level_spans(ts, dur)
             calls = np.sort(np.frombuffer(self.launch_ts[tid])) if tid in self.launch_ts and len(self.launch_ts[tid]) else np.zeros(0)
@@ -603,9 +783,199 @@ class AttributionCollector:
             # stall); shorter ones (views, allocations of the model's own dispatch) are the launch path
             dispatch = (n > 0) | (e - s < SHORT_GAP_US)
             launching.append((s[dispatch], e[dispatch]))
-            if tid == main or n.any():
+            if tid == main or n.any() or tid in self.launching:
                 idle.append((s[~dispatch], e[~dispatch]))
-        return _union(launching), _union(idle)
+            if threads is not None:
+                if n.any():
+                    threads.launching.add(tid)
+                elif tid != main and tid not in self.launching and not dispatch.all():
+                    threads.assumed_idle.add(tid)
+                if tid == main or n.any() or tid in self.launching:
+                    past = ~dispatch & (s < bounds.end) & (e > bounds.start) & ((s <= bounds.lo) | (e >= bounds.hi))
+                    threads = threads._replace(unsure=threads.unsure or bool(past.any()))
+        return _union(launching), _union(idle), threads
+
+
+    def slice_units(self, units: list[list[tuple[int | None, float, float]]], margin: float,
+                    markers: list[tuple[Any, Any, Any, str]]) -> list[_SliceRead]:
+        """Past ``trace_summary``'s column budget: drop this read's columns and make the table of ``units`` (windows on
+        the trace's own clock, sorted, in slices) in the next read, slice by slice (``AttributionSlices``); ``margin``
+        is the call-to-device join's, ``markers`` every step marker of the trace. Returns the slices to feed."""
+        main = most_markers(markers)
+        launching = frozenset(self.launching | {tid for tid, (ts, dur) in self.ops.items()
+                                                 if _launches_inside(top_level_spans(ts, dur), self.launch_ts.get(tid))})
+        self.__init__()  # type: ignore[misc]
+        self.sliced = AttributionSlices(units, margin, main, launching)
+        return self.sliced.slices
+
+    def add_facts(self, w: Any) -> None:
+        """A window of the first read past the column budget (``trace_summary``): only the threads that launch inside
+        an op of the window, what a slice of the second read could not see on its own (a thread that launches in other
+        steps than the slice's: its long ops there are CPU work)."""
+        self.table.update(w.names)
+        code = self.table.kind[w.ids]
+        is_launch = code == _LAUNCH
+        if not is_launch.any():
+            return
+        # most windows launch from threads already known to launch (the main and the backward thread): nothing to read
+        codes, tids = w.select(is_launch).thread_codes()
+        if all(tids[c] in self.launching for c in np.unique(codes).tolist()):
+            return
+        mask = is_launch | (code == _OP)
+        sel = w.select(mask)
+        is_launch = is_launch[mask]
+        for tid, m in sel.by_thread():
+            if tid in self.launching:
+                continue
+            launch = is_launch if m is None else is_launch & m
+            op = ~is_launch if m is None else ~is_launch & m
+            if launch.any() and op.any() and _launches_inside(
+                    top_level_spans(array("d", sel.ts[op].tobytes()), array("d", sel.dur[op].tobytes())),
+                    array("d", sel.ts[launch].tobytes())):
+                self.launching.add(tid)
+
+    def slices_exact(self) -> bool:
+        """After the read in slices: True when the table is the whole trace's (``AttributionSlices.exact``); False
+        after dropping it, for the caller to feed this collector the whole trace again."""
+        if self.sliced is not None and not self.sliced.exact():
+            self.sliced = None
+        return self.sliced is not None
+
+
+def _launches_inside(spans: tuple[np.ndarray, np.ndarray], launches: array | None) -> bool:
+    """Whether a launch (start) lies inside one of a thread's top-level op ``spans``, as ``_op_cover`` counts them."""
+    if launches is None or not len(launches):
+        return False
+    calls = np.sort(np.frombuffer(launches))
+    return bool((np.searchsorted(calls, spans[1]) - np.searchsorted(calls, spans[0])).any())
+
+
+def most_markers(markers: list[tuple[Any, Any, Any, str]]) -> str | None:
+    """The thread with the most step markers (the first in sorted order of those with as many), None without any."""
+    counts: dict[str, int] = defaultdict(int)
+    for *_, tid in markers:
+        counts[tid] += 1
+    return max(sorted(counts), key=counts.get) if counts else None
+
+
+SLICE_PAD_US = SHORT_GAP_US
+"""How far past its units a slice holds the trace (besides the margin of the call-to-device join): a gap or an op that
+reaches past it is then longer than ``SHORT_GAP_US`` whatever it is beyond, so the split's short-gap and short-op tests
+read the same in the slice as in the whole trace."""
+
+
+class AttributionSlices:
+    """The time attribution of a trace read in slices of units (``trace_summary``'s second read, past its budget):
+    each slice a collector of the events that overlap its units widened by ``SLICE_PAD_US`` and ``margin`` (the
+    largest gap between a runtime call and the device work it queued: a kernel's launch, an async copy's device copy),
+    split when the read is past it, and tallied in time order, so that only the slices being read and the split ones
+    waiting for their turn are held.
+
+    The table is the one a read of the whole trace gives: within the units' span widened by the pad the merged
+    intervals of every part, their gaps and each device interval's first activity (with its call) are the whole
+    trace's; an occurrence that runs across a slice's edge is the one interval of its kind holding that instant, its
+    time carried to the next slice in unit order (``_Totals``); a slice's last device gap that runs past what it holds
+    is ``queued`` or not by the next slice that holds the device work after it (``_Labeled.tail``). Which threads
+    launch inside an op (a thread's long ops are CPU work only on a launching thread) comes from the first read
+    (``add_facts``, window by window) and from every slice. What a slice can only assume: that a thread it saw no
+    launch from never launches, and that a long op reaching past what it holds queued nothing there; ``exact`` says
+    whether every slice's assumptions held (the threads that launch are the union of those the slices saw) and no step
+    runs into the next slice's first; where not, the caller reads the trace whole once more (the same table, at the
+    memory of one read).
+
+    Correlations are taken to match a call within ``margin`` of its device work, as ``trace_summary``'s slices take
+    them: a correlation used again far apart in one trace would match differently (of the 24 real traces in
+    ``../shared``, one repeats correlations: 175 of its 635 calls' correlations, each use within 0.1 s of the first).
+    """
+
+    def __init__(self, units: list[list[tuple[int | None, float, float]]], margin: float, main: str | None,
+                 launching: frozenset[str] = frozenset()) -> None:
+        self.windows = [w for ws in units for w in ws]
+        self.main = main
+        self.launching = launching
+        starts = [ws[0][1] for ws in units]
+        # a unit that runs into the next slice's first (steps recorded overlapping): its time past that start is the
+        # later unit's in one read, which no slice can tell; the trace is then read whole
+        self.overlapping = any(max(w[1] + w[2] for w in ws) > start for ws, start in zip(units, starts[1:]))
+        self.slices: list[_SliceRead] = []
+        for j, ws in enumerate(units):
+            last = j == len(units) - 1
+            start = starts[j] if j else -math.inf
+            end = math.inf if last else starts[j + 1]
+            lo, hi = start - SLICE_PAD_US - margin - 1.0, end + SLICE_PAD_US + margin + 1.0
+            after = self.slices[-1].bounds.hi - 1.0 if j else -math.inf
+            self.slices.append(_SliceRead(self, j, ws, _Bounds(starts[j], end, lo, hi, after, last)))
+        self.labeled: dict[int, _Labeled] = {}
+        self.threads: list[_Threads] = []
+        self.next = 0
+        self.units: list[UnitAttribution] = []
+        self.totals = _Totals()
+        self.empty = True
+
+    def done(self, j: int, labeled: _Labeled) -> None:
+        """Slice ``j`` split; tally every slice whose turn it is."""
+        self.labeled[j] = labeled
+        if labeled.threads is not None:
+            self.threads.append(labeled.threads)
+        self.empty &= not len(labeled.mid)
+        while self.next in self.labeled:
+            lab = self.labeled[self.next]
+            if lab.tail is not None and len(lab.tail):
+                queued = self._queued_after(self.next)
+                if queued is None:
+                    return
+                if queued:
+                    lab.part[lab.tail] = PARTS.index("queued")
+                    lab.occ[lab.tail] = lab.tail_occ
+            self.units += _tally(lab, self.totals)
+            del self.labeled[self.next]
+            self.next += 1
+
+    def _queued_after(self, j: int) -> bool | None:
+        """Whether the first device interval after slice ``j``'s last gap was queued long before it started (None: the
+        slices that can say are not split yet). Each later slice says it for the device interval past the one before
+        (its ``answer``); a slice with none passes the question on; past the last, there is no device work."""
+        for m in range(j + 1, len(self.slices)):
+            if m not in self.labeled:
+                return None
+            if self.labeled[m].answer is not None:
+                return self.labeled[m].answer
+        return False
+
+    def exact(self) -> bool:
+        """Every slice split and tallied, and what each took for the whole trace's threads held."""
+        launching = set().union(*(t.launching for t in self.threads))
+        return (self.next == len(self.slices) and not self.overlapping
+                and not any(t.unsure or t.assumed_idle & launching for t in self.threads))
+
+    def attribution(self) -> Attribution:
+        if self.empty and len({w[1] for w in self.windows} | {w[1] + w[2] for w in self.windows}) < 2:
+            return _untallied(self.windows)  # no boundary inside the units' span: what one read gives
+        return Attribution(units=self.units, occurrences=self.totals.result())
+
+
+class _SliceRead:
+    """One slice's part of the read: opened, fed the read's windows, split and handed back once the read is past it."""
+
+    def __init__(self, owner: AttributionSlices, j: int, windows: list[tuple[int | None, float, float]],
+                 bounds: _Bounds) -> None:
+        self.owner, self.j, self.windows, self.bounds = owner, j, windows, bounds
+        self.lo, self.hi = bounds.lo, bounds.hi
+        self.collector: AttributionCollector | None = None
+
+    def open(self) -> None:
+        self.collector = AttributionCollector(keep=(self.lo, self.hi), main=self.owner.main,
+                                              launching=self.owner.launching)
+
+    def add(self, w: Any) -> None:
+        self.collector.add_window(w)  # type: ignore[union-attr]
+
+    def build(self) -> None:
+        if self.collector is None:
+            self.open()
+        labeled = self.collector._split(self.windows, self.bounds)  # type: ignore[union-attr]
+        self.collector = None
+        self.owner.done(self.j, labeled)  # type: ignore[arg-type]
 
 
 class _QueueJoin:

@@ -13,7 +13,9 @@ in one pass would be exact only for files in time order. When the columns outgro
 pass drops them and from there gathers only what the slicing needs, O(steps, threads, names): step markers,
 flags, threads, kernel classes, collectives by name, and the largest gap between a runtime call and the
 device work it queued (``trace_stats``'s join, for the margin) and, per window of the reader, the time span
-its events cover; the observers stop there and see the rest in the next read (each event once). The trace is then read
+its events cover; the observers stop there and see the rest in the next read (each event once), but for a
+``SlicedObserver`` (the time attribution of a GPU trace), which measures the steps in that read a slice at a time
+too (it sees every event that can reach a slice's steps, in its slice). The trace is then read
 once more, cut into slices of consecutive steps, each keeping only events that can change its steps
 (``trace_stats.TimeRange``), and every step is computed from exactly the events a single pass would
 have used: the result is the same. The slices fill together in that second pass, each built and freed
@@ -65,7 +67,7 @@ from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -95,9 +97,11 @@ host op is held by both collectors (17 bytes in ``_Columns``: start, duration, a
 of ``StatsCollector`` keep Python objects from the windows (a correlation int per device event, launch and call; the
 launch dict; a tuple per call). A host column the two shared and correlations held as int64 arrays would save ~40 MB
 of allocations at 1 GB (tracemalloc of the 25.8 MB trace after its read, scaled), against the 65 MB by which the
-one-read peak passes 200 MB: not shown to be enough. And for ``rules`` it would not be the bound: its time attribution (``attribution.py``, an observer of these reads) keeps
-columns of its own outside this budget, so ``rules`` peaks at 191 MB on the 453 MB trace and 328 MB on the 1 GB one
-(``--real-shapes`` at 87f0ecc; 294 and 553 MB before issue 43's compact columns); bounding those comes first."""
+one-read peak passes 200 MB: not shown to be enough. ``rules``' time attribution (``attribution.py``, an observer of
+these reads) keeps columns of its own beside these in one read; past this budget it is made in the slice read, a slice
+of steps at a time (``attribution.AttributionSlices``), so that ``rules`` on the 1 GB trace peaks at 165 MB, not 318
+(``--real-shapes``, issue 43's last item; ``docs/trace-reader.md``). Below the budget it holds its columns and split
+on top of the summary's: ``rules`` peaked at 215 MB on the trace repeated to 536 MB, read once (``--peaks``)."""
 
 
 class EventObserver(Protocol):
@@ -107,6 +111,23 @@ class EventObserver(Protocol):
     ``trace_stats.TimedWindow`` (its events, and their (category, name) ids to decide what each pair is once)."""
 
     def add_window(self, window: TimedWindow) -> None: ...
+
+
+@runtime_checkable
+class SlicedObserver(EventObserver, Protocol):
+    """An observer that, past the column budget, measures the trace's steps in the slice read too, a slice of steps at
+    a time (the time attribution, ``attribution.AttributionCollector``): it drops what it holds and returns per slice
+    of steps (their windows on the trace's own clock: start less ``base_time_us``, as ``TraceSummary.steps`` give them)
+    a part to feed, with the range of times it keeps (``lo``, ``hi``) and ``open``, ``add`` and ``build``. After the
+    read, ``slices_exact`` False asks for the whole trace once more (what it measured in slices did not hold)."""
+
+    def slice_units(self, units: list[list[tuple[int | None, float, float]]], margin: float,
+                    markers: list[tuple[Any, Any, Any, str]]) -> list[Any]: ...
+
+    def slices_exact(self) -> bool: ...
+
+    def add_facts(self, window: TimedWindow) -> None:
+        """A window of the first read past the column budget, for the facts about the whole trace its slices need."""
 
 
 class Collective(BaseModel):
@@ -632,6 +653,9 @@ def _stream(path: Path, state: StreamState, cols: _Columns, gpu: StatsCollector,
         cols.add_window(timed)
         gpu.add_window(timed)
         if dropped_at is not None:
+            for observer in observers:
+                if isinstance(observer, SlicedObserver):
+                    observer.add_facts(timed)
             continue
         for observer in observers:
             observer.add_window(timed)
@@ -676,10 +700,9 @@ class _Slice:
         self.markers = markers
         self.keep = TimeRange(lo=markers[0][1], hi=max(m[1] + max(0.0, m[2]) for m in markers), margin=margin)
         self.lo, self.hi = self.keep.lo - margin, self.keep.hi + margin
-        # the windows of the first pass that hold an event that can reach the slice: [first, last]
-        near = [i for i, (a, b) in enumerate(hulls) if a < self.hi and b > self.lo]
-        self.first, self.last = (near[0], near[-1]) if near else (len(hulls), -1)
+        self.first, self.last = _reach(hulls, self.lo, self.hi)
         self.facts = gpu
+        self.parts: list[_ObserverSlice] = []  # the sliced observers' parts for the same steps
         self.cols: _Columns | None = None
         self.stats: StatsCollector | None = None
 
@@ -703,6 +726,27 @@ class _Slice:
             built = _with_gpu(built, self.stats.measure_windows(main_tid, windows))  # type: ignore[union-attr,arg-type]
         self.cols = self.stats = None
         return built
+
+
+def _reach(hulls: list[tuple[float, float]], lo: float, hi: float) -> tuple[int, int]:
+    """The windows of the first pass that hold an event that can reach ``(lo, hi)``: [first, last] (first past last
+    when none does)."""
+    near = [i for i, (a, b) in enumerate(hulls) if a < hi and b > lo]
+    return (near[0], near[-1]) if near else (len(hulls), -1)
+
+
+class _ObserverSlice:
+    """A ``SlicedObserver``'s part of a slice read, read from the first window that can reach its range to the last."""
+
+    def __init__(self, part: Any, hulls: list[tuple[float, float]]) -> None:
+        self.part = part
+        self.first, self.last = _reach(hulls, part.lo, part.hi)
+
+    def open(self) -> None:
+        self.part.open()
+
+    def add(self, w: TimedWindow) -> None:
+        self.part.add(w)
 
 
 def _passes(slices: list[_Slice]) -> list[list[_Slice]]:
@@ -756,11 +800,21 @@ def _summarize_in_slices(path: Path, first: _Columns, gpu: StatsCollector, base_
     per_step = max(1.0, first.dropped_at_entries / max(1, first.dropped_at_events) * first.n_timed / len(markers))
     per_slice = max(1, int(max_entries / OPEN_SLICES / per_step))
     slices = [_Slice(markers[i : i + per_slice], margin, gpu, hulls) for i in range(0, len(markers), per_slice)]
+    # the observers that measure steps in slices too (a GPU trace's: the time attribution) read each slice's steps,
+    # as ``TraceSummary.steps`` hold them less the base time, beside the slice; not where the join gave up (each of
+    # their slices would hold the whole trace: they read it whole, as observers)
+    sliceable = gpu.has_device_events and math.isfinite(margin)
+    sliced = [o for o in observers if isinstance(o, SlicedObserver)] if sliceable else []
+    for observer in sliced:
+        units = [[(number, ts + base_us - base_us, dur) for number, ts, dur, _ in sl.markers] for sl in slices]
+        for sl, part in zip(slices, observer.slice_units(units, margin, first.steps)):
+            sl.parts.append(_ObserverSlice(part, hulls))
     built: dict[int, list[StepSummary]] = {}
     for n, group in enumerate(_passes(slices)):
-        waiting = sorted(group, key=lambda s: s.first)
-        open_: list[_Slice] = []
-        observing = observers if n == 0 else ()
+        waiting: list[_Slice | _ObserverSlice] = sorted([*group, *(p for sl in group for p in sl.parts)],
+                                                        key=lambda s: s.first)
+        open_: list[_Slice | _ObserverSlice] = []
+        observing = [o for o in observers if o not in sliced] if n == 0 else []
         names = Names()
         for w, window in enumerate(_windows(path, StreamState())):
             while waiting and waiting[0].first <= w:
@@ -775,13 +829,25 @@ def _summarize_in_slices(path: Path, first: _Columns, gpu: StatsCollector, base_
                     for observer in observing:
                         observer.add_window(timed)
             for sl in [s for s in open_ if s.last <= w]:
-                built[id(sl)] = sl.build(base_us, main_tid)
+                _build(sl, built, base_us, main_tid)
                 open_.remove(sl)
         for sl in [*open_, *waiting]:  # nothing reached it (or the trace ended early): built from what it holds
-            if sl.cols is None:
-                sl.open()
-            built[id(sl)] = sl.build(base_us, main_tid)
+            _build(sl, built, base_us, main_tid)
+    for observer in sliced:
+        if not observer.slices_exact():  # a slice took a fact of the whole trace wrong: it reads the trace whole
+            _observe(path, [observer], -1)
     return [st for sl in slices for st in built[id(sl)]]
+
+
+def _build(sl: _Slice | _ObserverSlice, built: dict[int, list[StepSummary]], base_us: float,
+           main_tid: str | None) -> None:
+    """Build a slice (its steps into ``built``) or an observer's part of one, once the read is past it."""
+    if isinstance(sl, _ObserverSlice):
+        sl.part.build()
+        return
+    if sl.cols is None:
+        sl.open()
+    built[id(sl)] = sl.build(base_us, main_tid)
 
 
 def _observe(path: Path, observers: Sequence[EventObserver], seen: int) -> None:

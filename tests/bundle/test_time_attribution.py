@@ -10,6 +10,7 @@ import random
 from pathlib import Path
 
 import numpy as np
+import pytest
 from gpu_traces import STEP_US, gpu_trace
 
 from diageval.bundle.attribution import PARTS, AttributionCollector, _QueueJoin, share_rows
@@ -209,3 +210,179 @@ def test_queue_delays_match_each_activity_to_its_latest_call():
             got = join.delays(np.array([t for _, t in devices]))
             want = np.array(_dict_delays(devices, calls))
             assert np.array_equal(got, want, equal_nan=True)
+
+
+def _crossing_trace(path: Path, seed: int, steps: int = 24, late_launcher: bool = False, long_op: bool = False) -> Path:
+    """Steps whose occurrences run across step edges every way a read in slices of steps must join again:
+    kernels and NCCL kernels running into the next step, DataLoader waits and synchronising calls across an
+    edge, device gaps across an edge whose next kernel was launched long before (queued) or not, whole steps
+    with no device work, pageable copies, steps in a row with no device work, a second launching thread with
+    long ops across edges and a third that never launches, steps apart and steps back to back.
+    ``late_launcher``: a fourth thread launches in the last step only, after long ops that queue nothing in the
+    others (what a slice of other steps cannot see). ``long_op``: an op of a fifth thread runs over many steps
+    and launches only at its end (what a slice of its first steps cannot see)."""
+    rng = random.Random(seed)
+    ev: list[dict] = []
+    shuffled = None
+    corr = 0
+    t0 = 1_000.0
+
+    def kernel(tid: int, launch: float, start: float, dur: float, name: str = "void gemm_kernel()") -> None:
+        nonlocal corr
+        corr += 1
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": tid, "ts": launch - 3, "dur": 10})
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": tid, "ts": launch,
+                   "dur": 4, "args": {"correlation": corr}})
+        ev.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": start, "dur": dur,
+                   "args": {"correlation": corr}})
+
+    for s in range(steps):
+        length = rng.choice([4_000.0, 6_000.0, 9_000.0])
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 1, "tid": 1, "ts": t0,
+                   "dur": length})
+        wait = rng.choice([0.0, 300.0, 1_500.0])
+        if wait:  # a wait that sometimes starts in the step before
+            back = rng.choice([0.0, 200.0])
+            ev.append({"ph": "X", "cat": "user_annotation", "name": "enumerate(DataLoader)#_Iter.__next__", "pid": 1,
+                       "tid": 1, "ts": t0 - back, "dur": wait + back})
+        t = t0 + wait + 50.0
+        if rng.random() < 0.15 or 9 <= s < 12:  # no device work in this step (three in a row): one long CPU op
+            ev.append({"ph": "X", "cat": "cpu_op", "name": "decode", "pid": 1, "tid": 1, "ts": t, "dur": 2_500.0})
+            if s == 11:  # the device work after the three queued long before
+                kernel(1, t0 + length - 100.0, t0 + length + 1_800.0, 100.0)
+        else:
+            for _ in range(rng.randint(3, 12)):
+                delay = rng.choice([8.0, 8.0, 120.0, 2_000.0])
+                kernel(1, t, t + delay, rng.choice([30.0, 200.0, 600.0]))
+                t += rng.choice([40.0, 250.0, 1_200.0])
+            if rng.random() < 0.4:  # the last kernel runs into the next step, sometimes a communication kernel
+                kernel(1, t0 + length - 300.0, t0 + length - 200.0, 1_500.0,
+                       rng.choice(["void gemm_kernel()", "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)"]))
+            if rng.random() < 0.3:  # the next step's first kernel queued long before it runs
+                kernel(1, t0 + length - 100.0, t0 + length + 1_800.0, 100.0)
+        if rng.random() < 0.3:  # a synchronising call across the step's end
+            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": 1, "tid": 1,
+                       "ts": t0 + length - 400.0, "dur": 900.0})
+        if rng.random() < 0.3:  # a pageable copy
+            corr += 1
+            at = t0 + rng.uniform(0.2, 0.8) * length
+            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1, "tid": 1, "ts": at,
+                       "dur": 700.0, "args": {"correlation": corr}})
+            ev.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pageable)", "pid": 0,
+                       "tid": 8, "ts": at + 690.0, "dur": 5.0, "args": {"correlation": corr}})
+        # the backward thread: a long op across the step's end, launching in some steps and not in others
+        back = {"ph": "X", "cat": "cpu_op", "name": "autograd::engine::evaluate_function: MmBackward0", "pid": 1,
+                "tid": 2, "ts": t0 + length - 1_500.0, "dur": 3_000.0}
+        ev.append(back)
+        if rng.random() < 0.5:
+            kernel(2, back["ts"] + 100.0, back["ts"] + 150.0, 300.0)
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "pin_memory", "pid": 1, "tid": 3, "ts": t0 + 100.0,
+                   "dur": rng.choice([500.0, 2_000.0])})
+        if late_launcher:
+            ev.append({"ph": "X", "cat": "cpu_op", "name": "tokenize", "pid": 1, "tid": 4, "ts": t0 + 200.0,
+                       "dur": 1_500.0})
+            if s == steps - 1:  # at the file's end, together (as Kineto writes an op's launches near it)
+                shuffled = len(ev)
+                kernel(4, t0 + 300.0, t0 + 320.0, 50.0)
+        if long_op and s == 3:
+            ev.append({"ph": "X", "cat": "cpu_op", "name": "long_op", "pid": 1, "tid": 5, "ts": t0 + 50.0,
+                       "dur": 60_000.0})
+            kernel(5, t0 + 59_000.0, t0 + 59_010.0, 20.0)
+        t0 += length + rng.choice([0.0, 0.0, 300.0])
+    head = ev[:shuffled]
+    rng.shuffle(head)  # any file order: Kineto writes a step's events out of time order
+    return _write(path, head + ev[len(head):])
+
+
+def _sliced_and_whole(path: Path, max_entries: int):
+    from diageval.bundle.trace_summary import summarize_trace
+
+    out = []
+    for budget in (None, max_entries):
+        collector = AttributionCollector()
+        summary = summarize_trace(path, max_entries=budget, observers=[collector])
+        windows = [(st.number, st.start_us - summary.base_time_us, st.dur_us) for st in summary.steps]
+        out.append((collector, collector.attribute(windows)))
+    return out
+
+
+def test_a_table_made_in_slices_of_steps_is_the_whole_reads(tmp_path):
+    """Issue 43: past the column budget the time table is made in the summary's slice read, a slice of steps at a
+    time; every unit's row and every part's occurrences are the ones one read of the whole trace gives, whatever the
+    slices' size (one step a slice and up), the order of the file or what runs across a slice's edge."""
+    for seed in range(6):
+        path = _crossing_trace(tmp_path / f"t{seed}.json.gz", seed, late_launcher=seed % 2 == 1)
+        for budget in (60, 250, 700):  # a step a slice, a few, a quarter of the trace
+            (_, whole), (sliced, parts) = _sliced_and_whole(path, budget)
+            assert sliced.sliced is not None and len(sliced.sliced.slices) > 1  # made in slices, and held
+            assert parts.model_dump() == whole.model_dump(), (seed, budget)
+            names = {p for u in whole.units for p, t in u.parts.items() if t.us > 0}
+            assert {"compute", "communication", "sync", "data wait", "queued", "launch", "cpu work",
+                    "untraced"} <= names
+
+
+def test_a_thread_that_launches_in_one_slice_only_is_a_launching_thread_in_every_slice(tmp_path):
+    """A thread whose long ops queue nothing in every step but the last launches there, at the end of a file of many
+    reader windows: the first read, past its budget, still sees which threads launch inside an op (``add_facts``),
+    so the slices of the other steps count its long ops as CPU work, as one read does, without reading the trace whole
+    once more."""
+    path = _crossing_trace(tmp_path / "late.json.gz", 3, steps=300, late_launcher=True)
+    (_, whole), (sliced, parts) = _sliced_and_whole(path, 2_000)
+    assert sliced.sliced is not None and len(sliced.sliced.slices) > 1
+    assert parts.model_dump() == whole.model_dump()
+    (_, without), _ = _sliced_and_whole(_crossing_trace(tmp_path / "no.json.gz", 3, steps=300), 2_000)
+    cpu_work = [sum(u.parts["cpu work"].us for u in att.units[:-1]) for att in (whole, without)]
+    assert cpu_work[0] > cpu_work[1]  # its long ops in the other steps are CPU work
+
+
+def test_a_slice_that_cannot_see_whether_an_op_launches_reads_the_trace_whole(tmp_path):
+    """An op that runs over many steps and launches only at its end: the slices of its first steps see no launch in
+    it (CPU work, or the launch path?); the read finds out and the table is made from the whole trace, the same as
+    one read's."""
+    path = _crossing_trace(tmp_path / "long.json.gz", 1, long_op=True)
+    (_, whole), (sliced, parts) = _sliced_and_whole(path, 400)
+    assert sliced.sliced is None  # not the slices' table
+    assert parts.model_dump() == whole.model_dump()
+
+
+def test_steps_recorded_overlapping_across_a_slice_edge_are_read_whole(tmp_path):
+    """A step that runs into the next one where slices meet: in one read the later step takes the overlap, which the
+    earlier step's slice cannot know; the table is made from the whole trace, the same as one read's."""
+    path = tmp_path / "overlap.json.gz"
+    with gzip.open(_crossing_trace(tmp_path / "t.json.gz", 4)) as fh:
+        events = json.load(fh)["traceEvents"]
+    for e in events:
+        if e["name"].startswith("ProfilerStep"):
+            e["dur"] += 500.0  # every step runs 0.5 ms into the next
+    _write(path, events)
+    (_, whole), (sliced, parts) = _sliced_and_whole(path, 60)
+    assert sliced.sliced is None
+    assert parts.model_dump() == whole.model_dump()
+
+
+def test_a_table_made_in_slices_answers_only_for_its_steps(tmp_path):
+    path = _crossing_trace(tmp_path / "t.json.gz", 0)
+    (_, _), (sliced, parts) = _sliced_and_whole(path, 400)
+    with pytest.raises(ValueError):
+        sliced.attribute([(u.number, u.start_us, u.dur_us) for u in parts.units[1:]])
+
+
+def test_past_the_budget_a_table_not_made_in_slices_is_the_whole_reads(tmp_path):
+    """Past the column budget, a trace whose table cannot be made in slices of steps (no device events: the main
+    thread's split; no step markers: the span) is still the whole trace's table, as one read makes it."""
+    from diageval.bundle.trace_summary import summarize_trace
+
+    host_only = gpu_trace(tmp_path / "host.json.gz", steps=300, device_events=False)  # a file of many windows
+    stepless = tmp_path / "stepless.json.gz"
+    with gzip.open(_crossing_trace(tmp_path / "t.json.gz", 2, steps=300)) as fh:
+        events = [e for e in json.load(fh)["traceEvents"] if not e["name"].startswith("ProfilerStep")]
+    _write(stepless, events)
+    for path in (host_only, stepless):
+        tables = []
+        for budget in (None, 60):
+            collector = AttributionCollector()
+            summary = summarize_trace(path, max_entries=budget, observers=[collector])
+            windows = ([(st.number, st.start_us - summary.base_time_us, st.dur_us) for st in summary.steps]
+                       or collector.span())
+            tables.append(collector.attribute(windows).model_dump())
+        assert tables[0] == tables[1] and tables[0]["units"]
