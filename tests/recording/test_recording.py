@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
+import subprocess
+import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
 
 from diageval.bundle.model import EvidenceBundle
 from diageval.cases.model import Case
-from diageval.recording.launcher import RecordingError, run_ranks
+from diageval.recording.launcher import RecordingError, main_modules, run_ranks
 
 pytestmark = pytest.mark.slow
 
@@ -96,6 +100,47 @@ def test_hung_rank_is_killed_with_a_clear_error(tmp_path: Path):
 def test_crashed_rank_names_rank_and_log(tmp_path: Path):
     with pytest.raises(RecordingError, match=r"rank 0 failed \(exit code 1\)(.|\n)*ZeroDivisionError"):
         run_ranks(divmod, [(1, 0), (1, 1)], [tmp_path / "r0.log", tmp_path / "r1.log"], timeout_s=30, what="demo")
+
+
+MAIN_SCRIPT = """
+import os, sys
+from pathlib import Path
+import counted_import  # what a main script imports (diageval's console script: the whole CLI)
+from diageval.recording.launcher import run_ranks
+if __name__ == "__main__":
+    out = Path(sys.argv[1])
+    run_ranks(os.getpid, [(), ()], [out / "r0.log", out / "r1.log"], timeout_s=120, what="t")
+"""
+
+
+def test_the_main_script_s_imports_are_made_once_by_the_forkserver_not_once_per_rank(tmp_path: Path):
+    """multiprocessing runs a main script started by path again in each rank's parent; what it imports is imported
+    once, in the forkserver, and not again in each rank's parent (2 ranks: 2 importing processes, not 3)."""
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "counted_import.py").write_text(
+        "import os\nwith open(os.environ['IMPORTED_BY'], 'a') as fh:\n    fh.write(f'{os.getpid()}\\n')\n")
+    script = tmp_path / "ranks.py"
+    script.write_text(MAIN_SCRIPT)
+    env = {**os.environ, "IMPORTED_BY": str(tmp_path / "imported"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path / "mods"), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    importers = (tmp_path / "imported").read_text().split()
+    assert len(importers) == len(set(importers)) == 2, importers  # the script's process and the forkserver
+
+
+def test_main_modules_only_for_a_script_run_by_path():
+    script = types.ModuleType("__main__")
+    script.__file__ = "/some/script.py"
+    script.__spec__ = None
+    script.dumps, script.sys, script.local = json.dumps, sys, lambda: None  # local: defined in the script itself
+    script.local.__module__ = "__main__"
+    assert main_modules(script) == ["json", "sys"]
+    as_module = types.ModuleType("__main__")  # python -m pkg: not run again, nothing to preload
+    as_module.__file__, as_module.__spec__, as_module.dumps = "/pkg/__main__.py", types.SimpleNamespace(name="pkg"), json.dumps
+    assert main_modules(as_module) == []
+    assert main_modules(types.ModuleType("__main__")) == []  # python -c, a REPL: no file
 
 
 def test_failed_recording_leaves_no_bundle(tmp_path: Path):
