@@ -24,6 +24,8 @@ Decided here:
   the steps recorded so far, its Flight Recorder dump; then it exits with ``JOB_FAILED_EXIT`` without
   tearing down the process group (that could wait on the dead peers). The recorder accepts that exit
   only for faults that declare ``fails_job``.
+* What every rank imports is imported at this module's top, the workload registry included (its params models,
+  13-16 ms a rank when ``run_rank`` imported it), so the forkserver, which preloads this module, holds it.
 * The trace is exported as plain JSON into the private scratch folder (whose random path ends up in the
   trace's ``traceName``) and gzipped at level 1 into the bundle (torch's own ``.gz`` export uses level 9,
   half of a recording's time).
@@ -48,6 +50,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 from diageval.recording.context import RankContext
 from diageval.recording.faults.base import Injection
 from diageval.recording.plan import RankPlan
+from diageval.recording.workloads import WORKLOADS  # here, not in run_rank: the forkserver preloads this module
 
 JOB_FAILED_EXIT = 3  # the job failed in its loop and left its evidence (see the module docstring)
 FLIGHT_RECORDER_ENTRIES = "2000"  # collectives kept per rank: every one of a recorded case
@@ -72,8 +75,6 @@ def _build_faults(plan: RankPlan, ctx: RankContext) -> Injection:
 
 
 def run_rank(plan: RankPlan) -> None:
-    from diageval.recording.workloads import WORKLOADS
-
     torch.set_num_threads(1)
     use_cuda = plan.device == "cuda"
     if use_cuda:

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
+import subprocess
+import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
 
 from diageval.bundle.model import EvidenceBundle
 from diageval.cases.model import Case
-from diageval.recording.launcher import RecordingError, run_ranks
+from diageval.recording.launcher import RecordingError, _rank_end, main_modules, run_ranks
 from fault_cases import fault_case, write_case_file
 
 pytestmark = pytest.mark.slow
@@ -97,6 +101,70 @@ def test_hung_rank_is_killed_with_a_clear_error(tmp_path: Path):
 def test_crashed_rank_names_rank_and_log(tmp_path: Path):
     with pytest.raises(RecordingError, match=r"rank 0 failed \(exit code 1\)(.|\n)*ZeroDivisionError"):
         run_ranks(divmod, [(1, 0), (1, 1)], [tmp_path / "r0.log", tmp_path / "r1.log"], timeout_s=30, what="demo")
+
+
+MAIN_SCRIPT = """
+import os, sys
+from pathlib import Path
+import counted_import  # what a main script imports (diageval's console script: the whole CLI)
+from diageval.recording.launcher import run_ranks
+if __name__ == "__main__":
+    out = Path(sys.argv[1])
+    run_ranks(os.getpid, [(), ()], [out / "r0.log", out / "r1.log"], timeout_s=120, what="t")
+"""
+
+
+def test_the_main_script_s_imports_are_made_once_by_the_forkserver_not_once_per_rank(tmp_path: Path):
+    """multiprocessing runs a main script started by path again in each rank's parent; what it imports is imported
+    once, in the forkserver, and not again in each rank's parent (2 ranks: 2 importing processes, not 3)."""
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "counted_import.py").write_text(
+        "import os\nwith open(os.environ['IMPORTED_BY'], 'a') as fh:\n    fh.write(f'{os.getpid()}\\n')\n")
+    script = tmp_path / "ranks.py"
+    script.write_text(MAIN_SCRIPT)
+    env = {**os.environ, "IMPORTED_BY": str(tmp_path / "imported"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path / "mods"), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    importers = (tmp_path / "imported").read_text().split()
+    assert len(importers) == len(set(importers)) == 2, importers  # the script's process and the forkserver
+
+
+def test_main_modules_only_for_a_script_run_by_path():
+    script = types.ModuleType("__main__")
+    script.__file__ = "/some/script.py"
+    script.__spec__ = None
+    script.dumps, script.sys, script.local = json.dumps, sys, lambda: None  # local: defined in the script itself
+    script.local.__module__ = "__main__"
+    assert main_modules(script) == ["json", "sys"]
+    as_module = types.ModuleType("__main__")  # python -m pkg: not run again, nothing to preload
+    as_module.__file__, as_module.__spec__, as_module.dumps = "/pkg/__main__.py", types.SimpleNamespace(name="pkg"), json.dumps
+    assert main_modules(as_module) == []
+    assert main_modules(types.ModuleType("__main__")) == []  # python -c, a REPL: no file
+
+
+def test_a_rank_starts_with_the_workload_registry_imported(tmp_path: Path):
+    """What every rank imports is the forkserver's (rank_worker imports it), the workload registry and its params
+    models included, so a rank does not import it again (13-16 ms a rank when run_rank imported it)."""
+    check = "import sys; print('diageval.recording.workloads' in sys.modules)"
+    run_ranks(exec, [(check, {})], [tmp_path / "r0.log"], timeout_s=120, what="t")
+    assert (tmp_path / "r0.log").read_text().split() == ["True"]
+
+
+def test_a_rank_s_end_is_its_parent_s_report_not_the_parent_s_exit():
+    """The launcher goes on once a rank's parent has reported the rank's wait status, while the parent itself may
+    still be exiting (its exit code unknown); a parent that ended without a report gives its own exit code."""
+    import multiprocessing
+
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    exiting = types.SimpleNamespace(exitcode=None, join=lambda timeout=None: None)  # not exited yet
+    assert _rank_end(reader, exiting) is None  # the rank runs
+    writer.send(3 << 8)  # the rank's wait status: exit code 3
+    assert _rank_end(reader, exiting) == 3
+    writer.close()
+    killed = types.SimpleNamespace(exitcode=-9, join=lambda timeout=None: None)
+    assert _rank_end(reader, killed) == -9  # no report: the parent's own code
 
 
 def test_failed_recording_leaves_no_bundle(tmp_path: Path):
