@@ -23,7 +23,9 @@ from diageval.inert import clipped, inert, markdown_inert
 SPEC = "untrusted_text_diagnoser:UntrustedText"
 ACTIVE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
 REAL_CASES = ["healthy/mlp-ddp-healthy.yaml", "healthy/convnet-healthy.yaml", "compute/straggler-rank1.yaml",
-              "compute/straggler-rank0.yaml", "input/starved-loader-mlp.yaml"]  # five: what compare needs
+              "compute/straggler-rank0.yaml", "input/starved-loader-mlp.yaml", "comm/collective-stall-mlp.yaml"]
+# six: compare needs five cases scored in both runs, and in ci13 one of five was not (which status is not known: the
+# run folder was gone), so the compare check failed on something this test does not test; the statuses are now shown
 
 
 def active(text: str) -> list[str]:
@@ -43,16 +45,19 @@ def test_inert_writes_every_control_and_bidi_character_as_its_code_point():
 
 @pytest.fixture(scope="module")
 def hostile_run(tmp_path_factory):
-    """One `diageval run` of the hostile diagnoser on five real cases (fake evidence): its CLI result and folder."""
+    """One `diageval run` of the hostile diagnoser on six real cases (fake evidence): its CLI result and folder."""
     if probe() is not None:
         pytest.skip(f"no sandbox can start here: {probe()}")
     tmp = tmp_path_factory.mktemp("hostile")
     root = copy_real_cases(tmp / "cases", REAL_CASES)
     fake = FakeEvidence(tmp / "bundles")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("diageval.recording.prepare.prepare_evidence", fake)
+        mp.setattr("diageval.run.pipeline.prepare_evidence", fake)  # the name the pipeline holds (from the face)
         out = CliRunner().invoke(main, ["run", "-d", SPEC, "--cases", str(root), "--out", str(tmp / "runs"), "--timeout", "60"])
     assert out.exit_code == 0, out.output[-3000:]
+    # the fake prepared every case: patched under another name, the run read the home's recordings, and a case
+    # the home judged invalid left the board too few cases to compare (ci13)
+    assert sorted(fake.calls) == sorted(Path(c).stem for c in REAL_CASES), fake.calls
     [run_dir] = list((tmp / "runs").iterdir())
     return out, run_dir
 
@@ -73,7 +78,8 @@ def test_the_markdown_board_escapes_name_and_version(hostile_run, tmp_path):
     assert active(out.stdout) == [] and active(markdown) == []
     assert not re.search(r"(?<!\\)<img", markdown) and r"\<img src=x onerror=alert\(1\)\>PWNED" in markdown
     out = CliRunner().invoke(main, ["compare", str(hostile_run[1]), str(hostile_run[1]), "--n-boot", "0"])
-    assert out.exit_code == 0, out.output[-2000:]
+    statuses = [(r["case_id"], r["status"]) for r in map(json.loads, (hostile_run[1] / "results.jsonl").open())]
+    assert out.exit_code == 0, (out.output[-2000:], statuses)
     assert active(out.stdout) == [] and r"\<img" in out.stdout and not re.search(r"(?<!\\)<img", out.stdout)
 
 
@@ -83,8 +89,8 @@ def test_the_html_page_caps_each_claim_and_escapes_bidi(hostile_run, tmp_path):
     assert out.exit_code == 0, out.output[-3000:]
     page = html_file.read_text()
     assert active(page) == [] and "<img src=x" not in page and "<b>bold</b>" not in page
-    assert len(page) < 1 << 20, len(page)  # five claims of two 1 MiB texts each, capped
-    print(f"page: {len(page.encode())} bytes for 5 claims of 2 MiB of text each")
+    assert len(page) < 1 << 20, len(page)  # a claim a case of two 1 MiB texts each, capped
+    print(f"page: {len(page.encode())} bytes for {len(REAL_CASES)} claims of 2 MiB of text each")
     assert "more characters in" in page and "diagnosis.json" in page  # says where the whole text is
 
 
