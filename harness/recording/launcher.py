@@ -40,10 +40,6 @@ Decided here:
   ``run`` killed with SIGKILL left one ``pymp-*`` per recording in the temp folder, with no owner in its name.
   The next recording (and every ``run`` and ``diagnose``, through ``remove_stale_boxes``) removes the owned
   folders whose launcher is dead, and whatever they hold.
-* A rank's parent reports the rank's wait status through the pipe that carried its pid once it has reaped the rank
-  (and every process handed to it), then exits; ``run_ranks`` takes a rank's end from that report, not from its
-  parent's exit, and does not wait for the parents that reported: a process that mapped torch takes 14-56 ms to
-  be torn down (measured from its reaping the rank to the launcher seeing its exit, load 3), on every recording's path.
 * ``run_ranks`` waits until every rank exits or ``timeout_s`` passes; then it stops what is left and
   raises :class:`RecordingError` naming the rank that hung (or the first that failed, with its log's tail).
   Exit codes in ``accepted_exit_codes`` (a job that failed as its case intends, having written its
@@ -53,7 +49,6 @@ Decided here:
 from __future__ import annotations
 
 import multiprocessing
-import multiprocessing.connection
 import os
 import resource
 import signal
@@ -158,8 +153,7 @@ def die_with_parent() -> None:
 
 def _rank_entry(target: Callable[..., Any], args: tuple, log_path: str, report: Any, launcher_pid: int,
                 mp_dir: str) -> None:
-    """Forkserver child: fork the rank, send its pid through ``report``, reap, send the rank's wait status through
-    ``report``, exit with the rank's status.
+    """Forkserver child: fork the rank, send its pid through ``report``, reap, exit with the rank's status.
 
     The rank (the forked child) returns from here into multiprocessing's own bootstrap, which runs its exit
     hooks and turns an exception into exit code 1, exactly as for a process the forkserver started itself.
@@ -177,12 +171,8 @@ def _rank_entry(target: Callable[..., Any], args: tuple, log_path: str, report: 
         report.send(pid)
     except OSError:  # the launcher was killed meanwhile: the rank goes on as one started just before it would
         pass
-    status = _reap(pid, waited, launcher_pid)
-    try:  # the rank's end, before this process's own (module docstring)
-        report.send(status)
-    except OSError:
-        pass
     report.close()
+    status = _reap(pid, waited, launcher_pid)
     code = os.waitstatus_to_exitcode(status)
     if code < 0:  # the rank was killed: so is its parent, by the same signal, and the launcher sees that code
         sig = signal.Signals(-code)
@@ -276,9 +266,8 @@ def run_ranks(
     ctx = _context()
     mp_dir = launcher_temp_dir()  # before the forkserver starts: its listener's socket goes there
     procs = []
-    readers: list[Any] = []
-    ended: dict[int, int] = {}  # rank -> its exit code, once its parent has reported it
     try:
+        pid_readers = []
         for args, log in zip(rank_args, log_paths):
             Path(log).parent.mkdir(parents=True, exist_ok=True)
             reader, writer = ctx.Pipe(duplex=False)
@@ -288,18 +277,15 @@ def run_ranks(
             p.start()
             writer.close()
             procs.append(p)
-            readers.append(reader)
-        rank_pids = [_rank_pid(reader, r, procs[r], what, timeout_s) for r, reader in enumerate(readers)]
+            pid_readers.append(reader)
+        rank_pids = [_rank_pid(reader, r, procs[r], what, timeout_s) for r, reader in enumerate(pid_readers)]
         if on_started is not None:
             on_started(rank_pids)
         deadline = time.monotonic() + timeout_s
         failed: int | None = None
         while True:
-            for r, (reader, p) in enumerate(zip(readers, procs)):
-                if r not in ended and (code := _rank_end(reader, p)) is not None:
-                    ended[r] = code
-            alive = [r for r in range(len(procs)) if r not in ended]
-            crashed = sorted(r for r, code in ended.items() if code not in accepted_exit_codes)
+            alive = [r for r, p in enumerate(procs) if p.exitcode is None]
+            crashed = [r for r, p in enumerate(procs) if p.exitcode is not None and p.exitcode not in accepted_exit_codes]
             if crashed:
                 failed = crashed[0]
                 break
@@ -310,25 +296,22 @@ def run_ranks(
                     f"{what}: rank {alive[0]} did not finish within {timeout_s:.0f}s and was killed "
                     f"(ranks still running: {alive}). Last lines of its log {log_paths[alive[0]]}:\n{_tail(Path(log_paths[alive[0]]))}"
                 )
-            multiprocessing.connection.wait([readers[r] for r in alive] + [procs[r].sentinel for r in alive], 0.02)
+            procs[alive[0]].join(0.02)
         # a crashed rank is reported at once; the finally below kills its peers (they would wait for it)
-        code = ended[failed]
+        code = procs[failed].exitcode
         raise RecordingError(
             f"{what}: rank {failed} failed (exit code {code}). Last lines of its log {log_paths[failed]}:\n"
             f"{_tail(Path(log_paths[failed]))}"
         )
     finally:
-        waiting = [p for r, p in enumerate(procs) if r not in ended]  # a parent that reported its rank's end is exiting
-        for p in waiting:
+        for p in procs:
             if p.exitcode is None:
                 p.terminate()  # its parent kills the rank, reaps it and exits
-        for p in waiting:
+        for p in procs:
             p.join(STOP_WAIT_S)
             if p.exitcode is None:
                 p.kill()
                 p.join(STOP_WAIT_S)
-        for reader in readers:
-            reader.close()
 
 
 def _rank_pid(reader: Any, rank: int, parent: multiprocessing.process.BaseProcess, what: str, timeout_s: float) -> int:
@@ -340,16 +323,6 @@ def _rank_pid(reader: Any, rank: int, parent: multiprocessing.process.BaseProces
         parent.join(STOP_WAIT_S)
         raise RecordingError(f"{what}: rank {rank} did not start (its parent exited with code {parent.exitcode} "
                              "before forking it)") from None
+    finally:
+        reader.close()
     raise RecordingError(f"{what}: rank {rank} did not start within {timeout_s:.0f}s")
-
-
-def _rank_end(reader: Any, parent: multiprocessing.process.BaseProcess) -> int | None:
-    """The rank's exit code once it has ended, None while it runs: what its parent reports (the rank's wait status,
-    sent before the parent's own exit), or the parent's own exit code when it ended without reporting (killed)."""
-    try:
-        if not reader.poll(0):
-            return None
-        return os.waitstatus_to_exitcode(reader.recv())
-    except (EOFError, OSError):
-        parent.join(STOP_WAIT_S)
-        return parent.exitcode

@@ -20,7 +20,7 @@ import pytest
 
 from diageval.bundle.model import EvidenceBundle
 from diageval.cases.model import Case
-from diageval.recording.launcher import RecordingError, _rank_end, main_modules, run_ranks
+from diageval.recording.launcher import RecordingError, main_modules, run_ranks
 from fault_cases import fault_case, write_case_file
 
 pytestmark = pytest.mark.slow
@@ -150,21 +150,6 @@ def test_a_rank_starts_with_the_workload_registry_imported(tmp_path: Path):
     check = "import sys; print('diageval.recording.workloads' in sys.modules)"
     run_ranks(exec, [(check, {})], [tmp_path / "r0.log"], timeout_s=120, what="t")
     assert (tmp_path / "r0.log").read_text().split() == ["True"]
-
-
-def test_a_rank_s_end_is_its_parent_s_report_not_the_parent_s_exit():
-    """The launcher goes on once a rank's parent has reported the rank's wait status, while the parent itself may
-    still be exiting (its exit code unknown); a parent that ended without a report gives its own exit code."""
-    import multiprocessing
-
-    reader, writer = multiprocessing.Pipe(duplex=False)
-    exiting = types.SimpleNamespace(exitcode=None, join=lambda timeout=None: None)  # not exited yet
-    assert _rank_end(reader, exiting) is None  # the rank runs
-    writer.send(3 << 8)  # the rank's wait status: exit code 3
-    assert _rank_end(reader, exiting) == 3
-    writer.close()
-    killed = types.SimpleNamespace(exitcode=-9, join=lambda timeout=None: None)
-    assert _rank_end(reader, killed) == -9  # no report: the parent's own code
 
 
 def test_failed_recording_leaves_no_bundle(tmp_path: Path):
