@@ -85,7 +85,7 @@ def _context() -> multiprocessing.context.BaseContext:
 def main_modules(main: types.ModuleType) -> list[str]:
     """The modules ``main`` (the process's ``__main__``) took its names from, sorted, when it is a script run by path:
     multiprocessing runs such a script again in each process the forkserver starts, where its imports cost nothing once
-    the server holds them (module docstring). None for a main run as a module (``python -m``: multiprocessing does not
+    the server holds them (module docstring). Nothing for a main run as a module (``python -m``: multiprocessing does not
     run it again) or with no file (``python -c``, a REPL). A module the server cannot import (one beside the script,
     found through the script's folder) is left to the rank's parent, as before: the server skips it."""
     if getattr(getattr(main, "__spec__", None), "name", None) is not None or getattr(main, "__file__", None) is None:

@@ -182,8 +182,6 @@ def test_a_rank_starts_with_the_compile_stack_loaded():
     with only torch._dynamo preloaded, that step imported AOT autograd and 148 modules of inductor (600 in all; ~3 s
     of an aot_eager candidate's 6 s recording in ci11), again in every recording. The forkserver preloads inductor's
     compile_fx, which imports them, so a rank inherits them: its first compiled step imports neither module."""
-    import subprocess
-    import sys
     import textwrap
 
     code = textwrap.dedent("""
