@@ -806,6 +806,9 @@ def _summarize_in_slices(path: Path, first: _Columns, gpu: StatsCollector, base_
     sliceable = gpu.has_device_events and math.isfinite(margin)
     sliced = [o for o in observers if isinstance(o, SlicedObserver)] if sliceable else []
     for observer in sliced:
+        # ``ts + base_us - base_us``, not ``ts``: the start rules asks a one-read table for is a step's ``start_us``
+        # (``ts + base_us``) less ``base_time_us``, and the float round trip is kept so the sliced table's units are
+        # those, to the last bit (the byte-identical outputs)
         units = [[(number, ts + base_us - base_us, dur) for number, ts, dur, _ in sl.markers] for sl in slices]
         for sl, part in zip(slices, observer.slice_units(units, margin, first.steps)):
             sl.parts.append(_ObserverSlice(part, hulls))
