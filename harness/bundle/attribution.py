@@ -206,17 +206,50 @@ def _merged(ts: array, dur: array, touching_apart: bool = False) -> tuple[np.nda
     return merge_sorted(s, e, touching_apart)
 
 
+def _sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` for values with no NaN, by a stable sort: a trace's times come nearly in order, which a
+    stable sort (timsort) takes in close to linear time, where np.unique's quicksort takes n log n whatever the order
+    (the 1 M segment boundaries of the 453 MB trace: 7 ms against 59)."""
+    values = np.sort(values, kind="stable")
+    first = np.empty(len(values), dtype=bool)
+    first[:1] = True
+    np.not_equal(values[1:], values[:-1], out=first[1:])
+    return values[first]
+
+
+def _unique_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` of an int64 column, by a stable sort, as :func:`_sorted_unique` (the
+    tally's keys, unit-major and mostly in order: 8 ms against 61 for the 453 MB trace's 624 k)."""
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    first = np.empty(len(ordered), dtype=bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    inverse = np.empty(len(keys), dtype=np.intp)
+    inverse[order] = np.cumsum(first) - 1
+    return ordered[first], inverse
+
+
 def top_level_spans(ts: array, dur: array) -> tuple[np.ndarray, np.ndarray]:
     """Top-level op intervals of one thread: ops nested in another join it; ops that merely touch (one ends where the
     next starts) stay apart, so that a CPU op that queues nothing is not merged into the launching op after it."""
     return _merged(ts, dur, touching_apart=True)
 
 
+def _at_or_before(values: np.ndarray, instants: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(values, instants, side="right")`` where ``instants`` are sorted too (a split's segment
+    midpoints): how many of the sorted ``values`` lie at or before each instant, found by placing each value among the
+    instants and counting, n log m for n values where searching each of m instants costs m log n (the device intervals
+    of the 453 MB trace among its 661 k segments: 7 ms against 13)."""
+    placed = np.bincount(np.searchsorted(instants, values), minlength=len(instants) + 1)[:len(instants)]
+    return np.cumsum(placed, out=placed)
+
+
 def _member(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each instant ``t``: inside the merged intervals, and the index of the interval (-1 outside)."""
+    """For each instant of ``t`` (sorted): inside the merged intervals, and the index of the interval (-1 outside)."""
     if not len(starts):
         return np.zeros(len(t), dtype=bool), np.full(len(t), -1)
-    k = np.searchsorted(starts, t, side="right")  # in place from here: one index array per call (a segment's 8 bytes)
+    k = _at_or_before(starts, t)  # in place from here: one index array per call (a segment's 8 bytes)
     k -= 1
     inside = k >= 0
     np.maximum(k, 0, out=k)
@@ -233,8 +266,8 @@ def _segments(windows: list[tuple[int | None, float, float]],
     is the whole segment's (the GPU and the host-only split both label segments by their midpoints)."""
     lo_all = windows[0][1]
     hi_all = max(w[1] + w[2] for w in windows)
-    b = np.unique(np.concatenate([np.array([w[1] for w in windows] + [w[1] + w[2] for w in windows]), *edges]))
-    b = b[(b >= lo_all) & (b <= hi_all)]
+    b = np.concatenate([np.array([w[1] for w in windows] + [w[1] + w[2] for w in windows]), *edges])
+    b = _sorted_unique(b[(b >= lo_all) & (b <= hi_all)])
     if len(b) < 2:
         return None
     seg_lo, seg_hi = b[:-1], b[1:]
@@ -249,7 +282,7 @@ def _unit_first(windows: list[tuple[int | None, float, float]], starts: np.ndarr
     w_hi = np.array([w[1] + w[2] for w in windows])
     first = starts[np.minimum(np.searchsorted(starts, w_lo), len(starts) - 1)] if len(starts) else w_hi
     first = np.where((first >= w_lo) & (first < w_hi), first, w_hi)
-    u = np.searchsorted(w_lo, mid, side="right")
+    u = _at_or_before(w_lo, mid)
     u -= 1
     np.maximum(u, 0, out=u)
     return first[u], w_hi[u]
@@ -410,7 +443,7 @@ def _tally(lab: _Labeled, totals: _Totals) -> list[UnitAttribution]:
     w_hi = np.array([w[1] + w[2] for w in windows])
     # the tally is the split's peak of memory (the caller holds the segments): the key is built in place in the
     # units' column, and the segments are copied only where some fall outside every unit (between steps)
-    unit = np.searchsorted(w_lo, mid, side="right")
+    unit = _at_or_before(w_lo, mid)
     unit -= 1
     ok = unit >= 0
     ok &= mid < w_hi[np.maximum(unit, 0)]
@@ -427,7 +460,7 @@ def _tally(lab: _Labeled, totals: _Totals) -> list[UnitAttribution]:
     key += occ_k
     key += 1
     del unit, part_k, occ_k
-    keys, inverse = np.unique(key, return_inverse=True)
+    keys, inverse = _unique_inverse(key)
     del key
     sums = np.bincount(inverse, weights=length)
     del inverse
@@ -444,7 +477,7 @@ def _tally(lab: _Labeled, totals: _Totals) -> list[UnitAttribution]:
     up_n = np.bincount(up_at)
     # one occurrence over every unit: (part, occurrence) summed over units in unit order, then per part in
     # occurrence order (an occurrence cut by a unit's edge counts once)
-    po_keys, po_at = np.unique(unit_part % n_parts * width + occ_of, return_inverse=True)
+    po_keys, po_at = _unique_inverse(unit_part % n_parts * width + occ_of)
     totals.add(po_keys, po_at, sums, width, lab.held_in, lab.held_out)
     rows: list[dict[str, PartTime]] = [{} for _ in windows]
     unit_of, part_of = (a.tolist() for a in np.divmod(up_keys, n_parts))
@@ -641,7 +674,7 @@ class AttributionCollector:
         busy, dev_k = _member(dev_s, dev_e, mid)
         computing, _ = _member(*noncomm, mid)
         # the device gap an idle instant lies in: between device interval k and k+1 (k = -1 before the first)
-        k = np.searchsorted(dev_s, mid, side="right") - 1
+        k = _at_or_before(dev_s, mid) - 1
         has_prev, has_next = k >= 0, k + 1 < len(dev_s)
         queued_after = self._queued_after(dev_s)
         queued = queued_after[np.minimum(k + 1, max(len(dev_s) - 1, 0))] if len(dev_s) else np.zeros(len(mid), dtype=bool)
@@ -697,8 +730,8 @@ class AttributionCollector:
 
     def _counts(self, windows: list[tuple[int | None, float, float]]) -> tuple[list[int], list[int]]:
         """Per window: the device activities and the host events that start in it."""
-        kernel_starts = np.sort(np.frombuffer(self.dev[0])) if len(self.dev[0]) else np.zeros(0)
-        host_starts = np.sort(np.frombuffer(self.host_starts)) if len(self.host_starts) else np.zeros(0)
+        kernel_starts = np.sort(np.frombuffer(self.dev[0]), kind="stable") if len(self.dev[0]) else np.zeros(0)
+        host_starts = np.sort(np.frombuffer(self.host_starts), kind="stable") if len(self.host_starts) else np.zeros(0)
         lo = np.array([w[1] for w in windows])
         hi = np.array([w[1] + w[2] for w in windows])
         kernels = np.searchsorted(kernel_starts, hi) - np.searchsorted(kernel_starts, lo)
@@ -728,7 +761,7 @@ class AttributionCollector:
             _claim(part, occ, free, name, _member(*sets[name], mid))
         _claim(part, occ, free, "compute", _member(ops_s, ops_e, mid))
         # the gap an instant outside every op lies in: after op k, before op k + 1 (k = -1 before the first)
-        k = np.searchsorted(ops_s, mid, side="right") - 1
+        k = _at_or_before(ops_s, mid) - 1
         has_prev, has_next = k >= 0, k + 1 < len(ops_s)
         gap_len = np.full(len(mid), np.inf)
         if len(ops_s):
@@ -777,7 +810,8 @@ class AttributionCollector:
         threads = None if bounds is None else _Threads(set(), set(), False)
         for tid, (ts, dur) in sorted(self.ops.items()):
             s, e = top_level_spans(ts, dur)
-            calls = np.sort(np.frombuffer(self.launch_ts[tid])) if tid in self.launch_ts and len(self.launch_ts[tid]) else np.zeros(0)
+            calls = (np.sort(np.frombuffer(self.launch_ts[tid]), kind="stable") if tid in self.launch_ts
+                     and len(self.launch_ts[tid]) else np.zeros(0))
             n = np.searchsorted(calls, e) - np.searchsorted(calls, s)
             # an op that queues nothing is CPU work when it runs long enough to be work (SHORT_GAP_US: a visible
             # stall); shorter ones (views, allocations of the model's own dispatch) are the launch path
@@ -846,7 +880,7 @@ def _launches_inside(spans: tuple[np.ndarray, np.ndarray], launches: array | Non
     """Whether a launch (start) lies inside one of a thread's top-level op ``spans``, as ``_op_cover`` counts them."""
     if launches is None or not len(launches):
         return False
-    calls = np.sort(np.frombuffer(launches))
+    calls = np.sort(np.frombuffer(launches), kind="stable")
     return bool((np.searchsorted(calls, spans[1]) - np.searchsorted(calls, spans[0])).any())
 
 

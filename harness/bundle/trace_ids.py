@@ -58,13 +58,19 @@ NO_CORR = -(2**63)  # no correlation (None), in an int64 column
 def int_column(values: list[Any]) -> array | None:
     """``values`` (correlations) as an int64 column, None as ``NO_CORR``; None where any is something else (not an
     int, beyond int64, the marker itself)."""
-    if any(v.__class__ is not int and v is not None for v in values):
+    types = set(map(type, values))  # per value in C, not a Python test per value
+    if not types <= _INT_OR_NONE:
         return None
+    nones = values.count(None) if _NONE in types else 0
     try:
-        col = array("q", [NO_CORR if v is None else v for v in values])
+        col = array("q", [NO_CORR if v is None else v for v in values] if nones else values)
     except OverflowError:
         return None
-    return col if col.count(NO_CORR) == values.count(None) else None
+    return col if np.count_nonzero(np.frombuffer(col, dtype=np.int64) == NO_CORR) == nones else None
+
+
+_NONE = type(None)
+_INT_OR_NONE = {int, _NONE}  # exactly: a bool (an int subclass) is not a correlation
 
 
 def latest_match(call_corr: np.ndarray, call_ts: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

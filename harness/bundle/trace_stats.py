@@ -350,8 +350,19 @@ class Names:
         cats = self.cats
         try:
             return [cats[ev.cat][ev.name] for ev in events]
-        except KeyError:  # a pair first met in this window (no id was given above): one at a time, in order
-            return [self._id(ev.cat, ev.name) for ev in events]
+        except KeyError:  # a pair first met in this window: the known pairs by lookup, then the new ones one by one
+            pass  # (in file order, so ids are given as before); a step marker's name is new in every step's window
+        empty: dict[Any, int] = {}
+        ids = [cats.get(ev.cat, empty).get(ev.name, -1) for ev in events]
+        at = 0
+        while True:
+            try:
+                at = ids.index(-1, at)
+            except ValueError:
+                return ids
+            ev = events[at]
+            ids[at] = self._id(ev.cat, ev.name)
+            at += 1
 
     def _id(self, cat: Any, name: Any) -> int:
         names = self.cats.get(cat)
@@ -386,8 +397,8 @@ class TimedWindow:
         # the window's decoded correlations, shared by its selections: [values, decoded?] per event of the base
         self._corr = corr if corr is not None else [None, None]
         # the window's threads, shared alike: [code per event of the base (-1: not read yet), thread of each code,
-        # code of each thread]
-        self._tids = tids if tids is not None else [None, [], {}]
+        # code of each thread, code of each ``tid`` as written (1 and "1" are one thread)]
+        self._tids = tids if tids is not None else [None, [], {}, {}]
 
     @property
     def events(self) -> list[TraceEvent]:
@@ -429,18 +440,31 @@ class TimedWindow:
         holder = self._tids
         if holder[0] is None:
             holder[0] = np.full(len(base), -1, dtype=np.int32)
-        codes, threads, code_of = holder
+        codes, threads, code_of, code_of_raw = holder
         if at is None:
             at = np.arange(len(base))
         need = at[codes[at] < 0]
         if len(need):
-            strings = tid_strings(_pick(base, need))
-            for t in dict.fromkeys(strings):
-                if t not in code_of:
-                    code_of[t] = len(threads)
-                    threads.append(t)
-            codes[need] = np.fromiter(map(code_of.__getitem__, strings), dtype=np.int32, count=len(strings))
+            raw = list(map(_TID, _pick(base, need)))
+            try:  # each distinct tid converted to its string once; per event, a lookup of the tid as written
+                for t in dict.fromkeys(raw):  # in order of first appearance, as codes are given
+                    if t not in code_of_raw:
+                        code_of_raw[t] = self._code(str(t))
+                lookup = code_of_raw.__getitem__
+            except TypeError:  # an unhashable tid (a list...): by its string, one at a time
+                raw = [self._code(str(t)) for t in raw]
+                lookup = int
+            codes[need] = np.fromiter(map(lookup, raw), dtype=np.int32, count=len(raw))
         return codes[at], threads
+
+    def _code(self, thread: str) -> int:
+        """The code of thread string ``thread`` in this window, given the next one when first met."""
+        _, threads, code_of, _ = self._tids
+        code = code_of.get(thread)
+        if code is None:
+            code = code_of[thread] = len(threads)
+            threads.append(thread)
+        return code
 
     def by_thread(self) -> list[tuple[str, np.ndarray | None]]:
         """``by_tid(tid_strings(self.events))``: each thread in order of first appearance, with the mask of its events
@@ -660,7 +684,7 @@ class StatsCollector:
                 launch = w.select(is_rt & (rt_sub == _LAUNCH))
                 if len(launch):
                     c.launch_starts.frombytes(launch.ts.tobytes())
-                    c.launch_ts.update(zip(launch.correlations(), [ev.ts for ev in launch.events]))
+                    c.launch_ts.update(zip(launch.correlations(), launch.ts.tolist()))  # floats, as in every column
                     c.launch_ts.pop(None, None)
                 allocs = is_rt & (rt_sub == _ALLOC)
                 if np.count_nonzero(allocs):

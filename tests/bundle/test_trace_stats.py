@@ -189,12 +189,11 @@ def test_a_windows_threads_are_read_once_for_every_collector_and_group_as_by_fir
 
     read: list[int] = []
 
-    def counting(events):
-        read.extend(id(ev) for ev in events)
-        return original(events)
+    def counting(ev):
+        read.append(id(ev))
+        return ev.tid
 
-    original = ts.tid_strings
-    monkeypatch.setattr(ts, "tid_strings", counting)
+    monkeypatch.setattr(ts, "_TID", counting)
     tids = [7, "5", 5, 7, "x", 5]
     events = [event_from_dict({"ph": "X", "cat": "cpu_op", "name": "op", "tid": t, "ts": i, "dur": 1})
               for i, t in enumerate(tids)]
@@ -208,6 +207,22 @@ def test_a_windows_threads_are_read_once_for_every_collector_and_group_as_by_fir
     assert some.threads_where(np.array([True, False, True, False])) == ["5", "7"]
     assert sorted(read) == sorted(id(ev) for ev in events) and len(read) == len(set(read))
     assert w.select(np.zeros(6, dtype=bool)).by_thread() == []
+
+
+def test_a_thread_id_that_cannot_be_hashed_is_grouped_by_its_string():
+    """A ``tid`` that is a JSON array (no hash: a hostile or broken trace) is a thread by its string, as ``str(ev.tid)``
+    of every event would make it, beside the hashable ones of the same window."""
+    from diageval.bundle.trace_stream import event_from_dict
+
+    tids = [[1], 7, [1], "7", [2]]
+    events = [event_from_dict({"ph": "X", "cat": "cpu_op", "name": "op", "tid": t, "ts": i, "dur": 1})
+              for i, t in enumerate(tids)]
+    w, _ = timed_window(events, Names())
+    assert [(t, m.tolist()) for t, m in w.by_thread()] == [
+        ("[1]", [True, False, True, False, False]), ("7", [False, True, False, True, False]),
+        ("[2]", [False, False, False, False, True])]
+    assert w.select(np.array([False, True, False, True, True])).threads_where(np.array([True, True, True])) == [
+        "7", "7", "[2]"]
 
 
 def test_launch_delays_match_each_device_event_to_the_latest_launch_as_a_dict_lookup_would():
