@@ -17,7 +17,7 @@ def test_coverage_clips_and_merges():
     cov = Coverage([0.0, 5.0, 20.0], [10.0, 10.0, 5.0])  # [0,15) and [20,25)
     assert cov.covered(-5, 30) == 20
     assert cov.covered(10, 22) == 7
-    assert cov.gaps(0, 30) == [5.0]
+    assert cov.gaps(0, 30).tolist() == [5.0]
 
 
 @pytest.mark.parametrize("legacy", [False, True], ids=["current", "torch-1.9"])
