@@ -163,7 +163,7 @@ _SKIPPED = tuple(msgspec.defstruct(f"_Phase{i}", [], tag_field="ph", tag=ph, gc=
 _COMPLETE_EVENTS = msgspec.json.Decoder(list[Union[(CompleteEvent, *_SKIPPED)]])  # type: ignore[misc]
 
 
-class _Correlation(msgspec.Struct):
+class _Correlation(msgspec.Struct, gc=False):
     correlation: Any = None
 
 
