@@ -79,7 +79,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from diageval.bundle import kineto as K
-from diageval.bundle.trace_ids import (NO_CORR, SHORT_GAP_US, IdTable, int_column, latest_match, merge_sorted,
+from diageval.bundle.trace_ids import (SHORT_GAP_US, CorrelationColumn, IdTable, latest_match, merge_sorted,
                                        step_markers)
 
 QUEUE_EMPTY_DELAY_US = 50.0
@@ -1015,54 +1015,31 @@ class _SliceRead:
 
 class _QueueJoin:
     """The launch-to-start delay of each device activity: its correlation matched to the latest queuing call with the
-    same one (a dict's ``update`` in file order, None never matched). Correlations are ints in every trace seen (a
-    kernel's and its launch's counter): they are kept as int64 columns (8 bytes each, not a Python int in a list and
-    a dict entry, ~100 bytes) and matched by sorting; the first value that is not an int turns the read to a list and
-    a dict of the values themselves, so that any JSON value matches as Python's equality does."""
+    same one (a dict's ``update`` in file order, None never matched). Correlations are kept as
+    :class:`~diageval.bundle.trace_ids.CorrelationColumn` s (int64 columns matched by sorting in every trace seen; the
+    values themselves, matched by a dict, once one is not an int)."""
 
     def __init__(self) -> None:
-        self.dev = array("q")
-        self.call_corr = array("q")
+        self.dev = CorrelationColumn()
+        self.call_corr = CorrelationColumn()
         self.call_ts = array("d")
-        self.generic: tuple[list[Any], dict[Any, float]] | None = None
-
-    def _to_generic(self) -> tuple[list[Any], dict[Any, float]]:
-        if self.generic is None:
-            def unpack(col: array) -> list[Any]:
-                return [None if c == NO_CORR else c for c in col.tolist()]
-
-            calls = dict(zip(unpack(self.call_corr), self.call_ts.tolist()))
-            calls.pop(None, None)
-            self.generic = (unpack(self.dev), calls)
-            self.dev, self.call_corr, self.call_ts = array("q"), array("q"), array("d")
-        return self.generic
 
     def add_devices(self, corrs: list[Any]) -> None:
-        col = None if self.generic is not None else int_column(corrs)
-        if col is None:
-            self._to_generic()[0].extend(corrs)
-        else:
-            self.dev.extend(col)
+        self.dev.extend(corrs)
 
     def add_calls(self, corrs: list[Any], ts: np.ndarray) -> None:
-        col = None if self.generic is not None else int_column(corrs)
-        if col is None:
-            calls = self._to_generic()[1]
-            calls.update(zip(corrs, ts.tolist()))
-            calls.pop(None, None)
-        else:
-            self.call_corr.extend(col)
-            self.call_ts.frombytes(ts.tobytes())
+        self.call_corr.extend(corrs)
+        self.call_ts.frombytes(ts.tobytes())
 
     def delays(self, dev_ts: np.ndarray) -> np.ndarray:
         """Per device activity (in the order added, starting at ``dev_ts``): its start less its call's (NaN: none)."""
-        if self.generic is not None:
-            dev, call = self.generic
+        dev, corr = self.dev.column(), self.call_corr.column()
+        if dev is None or corr is None:
+            call = dict(zip(self.call_corr.tolist(), self.call_ts.tolist()))
+            call.pop(None, None)
             return np.array([t - call[c] if c is not None and c in call else np.nan
-                             for t, c in zip(dev_ts.tolist(), dev)], dtype=np.float64)
-        corr = np.frombuffer(self.call_corr, dtype=np.int64) if len(self.call_corr) else np.zeros(0, dtype=np.int64)
+                             for t, c in zip(dev_ts.tolist(), self.dev.tolist())], dtype=np.float64)
         at = np.frombuffer(self.call_ts, dtype=np.float64) if len(self.call_ts) else np.zeros(0)
-        dev = np.frombuffer(self.dev, dtype=np.int64) if len(self.dev) else np.zeros(0, dtype=np.int64)
         found, call_ts = latest_match(corr, at, dev)
         return np.where(found, dev_ts - call_ts, np.nan)
 

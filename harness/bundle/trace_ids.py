@@ -73,6 +73,42 @@ _NONE = type(None)
 _INT_OR_NONE = {int, _NONE}  # exactly: a bool (an int subclass) is not a correlation
 
 
+class CorrelationColumn:
+    """Correlations in file order, as the collectors keep them: an int64 column (``NO_CORR`` for None, 8 bytes a value
+    where a Python int in a list takes ~40) while every value is an int, as in every trace seen; from the first value
+    that is not, a list of the values themselves, so that any JSON value is matched as Python's equality does."""
+
+    __slots__ = ("ints", "values")
+
+    def __init__(self) -> None:
+        self.ints = array("q")
+        self.values: list[Any] | None = None
+
+    def extend(self, values: list[Any]) -> None:
+        if self.values is None:
+            col = int_column(values)
+            if col is not None:
+                self.ints.extend(col)
+                return
+            self.values, self.ints = self.tolist(), array("q")
+        self.values.extend(values)
+
+    def __len__(self) -> int:
+        return len(self.ints) if self.values is None else len(self.values)
+
+    def column(self) -> np.ndarray | None:
+        """The int64 column; None once a value was not an int (then :meth:`tolist` holds them)."""
+        if self.values is not None:
+            return None
+        return np.frombuffer(self.ints, dtype=np.int64) if len(self.ints) else np.zeros(0, dtype=np.int64)
+
+    def tolist(self) -> list[Any]:
+        """The values, None where there was none."""
+        if self.values is not None:
+            return list(self.values)
+        return [None if c == NO_CORR else c for c in self.ints.tolist()]
+
+
 def latest_match(call_corr: np.ndarray, call_ts: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each of ``corr`` (int64, ``NO_CORR`` for none): whether a call (``call_corr``, in file order) has the same
     correlation, and the start (``call_ts``) of the latest that does (where none does, any value): a dict of the calls
@@ -122,4 +158,4 @@ def _flags(kinds: list[tuple], item: int) -> np.ndarray:
     return np.array([len(k) > item and bool(k[item]) for k in kinds], dtype=bool)
 
 
-__all__ = ["GAP_BINS_US", "SHORT_GAP_US", "merge_sorted", "step_markers", "tid_strings", "IdTable", "NO_CORR", "int_column", "latest_match"]
+__all__ = ["GAP_BINS_US", "SHORT_GAP_US", "merge_sorted", "step_markers", "tid_strings", "IdTable", "NO_CORR", "int_column", "CorrelationColumn", "latest_match"]

@@ -48,8 +48,8 @@ from pydantic import BaseModel, Field
 from diageval.bundle import kineto as K
 from diageval.bundle.trace_defects import DefectObserver, clock_disagreement
 from diageval.bundle.attribution import AttributionCollector, TimeShare, share_rows
-from diageval.bundle.trace_ids import (GAP_BINS_US, SHORT_GAP_US, IdTable, int_column, latest_match, merge_sorted,
-                                       step_markers, tid_strings)
+from diageval.bundle.trace_ids import (GAP_BINS_US, SHORT_GAP_US, CorrelationColumn, IdTable, int_column,
+                                       latest_match, merge_sorted, step_markers, tid_strings)
 from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, correlations, iter_trace_windows
 
 
@@ -190,9 +190,11 @@ class _Cols:
         self.dev_ts = array("d")
         self.dev_dur = array("d")
         self.dev_class: list[str] = []
-        self.dev_corr: list[Any] = []
+        self.dev_corr = CorrelationColumn()
         self.pageable_corr: set[Any] = set()
-        self.launch_ts: dict[Any, float] = {}
+        # each launch's correlation and start, in file order (``launch_ts`` makes them the dict a lookup wants)
+        self.launch_corr = CorrelationColumn()
+        self.launch_at = array("d")
         self.launch_starts = array("d")
         self.calls: list[tuple[str, float, float, Any]] = []  # (kind or name, ts, dur, correlation)
         self.alloc_starts = array("d")
@@ -211,8 +213,14 @@ class _Cols:
     def size(self) -> int:
         """Entries held in the per-event columns (what grows with the trace)."""
         return (sum(len(ts) for ts, _ in self.host.values()) + sum(len(v) for v in self.op_starts.values())
-                + len(self.dev_ts) + len(self.launch_ts) + len(self.launch_starts) + len(self.calls)
+                + len(self.dev_ts) + len(self.launch_at) + len(self.launch_starts) + len(self.calls)
                 + len(self.alloc_starts) + len(self.waits[0]) + len(self.pageable_corr))
+
+    def launch_ts(self) -> dict[Any, float]:
+        """The latest launch's start per correlation: a dict updated in file order, None left out."""
+        latest = dict(zip(self.launch_corr.tolist(), self.launch_at.tolist()))
+        latest.pop(None, None)
+        return latest
 
 
 @dataclass(frozen=True)
@@ -599,9 +607,10 @@ class StatsCollector:
         """Free the per-event columns; later events only update the facts (and the margin's join)."""
         c = self.cols
         join = self.join = _Join()
-        join.feed([False] * len(c.launch_ts), list(c.launch_ts.values()), list(c.launch_ts))
+        launch_ts = c.launch_ts()
+        join.feed([False] * len(launch_ts), list(launch_ts.values()), list(launch_ts))
         join.feed([False] * len(c.calls), [ts for _, ts, _, _ in c.calls], [corr for *_, corr in c.calls])
-        join.feed([True] * len(c.dev_ts), c.dev_ts.tolist(), c.dev_corr)
+        join.feed([True] * len(c.dev_ts), c.dev_ts.tolist(), c.dev_corr.tolist())
         self.max_block_us = max((dur for _, _, dur, _ in c.calls), default=0.0)
         fresh = _Cols()
         for name in ("steps", "host_tids", "autograd_tids", "class_of", "n_device", "legacy", "accel_cat", "lo", "hi"):
@@ -686,8 +695,8 @@ class StatsCollector:
                 launch = w.select(is_rt & (rt_sub == _LAUNCH))
                 if len(launch):
                     c.launch_starts.frombytes(launch.ts.tobytes())
-                    c.launch_ts.update(zip(launch.correlations(), launch.ts.tolist()))  # floats, as in every column
-                    c.launch_ts.pop(None, None)
+                    c.launch_corr.extend(launch.correlations())
+                    c.launch_at.frombytes(launch.ts.tobytes())
                 allocs = is_rt & (rt_sub == _ALLOC)
                 if np.count_nonzero(allocs):
                     c.alloc_starts.frombytes(ts[allocs].tobytes())
@@ -812,17 +821,14 @@ def _launch_delays(c: _Cols) -> tuple[np.ndarray, np.ndarray]:
     """Each device event a launch queued (its correlation a launch's, the latest such as ``launch_ts`` holds), in file
     order: its start, and its start less the launch's. Int correlations (every trace seen) are matched as int64
     columns (``latest_match``: no Python per event); any other value as a dict lookup matches it."""
-    launch_ts = c.launch_ts
-    dev = int_column(c.dev_corr)
-    calls = int_column(list(launch_ts)) if dev is not None else None
+    dev, calls = c.dev_corr.column(), c.launch_corr.column()
     if dev is None or calls is None:
-        queued = [(ts, ts - launch_ts[corr]) for ts, corr in zip(c.dev_ts, c.dev_corr)
+        launch_ts = c.launch_ts()
+        queued = [(ts, ts - launch_ts[corr]) for ts, corr in zip(c.dev_ts, c.dev_corr.tolist())
                   if corr is not None and corr in launch_ts]
         return np.array([q[0] for q in queued], dtype=np.float64), np.array([q[1] for q in queued], dtype=np.float64)
     ts = np.frombuffer(c.dev_ts) if len(c.dev_ts) else np.zeros(0)
-    found, call_ts = latest_match(np.frombuffer(calls, dtype=np.int64) if len(calls) else np.zeros(0, dtype=np.int64),
-                                  np.fromiter(launch_ts.values(), dtype=np.float64, count=len(launch_ts)),
-                                  np.frombuffer(dev, dtype=np.int64) if len(dev) else np.zeros(0, dtype=np.int64))
+    found, call_ts = latest_match(calls, np.frombuffer(c.launch_at) if len(c.launch_at) else np.zeros(0), dev)
     return ts[found], ts[found] - call_ts[found]
 
 

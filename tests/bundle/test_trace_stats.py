@@ -232,18 +232,32 @@ def test_launch_delays_match_each_device_event_to_the_latest_launch_as_a_dict_lo
     from array import array
 
     from diageval.bundle import trace_stats as ts
-    from diageval.bundle.trace_ids import NO_CORR, latest_match
+    from diageval.bundle.trace_ids import NO_CORR, CorrelationColumn, latest_match
 
-    def by_dict(c):
-        return [(t, t - c.launch_ts[k]) for t, k in zip(c.dev_ts, c.dev_corr) if k is not None and k in c.launch_ts]
+    def by_dict(dev_ts, dev_corr, launches):
+        latest = {}
+        for k, t in launches:  # a dict updated in file order: a correlation launched twice counts its latest launch
+            latest[k] = t
+        latest.pop(None, None)
+        return [(t, t - latest[k]) for t, k in zip(dev_ts, dev_corr) if k is not None and k in latest]
+
+    def column(values):
+        col = CorrelationColumn()
+        col.extend(values)
+        return col
 
     c = ts._Cols()
     c.dev_ts = array("d", [10.0, 20.0, 30.0, 40.0, 50.5])
-    c.launch_ts = {1: 4.0, 3: 35, 7: 1.0, 2**62: 2.0}
-    for corrs in ([1, 2, None, 3, 1], [2**62, 1, 3, None, 7], [1, "2", None, 3, 1.0], [True, 3, 1, 1, None]):
-        c.dev_corr = corrs
-        starts, delays = ts._launch_delays(c)
-        assert list(zip(starts.tolist(), delays.tolist())) == by_dict(c), corrs
+    int_launches = [(1, 9.0), (3, 35.0), (7, 1.0), (1, 4.0), (None, 3.0), (2**62, 2.0)]
+    odd_launches = [(1, 4.0), ("2", 5.0), (None, 3.0), (3, 35.0), (True, 6.0)]
+    for launches in (int_launches, odd_launches):
+        for corrs in ([1, 2, None, 3, 1], [2**62, 1, 3, None, 7], [1, "2", None, 3, 1.0], [True, 3, 1, 1, None]):
+            c.dev_corr = column(corrs)
+            c.launch_corr, c.launch_at = column([k for k, _ in launches]), array("d", [t for _, t in launches])
+            assert (c.dev_corr.column() is None) == any(type(k) is not int and k is not None for k in corrs)
+            starts, delays = ts._launch_delays(c)
+            assert list(zip(starts.tolist(), delays.tolist())) == by_dict(c.dev_ts, corrs, launches), (corrs, launches)
+            assert c.dev_corr.tolist() == corrs
     found, at = latest_match(np.array([5, 3, 5, NO_CORR, 8]), np.array([1.0, 2.0, 3.0, 4.0, 5.0]),
                              np.array([5, 3, 9, NO_CORR, 8, 1]))
     assert found.tolist() == [True, True, False, False, True, False] and at[found].tolist() == [3.0, 2.0, 5.0]
