@@ -189,7 +189,8 @@ class _Cols:
         self.op_starts: dict[str, array] = defaultdict(lambda: array("d"))
         self.dev_ts = array("d")
         self.dev_dur = array("d")
-        self.dev_class: list[str] = []
+        self.dev_class = array("i")  # each device event's kernel class, a code of class_code
+        self.class_code: dict[str, int] = {}  # the kernel classes of the device events kept, in order of first sight
         self.dev_corr = CorrelationColumn()
         self.pageable_corr: set[Any] = set()
         # each launch's correlation and start, in file order (``launch_ts`` makes them the dict a lookup wants)
@@ -602,6 +603,8 @@ class StatsCollector:
         self.table = IdTable(_kind)
         self._classed_names: Names | None = None  # the Names whose ids _classed describes
         self._classed = np.zeros(0, dtype=bool)  # per id: a device pair already given its kernel class
+        self._coded_names: Names | None = None  # the Names whose ids _class_codes describes
+        self._class_codes = np.zeros(0, dtype=np.int32)  # per id: its class's code in cols.class_code (-1: not yet)
 
     def drop_columns(self) -> None:
         """Free the per-event columns; later events only update the facts (and the margin's join)."""
@@ -618,6 +621,7 @@ class StatsCollector:
         fresh.host_tids.update(c.host)
         self.cols = fresh
         self.columns = False
+        self._coded_names = None
 
     @property
     def margin_us(self) -> float | None:
@@ -680,13 +684,11 @@ class StatsCollector:
                 corrs = dev.correlations()
                 c.dev_ts.frombytes(dev.ts.tobytes())
                 c.dev_dur.frombytes(dev.dur.tobytes())
-                kinds = table.kinds
-                dev_ids = dev.ids.tolist()
-                c.dev_class.extend([kinds[i][1] for i in dev_ids])
+                c.dev_class.frombytes(self._class_codes_of(dev.ids, table).tobytes())
                 c.dev_corr.extend(corrs)
-                pageable = [corr for i, corr in zip(dev_ids, corrs) if kinds[i][5] and corr is not None]
-                if pageable:
-                    c.pageable_corr.update(pageable)
+                pageable = table.flag(5)[dev.ids]
+                if np.count_nonzero(pageable):
+                    c.pageable_corr.update(corr for corr in compress(corrs, pageable.tolist()) if corr is not None)
             if np.count_nonzero(is_rt):
                 if keep is not None:
                     lo, hi = keep.lo - keep.margin, keep.hi + keep.margin
@@ -745,6 +747,23 @@ class StatsCollector:
             ops = is_op if sel is None else is_op[sel]
             if np.count_nonzero(ops):
                 c.op_starts[tid].frombytes(hts[ops].tobytes())
+
+    def _class_codes_of(self, ids: np.ndarray, table: IdTable) -> np.ndarray:
+        """The class code (``cols.class_code``) of each device event's id in ``ids``: decided once per id, a class given
+        its code where a kept device event first shows it."""
+        if self._coded_names is not table.names:  # a fresh Names (its ids start again at 0), or fresh columns
+            self._coded_names, self._class_codes = table.names, np.zeros(0, dtype=np.int32)
+        if len(self._class_codes) < len(table.kinds):
+            grown = np.full(len(table.kinds), -1, dtype=np.int32)
+            grown[:len(self._class_codes)] = self._class_codes
+            self._class_codes = grown
+        codes = self._class_codes[ids]
+        if np.count_nonzero(codes < 0):
+            class_code = self.cols.class_code
+            for i in dict.fromkeys(ids[codes < 0].tolist()):  # in order of first sight
+                self._class_codes[i] = class_code.setdefault(table.kinds[i][1], len(class_code))
+            codes = self._class_codes[ids]
+        return codes
 
     def _host_facts(self, w: TimedWindow, is_host: np.ndarray, table: IdTable) -> None:
         """What a window's host activity adds to the facts (columns dropped): the same threads, autograd threads and
@@ -864,13 +883,14 @@ def _measure(c: _Cols, only: tuple[str, list[tuple[int, float, float]]] | None =
     allocs = sorted_doubles(c.alloc_starts)
     device = Coverage(c.dev_ts, c.dev_dur)
     # each class's device activity, in file order; a slice shows every class of the whole trace, as a full measurement
-    classes = list(dict.fromkeys([*(c.class_of.values() if only is not None else ()), *c.dev_class]))
+    classes = list(dict.fromkeys([*(c.class_of.values() if only is not None else ()), *c.class_code]))
     dev_ts, dev_dur = np.frombuffer(c.dev_ts), np.frombuffer(c.dev_dur)
-    index = {cls: i for i, cls in enumerate(classes)}
-    dev_class = np.fromiter(map(index.__getitem__, c.dev_class), dtype=np.int32, count=len(c.dev_class))
-    class_cov = {cls: Coverage(dev_ts[dev_class == i], dev_dur[dev_class == i]) for cls, i in index.items()}
+    dev_class = np.frombuffer(c.dev_class, dtype=np.int32) if len(c.dev_class) else np.zeros(0, dtype=np.int32)
+    code = c.class_code
+    class_cov = {cls: Coverage(dev_ts[dev_class == code.get(cls, -1)], dev_dur[dev_class == code.get(cls, -1)])
+                 for cls in classes}
     comm = class_cov.get("communication")
-    non_comm = dev_class != index.get("communication", -1)
+    non_comm = dev_class != code.get("communication", -1)
     non_comm = Coverage(dev_ts[non_comm], dev_dur[non_comm])
     del dev_class
     if only is not None:  # every thread of the whole trace shows, as in a full measurement
