@@ -287,6 +287,28 @@ class _Join:
         self.max_gap = gap
 
 
+def _joined_in_time_order(c: _Cols) -> tuple[list[bool], list[float], list[Any]]:
+    """The joined events the columns hold (launches, copies, device activity), for ``_Join.feed`` at the drop: in order
+    of start, a call before a device event at one instant, as the pairs happen. Fed a column at a time, every launch
+    would wait for its kernel at once: the 577 MB repeated A100 trace dropped its columns holding 143 k launches, past
+    ``JOIN_PENDING_LIMIT``, and its join gave up (no margin: its slices then kept device work whole, a third read at
+    237 MB). Copies are those the read joins after the drop (``_JOINED_CALLS``), not every blocking call."""
+    copies = [(ts, corr) for kind, ts, _, corr in c.calls if kind in _JOINED_KINDS]
+    starts = np.concatenate([np.frombuffer(c.launch_at) if len(c.launch_at) else np.zeros(0),
+                             np.array([ts for ts, _ in copies], dtype=np.float64),
+                             np.frombuffer(c.dev_ts) if len(c.dev_ts) else np.zeros(0)])
+    is_device = np.zeros(len(starts), dtype=bool)
+    is_device[len(starts) - len(c.dev_ts):] = True
+    corrs = [*c.launch_corr.tolist(), *(corr for _, corr in copies), *c.dev_corr.tolist()]
+    order = np.lexsort((is_device, starts)).tolist()  # stable: ties in the order above
+    return is_device[order].tolist(), starts[order].tolist(), [corrs[i] for i in order]
+
+
+# the kinds (``_KIND_OF_CALL``) of the calls other than launches that the read joins: the copies (``_JOINED_CALLS``;
+# kineto's name sets are disjoint, so a kind says whether its call is joined)
+_JOINED_KINDS = ("async_copy", "sync_copy")
+
+
 JOIN_PENDING_LIMIT = 1 << 17
 _RECENT_LIMIT = 1 << 12
 _JOINED_CALLS = K.LAUNCH_NAMES | K.ASYNC_COPY_NAMES | K.SYNC_COPY_NAMES
@@ -609,11 +631,8 @@ class StatsCollector:
     def drop_columns(self) -> None:
         """Free the per-event columns; later events only update the facts (and the margin's join)."""
         c = self.cols
-        join = self.join = _Join()
-        launch_ts = c.launch_ts()
-        join.feed([False] * len(launch_ts), list(launch_ts.values()), list(launch_ts))
-        join.feed([False] * len(c.calls), [ts for _, ts, _, _ in c.calls], [corr for *_, corr in c.calls])
-        join.feed([True] * len(c.dev_ts), c.dev_ts.tolist(), c.dev_corr.tolist())
+        self.join = _Join()
+        self.join.feed(*_joined_in_time_order(c))
         self.max_block_us = max((dur for _, _, dur, _ in c.calls), default=0.0)
         fresh = _Cols()
         for name in ("steps", "host_tids", "autograd_tids", "class_of", "n_device", "legacy", "accel_cat", "lo", "hi"):

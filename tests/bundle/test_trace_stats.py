@@ -225,6 +225,33 @@ def test_a_thread_id_that_cannot_be_hashed_is_grouped_by_its_string():
         "7", "7", "[2]"]
 
 
+def test_the_columns_dropped_at_the_budget_feed_the_join_in_time_order(monkeypatch):
+    """Issue 43: at the column budget the columns held so far feed the call-to-device join in order of start (a call
+    before a device event at one instant), so that each launch waits only until its kernel, as in the read; fed a
+    column at a time every launch waited at once, and a trace that dropped its columns holding more launches than
+    ``JOIN_PENDING_LIMIT`` (the 577 MB repeated A100 trace: 143 k) lost its margin. Blocking calls that are not copies
+    are not joined, as in the read after the drop."""
+    from array import array
+
+    from diageval.bundle import trace_stats as ts
+
+    monkeypatch.setattr(ts, "JOIN_PENDING_LIMIT", 5)
+    collector = ts.StatsCollector()
+    c = collector.cols
+    c.launch_corr.extend(list(range(50)))
+    c.launch_at = array("d", [10.0 * i for i in range(50)])
+    c.dev_corr.extend([*range(50), 100])
+    c.dev_ts = array("d", [10.0 * i + 3.0 for i in range(50)] + [999.0])
+    c.dev_dur = array("d", [1.0] * 51)
+    c.calls = [("async_copy", 990.0, 1.0, 100), *(("sync", 5.0 * i, 1.0, 1000 + i) for i in range(20))]
+    is_device, starts, corrs = ts._joined_in_time_order(c)
+    assert starts == sorted(starts) and corrs[:2] == [0, 0] and is_device[:2] == [False, True]
+    assert len(corrs) == 50 + 51 + 1  # the 20 synchronising calls are not joined
+    collector.drop_columns()
+    assert collector.join.max_gap == 9.0  # the copy's gap (each launch's is 3 us): every pair matched, none given up
+    assert collector.margin_us == 9.0  # over the calls' 1 us of blocking
+
+
 def test_launch_delays_match_each_device_event_to_the_latest_launch_as_a_dict_lookup_would():
     """Issue 43: the launch-to-start delays are matched as int64 columns (no Python per device event) when every
     correlation is an int, one at a time otherwise; either way each device event's own, against the latest launch with
