@@ -35,7 +35,7 @@ import time
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import compress
 from operator import attrgetter, itemgetter
@@ -48,7 +48,7 @@ from pydantic import BaseModel, Field
 from diageval.bundle import kineto as K
 from diageval.bundle.trace_defects import DefectObserver, clock_disagreement
 from diageval.bundle.attribution import AttributionCollector, TimeShare, share_rows
-from diageval.bundle.trace_ids import (GAP_BINS_US, SHORT_GAP_US, CorrelationColumn, IdTable, int_column,
+from diageval.bundle.trace_ids import (GAP_BINS_US, NO_CORR, SHORT_GAP_US, CorrelationColumn, IdTable, int_column,
                                        latest_match, merge_sorted, step_markers, tid_strings)
 from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, correlations, iter_trace_windows
 
@@ -287,21 +287,34 @@ class _Join:
         self.max_gap = gap
 
 
-def _joined_in_time_order(c: _Cols) -> tuple[list[bool], list[float], list[Any]]:
-    """The joined events the columns hold (launches, copies, device activity), for ``_Join.feed`` at the drop: in order
-    of start, a call before a device event at one instant, as the pairs happen. Fed a column at a time, every launch
-    would wait for its kernel at once: the 577 MB repeated A100 trace dropped its columns holding 143 k launches, past
-    ``JOIN_PENDING_LIMIT``, and its join gave up (no margin: its slices then kept device work whole, a third read at
-    237 MB). Copies are those the read joins after the drop (``_JOINED_CALLS``), not every blocking call."""
+def _joined_in_time_order(c: _Cols, block: int = 1 << 16) -> Iterator[tuple[list[bool], list[float], list[Any]]]:
+    """The joined events the columns hold (launches, copies, device activity), for ``_Join.feed`` at the drop, in
+    blocks of ``block``: in order of start, a call before a device event at one instant, as the pairs happen. Fed a
+    column at a time, every launch would wait for its kernel at once: the 577 MB repeated A100 trace dropped its columns
+    holding 143 k launches, past ``JOIN_PENDING_LIMIT``, and its join gave up (no margin: its slices then kept device
+    work whole, a third read at 237 MB). In blocks, because the drop is a read's peak of memory (its columns full):
+    lists of every held event's start and correlation would add ~50 MB there. Copies are those the read joins after
+    the drop (``_JOINED_CALLS``), not every blocking call."""
     copies = [(ts, corr) for kind, ts, _, corr in c.calls if kind in _JOINED_KINDS]
+    copy_corr = CorrelationColumn()
+    copy_corr.extend([corr for _, corr in copies])
     starts = np.concatenate([np.frombuffer(c.launch_at) if len(c.launch_at) else np.zeros(0),
                              np.array([ts for ts, _ in copies], dtype=np.float64),
                              np.frombuffer(c.dev_ts) if len(c.dev_ts) else np.zeros(0)])
+    del copies
     is_device = np.zeros(len(starts), dtype=bool)
     is_device[len(starts) - len(c.dev_ts):] = True
-    corrs = [*c.launch_corr.tolist(), *(corr for _, corr in copies), *c.dev_corr.tolist()]
-    order = np.lexsort((is_device, starts)).tolist()  # stable: ties in the order above
-    return is_device[order].tolist(), starts[order].tolist(), [corrs[i] for i in order]
+    columns = [col.column() for col in (c.launch_corr, copy_corr, c.dev_corr)]
+    ints = None if any(col is None for col in columns) else np.concatenate(columns)
+    values = None if ints is not None else [*c.launch_corr.tolist(), *copy_corr.tolist(), *c.dev_corr.tolist()]
+    order = np.lexsort((is_device, starts))  # stable: ties in the order above
+    for i in range(0, len(order), block):
+        at = order[i : i + block]
+        if ints is not None:
+            corrs = [None if v == NO_CORR else v for v in ints[at].tolist()]
+        else:
+            corrs = [values[j] for j in at.tolist()]  # type: ignore[index]
+        yield is_device[at].tolist(), starts[at].tolist(), corrs
 
 
 # the kinds (``_KIND_OF_CALL``) of the calls other than launches that the read joins: the copies (``_JOINED_CALLS``;
@@ -632,7 +645,8 @@ class StatsCollector:
         """Free the per-event columns; later events only update the facts (and the margin's join)."""
         c = self.cols
         self.join = _Join()
-        self.join.feed(*_joined_in_time_order(c))
+        for joined in _joined_in_time_order(c):
+            self.join.feed(*joined)
         self.max_block_us = max((dur for _, _, dur, _ in c.calls), default=0.0)
         fresh = _Cols()
         for name in ("steps", "host_tids", "autograd_tids", "class_of", "n_device", "legacy", "accel_cat", "lo", "hi"):

@@ -244,9 +244,16 @@ def test_the_columns_dropped_at_the_budget_feed_the_join_in_time_order(monkeypat
     c.dev_ts = array("d", [10.0 * i + 3.0 for i in range(50)] + [999.0])
     c.dev_dur = array("d", [1.0] * 51)
     c.calls = [("async_copy", 990.0, 1.0, 100), *(("sync", 5.0 * i, 1.0, 1000 + i) for i in range(20))]
-    is_device, starts, corrs = ts._joined_in_time_order(c)
+    blocks = list(ts._joined_in_time_order(c, block=7))
+    assert len(blocks) == 15 and all(len(b[0]) == len(b[1]) == len(b[2]) for b in blocks)
+    is_device, starts, corrs = ([x for b in blocks for x in b[i]] for i in range(3))
     assert starts == sorted(starts) and corrs[:2] == [0, 0] and is_device[:2] == [False, True]
     assert len(corrs) == 50 + 51 + 1  # the 20 synchronising calls are not joined
+    assert corrs[-2:] == [100, 100] and is_device[-2:] == [False, True]  # the copy, then its device copy
+    odd = ts._Cols()
+    odd.launch_corr.extend(["x", None, 2])
+    odd.launch_at = array("d", [3.0, 1.0, 2.0])
+    assert list(ts._joined_in_time_order(odd)) == [([False] * 3, [1.0, 2.0, 3.0], [None, 2, "x"])]
     collector.drop_columns()
     assert collector.join.max_gap == 9.0  # the copy's gap (each launch's is 3 us): every pair matched, none given up
     assert collector.margin_us == 9.0  # over the calls' 1 us of blocking
