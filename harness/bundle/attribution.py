@@ -539,7 +539,7 @@ class AttributionCollector:
         is_dev = code == _DEV
         if np.count_nonzero(is_dev):
             put(self.dev, is_dev)
-            self.queue.add_devices(w.select(is_dev).correlations())
+            self.queue.add_devices(w.select(is_dev))
             put(self.noncomm, is_dev & ~table.flag(1)[ids])
             pageable = is_dev & table.flag(2)[ids]
             if np.count_nonzero(pageable):
@@ -550,7 +550,7 @@ class AttributionCollector:
         queuing = (code == _LAUNCH) | (code == _BLOCK) | is_async
         if np.count_nonzero(queuing):
             sel = w.select(queuing)
-            self.queue.add_calls(sel.correlations(), sel.ts)
+            self.queue.add_calls(sel)
         if np.count_nonzero(is_async):
             sel = w.select(is_async)
             self.async_copies.extend(zip(sel.ts.tolist(), sel.dur.tolist(), sel.correlations()))
@@ -1024,12 +1024,14 @@ class _QueueJoin:
         self.call_corr = CorrelationColumn()
         self.call_ts = array("d")
 
-    def add_devices(self, corrs: list[Any]) -> None:
-        self.dev.extend(corrs)
+    def add_devices(self, w: Any) -> None:
+        """A selection of a window (``trace_stats.TimedWindow``) of device activity, in file order."""
+        w.extend_correlations(self.dev)
 
-    def add_calls(self, corrs: list[Any], ts: np.ndarray) -> None:
-        self.call_corr.extend(corrs)
-        self.call_ts.frombytes(ts.tobytes())
+    def add_calls(self, w: Any) -> None:
+        """A selection of a window of queuing calls, in file order."""
+        w.extend_correlations(self.call_corr)
+        self.call_ts.frombytes(w.ts.tobytes())
 
     def delays(self, dev_ts: np.ndarray) -> np.ndarray:
         """Per device activity (in the order added, starting at ``dev_ts``): its start less its call's (NaN: none)."""

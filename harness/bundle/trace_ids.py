@@ -93,6 +93,13 @@ class CorrelationColumn:
             self.values, self.ints = self.tolist(), array("q")
         self.values.extend(values)
 
+    def extend_ints(self, ints: np.ndarray) -> None:
+        """``extend`` by an int64 column (``NO_CORR`` for None) of values that are all ints."""
+        if self.values is None:
+            self.ints.frombytes(ints.tobytes())
+        else:
+            self.values.extend([None if c == NO_CORR else c for c in ints.tolist()])
+
     def __len__(self) -> int:
         return len(self.ints) if self.values is None else len(self.values)
 

@@ -440,8 +440,9 @@ class TimedWindow:
         self._events, self.ts, self.dur, self.ids, self.names = events, ts, dur, ids, names
         self._base, self._idx = base, idx  # without ``events``: they are ``base`` at ``idx``
         self._span: tuple[float, float] | None = None
-        # the window's decoded correlations, shared by its selections: [values, decoded?] per event of the base
-        self._corr = corr if corr is not None else [None, None]
+        # the window's decoded correlations, shared by its selections: [int64 values, decoded?] per event of the base,
+        # and the values themselves once one is not an int (``_decoded``)
+        self._corr = corr if corr is not None else [None, None, None]
         # the window's threads, shared alike: [code per event of the base (-1: not read yet), thread of each code,
         # code of each thread, code of each ``tid`` as written (1 and "1" are one thread)]
         self._tids = tids if tids is not None else [None, [], {}, {}]
@@ -533,21 +534,44 @@ class TimedWindow:
         """``correlations(self.events)``, each event's decoded once per window whichever collector asks first (the
         stats collector and the time attribution read the same kernels' and calls'); an event's value does not
         depend on which others are decoded with it (``trace_stream.correlations``)."""
+        ints, values, at = self._decoded()
+        if values is not None:
+            return values[at].tolist()
+        return [None if c == NO_CORR else c for c in ints[at].tolist()]
+
+    def extend_correlations(self, column: CorrelationColumn) -> None:
+        """``column.extend(self.correlations())``, an int64 slice of the window's where, as in every trace seen, its
+        correlations are ints (no list of Python ints between: a fifth of the collectors' correlation time)."""
+        ints, values, at = self._decoded()
+        if values is not None:
+            column.extend(values[at].tolist())
+        else:
+            column.extend_ints(ints[at])
+
+    def _decoded(self) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """The window's correlations decoded for this selection's events: (an int64 column of the base's, ``NO_CORR``
+        for none; the values themselves, None while every decoded one is an int; this selection's indices)."""
         base, at = (self._events, None) if self._base is None else (self._base, self._idx)
-        if not base:
-            return []
         holder = self._corr
         if holder[0] is None:
-            holder[0], holder[1] = np.empty(len(base), dtype=object), np.zeros(len(base), dtype=bool)
-        values, known = holder
+            holder[0], holder[1] = np.full(len(base), NO_CORR, dtype=np.int64), np.zeros(len(base), dtype=bool)
+        ints, known, values = holder
         if at is None:
             at = np.arange(len(base))
         need = at[~known[at]]
         if len(need):
             decoded = correlations(_pick(base, need))
-            values[need] = np.fromiter(decoded, dtype=object, count=len(decoded))
+            col = int_column(decoded) if values is None else None
+            if col is not None:
+                ints[need] = np.frombuffer(col, dtype=np.int64)
+            else:
+                if values is None:  # the first value that is not an int: the window's values as objects from here
+                    values = holder[2] = np.empty(len(base), dtype=object)
+                    done = np.flatnonzero(known)
+                    values[done] = [None if c == NO_CORR else c for c in ints[done].tolist()]
+                values[need] = np.fromiter(decoded, dtype=object, count=len(decoded))
             known[need] = True
-        return values[at].tolist()
+        return ints, values, at
 
 
 def _pick(events: list[TraceEvent], idx: np.ndarray) -> list[TraceEvent]:
@@ -714,14 +738,13 @@ class StatsCollector:
                     lo, hi = keep.lo - keep.margin, keep.hi + keep.margin
                     is_dev = is_dev & (ts < hi) & (w.ends() > lo)
                 dev = w.select(is_dev)
-                corrs = dev.correlations()
                 c.dev_ts.frombytes(dev.ts.tobytes())
                 c.dev_dur.frombytes(dev.dur.tobytes())
                 c.dev_class.frombytes(self._class_codes_of(dev.ids, table).tobytes())
-                c.dev_corr.extend(corrs)
+                dev.extend_correlations(c.dev_corr)
                 pageable = table.flag(5)[dev.ids]
                 if np.count_nonzero(pageable):
-                    c.pageable_corr.update(corr for corr in compress(corrs, pageable.tolist()) if corr is not None)
+                    c.pageable_corr.update(corr for corr in dev.select(pageable).correlations() if corr is not None)
             if np.count_nonzero(is_rt):
                 if keep is not None:
                     lo, hi = keep.lo - keep.margin, keep.hi + keep.margin
@@ -730,7 +753,7 @@ class StatsCollector:
                 launch = w.select(is_rt & (rt_sub == _LAUNCH))
                 if len(launch):
                     c.launch_starts.frombytes(launch.ts.tobytes())
-                    c.launch_corr.extend(launch.correlations())
+                    launch.extend_correlations(c.launch_corr)
                     c.launch_at.frombytes(launch.ts.tobytes())
                 allocs = is_rt & (rt_sub == _ALLOC)
                 if np.count_nonzero(allocs):

@@ -186,10 +186,21 @@ def _dict_delays(devices, calls):
     return [t - last[c] if c is not None and c in last else math.nan for c, t in devices]
 
 
+def _corr_window(corrs, starts):
+    """A reader's window (``timed_window``) of complete events with these correlations (None: no ``args``) and starts."""
+    from diageval.bundle.trace_stats import Names, timed_window
+    from diageval.bundle.trace_stream import event_from_dict
+
+    events = [event_from_dict({"ph": "X", "cat": "kernel", "name": "k", "ts": t, "dur": 1.0,
+                               **({} if c is None else {"args": {"External id": 1, "correlation": c}})})
+              for c, t in zip(corrs, starts)]
+    return timed_window(events, Names())[0]
+
+
 def test_queue_delays_match_each_activity_to_its_latest_call():
     """The delays ``_QueueJoin`` keeps in int64 columns are those of a dict of the calls (a repeated correlation: the
     latest call; None never matches); a correlation that is not an int turns it to the values themselves, matched as
-    Python's equality does (1.0 is 1)."""
+    Python's equality does (1.0 is 1). Fed windows of the read, as the collector feeds it."""
     rng = random.Random(7)
     cases = [
         [(rng.choice([None, *range(40)]), rng.uniform(0, 1e6)) for _ in range(300)],
@@ -200,16 +211,47 @@ def test_queue_delays_match_each_activity_to_its_latest_call():
         for generic_after in (None, 1):  # int columns throughout, or an odd value arriving after the first window
             devices = [(c, t + 100.0) for c, t in calls] + [(7, 5.0), (None, 6.0), (1, 7.0)]
             join = _QueueJoin()
-            join.add_calls([c for c, _ in calls[:150]], np.array([t for _, t in calls[:150]]))
-            join.add_devices([c for c, _ in devices[:2]])
+            join.add_calls(_corr_window([c for c, _ in calls[:150]], [t for _, t in calls[:150]]))
+            join.add_devices(_corr_window([c for c, _ in devices[:2]], [t for _, t in devices[:2]]))
             if generic_after:
-                join.add_devices(["odd"])
+                join.add_devices(_corr_window(["odd"], [1.0]))
                 devices = devices[:2] + [("odd", 1.0)] + devices[2:]
-            join.add_devices([c for c, _ in devices[2 + bool(generic_after):]])
-            join.add_calls([c for c, _ in calls[150:]], np.array([t for _, t in calls[150:]]))
+            rest = devices[2 + bool(generic_after):]
+            join.add_devices(_corr_window([c for c, _ in rest], [t for _, t in rest]))
+            join.add_calls(_corr_window([c for c, _ in calls[150:]], [t for _, t in calls[150:]]))
             got = join.delays(np.array([t for _, t in devices]))
             want = np.array(_dict_delays(devices, calls))
             assert np.array_equal(got, want, equal_nan=True)
+
+
+def test_a_windows_correlations_are_decoded_once_as_ints_until_one_is_not():
+    """Issue 43: a window's correlations are decoded once for every selection that asks, kept as an int64 column; a
+    selection holding a value that is not an int turns the window's to the values themselves, and every selection,
+    before or after, reads the same values."""
+    from diageval.bundle import trace_stats as ts
+    from diageval.bundle.trace_ids import CorrelationColumn
+
+    corrs = [5, None, 7, "x", 9, 1.5, 2**63 - 1]
+    w = _corr_window(corrs, [float(i) for i in range(len(corrs))])
+    decoded = []
+    real = ts.correlations
+    ts.correlations = lambda events: (decoded.extend(events), real(events))[1]
+    try:
+        ints = w.select(np.array([True, True, True, False, True, False, True]))
+        col = CorrelationColumn()
+        ints.extend_correlations(col)
+        assert col.column() is not None and col.tolist() == [5, None, 7, 9, 2**63 - 1]
+        assert w._corr[2] is None  # every value so far an int: no object column
+        odd = w.select(np.array([False, False, False, True, False, True, False]))
+        assert odd.correlations() == ["x", 1.5] and w._corr[2] is not None
+        assert ints.correlations() == [5, None, 7, 9, 2**63 - 1] and w.correlations() == corrs
+        ints.extend_correlations(col)
+        assert col.column() is not None and col.tolist() == [5, None, 7, 9, 2**63 - 1] * 2  # ints still
+        odd.extend_correlations(col)
+        assert col.column() is None and col.tolist() == [5, None, 7, 9, 2**63 - 1] * 2 + ["x", 1.5]
+    finally:
+        ts.correlations = real
+    assert len(decoded) == len(corrs)  # each event's args decoded once
 
 
 def _crossing_trace(path: Path, seed: int, steps: int = 24, late_launcher: bool = False, long_op: bool = False) -> Path:
