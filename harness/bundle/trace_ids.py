@@ -73,6 +73,11 @@ _NONE = type(None)
 _INT_OR_NONE = {int, _NONE}  # exactly: a bool (an int subclass) is not a correlation
 
 
+def int_values(ints: np.ndarray | array) -> list[Any]:
+    """The correlations of an int64 column as values, None for ``NO_CORR``: ``int_column``'s inverse."""
+    return [None if c == NO_CORR else c for c in ints.tolist()]
+
+
 class CorrelationColumn:
     """Correlations in file order, as the collectors keep them: an int64 column (``NO_CORR`` for None, 8 bytes a value
     where a Python int in a list takes ~40) while every value is an int, as in every trace seen; from the first value
@@ -98,7 +103,7 @@ class CorrelationColumn:
         if self.values is None:
             self.ints.frombytes(ints.tobytes())
         else:
-            self.values.extend([None if c == NO_CORR else c for c in ints.tolist()])
+            self.values.extend(int_values(ints))
 
     def __len__(self) -> int:
         return len(self.ints) if self.values is None else len(self.values)
@@ -113,7 +118,7 @@ class CorrelationColumn:
         """The values, None where there was none."""
         if self.values is not None:
             return list(self.values)
-        return [None if c == NO_CORR else c for c in self.ints.tolist()]
+        return int_values(self.ints)
 
 
 def latest_match(call_corr: np.ndarray, call_ts: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -165,4 +170,4 @@ def _flags(kinds: list[tuple], item: int) -> np.ndarray:
     return np.array([len(k) > item and bool(k[item]) for k in kinds], dtype=bool)
 
 
-__all__ = ["GAP_BINS_US", "SHORT_GAP_US", "merge_sorted", "step_markers", "tid_strings", "IdTable", "NO_CORR", "int_column", "CorrelationColumn", "latest_match"]
+__all__ = ["GAP_BINS_US", "SHORT_GAP_US", "merge_sorted", "step_markers", "tid_strings", "IdTable", "NO_CORR", "int_column", "int_values", "CorrelationColumn", "latest_match"]

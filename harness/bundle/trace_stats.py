@@ -49,7 +49,7 @@ from diageval.bundle import kineto as K
 from diageval.bundle.trace_defects import DefectObserver, clock_disagreement
 from diageval.bundle.attribution import AttributionCollector, TimeShare, share_rows
 from diageval.bundle.trace_ids import (GAP_BINS_US, NO_CORR, SHORT_GAP_US, CorrelationColumn, IdTable, int_column,
-                                       latest_match, merge_sorted, step_markers, tid_strings)
+                                       int_values, latest_match, merge_sorted, step_markers, tid_strings)
 from diageval.bundle.trace_stream import StreamState, TraceEvent, TraceFormatError, correlations, iter_trace_windows
 
 
@@ -190,7 +190,7 @@ class _Cols:
         self.dev_ts = array("d")
         self.dev_dur = array("d")
         self.dev_class = array("i")  # each device event's kernel class, a code of class_code
-        self.class_code: dict[str, int] = {}  # the kernel classes of the device events kept, in order of first sight
+        self.class_code: dict[str, int] = {}  # the kernel classes of the device events seen, in order of first sight
         self.dev_corr = CorrelationColumn()
         self.pageable_corr: set[Any] = set()
         # each launch's correlation and start, in file order (``launch_ts`` makes them the dict a lookup wants)
@@ -311,20 +311,18 @@ def _joined_in_time_order(c: _Cols, block: int = 1 << 16) -> Iterator[tuple[list
     for i in range(0, len(order), block):
         at = order[i : i + block]
         if ints is not None:
-            corrs = [None if v == NO_CORR else v for v in ints[at].tolist()]
+            corrs = int_values(ints[at])
         else:
             corrs = [values[j] for j in at.tolist()]  # type: ignore[index]
         yield is_device[at].tolist(), starts[at].tolist(), corrs
 
 
-# the kinds (``_KIND_OF_CALL``) of the calls other than launches that the read joins: the copies (``_JOINED_CALLS``;
-# kineto's name sets are disjoint, so a kind says whether its call is joined)
-_JOINED_KINDS = ("async_copy", "sync_copy")
-
-
 JOIN_PENDING_LIMIT = 1 << 17
 _RECENT_LIMIT = 1 << 12
 _JOINED_CALLS = K.LAUNCH_NAMES | K.ASYNC_COPY_NAMES | K.SYNC_COPY_NAMES
+# the kinds a call other than a launch is kept under in ``_Cols.calls`` (``_kind_of``'s) where the read joins it: the
+# copies' (kineto's name sets are disjoint, so a kind says whether its call is joined)
+_JOINED_KINDS = frozenset(_KIND_OF_CALL.get(name, "async_copy") for name in _JOINED_CALLS - K.LAUNCH_NAMES)
 
 
 # What one (category, name) pair is to the collector's columns (``_kind``)
@@ -537,7 +535,7 @@ class TimedWindow:
         ints, values, at = self._decoded()
         if values is not None:
             return values[at].tolist()
-        return [None if c == NO_CORR else c for c in ints[at].tolist()]
+        return int_values(ints[at])
 
     def extend_correlations(self, column: CorrelationColumn) -> None:
         """``column.extend(self.correlations())``, an int64 slice of the window's where, as in every trace seen, its
@@ -568,7 +566,7 @@ class TimedWindow:
                 if values is None:  # the first value that is not an int: the window's values as objects from here
                     values = holder[2] = np.empty(len(base), dtype=object)
                     done = np.flatnonzero(known)
-                    values[done] = [None if c == NO_CORR else c for c in ints[done].tolist()]
+                    values[done] = int_values(ints[done])
                 values[need] = np.fromiter(decoded, dtype=object, count=len(decoded))
             known[need] = True
         return ints, values, at
@@ -660,8 +658,6 @@ class StatsCollector:
         self.join: _Join | None = None
         self.max_block_us = 0.0
         self.table = IdTable(_kind)
-        self._classed_names: Names | None = None  # the Names whose ids _classed describes
-        self._classed = np.zeros(0, dtype=bool)  # per id: a device pair already given its kernel class
         self._coded_names: Names | None = None  # the Names whose ids _class_codes describes
         self._class_codes = np.zeros(0, dtype=np.int32)  # per id: its class's code in cols.class_code (-1: not yet)
 
@@ -673,12 +669,12 @@ class StatsCollector:
             self.join.feed(*joined)
         self.max_block_us = max((dur for _, _, dur, _ in c.calls), default=0.0)
         fresh = _Cols()
-        for name in ("steps", "host_tids", "autograd_tids", "class_of", "n_device", "legacy", "accel_cat", "lo", "hi"):
+        for name in ("steps", "host_tids", "autograd_tids", "class_of", "class_code", "n_device", "legacy", "accel_cat",
+                     "lo", "hi"):
             setattr(fresh, name, getattr(c, name))
         fresh.host_tids.update(c.host)
         self.cols = fresh
         self.columns = False
-        self._coded_names = None
 
     @property
     def margin_us(self) -> float | None:
@@ -707,21 +703,10 @@ class StatsCollector:
         if not c.accel_cat and (np.count_nonzero(is_dev) or np.count_nonzero(is_rt) or np.count_nonzero(code == _ACCEL)):
             c.accel_cat = True
         n_dev = int(np.count_nonzero(is_dev))
-        if n_dev and self.keep is None:  # a slice's kernel classes are the first pass's (``facts_of``), a superset
-            c.n_device += n_dev
-            if self._classed_names is not table.names:  # a fresh Names: its ids start again at 0
-                self._classed_names, self._classed = table.names, np.zeros(0, dtype=bool)
-            if len(self._classed) < len(table.kinds):
-                self._classed = np.concatenate([self._classed, np.zeros(len(table.kinds) - len(self._classed), bool)])
-            new = is_dev & ~self._classed[ids]  # device pairs this read has not met yet (most windows: none)
-            if np.count_nonzero(new):
-                class_of = c.class_of
-                first = np.unique(ids[new], return_index=True)  # each pair where it first shows, in file order
-                for i in first[0][np.argsort(first[1], kind="stable")].tolist():
-                    kind = table.kinds[i]
-                    if kind[4] not in class_of:
-                        class_of[kind[4]] = kind[1]
-                self._classed[first[0]] = True
+        if n_dev:
+            self._classify(ids[is_dev], table)
+            if self.keep is None:
+                c.n_device += n_dev
         keep = self.keep
         ts, dur = w.ts, w.dur
         if not self.columns:
@@ -740,7 +725,7 @@ class StatsCollector:
                 dev = w.select(is_dev)
                 c.dev_ts.frombytes(dev.ts.tobytes())
                 c.dev_dur.frombytes(dev.dur.tobytes())
-                c.dev_class.frombytes(self._class_codes_of(dev.ids, table).tobytes())
+                c.dev_class.frombytes(self._class_codes[dev.ids].tobytes())
                 dev.extend_correlations(c.dev_corr)
                 pageable = table.flag(5)[dev.ids]
                 if np.count_nonzero(pageable):
@@ -804,22 +789,26 @@ class StatsCollector:
             if np.count_nonzero(ops):
                 c.op_starts[tid].frombytes(hts[ops].tobytes())
 
-    def _class_codes_of(self, ids: np.ndarray, table: IdTable) -> np.ndarray:
-        """The class code (``cols.class_code``) of each device event's id in ``ids``: decided once per id, a class given
-        its code where a kept device event first shows it."""
-        if self._coded_names is not table.names:  # a fresh Names (its ids start again at 0), or fresh columns
+    def _classify(self, ids: np.ndarray, table: IdTable) -> None:
+        """Give each device (category, name) id in ``ids`` (a window's device events) its kernel class's code in
+        ``cols.class_code`` (``_class_codes``), once per id, in order of first sight; reading the whole trace, the pair
+        and its class go into ``class_of`` too (a slice's are the first pass's, ``facts_of``: a superset of its own,
+        so that a slice's classes are the whole trace's either way)."""
+        if self._coded_names is not table.names:  # a fresh Names: its ids start again at 0
             self._coded_names, self._class_codes = table.names, np.zeros(0, dtype=np.int32)
         if len(self._class_codes) < len(table.kinds):
             grown = np.full(len(table.kinds), -1, dtype=np.int32)
             grown[:len(self._class_codes)] = self._class_codes
             self._class_codes = grown
-        codes = self._class_codes[ids]
-        if np.count_nonzero(codes < 0):
-            class_code = self.cols.class_code
-            for i in dict.fromkeys(ids[codes < 0].tolist()):  # in order of first sight
-                self._class_codes[i] = class_code.setdefault(table.kinds[i][1], len(class_code))
-            codes = self._class_codes[ids]
-        return codes
+        new = ids[self._class_codes[ids] < 0]  # device pairs this read has not met yet (most windows: none)
+        if not len(new):
+            return
+        class_code, class_of = self.cols.class_code, self.cols.class_of
+        for i in dict.fromkeys(new.tolist()):  # each pair where it first shows, in file order
+            kind = table.kinds[i]
+            self._class_codes[i] = class_code.setdefault(kind[1], len(class_code))
+            if self.keep is None and kind[4] not in class_of:
+                class_of[kind[4]] = kind[1]
 
     def _host_facts(self, w: TimedWindow, is_host: np.ndarray, table: IdTable) -> None:
         """What a window's host activity adds to the facts (columns dropped): the same threads, autograd threads and
