@@ -94,14 +94,16 @@ process holds 197 MB (41 of interpreter), ~29 bytes of RSS per column entry, alr
 step is built; the build and the device measures then add ~70 MB of sorted copies. Where the entries' bytes are: each
 host op is held by both collectors (17 bytes in ``_Columns``: start, duration, a CPU-op flag; 16-24 in
 ``trace_stats.StatsCollector``: start, duration, and the start again for a CPU op), and the correlation-keyed columns
-of ``StatsCollector`` keep Python objects from the windows (a correlation int per device event, launch and call; the
+of ``StatsCollector`` kept Python objects from the windows (a correlation int per device event, launch and call; the
 launch dict; a tuple per call). A host column the two shared and correlations held as int64 arrays would save ~40 MB
 of allocations at 1 GB (tracemalloc of the 25.8 MB trace after its read, scaled), against the 65 MB by which the
-one-read peak passes 200 MB: not shown to be enough. ``rules``' time attribution (``attribution.py``, an observer of
-these reads) keeps columns of its own beside these in one read; past this budget it is made in the slice read, a slice
-of steps at a time (``attribution.AttributionSlices``), so that ``rules`` on the 1 GB trace peaks at 165 MB, not 318
-(``--real-shapes``, issue 43's last item; ``docs/trace-reader.md``). Below the budget it holds its columns and split
-on top of the summary's: ``rules`` peaked at 215 MB on the trace repeated to 536 MB, read once (``--peaks``)."""
+one-read peak passes 200 MB: not shown to be enough. (The correlations are int64 columns since,
+``trace_ids.CorrelationColumn``: 14 MB less at the 453 MB trace's peak; a tuple per call remains.) ``rules``' time
+attribution (``attribution.py``, an observer of these reads) keeps columns of its own beside these in one read; past
+this budget it is made in the slice read, a slice of steps at a time (``attribution.AttributionSlices``), so that
+``rules`` on the 1 GB trace peaks at 153 MB, not 318, and at 174 MB at 2 GB (``--peaks`` at 618e977;
+``docs/trace-reader.md``). Below the budget it holds its columns and split on top of the summary's: ``rules`` peaked
+at 197 MB on the trace repeated to 536 MB, read once (``--peaks``)."""
 
 
 class EventObserver(Protocol):
@@ -805,11 +807,12 @@ def _summarize_in_slices(path: Path, first: _Columns, gpu: StatsCollector, base_
     # their slices would hold the whole trace: they read it whole, as observers)
     sliceable = gpu.has_device_events and math.isfinite(margin)
     sliced = [o for o in observers if isinstance(o, SlicedObserver)] if sliceable else []
+    # ``ts + base_us - base_us``, not ``ts``: the start rules asks a one-read table for is a step's ``start_us``
+    # (``ts + base_us``) less ``base_time_us``, and the float round trip is kept so the sliced table's units are
+    # those, to the last bit (the byte-identical outputs)
+    units = ([[(number, ts + base_us - base_us, dur) for number, ts, dur, _ in sl.markers] for sl in slices]
+             if sliced else [])
     for observer in sliced:
-        # ``ts + base_us - base_us``, not ``ts``: the start rules asks a one-read table for is a step's ``start_us``
-        # (``ts + base_us``) less ``base_time_us``, and the float round trip is kept so the sliced table's units are
-        # those, to the last bit (the byte-identical outputs)
-        units = [[(number, ts + base_us - base_us, dur) for number, ts, dur, _ in sl.markers] for sl in slices]
         for sl, part in zip(slices, observer.slice_units(units, margin, first.steps)):
             sl.parts.append(_ObserverSlice(part, hulls))
     built: dict[int, list[StepSummary]] = {}
