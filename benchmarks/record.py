@@ -181,8 +181,7 @@ def phases(case_ids: list[str], rounds: int, verify: bool) -> None:
         checks: dict[str, dict[str, list[float]]] = {c.id: defaultdict(list) for c in cases}
         for _ in range(rounds):
             for case in cases:
-                for f in marks.iterdir():
-                    f.unlink()
+                _clear(marks)
                 _mark("ensure_bundle>")
                 _, folder, _ = ensure_bundle(_case_to_record(case), "cpu", cache_dir=cache, force=True)
                 _mark("ensure_bundle<")
@@ -206,13 +205,22 @@ def phases(case_ids: list[str], rounds: int, verify: bool) -> None:
     for label in labels:
         cells = [per[c.id].get(label, []) for c in cases]
         every = [x for cell in cells for x in cell]
-        print(f"{label:64} " + " ".join(f"{statistics.median(cell):>18.3f} n={len(cell):<2}" if cell else f"{'-':>22}"
-                                        for cell in cells) + (f" {statistics.median(every):>7.3f}" if every else ""))
+        print(_row(label, cells) + (f" {statistics.median(every):>7.3f}" if every else ""))
     if verify:
         for label in ("verify_case, 1 pair", "verify_recording", "compare", "label_checks"):
-            cells = [checks[c.id].get(label, []) for c in cases]
-            print(f"{label:64} " + " ".join(f"{statistics.median(cell):>18.3f} n={len(cell):<2}" if cell else f"{'-':>22}"
-                                            for cell in cells))
+            print(_row(label, [checks[c.id].get(label, []) for c in cases]))
+
+
+def _row(label: str, cells: list[list[float]]) -> str:
+    """A table row: per case, the median of its seconds and how many (``-``: none)."""
+    return f"{label:64} " + " ".join(f"{statistics.median(cell):>18.3f} n={len(cell):<2}" if cell else f"{'-':>22}"
+                                     for cell in cells)
+
+
+def _clear(marks: Path) -> None:
+    """Forget the marks of the recording before (each process appends to its own file)."""
+    for f in marks.iterdir():
+        f.unlink()
 
 
 def _spans(marks: Path) -> dict[str, float]:
@@ -231,8 +239,7 @@ def _spans(marks: Path) -> dict[str, float]:
 
 
 def _timed_verify(verify_case, case, cache: Path, marks: Path) -> float:
-    for f in marks.iterdir():
-        f.unlink()
+    _clear(marks)
     t = time.perf_counter()
     verify_case(case, repeats=1, device="cpu", cache_dir=cache, force=True)
     return time.perf_counter() - t
